@@ -1,0 +1,18 @@
+"""Pure numerics for sparse GP approximations: one module per algorithm, one shared contract.
+
+``REGISTRY`` maps an algorithm name to its ``fit(blocks, y, *, lam, ..., rng, test, **options)``.
+``USES_KAPPA`` names the algorithms for which the candidate-subset size κ means something.
+"""
+
+from algorithms import exact, sgma
+from algorithms.base import Fit, InputError, KernelBlocks
+from algorithms.kernels import ArrayKernelBlocks, Kernel
+
+REGISTRY = {
+    "exact": exact.fit,
+    "sgma": sgma.fit,
+}
+USES_KAPPA = {"sgma"}
+
+__all__ = ["REGISTRY", "USES_KAPPA", "Fit", "InputError", "KernelBlocks", "ArrayKernelBlocks",
+           "Kernel"]

@@ -1,0 +1,39 @@
+import numpy as np
+import pytest
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern
+
+from algorithms import REGISTRY, InputError, Kernel
+from tests.conftest import make_problem
+
+CASES = [
+    (Kernel("rbf", {"width": 2.0}), RBF(1.0)),
+    (Kernel("rbf", {"width": 10.0}), RBF(np.sqrt(5.0))),
+    (Kernel("matern32", {"mu": 0.8}), Matern(0.8 * np.sqrt(3), nu=1.5)),
+    (Kernel("linear"), DotProduct(sigma_0=0.0, sigma_0_bounds="fixed")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("lam", [0.01, 0.5])
+def test_exact_equals_sklearn(case, seed, lam):
+    kernel, sk_kernel = CASES[case]
+    blocks, y, X_test, _ = make_problem(n=80, d=4, seed=seed, kernel=kernel)
+    fit = REGISTRY["exact"](blocks, y, lam=lam)
+    ref = GaussianProcessRegressor(sk_kernel, alpha=lam, optimizer=None).fit(blocks.X, y)
+    mean, std = ref.predict(X_test, return_std=True)
+    var_lo, var_hi = fit.variance_bounds(X_test)
+    np.testing.assert_allclose(fit.predict(X_test), mean, rtol=1e-8, atol=1e-8)
+    # sklearn's std is the latent f's; ours is the variance of y (adds σ²)
+    np.testing.assert_allclose(var_lo - lam, std**2, rtol=1e-8, atol=1e-8)
+    np.testing.assert_array_equal(var_lo, var_hi)
+    assert fit.summary["log_marginal_likelihood"] == pytest.approx(
+        ref.log_marginal_likelihood_value_, rel=1e-8, abs=1e-8)
+    assert abs(fit.summary["gap"]) < 1e-10
+
+
+def test_exact_refuses_huge_n():
+    blocks, y, _, _ = make_problem(n=50)
+    with pytest.raises(InputError, match="exact GP on n=50 needs"):
+        REGISTRY["exact"](blocks, y, lam=0.1, max_n=10)

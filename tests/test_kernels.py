@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+from sklearn.gaussian_process.kernels import RBF, Matern
+from sklearn.metrics.pairwise import polynomial_kernel
+
+from algorithms import ArrayKernelBlocks, InputError, Kernel
+
+rng = np.random.default_rng(3)
+A, B = rng.normal(size=(17, 4)), rng.normal(size=(11, 4))
+
+REFERENCES = {
+    "rbf": (Kernel("rbf", {"width": 3.0}), RBF(length_scale=np.sqrt(3.0 / 2))(A, B)),
+    "laplacian": (Kernel("laplacian", {"omega": 0.7}), np.exp(-cdist(A, B) / 0.7)),
+    "matern32": (Kernel("matern32", {"mu": 0.4}),
+                 Matern(length_scale=0.4 * np.sqrt(3), nu=1.5)(A, B)),
+    "linear": (Kernel("linear"), A @ B.T),
+    "polynomial": (Kernel("polynomial", {"c": 0.5, "degree": 3}),
+                   polynomial_kernel(A, B, degree=3, gamma=1.0, coef0=0.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_kernel_matches_reference(name):
+    kernel, ref = REFERENCES[name]
+    np.testing.assert_allclose(kernel(A, B), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(kernel.diag(A), np.diag(kernel(A, A)), rtol=1e-12, atol=1e-10)
+
+
+def test_rbf_width_is_two_omega_squared():
+    k = Kernel("rbf", {"width": 10.0})
+    x, z = np.zeros((1, 1)), np.full((1, 1), 2.0)
+    assert k(x, z)[0, 0] == pytest.approx(np.exp(-4.0 / 10.0), rel=1e-15)
+
+
+def test_blocks_are_submatrices():
+    kernel = Kernel("matern32", {"mu": 1.0})
+    blocks = ArrayKernelBlocks(A, kernel)
+    full = kernel(A, A)
+    rows, cols = np.array([3, 0, 9]), np.array([1, 16])
+    np.testing.assert_allclose(blocks.block(rows, cols), full[np.ix_(rows, cols)], atol=1e-14)
+    np.testing.assert_allclose(blocks.diag(), np.diag(full), atol=1e-14)
+    np.testing.assert_allclose(blocks.cross(B, cols), kernel(B, A[cols]), atol=1e-14)
+
+
+@pytest.mark.parametrize("name,params,match", [
+    ("gauss", {}, "unknown kernel 'gauss'"),
+    ("rbf", {"sigma": 1.0}, "no parameter 'sigma'"),
+    ("rbf", {"width": -1.0}, "kernel.width=-1.0 must be > 0"),
+])
+def test_bad_kernel_is_one_line_error(name, params, match):
+    with pytest.raises(InputError, match=match) as err:
+        Kernel(name, params)
+    assert "\n" not in str(err.value)

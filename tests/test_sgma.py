@@ -1,0 +1,150 @@
+import numpy as np
+import pytest
+
+from algorithms import REGISTRY, InputError, Kernel
+from algorithms.objectives import dual_objective, primal_objective
+from tests.conftest import make_problem
+
+sgma = REGISTRY["sgma"]
+exact = REGISTRY["exact"]
+
+
+def full_vector(n, basis, coef):
+    alpha = np.zeros(n)
+    alpha[basis] = coef
+    return alpha
+
+
+@pytest.mark.parametrize("kernel", [Kernel("laplacian", {"omega": 1.0}),
+                                    Kernel("rbf", {"width": 0.5})])
+def test_full_greedy_to_n_reproduces_exact_alpha(kernel):
+    blocks, y, X_test, _ = make_problem(n=50, d=3, kernel=kernel)
+    ref = exact(blocks, y, lam=0.1)
+    fit = sgma(blocks, y, lam=0.1, kappa=blocks.n, rng=np.random.default_rng(0), eps=0.0)
+    assert fit.summary["n_basis"] == blocks.n == fit.summary["n_basis_dual"]
+    np.testing.assert_allclose(full_vector(blocks.n, fit.basis, fit.coef), ref.coef,
+                               rtol=1e-6, atol=1e-6 * np.abs(ref.coef).max())
+    np.testing.assert_allclose(fit.predict(X_test), ref.predict(X_test), rtol=1e-8, atol=1e-8)
+    dual_alpha = full_vector(blocks.n, fit.extras["basis_dual"], fit.extras["coef_dual"])
+    np.testing.assert_allclose(dual_alpha, ref.coef, rtol=1e-9, atol=1e-10)
+    assert abs(fit.summary["gap"]) < 1e-10
+
+
+@pytest.mark.parametrize("kappa", [1, 5, 59, 1000])
+def test_gap_nonnegative_objectives_monotone_and_gap_closes(kappa):
+    blocks, y, _, _ = make_problem(n=70, d=2, seed=kappa)
+    fit = sgma(blocks, y, lam=0.3, kappa=kappa, rng=np.random.default_rng(kappa), eps=0.0)
+    tr = fit.trace
+    assert np.all(tr["gap"] >= -1e-12)
+    assert tr["gap"][-1] < 1e-9
+    assert np.all(np.diff(tr["objective"]) <= 1e-12 * np.abs(tr["objective"]).max())
+    assert np.all(np.diff(tr["dual_objective"]) <= 1e-12 * np.abs(tr["dual_objective"]).max())
+    # K is numerically rank-deficient here (d = 2): the primal basis stops growing once every
+    # remaining column lies in its span, and the dual alone closes the gap.
+    t = fit.summary["n_basis"]
+    assert fit.summary["n_degenerate_candidates"] == blocks.n - t > 0
+    np.testing.assert_array_equal(tr["n_basis"][:t], np.arange(1, t + 1))
+    np.testing.assert_array_equal(tr["n_basis_dual"], np.arange(1, blocks.n + 1))
+    ref = exact(blocks, y, lam=0.3)
+    assert tr["objective"][-1] == pytest.approx(ref.summary["objective"], rel=1e-10)
+    assert tr["dual_objective"][-1] == pytest.approx(ref.summary["dual_objective"], rel=1e-9)
+
+
+def test_objectives_in_trace_equal_dense_evaluation(problem):
+    blocks, y, _, _ = problem
+    K = blocks.block(slice(None), slice(None))
+    for t in (1, 4, 9):
+        fit = sgma(blocks, y, lam=0.1, kappa=7, rng=np.random.default_rng(5), max_basis=t,
+                   eps=0.0)
+        alpha = full_vector(blocks.n, fit.basis, fit.coef)
+        alpha_d = full_vector(blocks.n, fit.extras["basis_dual"], fit.extras["coef_dual"])
+        assert fit.summary["objective"] == pytest.approx(
+            primal_objective(K @ alpha, alpha, y, 0.1), rel=1e-10)
+        assert fit.summary["dual_objective"] == pytest.approx(
+            dual_objective(K @ alpha_d, alpha_d, y, 0.1), rel=1e-10)
+
+
+def test_full_greedy_picks_the_best_candidate_by_brute_force(problem):
+    blocks, y, _, _ = problem
+    lam, n = 0.1, blocks.n
+    K = blocks.block(slice(None), slice(None))
+    steps = 6
+    fit = sgma(blocks, y, lam=lam, kappa=n, rng=np.random.default_rng(0), max_basis=steps,
+               eps=0.0)
+
+    def restricted_min(S):  # min over β of L(Pβ) by a dense least-squares-free solve
+        KS = K[:, S]
+        G = lam * K[np.ix_(S, S)] + KS.T @ KS
+        b = KS.T @ y
+        return -0.5 * b @ np.linalg.solve(G, b)
+
+    for k in range(steps):
+        chosen = list(fit.basis[:k])
+        values = {i: restricted_min(chosen + [i]) for i in range(n) if i not in chosen}
+        assert fit.basis[k] == min(values, key=values.get)
+        assert fit.trace["objective"][k] == pytest.approx(min(values.values()), rel=1e-9)
+
+
+@pytest.mark.parametrize("max_basis", [1, 5, 20, 60])
+def test_error_bars_bracket_exact_variance(problem, max_basis):
+    blocks, y, X_test, _ = problem
+    var = exact(blocks, y, lam=0.1).variance_bounds(X_test)[0]
+    fit = sgma(blocks, y, lam=0.1, kappa=10, rng=np.random.default_rng(2), max_basis=max_basis,
+               eps=0.0)
+    lower, upper = fit.variance_bounds(X_test)
+    tol = 1e-9 * var
+    assert np.all(lower <= var + tol), (lower - var).max()
+    assert np.all(upper >= var - tol), (var - upper).max()
+    if max_basis == blocks.n:
+        np.testing.assert_allclose(lower, var, rtol=1e-6)
+        np.testing.assert_allclose(upper, var, rtol=1e-8)
+
+
+def test_stops_at_eps_and_traces_test_rmse(problem):
+    blocks, y, X_test, y_test = problem
+    fit = sgma(blocks, y, lam=0.1, kappa=20, rng=np.random.default_rng(0), eps=0.05,
+               test=(X_test, y_test), eval_every=3)
+    gap = fit.trace["gap"]
+    assert gap[-1] < 0.05 <= gap[-2]
+    assert fit.summary["stop_reason"] == "gap < eps=0.05"
+    traced = ~np.isnan(fit.trace["test_rmse"])
+    steps = fit.trace["n_basis"][traced]
+    assert np.all((steps % 3 == 0) | (steps == steps.max()))
+    final = np.sqrt(np.mean((fit.predict(X_test) - y_test) ** 2))
+    assert fit.trace["test_rmse"][-1] == pytest.approx(final, rel=1e-10)
+    assert fit.summary["test_rmse"] == pytest.approx(final, rel=1e-10)
+
+
+def test_same_seed_same_run_other_seed_other_subsets(problem):
+    blocks, y, _, _ = problem
+    runs = [sgma(blocks, y, lam=0.1, kappa=5, rng=np.random.default_rng(s), max_basis=10)
+            for s in (7, 7, 8)]
+    np.testing.assert_array_equal(runs[0].basis, runs[1].basis)
+    assert not np.array_equal(runs[0].basis, runs[2].basis)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"lam": 0.0}, "lam=0.0 must be a finite number > 0"),
+    ({"lam": -1.0}, "lam=-1.0 must be"),
+    ({"kappa": 0}, "kappa=0 must be ≥ 1"),
+    ({"eps": -1.0}, "eps=-1.0"),
+    ({"max_basis": 0}, "max_basis=0"),
+])
+def test_bad_parameters_are_one_line_errors(problem, kwargs, match):
+    blocks, y, _, _ = problem
+    args = {"lam": 0.1, "kappa": 5, "rng": np.random.default_rng(0), **kwargs}
+    with pytest.raises(InputError, match=match) as err:
+        sgma(blocks, y, **args)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_targets_are_one_line_errors(problem):
+    blocks, y, _, _ = problem
+    bad = y.copy()
+    bad[4] = np.nan
+    with pytest.raises(InputError, match=r"y has 1 NaN/inf values \(first at index 4\)"):
+        sgma(blocks, bad, lam=0.1, kappa=5, rng=np.random.default_rng(0))
+    with pytest.raises(InputError, match="y has 59 entries but there are 60 inputs"):
+        sgma(blocks, y[:-1], lam=0.1, kappa=5, rng=np.random.default_rng(0))
+    with pytest.raises(InputError, match="y has 59 entries but there are 60 inputs"):
+        exact(blocks, y[:-1], lam=0.1)
