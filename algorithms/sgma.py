@@ -65,7 +65,7 @@ class _Pool:
 class _GrowingCholesky:
     """Lower factor R of G = RRᵀ and z = R⁻¹b, grown by one row per added index."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int = 64) -> None:
         self.R = np.zeros((capacity, capacity))
         self.z = np.zeros(capacity)
         self.t = 0
@@ -77,6 +77,10 @@ class _GrowingCholesky:
 
     def append(self, c: np.ndarray, schur: float, b_i: float) -> None:
         t = self.t
+        if t == len(self.z):  # grow by doubling: O(t²) memory, amortised O(t²) copying
+            R, z = self.R, self.z
+            self.R, self.z = np.zeros((2 * t, 2 * t)), np.zeros(2 * t)
+            self.R[:t, :t], self.z[:t] = R, z
         delta = np.sqrt(schur)
         self.R[t, :t] = c
         self.R[t, t] = delta
@@ -146,7 +150,7 @@ def fit(
     d = getattr(blocks, "d", 0)
     primal_rng, dual_rng = rng.spawn(2)
     pool, dual_pool = _Pool(n, primal_rng), _Pool(n, dual_rng)
-    primal, dual = _GrowingCholesky(t_max), _GrowingCholesky(n)
+    primal, dual = _GrowingCholesky(), _GrowingCholesky()
     S: list[int] = []
     S_dual: list[int] = []
     KS = np.empty((n, min(t_max, 64)), order="F")  # K[:, S], grown by doubling

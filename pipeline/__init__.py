@@ -1,0 +1,1 @@
+"""Pipeline: datasets, kernel blocks, Hydra app, cluster, results and reports."""

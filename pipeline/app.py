@@ -1,0 +1,108 @@
+"""The Hydra application: one job = fit one algorithm on one dataset, print, write the result.
+
+    python -m pipeline algorithm=sgma dataset=abalone lam=0.1 kappa=59 seed=0
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from algorithms import REGISTRY, USES_KAPPA, Fit, InputError, Kernel
+from algorithms.base import check_kappa, check_lam
+from pipeline.blocks import open_blocks
+from pipeline.datasets import ingest, load_arrays
+from pipeline.results import write_job_result
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    fit: Fit
+    config: dict
+    result_path: Path
+    dataset_shape: tuple[int, int, int]  # n_train, n_test, d
+
+
+def job_config(cfg: DictConfig) -> dict:
+    """The resolved job config (no hydra node) as a plain dict."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("hydra", None)
+    return config
+
+
+def run_job(cfg: DictConfig, output_dir: str | Path) -> JobOutcome:
+    """Validate the config, ingest the dataset, fit, and write ``<output_dir>/result.zarr``."""
+    config = job_config(cfg)
+    name = config["algorithm"]["name"]
+    if name not in REGISTRY:
+        raise InputError(f"unknown algorithm '{name}'; choose one of: {', '.join(REGISTRY)}")
+    lam = check_lam(config["lam"])
+    check_kappa(config["kappa"], 1)
+    seed = config["seed"]
+    if not isinstance(seed, int) or seed < 0:
+        raise InputError(f"seed={seed!r} must be an integer ≥ 0; pass e.g. seed=0")
+    kernel_cfg = dict(config["kernel"])
+    kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
+
+    store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
+    _, y_train, X_test, y_test = load_arrays(store, verify=False)
+    blocks = open_blocks(store, kernel, verify=False)
+    options = {k: v for k, v in config["algorithm"].items() if k != "name"}
+    if name in USES_KAPPA:
+        options["kappa"] = config["kappa"]
+    test = (X_test, y_test) if len(y_test) else None
+    fit = REGISTRY[name](blocks, y_train, lam=lam, rng=np.random.default_rng(seed), test=test,
+                         **options)
+    path = write_job_result(fit, config, Path(output_dir) / "result.zarr")
+    return JobOutcome(fit, config, path, (blocks.n, len(y_test), blocks.d))
+
+
+def _fmt(value, spec: str = ".6g") -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "nan" if isinstance(value, float) and math.isnan(value) else format(value, spec)
+    return str(value)
+
+
+def summary_text(outcome: JobOutcome) -> str:
+    """One screen: what ran, basis size, gap, test RMSE, seconds, and where the result is."""
+    c, s = outcome.config, outcome.fit.summary
+    n, n_test, d = outcome.dataset_shape
+    kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name")
+    kappa = f", kappa={c['kappa']}" if c["algorithm"]["name"] in USES_KAPPA else ""
+    lines = [
+        f"{c['algorithm']['name']} on {c['dataset']['name']} (n_train={n}, n_test={n_test}, "
+        f"d={d}), kernel {c['kernel']['name']}({kernel}), lam={c['lam']}{kappa}, "
+        f"seed={c['seed']}",
+        f"  basis size       {s['n_basis']}"
+        + (f" (dual {s['n_basis_dual']})" if "n_basis_dual" in s else ""),
+        f"  gap              {_fmt(s['gap'], '.4g')}  (stopped: {s['stop_reason']})",
+        f"  objective L      {_fmt(s['objective'])}",
+    ]
+    if "log_marginal_likelihood" in s:
+        lines.append(f"  log marg. lik.   {_fmt(s['log_marginal_likelihood'])}")
+    lines += [
+        f"  test RMSE        {_fmt(s.get('test_rmse', float('nan')))}",
+        f"  test NLPD        {_fmt(s.get('test_nlpd', float('nan')))}",
+        f"  seconds          {_fmt(s['seconds'], '.3f')}",
+        f"result: {outcome.result_path}",
+    ]
+    return "\n".join(lines)
+
+
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        outcome = run_job(cfg, HydraConfig.get().runtime.output_dir)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(summary_text(outcome))

@@ -1,0 +1,46 @@
+"""Kernel blocks over a dataset's zarr store.
+
+The training inputs are opened lazily from the store as a dask array (so a worker reads them
+from the store path, never from the task graph) and materialised once as an (n, d) array on
+first use: n·d·8 bytes, never n²·8. Blocks K[rows, cols] are computed on demand by
+:class:`algorithms.kernels.ArrayKernelBlocks`; :meth:`ZarrKernelBlocks.lazy_matrix` offers the
+whole K as a lazy dask array for methods that want to stream over it in row blocks.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+
+import dask.array as da
+import numpy as np
+
+from algorithms.kernels import ArrayKernelBlocks, Kernel
+from pipeline.datasets import open_store
+
+
+class ZarrKernelBlocks(ArrayKernelBlocks):
+    """Kernel blocks of ``X_train`` in a verified dataset store."""
+
+    def __init__(self, store: str | PathLike, kernel: Kernel, *, verify: bool = True) -> None:
+        self.store = store
+        self.dataset = open_store(store, verify=verify)
+        super().__init__(self.dataset["X_train"].data, kernel)
+
+    def lazy_matrix(self, row_chunk: int | None = None) -> da.Array:
+        """K as a lazy (n, n) dask array in row blocks of ``row_chunk`` rows (≈128 MB each)."""
+        rows = row_chunk or max(1, min(self.n, 2**24 // max(self.n, 1)))
+        X = da.from_array(self.X, chunks=(rows, self.d))
+        X_all = self.X
+        kernel = self.kernel
+
+        def kernel_rows(block: np.ndarray) -> np.ndarray:
+            return kernel(block, X_all)
+
+        return X.map_blocks(kernel_rows, chunks=(X.chunks[0], (self.n,)), dtype=np.float64)
+
+
+def open_blocks(store: str | PathLike, kernel: Kernel, *, verify: bool = True
+                ) -> ZarrKernelBlocks:
+    """Kernel blocks over the training inputs of the dataset store at ``store``
+    (``verify=False`` skips re-hashing a store that :func:`ingest` has just verified)."""
+    return ZarrKernelBlocks(store, kernel, verify=verify)

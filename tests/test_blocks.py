@@ -1,0 +1,19 @@
+import numpy as np
+
+from algorithms import ArrayKernelBlocks, Kernel
+from pipeline.blocks import open_blocks
+from pipeline.datasets import ingest, load_arrays
+
+
+def test_store_blocks_equal_in_memory_blocks(tmp_path):
+    store = ingest({"name": "friedman1", "n_train": 300, "n_test": 10}, tmp_path)
+    X, _, X_test, _ = load_arrays(store)
+    kernel = Kernel("matern32", {"mu": 0.7})
+    blocks, ref = open_blocks(store, kernel), ArrayKernelBlocks(X, kernel)
+    rows, cols = np.array([5, 0, 299]), np.arange(40, 90)
+    np.testing.assert_array_equal(blocks.block(rows, cols), ref.block(rows, cols))
+    np.testing.assert_array_equal(blocks.diag(), ref.diag())
+    np.testing.assert_array_equal(blocks.cross(X_test, cols), ref.cross(X_test, cols))
+    lazy = blocks.lazy_matrix(row_chunk=64)
+    assert lazy.shape == (300, 300) and lazy.chunks[0][0] == 64
+    np.testing.assert_allclose(lazy[100:170].compute(), kernel(X[100:170], X), atol=1e-15)

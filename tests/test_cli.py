@@ -1,0 +1,110 @@
+"""The command line, end to end: `python -m pipeline key=value ...` in a scratch directory."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from pipeline.results import load_job_result
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def result_path(proc: subprocess.CompletedProcess) -> Path:
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("result: "), proc.stdout
+    return Path(last.removeprefix("result: "))
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_sgma_and_exact_jobs_on_abalone(tmp_path):
+    sgma = run_cli(tmp_path, "algorithm=sgma", "dataset=abalone", "lam=0.1", "kappa=59", "seed=0")
+    assert sgma.returncode == 0, sgma.stderr
+    for label in ("basis size", "gap", "test RMSE", "seconds"):
+        assert label in sgma.stdout
+    exact = run_cli(tmp_path, "algorithm=exact", "dataset=abalone", "lam=0.1")
+    assert exact.returncode == 0, exact.stderr
+
+    sparse, full = load_job_result(result_path(sgma)), load_job_result(result_path(exact))
+    assert result_path(sgma).is_relative_to(tmp_path / "outputs")
+    assert sparse.attrs["config"]["kappa"] == 59 and sparse.attrs["config"]["lam"] == 0.1
+    assert sparse.attrs["summary"]["gap"] < 0.025 <= float(sparse["gap"][-2])
+    assert full.attrs["summary"]["n_basis"] == 4000
+    # at gap < 0.025 the sparse fit predicts as well as the exact GP (Smola & Bartlett §5)
+    rmse_sparse = sparse.attrs["summary"]["test_rmse"]
+    rmse_exact = full.attrs["summary"]["test_rmse"]
+    assert abs(rmse_sparse - rmse_exact) < 0.02 * rmse_exact
+    assert set(xr.open_zarr(result_path(sgma), consolidated=False).variables) >= {
+        "objective", "gap", "test_rmse", "n_basis", "seconds", "basis", "coef"}
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["algorithm=nope"], ["unknown algorithm 'nope'", "exact, sgma"]),
+    (["algorithm=exact,nope"], ["unknown algorithm 'nope'"]),
+    (["dataset=iris"], ["unknown dataset 'iris'", "abalone"]),
+    (["kernel=gauss"], ["unknown kernel 'gauss'", "rbf"]),
+    (["lam=0"], ["lam=0", "must be a finite number > 0", "lam=0.1"]),
+    (["lam=-1"], ["lam=-1"]),
+    (["kappa=0"], ["kappa=0 must be ≥ 1"]),
+    (["kernel.width=-2"], ["kernel.width=-2.0 must be > 0"]),
+    (["dataset=csv"], ["path"]),
+])
+def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments):
+    assert_one_line_error(run_cli(tmp_path, *args), *fragments)
+
+
+def test_nan_in_data_is_a_one_line_error(tmp_path):
+    data = np.random.default_rng(0).normal(size=(30, 4))
+    data[17, 2] = np.nan
+    np.savetxt(tmp_path / "bad.csv", data, delimiter=",")
+    proc = run_cli(tmp_path, "dataset=csv", f"dataset.path={tmp_path / 'bad.csv'}")
+    assert_one_line_error(proc, "NaN/inf", "row 17", "column 2")
+    assert not (tmp_path / "outputs" / "stores").exists() or not any(
+        p.name.startswith("csv-") and not p.name.endswith("tmp")
+        for p in (tmp_path / "outputs" / "stores").iterdir())
+
+
+def test_inf_and_ragged_csv_are_one_line_errors(tmp_path):
+    (tmp_path / "inf.csv").write_text("1,2,3\n4,inf,6\n7,8,9\n1,1,1\n")
+    assert_one_line_error(run_cli(tmp_path, "dataset=csv", f"dataset.path={tmp_path}/inf.csv"),
+                          "NaN/inf")
+    (tmp_path / "ragged.csv").write_text("1,2,3\n4,5\n7,8,9\n")
+    assert_one_line_error(
+        run_cli(tmp_path, "dataset=csv", f"dataset.path={tmp_path}/ragged.csv"),
+        "cannot read", "same number of columns")
+
+
+def test_good_csv_runs(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(120, 2))
+    np.savetxt(tmp_path / "ok.csv", np.column_stack([X, np.sin(6 * X[:, 0])]), delimiter=",")
+    proc = run_cli(tmp_path, "algorithm=sgma", "dataset=csv", f"dataset.path={tmp_path}/ok.csv",
+                   "kappa=10", "kernel.width=0.5", "lam=0.01")
+    assert proc.returncode == 0, proc.stderr
+    # noiseless target of std ≈ 0.7: a sensible fit is far better than predicting the mean
+    assert load_job_result(result_path(proc)).attrs["summary"]["test_rmse"] < 0.2
+
+
+def test_store_failing_its_checksum_is_a_one_line_error(tmp_path):
+    args = ["algorithm=sgma", "dataset=sine1d", "kappa=5", "kernel.width=0.1"]
+    assert run_cli(tmp_path, *args).returncode == 0
+    (store,) = (tmp_path / "outputs" / "stores").glob("sine1d-*.zarr")
+    arr = zarr.open_array(store / "X_train", mode="r+")
+    arr[3, 0] = arr[3, 0] + 1.0
+    assert_one_line_error(run_cli(tmp_path, *args), "fails its checksum", "X_train",
+                          f"delete outputs/stores/{store.name}")

@@ -1,0 +1,416 @@
+"""Tests for pipeline.datasets: shipped data, generators, validation and verified zarr stores."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from omegaconf import OmegaConf
+
+from algorithms.base import InputError
+from pipeline import datasets
+from pipeline.datasets import (
+    DATASETS,
+    StoreError,
+    build,
+    dataset_names,
+    ingest,
+    load_arrays,
+    open_store,
+    store_path,
+)
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+UCI = ["kin40k", "protein", "elevators", "pol", "pumadyn32nm"]
+SYNTHETIC = {  # small sizes keep the suite fast
+    "friedman1": {"n_train": 50, "n_test": 20},
+    "zhang_sparse_linear": {"n_train": 40, "n_test": 10, "d": 100},
+    "gaussian_bumps": {"n_train": 60, "n_test": 20},
+    "sine1d": {"n_train": 30, "n_test": 10},
+    "matern1d": {"n_train": 30, "n_test": 10},
+}
+SMALL = {"name": "sine1d", "n_train": 30, "n_test": 10}
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _write_csv(path: Path, rows: list[list[float]] | str) -> Path:
+    text = rows if isinstance(rows, str) else "\n".join(",".join(map(str, r)) for r in rows)
+    path.write_text(text + "\n")
+    return path
+
+
+# ---------------------------------------------------------------- registry and conf files
+
+
+def test_registry_and_conf_files_agree():
+    names = dataset_names()
+    assert names == sorted(DATASETS)
+    assert set(names) == {"abalone", "csv", *UCI, *SYNTHETIC}
+    assert {p.stem for p in CONF_DIR.glob("*.yaml")} == set(names)
+    for name in names:
+        conf = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{name}.yaml"))
+        assert conf["name"] == name
+        defaults = datasets._OPTIONS[name]
+        assert set(conf) - {"name"} == set(defaults), name
+        for key, opt in defaults.items():
+            if opt.kind != "path":
+                assert conf[key] == opt.default, (name, key)
+    # a DictConfig straight from the yaml file is accepted as a spec
+    arrays, attrs = build(OmegaConf.load(CONF_DIR / "sine1d.yaml"))
+    assert attrs["spec"]["n_train"] == 200 and arrays["X_train"].shape == (200, 1)
+
+
+def test_shipped_files_match_provenance_table():
+    for filename, source in datasets._SOURCES.items():
+        digest = hashlib.sha256((datasets.DATA_DIR / filename).read_bytes()).hexdigest()
+        assert digest == source.sha256, filename
+    readme = (datasets.DATA_DIR / "README.md").read_text()
+    assert all(source.sha256 in readme for source in datasets._SOURCES.values())
+
+
+def test_tampered_source_file_is_refused(tmp_path, monkeypatch):
+    bad = tmp_path / "data"
+    bad.mkdir()
+    data = (datasets.DATA_DIR / "abalone.data").read_bytes()
+    (bad / "abalone.data").write_bytes(data.replace(b"M,0.455", b"F,0.455", 1))
+    monkeypatch.setattr(datasets, "DATA_DIR", bad)
+    datasets._load_abalone.cache_clear()
+    try:
+        with pytest.raises(StoreError, match="sha256 mismatch.*reinstall the package"):
+            build({"name": "abalone"})
+    finally:
+        datasets._load_abalone.cache_clear()
+
+
+# ---------------------------------------------------------------- real data
+
+
+def test_abalone_paper_split_one_hot_and_standardisation():
+    raw, attrs = build({"name": "abalone", "standardize_x": False})
+    assert raw["X_train"].shape == (4000, 10) and raw["X_test"].shape == (177, 10)
+    assert raw["y_train"].shape == (4000,) and raw["y_test"].shape == (177,)
+    assert (attrs["n_train"], attrs["n_test"], attrs["d"]) == (4000, 177, 10)
+    onehot = np.vstack([raw["X_train"], raw["X_test"]])[:, :3]
+    assert set(np.unique(onehot)) == {0.0, 1.0}
+    np.testing.assert_array_equal(onehot.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(onehot.sum(axis=0), [1528, 1307, 1342])  # M, F, I (UCI)
+    # first line of abalone.data: M,0.455,0.365,0.095,0.514,0.2245,0.101,0.15,15
+    np.testing.assert_array_equal(raw["X_train"][0], [1, 0, 0, 0.455, 0.365, 0.095, 0.514,
+                                                       0.2245, 0.101, 0.15])
+    assert raw["y_train"][0] == 15.0
+    rings = np.concatenate([raw["y_train"], raw["y_test"]])
+    assert rings.mean() == pytest.approx(9.9337, abs=5e-5)
+
+    std, attrs = build({"name": "abalone"})  # defaults: standardise X with train statistics
+    np.testing.assert_allclose(std["X_train"].mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(std["X_train"].std(axis=0), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(std["y_train"], raw["y_train"])  # standardize_y false
+    mean = np.array(attrs["standardisation"]["x_mean"])
+    scale = np.array(attrs["standardisation"]["x_std"])
+    np.testing.assert_allclose(std["X_test"], (raw["X_test"] - mean) / scale, rtol=1e-12)
+    assert attrs["standardisation"]["y_mean"] is None
+    assert "CC BY 4.0" in attrs["provenance"] and attrs["source_sha256"]["abalone.data"]
+
+    ys, attrs_y = build({"name": "abalone", "standardize_y": True})
+    assert ys["y_train"].mean() == pytest.approx(0.0, abs=1e-12)
+    assert ys["y_train"].std() == pytest.approx(1.0)
+    assert attrs_y["standardisation"]["y_mean"] == pytest.approx(raw["y_train"].mean())
+
+
+def test_abalone_random_generalisation_splits():
+    a, _ = build({"name": "abalone", "n_train": 3000, "split_seed": 1, "standardize_x": False})
+    b, _ = build({"name": "abalone", "n_train": 3000, "split_seed": 2, "standardize_x": False})
+    full, _ = build({"name": "abalone", "standardize_x": False})
+    assert a["X_train"].shape == (3000, 10) and a["X_test"].shape == (1177, 10)
+    assert not np.array_equal(a["y_train"], b["y_train"])
+    # a split is a permutation of all 4177 rows
+    every = np.sort(np.concatenate([full["y_train"], full["y_test"]]))
+    np.testing.assert_array_equal(np.sort(np.concatenate([a["y_train"], a["y_test"]])), every)
+
+
+@pytest.mark.parametrize("name", UCI)
+def test_uci_split_is_ten_percent_and_standardised(name):
+    arrays, attrs = build({"name": name, "split": 3})
+    n = attrs["n_train"] + attrs["n_test"]
+    assert attrs["n_test"] == round(0.1 * n)
+    assert arrays["X_test"].shape[1] == attrs["d"] == arrays["X_train"].shape[1]
+    np.testing.assert_allclose(arrays["X_train"].mean(axis=0), 0.0, atol=1e-9)
+    np.testing.assert_allclose(arrays["y_train"].std(), 1.0, rtol=1e-9)
+    assert set(attrs["source_sha256"]) == {f"{name}.csv.gz", f"{name}_test_mask.csv.gz"}
+    other, _ = build({"name": name, "split": 4})
+    assert not np.array_equal(arrays["y_test"], other["y_test"])
+
+
+def test_uci_train_subsample_and_bad_split():
+    arrays, attrs = build({"name": "pumadyn32nm", "n_train": 500})
+    assert attrs["n_train"] == 500 and attrs["n_test"] == 819
+    with pytest.raises(InputError, match="split=10 is invalid"):
+        build({"name": "kin40k", "split": 10})
+    with pytest.raises(InputError, match="n_train=99999 exceeds"):
+        build({"name": "pumadyn32nm", "n_train": 99999})
+
+
+# ---------------------------------------------------------------- synthetic data
+
+
+@pytest.mark.parametrize("name", sorted(SYNTHETIC))
+def test_synthetic_is_deterministic_in_data_seed(name):
+    spec = {"name": name, **SYNTHETIC[name]}
+    a, attrs = build({**spec, "data_seed": 7})
+    b, _ = build({**spec, "data_seed": 7})
+    c, _ = build({**spec, "data_seed": 8})
+    for key in datasets.VARIABLES:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert not np.array_equal(a["X_train"], c["X_train"])
+    assert not np.array_equal(a["y_train"], c["y_train"])
+    assert a["X_train"].shape[0] == spec["n_train"] and a["X_test"].shape[0] == spec["n_test"]
+    assert attrs["source_sha256"] == "synthetic" and "y =" in attrs["provenance"]
+    assert all(np.isfinite(v).all() for v in a.values())
+
+
+def test_friedman1_matches_formula_and_scales():
+    arrays, attrs = build({"name": "friedman1", "noise_var": 0.0, "n_train": 300, "n_test": 50})
+    for part in ("train", "test"):
+        x = arrays[f"X_{part}"]
+        f = (10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3]
+             + 5 * x[:, 4])
+        np.testing.assert_allclose(arrays[f"y_{part}"], f, rtol=1e-12)
+        assert x.shape[1] == 10 and x.min() >= 0.0 and x.max() <= 1.0
+    assert "Csató & Opper" in attrs["provenance"]
+    noisy, _ = build({"name": "friedman1", "n_train": 200_000, "n_test": 10})
+    resid = noisy["y_train"] - datasets.friedman1_mean(noisy["X_train"])
+    assert resid.var() == pytest.approx(1.0, rel=0.02)
+
+
+def test_zhang_sparse_linear_structure():
+    arrays, attrs = build({"name": "zhang_sparse_linear"})
+    X = arrays["X_train"]
+    assert X.shape == (1000, 1000) and attrs["standardisation"]["x_mean"] is None
+    assert (X == 0).mean() == pytest.approx(0.99, abs=0.002)
+    assert X.min() >= 0.0 and X.max() <= 1.0
+    assert "Zhang (2001) §4" in attrs["provenance"]
+
+
+def test_gaussian_bumps_mean_and_size():
+    rng = np.random.default_rng(0)
+    X, C, a = rng.standard_normal((7, 3)), rng.standard_normal((5, 3)), rng.standard_normal(5)
+    direct = np.exp(-((X[:, None, :] - C[None]) ** 2).sum(-1) / 40.0) @ a
+    np.testing.assert_allclose(datasets.gaussian_bumps_mean(X, C, a, 40.0, block_rows=3), direct,
+                               rtol=1e-12)
+    arrays, attrs = build({"name": "gaussian_bumps", "n_train": 100_000, "n_test": 10})
+    assert arrays["X_train"].shape == (100_000, 20)
+    assert 0.5 < arrays["y_train"].std() < 50.0 and "Smola & Bartlett (2000) §5" in attrs[
+        "provenance"]
+
+
+def test_matern1d_records_jitter_and_sine_range():
+    arrays, attrs = build({"name": "matern1d", "noise_var": 0.0})
+    assert attrs["jitter"] == 1e-10 and arrays["X_train"].shape == (200, 1)
+    assert 0.2 < arrays["y_train"].std() < 5.0  # a unit-variance GP draw
+    sine, _ = build({"name": "sine1d", "noise_var": 0.0})
+    np.testing.assert_allclose(sine["y_test"], np.sin(2 * np.pi * sine["X_test"][:, 0]))
+
+
+# ---------------------------------------------------------------- specs and user CSVs
+
+
+def test_unknown_name_and_option():
+    with pytest.raises(InputError, match=r"unknown dataset 'foo'; choose one of: abalone, "):
+        build({"name": "foo"})
+    with pytest.raises(InputError, match="has no option 'n_tran'; allowed options: n_train"):
+        build({"name": "abalone", "n_tran": 5})
+    with pytest.raises(InputError, match="n_train=0 is invalid"):
+        build({"name": "friedman1", "n_train": 0})
+    with pytest.raises(InputError, match="standardize_x='yes' is invalid"):
+        build({"name": "abalone", "standardize_x": "yes"})
+
+
+def test_csv_roundtrip_split_and_target(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((50, 4))
+    path = tmp_path / "mine.csv.gz"
+    np.savetxt(path, data, delimiter=",")
+    arrays, attrs = build({"name": "csv", "path": str(path), "target": 0,
+                           "standardize_x": False, "split_seed": None})
+    assert attrs["n_train"] == 45 and attrs["n_test"] == 5 and attrs["d"] == 3
+    np.testing.assert_allclose(arrays["y_train"], data[:45, 0], rtol=1e-15)
+    np.testing.assert_allclose(arrays["X_test"], data[45:, 1:], rtol=1e-15)
+    with pytest.raises(InputError, match="needs path=<file>"):
+        build({"name": "csv"})
+    with pytest.raises(InputError, match="is not a readable file"):
+        build({"name": "csv", "path": str(tmp_path / "nope.csv")})
+
+
+def test_csv_with_nan_names_row_and_column(tmp_path):
+    rows = [[float(i), float(i) ** 2, 1.0] for i in range(20)]
+    rows[17][2] = float("nan")
+    path = _write_csv(tmp_path / "nan.csv", rows)
+    with pytest.raises(InputError, match=r"1 NaN/inf values \(first at data row 17, column 2\)"):
+        build({"name": "csv", "path": str(path)})
+    msg = ""
+    try:
+        build({"name": "csv", "path": str(path)})
+    except InputError as exc:
+        msg = str(exc)
+    assert "\n" not in msg and "clean the source file" in msg
+
+
+def test_csv_ragged_and_degenerate(tmp_path):
+    ragged = _write_csv(tmp_path / "ragged.csv", "1,2,3\n4,5,6\n7,8\n")
+    with pytest.raises(InputError, match="cannot read .*ragged.csv"):
+        build({"name": "csv", "path": str(ragged)})
+    text = _write_csv(tmp_path / "text.csv", "a,b\n1,2\n")
+    with pytest.raises(InputError, match="cannot read"):
+        build({"name": "csv", "path": str(text)})
+    one_col = _write_csv(tmp_path / "one.csv", "1\n2\n3\n")
+    with pytest.raises(InputError, match="at least 2 rows and 2 columns"):
+        build({"name": "csv", "path": str(one_col)})
+    ok = _write_csv(tmp_path / "ok.csv", [[1, 2], [3, 4], [5, 6]])
+    with pytest.raises(InputError, match="target=5 is out of range"):
+        build({"name": "csv", "path": str(ok), "target": 5})
+    with pytest.raises(InputError, match="test_fraction=1.0 is invalid"):
+        build({"name": "csv", "path": str(ok), "test_fraction": 1.0})
+
+
+def test_builder_with_mismatched_lengths_is_rejected(monkeypatch):
+    def bad_builder(spec):
+        x = np.zeros((5, 2))
+        return {"X_train": x, "y_train": np.zeros(4), "X_test": x, "y_test": np.zeros(5)}, {}
+
+    monkeypatch.setitem(DATASETS, "sine1d", bad_builder)
+    with pytest.raises(InputError, match="X_train has 5 rows but y_train has 4"):
+        build({"name": "sine1d"})
+
+
+# ---------------------------------------------------------------- stores
+
+
+def test_ingest_writes_verified_lazy_store(tmp_path):
+    spec = {"name": "abalone"}
+    path = ingest(spec, tmp_path)
+    assert path == store_path(spec, tmp_path)
+    assert path.parent == tmp_path and path.name.startswith("abalone-")
+    assert len(path.name) == len("abalone-") + 12 + len(".zarr")
+    ds = open_store(path)
+    try:
+        assert isinstance(ds["X_train"].data, da.Array)
+        assert ds["X_train"].data.npartitions == 1
+        assert ds["X_train"].dims == ("train", "feature") and ds["y_test"].dims == ("test",)
+        attrs = ds.attrs
+        for key in datasets.REQUIRED_ATTRS:
+            assert key in attrs
+        assert attrs["format_version"] == 1 and attrs["spec"]["n_train"] == 4000
+        assert attrs["spec"]["split_seed"] is None
+        assert len(attrs["standardisation"]["x_std"]) == 10
+    finally:
+        ds.close()
+    arrays, built_attrs = build(spec)
+    loaded = load_arrays(path)
+    for key, got in zip(datasets.VARIABLES, loaded, strict=True):
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, arrays[key])
+    assert built_attrs["content_sha256"] == attrs["content_sha256"]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary dirs left
+
+
+def test_ingest_twice_is_a_noop(tmp_path):
+    path = ingest(SMALL, tmp_path)
+    before = _files(path)
+    assert before
+    assert ingest(dict(SMALL), tmp_path) == path
+    assert _files(path) == before
+    other = ingest({**SMALL, "data_seed": 1}, tmp_path)
+    assert other != path and len(list(tmp_path.iterdir())) == 2
+
+
+def test_changed_spec_hash_is_detected(tmp_path):
+    path = ingest(SMALL, tmp_path)
+    group = zarr.open_group(str(path), mode="r+")
+    group.attrs["spec_hash"] = "0" * 64
+    with pytest.raises(StoreError, match="different spec.*delete .* and rerun to re-ingest"):
+        ingest(SMALL, tmp_path)
+
+
+def test_overwritten_values_fail_checksum(tmp_path):
+    path = ingest(SMALL, tmp_path)
+    arr = zarr.open_array(str(path / "X_train"), mode="r+")
+    arr[:3, 0] = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(StoreError, match=r"fails its checksum \(X_train\)") as info:
+        open_store(path)
+    assert "\n" not in str(info.value) and "rerun to re-ingest" in str(info.value)
+    with pytest.raises(StoreError, match="checksum"):
+        ingest(SMALL, tmp_path)
+    with pytest.raises(StoreError, match="checksum"):
+        load_arrays(path)
+
+
+def test_garbage_chunk_fails(tmp_path):
+    path = ingest(SMALL, tmp_path)
+    chunks = [p for p in (path / "y_train").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    assert chunks
+    chunks[0].write_bytes(b"\x00garbage\xff" * 7)
+    with pytest.raises(StoreError, match=r"fails its checksum \(y_train"):
+        open_store(path)
+
+
+def test_broken_metadata_and_missing_store(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(tmp_path / "absent.zarr")
+    path = ingest(SMALL, tmp_path)
+    (path / "zarr.json").write_text("{not json")
+    with pytest.raises(StoreError, match="cannot be opened"):
+        open_store(path)
+
+
+def test_failed_ingest_leaves_nothing(tmp_path, monkeypatch):
+    rows = [[1.0, 2.0], [3.0, float("inf")], [5.0, 6.0]]
+    bad = _write_csv(tmp_path / "bad.csv", rows)
+    root = tmp_path / "stores"
+    with pytest.raises(InputError, match="NaN/inf"):
+        ingest({"name": "csv", "path": str(bad)}, root)
+    assert not root.exists() or not any(root.iterdir())
+
+    def failing_rename(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(datasets.os, "rename", failing_rename)
+    with pytest.raises(OSError, match="disk full"):
+        ingest(SMALL, root)
+    assert not any(root.iterdir())
+
+
+def test_ingest_race_uses_the_winners_store(tmp_path, monkeypatch):
+    real_build = datasets.build
+
+    def build_while_another_process_publishes(spec):
+        monkeypatch.setattr(datasets, "build", real_build)
+        winner = ingest(spec, tmp_path)  # the "other process" finishes first
+        winner_files.update(_files(winner))
+        return real_build(spec)
+
+    winner_files: dict[str, tuple[int, int]] = {}
+    monkeypatch.setattr(datasets, "build", build_while_another_process_publishes)
+    path = ingest(SMALL, tmp_path)
+    assert _files(path) == winner_files  # the loser did not overwrite anything
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    ds = open_store(path)
+    assert ds.attrs["n_train"] == 30
+    ds.close()
+
+
+def test_csv_edit_changes_store_path(tmp_path):
+    path = _write_csv(tmp_path / "d.csv", [[1, 2], [3, 4], [5, 6], [7, 8]])
+    spec = {"name": "csv", "path": str(path), "test_fraction": 0.25}
+    first = store_path(spec, tmp_path)
+    _write_csv(path, [[1, 2], [3, 4], [5, 6], [7, 9]])
+    assert store_path(spec, tmp_path) != first
+    assert os.path.isabs(build(spec)[1]["spec"]["path"])
