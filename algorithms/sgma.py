@@ -153,7 +153,8 @@ def fit(
     primal, dual = _GrowingCholesky(), _GrowingCholesky()
     S: list[int] = []
     S_dual: list[int] = []
-    KS = np.empty((n, min(t_max, 64)), order="F")  # K[:, S], grown by doubling
+    # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
+    KS = np.empty((n, t_max if n * t_max * 8 <= 2**31 else min(t_max, 64)), order="F")
     n_degenerate = 0
     if test is not None:
         X_test, y_test = test
