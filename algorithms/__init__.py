@@ -1,7 +1,8 @@
 """Pure numerics for sparse GP approximations: one module per algorithm, one shared contract.
 
 ``REGISTRY`` maps an algorithm name to its ``fit(blocks, y, *, lam, ..., rng, test, **options)``.
-``USES_KAPPA`` names the algorithms for which the candidate-subset size κ means something.
+``USES_KAPPA`` names the algorithms for which the candidate-subset size κ means something;
+``SEED_FREE`` those whose result does not depend on the random seed.
 """
 
 from algorithms import exact, sgma
@@ -13,6 +14,7 @@ REGISTRY = {
     "sgma": sgma.fit,
 }
 USES_KAPPA = {"sgma"}
+SEED_FREE = {"exact"}
 
-__all__ = ["REGISTRY", "USES_KAPPA", "Fit", "InputError", "KernelBlocks", "ArrayKernelBlocks",
-           "Kernel"]
+__all__ = ["REGISTRY", "USES_KAPPA", "SEED_FREE", "Fit", "InputError", "KernelBlocks",
+           "ArrayKernelBlocks", "Kernel"]

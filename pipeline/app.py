@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import REGISTRY, USES_KAPPA, Fit, InputError, Kernel
 from algorithms.base import check_kappa, check_lam
+from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from pipeline.blocks import open_blocks
 from pipeline.datasets import ingest, load_arrays
 from pipeline.results import write_job_result
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# Hydra finds launchers by scanning the hydra_plugins namespace package, which an editable
+# install's import hook hides from it; registering explicitly works for every install mode.
+Plugins.instance().register(DaskLauncher)
 
 
 @dataclass(frozen=True)
@@ -34,14 +40,16 @@ class JobOutcome:
 
 def job_config(cfg: DictConfig) -> dict:
     """The resolved job config (no hydra node) as a plain dict."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config.pop("hydra", None)
-    return config
+    job_keys = [key for key in cfg.keys() if key != "hydra"]
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
 
 
-def run_job(cfg: DictConfig, output_dir: str | Path) -> JobOutcome:
-    """Validate the config, ingest the dataset, fit, and write ``<output_dir>/result.zarr``."""
-    config = job_config(cfg)
+def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) -> JobOutcome:
+    """Validate a resolved job config, ingest its dataset, fit, and write ``result_path``.
+
+    ``attrs`` are extra attributes for the result file (e.g. the worker that ran the job).
+    """
+    start = time.perf_counter()
     name = config["algorithm"]["name"]
     if name not in REGISTRY:
         raise InputError(f"unknown algorithm '{name}'; choose one of: {', '.join(REGISTRY)}")
@@ -62,7 +70,8 @@ def run_job(cfg: DictConfig, output_dir: str | Path) -> JobOutcome:
     test = (X_test, y_test) if len(y_test) else None
     fit = REGISTRY[name](blocks, y_train, lam=lam, rng=np.random.default_rng(seed), test=test,
                          **options)
-    path = write_job_result(fit, config, Path(output_dir) / "result.zarr")
+    attrs = {**(attrs or {}), "job_seconds": time.perf_counter() - start}
+    path = write_job_result(fit, config, result_path, attrs)
     return JobOutcome(fit, config, path, (blocks.n, len(y_test), blocks.d))
 
 
@@ -101,7 +110,8 @@ def summary_text(outcome: JobOutcome) -> str:
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
-        outcome = run_job(cfg, HydraConfig.get().runtime.output_dir)
+        result_path = Path(HydraConfig.get().runtime.output_dir) / "result.zarr"
+        outcome = run_job(job_config(cfg), result_path)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

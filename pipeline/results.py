@@ -1,9 +1,16 @@
-"""Per-job result files: one small xarray Dataset (zarr) per job, written atomically.
+"""Result files: one small zarr per job, consolidated into one xarray Dataset per sweep.
 
-Layout of ``result.zarr``: trace variables over dim ``step`` (objective, dual_objective, gap,
+A job's ``result.zarr`` holds trace variables over dim ``step`` (objective, dual_objective, gap,
 test_rmse, n_basis, seconds, ...), the solution over dim ``basis`` (``basis`` indices in
-selection order and ``coef``), and attrs ``config`` (resolved job config, JSON), ``summary``
-(final scalars, JSON), ``config_hash``, ``versions``, ``git_sha``, ``host``, ``status``.
+selection order and ``coef``), and attrs ``status`` (ok | failed), ``error``, ``config``
+(resolved job config, JSON), ``config_hash`` (the job's identity), ``summary`` (final scalars,
+JSON), ``versions``, ``git_sha``, ``host``, ``worker``, ``run_id``, ``job_seconds``.
+
+:func:`consolidate` turns a sweep directory (``manifest.json`` + ``jobs/<hash>.zarr``) into
+``results.zarr`` with dims ``algorithm, dataset, lam, kappa, seed`` (+ one per other swept key)
+and ``step``; :func:`load` opens it. Every file is written to a temporary sibling and renamed into
+place, so a failing job never leaves a half-written result and never damages an earlier one.
+Stores use zarr format 2, which every zarr reader understands, strings included.
 """
 
 from __future__ import annotations
@@ -15,15 +22,21 @@ import platform
 import shutil
 import subprocess
 import uuid
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
+import zarr
 
+from algorithms import SEED_FREE, USES_KAPPA
 from algorithms.base import Fit
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
+FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
+# Config keys that say where or how a job runs, not what it computes: not part of its identity.
+LOCATION_KEYS = ("store_root", "sweep", "cluster", "scheduler", "report")
 
 
 def package_versions() -> dict[str, str]:
@@ -46,57 +59,197 @@ def git_sha() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-def config_hash(config: dict) -> str:
-    """Stable hash of a job's resolved config (identifies the job for resume)."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+def job_identity(config: Mapping) -> dict:
+    """What a job computes: its config without location keys, with κ dropped for algorithms
+    that ignore it and the seed dropped for those that are deterministic."""
+    ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
+    name = config["algorithm"]["name"]
+    if name not in USES_KAPPA:
+        ident["kappa"] = None
+    if name in SEED_FREE:
+        ident["seed"] = None
+    return ident
+
+
+def config_hash(config: Mapping) -> str:
+    """Stable hash of a job's identity (names its result file; equal hashes are one job)."""
+    blob = json.dumps(job_identity(config), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _jsonable(value):
-    if isinstance(value, (np.integer,)):
+    if isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, (np.floating,)):
+    if isinstance(value, np.floating):
         return float(value)
     return value
 
 
-def fit_to_dataset(fit: Fit, config: dict) -> xr.Dataset:
-    """The job's result as an xarray Dataset."""
+def _base_attrs(config: Mapping, attrs: Mapping | None) -> dict:
+    return {
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "config_hash": config_hash(config),
+        "versions": json.dumps(package_versions(), sort_keys=True),
+        "git_sha": git_sha(),
+        "host": platform.node(),
+        "run_id": uuid.uuid4().hex,
+        **(attrs or {}),
+    }
+
+
+def fit_to_dataset(fit: Fit, config: Mapping, attrs: Mapping | None = None) -> xr.Dataset:
+    """A finished job's result as an xarray Dataset."""
     data_vars = {name: ("step", np.asarray(values)) for name, values in fit.trace.items()}
     data_vars["basis"] = ("basis", np.asarray(fit.basis, dtype=np.int64))
     data_vars["coef"] = ("basis", np.asarray(fit.coef, dtype=np.float64))
     summary = {k: _jsonable(v) for k, v in fit.summary.items()}
-    attrs = {
-        "algorithm": fit.algorithm,
-        "status": "ok",
-        "config": json.dumps(config, sort_keys=True),
-        "config_hash": config_hash(config),
-        "summary": json.dumps(summary, sort_keys=True),
-        "versions": json.dumps(package_versions(), sort_keys=True),
-        "git_sha": git_sha(),
-        "host": platform.node(),
-    }
-    return xr.Dataset(data_vars, coords={"step": np.arange(len(fit.trace["gap"]))}, attrs=attrs)
+    all_attrs = {"algorithm": fit.algorithm, "status": "ok", "error": "",
+                 "summary": json.dumps(summary, sort_keys=True), **_base_attrs(config, attrs)}
+    return xr.Dataset(data_vars, coords={"step": np.arange(1, len(fit.trace["gap"]) + 1)},
+                      attrs=all_attrs)
 
 
-def write_job_result(fit: Fit, config: dict, path: str | os.PathLike) -> Path:
-    """Write ``result.zarr`` atomically: to a temporary sibling first, then rename into place."""
+def _write_atomically(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    old = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
     try:
-        fit_to_dataset(fit, config).to_zarr(tmp, mode="w", consolidated=False)
+        ds.to_zarr(tmp, mode="w", zarr_format=2, consolidated=True)
         if path.exists():
-            shutil.rmtree(path)
+            os.rename(path, old)
         os.rename(tmp, path)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
     return path
 
 
+def write_job_result(fit: Fit, config: Mapping, path: str | os.PathLike,
+                     attrs: Mapping | None = None) -> Path:
+    """Write a finished job's ``result.zarr`` atomically."""
+    return _write_atomically(fit_to_dataset(fit, config, attrs), path)
+
+
+def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
+                      attrs: Mapping | None = None) -> Path:
+    """Record a failed job (status failed, the error text kept) atomically."""
+    ds = xr.Dataset(attrs={"algorithm": config["algorithm"]["name"], "status": "failed",
+                           "error": error, "summary": "{}", **_base_attrs(config, attrs)})
+    return _write_atomically(ds, path)
+
+
+def job_status(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(status, config_hash) of a job result file, or None if there is no readable one."""
+    try:
+        group_attrs = zarr.open_group(str(path), mode="r").attrs
+        return str(group_attrs["status"]), str(group_attrs["config_hash"])
+    except Exception:  # missing or unreadable: the job has to run (again)
+        return None
+
+
 def load_job_result(path: str | os.PathLike) -> xr.Dataset:
-    """Open one job's ``result.zarr`` (summary and config parsed back from JSON attrs)."""
-    ds = xr.open_zarr(path, consolidated=False).load()
+    """Open one job's ``result.zarr`` (config, summary and versions parsed back from JSON)."""
+    ds = xr.open_zarr(path).load()
     for key in ("config", "summary", "versions"):
         ds.attrs[key] = json.loads(ds.attrs[key])
+    return ds
+
+
+# ---------------------------------------------------------------------------- consolidation
+
+def _coordinate(values: list) -> np.ndarray:
+    """Sorted unique coordinate values: numeric when all are numbers, else strings."""
+    unique = list(dict.fromkeys(values))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in unique):
+        return np.array(sorted(unique))
+    return np.array(sorted(str(v) for v in unique))
+
+
+def _coord_key(value, coord: np.ndarray):
+    return value if coord.dtype.kind in "iuf" else str(value)
+
+
+def consolidate(sweep_dir: str | os.PathLike) -> Path:
+    """Build ``<sweep_dir>/results.zarr`` from the manifest and the per-job files.
+
+    Idempotent: the same job files always give the same Dataset (it is rewritten atomically).
+    Jobs shared by several sweep points (κ for algorithms that ignore it, the seed for
+    deterministic ones) are repeated along those dims. Traces are NaN-padded along ``step``.
+    """
+    sweep_dir = Path(sweep_dir)
+    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    entries = manifest["entries"]
+    dims = list(FIXED_DIMS) + list(manifest["extra_dims"])
+    coords = {d: _coordinate([e["coords"][d] for e in entries]) for d in dims}
+    shape = tuple(len(coords[d]) for d in dims)
+
+    jobs: dict[str, xr.Dataset | None] = {}
+    for entry in entries:
+        h = entry["hash"]
+        if h not in jobs:
+            path = sweep_dir / "jobs" / f"{h}.zarr"
+            jobs[h] = xr.open_zarr(path).load() if job_status(path) else None
+    loaded = [ds for ds in jobs.values() if ds is not None]
+    n_step = max([ds.sizes.get("step", 0) for ds in loaded] + [1])
+    trace_vars = sorted({v for ds in loaded for v, da in ds.data_vars.items()
+                         if da.dims == ("step",)})
+    summaries = {h: json.loads(ds.attrs["summary"]) for h, ds in jobs.items() if ds is not None}
+    final_keys = sorted({k for s in summaries.values() for k, v in s.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+
+    traces = {v: np.full(shape + (n_step,), np.nan) for v in trace_vars}
+    finals = {k: np.full(shape, np.nan) for k in final_keys}
+    job_seconds = np.full(shape, np.nan)
+    status = np.full(shape, "missing", dtype=object)
+    error = np.full(shape, "", dtype=object)
+    worker = np.full(shape, "", dtype=object)
+    job_hash = np.full(shape, "", dtype=object)
+    for entry in entries:
+        index = tuple(int(np.flatnonzero(coords[d] == _coord_key(entry["coords"][d], coords[d]))[0])
+                      for d in dims)
+        job_hash[index] = entry["hash"]
+        ds = jobs[entry["hash"]]
+        if ds is None:
+            continue
+        status[index] = ds.attrs["status"]
+        error[index] = ds.attrs.get("error", "")
+        worker[index] = ds.attrs.get("worker", "")
+        job_seconds[index] = ds.attrs.get("job_seconds", np.nan)
+        for v in trace_vars:
+            if v in ds:
+                values = ds[v].values.astype(np.float64)
+                traces[v][index][: len(values)] = values
+        for k, value in summaries[entry["hash"]].items():
+            if k in finals and isinstance(value, (int, float)):
+                finals[k][index] = value
+
+    data_vars = {v: (dims + ["step"], a) for v, a in traces.items()}
+    data_vars.update({f"final_{k}": (dims, a) for k, a in finals.items()})
+    data_vars["job_seconds"] = (dims, job_seconds)
+    for name, values in (("status", status), ("error", error), ("worker", worker),
+                         ("job_hash", job_hash)):
+        data_vars[name] = (dims, values.astype(str))
+    attrs = {
+        "sweep": manifest["sweep"],
+        "config": json.dumps(manifest["config"], sort_keys=True, default=str),
+        "swept_keys": json.dumps(manifest["swept_keys"]),
+        "versions": json.dumps(package_versions(), sort_keys=True),
+        "git_sha": git_sha(),
+        "host": platform.node(),
+        "wall_seconds": manifest.get("wall_seconds", float("nan")),
+        "n_workers": manifest.get("n_workers", 0),
+        "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
+    }
+    ds = xr.Dataset(data_vars, coords={**coords, "step": np.arange(1, n_step + 1)}, attrs=attrs)
+    return _write_atomically(ds, sweep_dir / "results.zarr")
+
+
+def load(path: str | os.PathLike) -> xr.Dataset:
+    """Open a sweep's ``results.zarr`` lazily; JSON attrs (config, versions, ...) are parsed."""
+    ds = xr.open_zarr(path)
+    for key in ("config", "versions", "swept_keys"):
+        if isinstance(ds.attrs.get(key), str):
+            ds.attrs[key] = json.loads(ds.attrs[key])
     return ds

@@ -1,0 +1,1 @@
+"""Hydra launcher plugin that runs multirun jobs on Dask (``hydra/launcher=dask``)."""
