@@ -21,7 +21,7 @@ from algorithms import REGISTRY, USES_KAPPA, Fit, InputError, Kernel
 from algorithms.base import check_kappa, check_lam
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from pipeline.blocks import open_blocks
-from pipeline.datasets import ingest, load_arrays
+from pipeline.datasets import ingest
 from pipeline.results import write_job_result
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -62,8 +62,9 @@ def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) ->
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
 
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
-    _, y_train, X_test, y_test = load_arrays(store, verify=False)
     blocks = open_blocks(store, kernel, verify=False)
+    y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
+                               for key in ("y_train", "X_test", "y_test"))
     options = {k: v for k, v in config["algorithm"].items() if k != "name"}
     if name in USES_KAPPA:
         options["kappa"] = config["kappa"]
@@ -110,7 +111,7 @@ def summary_text(outcome: JobOutcome) -> str:
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
-        result_path = Path(HydraConfig.get().runtime.output_dir) / "result.zarr"
+        result_path = Path(HydraConfig.get().runtime.output_dir) / "result.nc"
         outcome = run_job(job_config(cfg), result_path)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

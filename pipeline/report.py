@@ -1,0 +1,180 @@
+"""Figures (PNG) and a markdown table of headline numbers from a sweep's ``results.zarr``.
+
+    python -m pipeline.report outputs/<sweep>/results.zarr [--out DIR]
+
+An experiment config may define ``report.figures``: a list of ``{metric, logy, title}``; the
+default is one "metric vs step per algorithm" figure for each of gap, test RMSE and objective.
+Each panel is one dataset; each line one setting of the other swept dims, the mean over seeds
+with a min–max band. Runs with a single step (the exact GP) are drawn as dashed horizontal lines.
+The table gives, per setting, mean ± sd over seeds of the final basis size, gap, test RMSE and
+job time, and the job status counts. Everything is written beside the figures in ``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import warnings
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from algorithms import USES_KAPPA  # noqa: E402
+from pipeline.results import load  # noqa: E402
+
+DEFAULT_FIGURES = [
+    {"metric": "gap", "logy": True, "title": "relative duality gap"},
+    {"metric": "test_rmse", "logy": False, "title": "test RMSE"},
+    {"metric": "objective", "logy": False, "title": "primal objective L"},
+]
+TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
+
+
+def settings(ds: xr.Dataset) -> list[dict]:
+    """One dict of coordinates per line: every dim except dataset, seed and step; κ is dropped
+    for algorithms that ignore it (their results repeat along κ)."""
+    dims = [d for d in ds["status"].dims if d not in ("dataset", "seed")]
+    out = []
+    for values in itertools.product(*(ds[d].values.tolist() for d in dims)):
+        point = dict(zip(dims, values, strict=True))
+        if point.get("algorithm") not in USES_KAPPA and "kappa" in point:
+            if point["kappa"] != ds["kappa"].values.tolist()[0]:
+                continue
+            point = {k: v for k, v in point.items() if k != "kappa"}
+        out.append(point)
+    return out
+
+
+def _label(ds: xr.Dataset, point: dict) -> str:
+    parts = [str(point["algorithm"])]
+    for dim, value in point.items():
+        if dim != "algorithm" and ds.sizes[dim] > 1:
+            parts.append(f"{dim}={value}")
+    return " ".join(parts)
+
+
+def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
+    sel = {**point, "dataset": dataset}
+    if "kappa" not in point and "kappa" in ds.dims:
+        sel["kappa"] = ds["kappa"].values[0]
+    return ds.sel(sel)
+
+
+def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path) -> Path | None:
+    metric = spec["metric"]
+    if metric not in ds:
+        return None
+    datasets = ds["dataset"].values.tolist()
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
+    step = ds["step"].values
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        for point in settings(ds):
+            values = _select(ds, point, dataset)[metric].values.reshape(-1, len(step))
+            runs = values[np.isfinite(values).any(axis=1)]
+            if not len(runs):
+                continue
+            lengths = np.isfinite(runs).sum(axis=1)
+            if lengths.max() == 1:  # a one-step method: its final value as a reference line
+                level = np.nanmean(runs)
+                if not spec.get("logy") or level > 1e-12:  # an exact gap of 1e-16 is no line
+                    ax.axhline(level, ls="--", lw=1.2, label=_label(ds, point))
+                continue
+            with warnings.catch_warnings():  # steps past every run's end are all-NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, low, high = (f(runs, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
+            line = ax.plot(step, mean, label=_label(ds, point))[0]
+            if len(runs) > 1:
+                ax.fill_between(step, low, high, color=line.get_color(), alpha=0.2)
+        ax.set(xlabel="step", ylabel=metric, title=f"{spec.get('title', metric)}: {dataset}")
+        if spec.get("logy"):
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / f"{metric}_vs_step.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _mean_sd(values: np.ndarray) -> str:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.4g}"
+    return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
+
+
+def headline_table(ds: xr.Dataset) -> str:
+    """Markdown table: mean ± sd over seeds of the final numbers, per dataset and setting."""
+    columns = [c for c in TABLE_COLUMNS if c in ds]
+    header = ["dataset", "setting", *columns, "ok/failed/missing"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for dataset in ds["dataset"].values.tolist():
+        for point in settings(ds):
+            sub = _select(ds, point, dataset)
+            status = sub["status"].values.ravel().tolist()
+            # one value per distinct job: a seed-free job repeated along seed counts once
+            _, distinct = np.unique(sub["job_hash"].values.ravel(), return_index=True)
+            cells = [_mean_sd(sub[c].values.ravel()[distinct].astype(float)) for c in columns]
+            counts = "/".join(str(status.count(s)) for s in ("ok", "failed", "missing"))
+            rows.append("| " + " | ".join([dataset, _label(ds, point), *cells, counts]) + " |")
+    return "\n".join(rows)
+
+
+def overhead_line(ds: xr.Dataset) -> str:
+    """Sweep wall time against the ideal (sum of job times / workers)."""
+    wall, workers = float(ds.attrs.get("wall_seconds", np.nan)), int(ds.attrs.get("n_workers", 0))
+    distinct = np.unique(ds["job_hash"].values.ravel(), return_index=True)[1]
+    compute = float(np.nansum(ds["job_seconds"].values.ravel()[distinct]))
+    if not workers or not np.isfinite(wall):
+        return "overhead: no jobs ran in the last invocation of this sweep (all were cached)"
+    ideal = compute / workers
+    return (f"overhead: wall {wall:.2f} s for {len(distinct)} jobs on {workers} workers; "
+            f"sum of job times {compute:.2f} s, / workers = {ideal:.2f} s; "
+            f"ratio wall / ideal = {wall / ideal:.2f}")
+
+
+def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Write the figures and ``report.md`` for ``results.zarr`` at ``path``; returns report.md."""
+    path = Path(path)
+    ds = load(path).load()
+    out_dir = Path(out_dir) if out_dir else path.parent / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_cfg = ds.attrs["config"].get("report") or {}
+    figures = [metric_figure(ds, spec, out_dir)
+               for spec in report_cfg.get("figures", DEFAULT_FIGURES)]
+    lines = [f"# Sweep `{ds.attrs['sweep']}`", "",
+             f"results: `{path}` (git {ds.attrs['git_sha'][:12]}, swept: "
+             f"{', '.join(ds.attrs['swept_keys'])})", "", headline_table(ds), "",
+             overhead_line(ds), ""]
+    lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", help="a sweep's results.zarr")
+    parser.add_argument("--out", help="output directory (default: <sweep>/report)")
+    args = parser.parse_args(argv)
+    if not Path(args.results).exists():
+        print(f"error: {args.results} does not exist; pass the results.zarr a sweep printed",
+              file=sys.stderr)
+        return 2
+    report = render(args.results, args.out)
+    print(report.read_text())
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Sweeps: Hydra multirun through the Dask launcher, consolidation, resume, failures, clusters."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from distributed import Client
+
+from pipeline.report import render
+from pipeline.results import consolidate, load, load_job_result
+
+GRID = ["algorithm=exact,sgma", "dataset=sine1d", "lam=0.01,0.1", "kappa=5,10", "seed=0,1",
+        "kernel.width=0.1,0.5", "cluster.n_workers=2", "cluster.dashboard_address=:0"]
+
+
+def sweep(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", "-m", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def results_path(proc: subprocess.CompletedProcess) -> Path:
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("results: "), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return Path(last.removeprefix("results: "))
+
+
+def run_ids(sweep_dir: Path) -> dict[str, str]:
+    return {p.name: load_job_result(p).attrs["run_id"] for p in (sweep_dir / "jobs").glob("*.nc")}
+
+
+def test_grid_sweep_resume_and_report(tmp_path):
+    first = sweep(tmp_path, *GRID)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "dask dashboard: http" in first.stdout and "% Completed" in first.stdout
+    # exact ignores κ and the seed: 2 lam × 2 widths; sgma: 2 × 2 κ × 2 seeds × 2 widths
+    assert "32 sweep points, 20 distinct jobs: 0 already finished, 20 run, 0 failed" \
+        in first.stdout
+    path = results_path(first)
+    assert path == tmp_path / "outputs" / "multirun" / "results.zarr"
+
+    ds = xr.open_zarr(path)  # plain xarray opens it
+    assert dict(ds["status"].sizes) == {"algorithm": 2, "dataset": 1, "lam": 2, "kappa": 2,
+                                        "seed": 2, "kernel.width": 2}
+    assert ds["gap"].dims == ("algorithm", "dataset", "lam", "kappa", "seed", "kernel.width",
+                              "step")
+    for name in ("objective", "gap", "test_rmse", "n_basis", "seconds", "status"):
+        assert name in ds
+    assert set(np.unique(ds["status"].values)) == {"ok"}
+    assert set(np.unique(ds["worker"].values)) <= {"0", "1"}  # LocalCluster worker names
+    loaded = load(path)
+    assert loaded.attrs["config"]["dataset"]["name"] == "sine1d"
+    assert loaded.attrs["git_sha"] and "numpy" in loaded.attrs["versions"]
+
+    exact = ds["final_test_rmse"].sel(algorithm="exact").values
+    assert np.all(exact == exact[:, :, :1, :1, :])  # one job, repeated along κ and seed
+    sgma = ds.sel(algorithm="sgma")
+    n_steps = np.isfinite(sgma["gap"]).sum("step").values
+    assert n_steps.min() >= 1 and ds.sizes["step"] == n_steps.max()  # NaN-padded to the longest
+    assert np.isnan(ds["gap"].sel(algorithm="exact").isel(step=slice(1, None))).all()
+
+    before = run_ids(path.parent)
+    consolidate(path.parent)  # idempotent
+    xr.testing.assert_identical(xr.open_zarr(path).load(), ds.load())
+
+    again = sweep(tmp_path, *GRID)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "20 distinct jobs: 20 already finished, 0 run, 0 failed" in again.stdout
+    assert run_ids(path.parent) == before  # no job was fitted again
+
+    changed = sweep(tmp_path, *[a.replace("lam=0.01,0.1", "lam=0.01,0.2") for a in GRID])
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "20 distinct jobs: 10 already finished, 10 run, 0 failed" in changed.stdout
+    now = run_ids(path.parent)
+    assert len(now) == 30 and all(now[k] == v for k, v in before.items())
+    assert xr.open_zarr(path)["lam"].values.tolist() == [0.01, 0.2]
+
+    report = render(path)
+    text = report.read_text()
+    assert "| sine1d | sgma lam=0.01 kappa=5 kernel.width=0.1 |" in text
+    assert (report.parent / "gap_vs_step.png").stat().st_size > 5000
+
+
+def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
+    proc = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "lam=0.1,-1", "kappa=5",
+                 "cluster.n_workers=2", "cluster.dashboard_address=:0")
+    assert proc.returncode == 1
+    assert "2 distinct jobs: 0 already finished, 2 run, 1 failed" in proc.stdout
+    assert "failed: algorithm=sgma dataset=sine1d lam=-1 kappa=5" in proc.stdout
+    assert "InputError: lam=-1 must be a finite number > 0" in proc.stdout
+    ds = load(results_path(proc)).load()
+    assert ds["status"].sel(lam=-1.0).item() == "failed"
+    assert "lam=-1 must be" in ds["error"].sel(lam=-1.0).item()
+    assert ds["status"].sel(lam=0.1).item() == "ok"
+    assert np.isfinite(ds["final_test_rmse"].sel(lam=0.1).item())
+
+
+def test_experiment_file_sweeper_params_and_ranges(tmp_path):
+    proc = sweep(tmp_path, "experiment=bench_sweep_overhead",
+                 "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2", "cluster.n_workers=2",
+                 "cluster.dashboard_address=:0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "6 sweep points, 6 distinct jobs" in proc.stdout
+    ds = load(results_path(proc))
+    assert ds.attrs["sweep"] == "bench_sweep_overhead"
+    assert ds["seed"].values.tolist() == [0, 1, 2] and ds["lam"].values.tolist() == [0.1, 0.2]
+    ranged = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "seed=range(0,2)", "kappa=3",
+                   "sweep=ranged", "cluster.n_workers=1", "cluster.dashboard_address=:0")
+    assert ranged.returncode == 0, ranged.stderr[-3000:]
+    assert load(results_path(ranged))["seed"].values.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("kind,marker", [("slurm", "#SBATCH"), ("pbs", "#PBS")])
+def test_batch_cluster_dry_run_prints_job_script(tmp_path, kind, marker):
+    proc = sweep(tmp_path, f"cluster={kind}", "cluster.dry_run=true", "seed=0,1",
+                 "cluster.walltime=00:10:00")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert marker in proc.stdout and "dask" in proc.stdout
+    assert "dry run: nothing submitted" in proc.stdout
+    assert not (tmp_path / "outputs" / "multirun" / "results.zarr").exists()
+
+
+@pytest.fixture
+def dask_processes(tmp_path):
+    """A real `dask scheduler` and two `dask worker` processes (with nannies) on 127.0.0.1."""
+    scheduler_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(
+        ["dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+         "--scheduler-file", str(scheduler_file)], cwd=tmp_path, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    deadline = time.time() + 60
+    while not scheduler_file.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    for name in ("w1", "w2"):
+        procs.append(subprocess.Popen(
+            ["dask", "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
+             "--name", name, "--no-dashboard", "--host", "127.0.0.1"], cwd=tmp_path, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    client = Client(scheduler_file=str(scheduler_file), timeout=60)
+    client.wait_for_workers(2, timeout=60)
+    try:
+        yield client
+    finally:
+        client.close()
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_sweep_runs_on_an_existing_scheduler(tmp_path, dask_processes):
+    address = dask_processes.scheduler.address
+    proc = sweep(tmp_path, "cluster=address", f"scheduler={address}", "algorithm=sgma",
+                 "dataset=sine1d", "kappa=5", "seed=range(0,6)")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = load(results_path(proc))
+    workers = set(ds["worker"].values.ravel().tolist())
+    assert workers and workers <= {"w1", "w2"}  # ran on those workers, not in the client
+    assert set(ds["status"].values.ravel().tolist()) == {"ok"}
+
+
+def test_killing_a_worker_mid_sweep_costs_nothing(tmp_path, dask_processes):
+    address = dask_processes.scheduler.address
+    args = ["cluster=address", f"scheduler={address}", "algorithm=sgma", "dataset=friedman1",
+            "dataset.n_train=20000", "dataset.n_test=100", "kappa=59", "algorithm.eps=0",
+            "algorithm.max_basis=150", "seed=range(0,8)", "sweep=killtest"]
+    runner = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", *args], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jobs_dir = tmp_path / "outputs" / "killtest" / "jobs"
+    deadline, running = time.time() + 300, {}
+    while time.time() < deadline and not running:  # wait for a job to run after the first ends
+        time.sleep(0.05)
+        if list(jobs_dir.glob("*.nc")):
+            running = {w: [k for k in keys if str(k).startswith("job-")]
+                       for w, keys in dask_processes.processing().items()}
+            running = {w: keys for w, keys in running.items() if keys}
+    address, keys = sorted(running.items())[0]
+    victim = dask_processes.run(os.getpid)[address]  # the worker process; its nanny stays
+    os.kill(victim, signal.SIGKILL)
+    killed_job = str(keys[0]).split("-")[1]
+    stdout, stderr = runner.communicate(timeout=600)
+    assert runner.returncode == 0, stderr[-3000:]
+    files = sorted(p.name for p in jobs_dir.glob("*.nc"))
+    assert len(files) == 8 == len(set(files))  # every result there, none twice
+    ds = load(stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert set(ds["status"].values.ravel().tolist()) == {"ok"}
+    assert np.isfinite(ds["final_test_rmse"].values).all()
+    assert victim not in dask_processes.run(os.getpid).values()  # it really died
+    rerun = load_job_result(jobs_dir / f"{killed_job}.nc")  # the job it was running was redone
+    assert rerun.attrs["status"] == "ok" and rerun.attrs["pid"] != victim
