@@ -129,16 +129,19 @@ def headline_table(ds: xr.Dataset) -> str:
 
 
 def overhead_line(ds: xr.Dataset) -> str:
-    """Sweep wall time against the ideal (sum of job times / workers)."""
-    wall, workers = float(ds.attrs.get("wall_seconds", np.nan)), int(ds.attrs.get("n_workers", 0))
+    """Sweep wall time against the ideal (sum of job times / workers), with its phases."""
+    timings, workers = ds.attrs.get("timings", {}), int(ds.attrs.get("n_workers", 0))
+    if not workers or "jobs_seconds" not in timings:
+        return "overhead: no jobs ran in the last invocation of this sweep (all were cached)"
     distinct = np.unique(ds["job_hash"].values.ravel(), return_index=True)[1]
     compute = float(np.nansum(ds["job_seconds"].values.ravel()[distinct]))
-    if not workers or not np.isfinite(wall):
-        return "overhead: no jobs ran in the last invocation of this sweep (all were cached)"
     ideal = compute / workers
-    return (f"overhead: wall {wall:.2f} s for {len(distinct)} jobs on {workers} workers; "
-            f"sum of job times {compute:.2f} s, / workers = {ideal:.2f} s; "
-            f"ratio wall / ideal = {wall / ideal:.2f}")
+    wall = timings["wall_seconds"]
+    phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in timings.items())
+    return (f"overhead: {len(distinct)} jobs on {workers} workers; sum of job times "
+            f"{compute:.2f} s, / workers = {ideal:.2f} s; wall {wall:.2f} s ({phases}); "
+            f"wall / ideal = {wall / ideal:.2f}, job phase / ideal = "
+            f"{timings['jobs_seconds'] / ideal:.2f}")
 
 
 def render(path: str | Path, out_dir: str | Path | None = None) -> Path:

@@ -259,7 +259,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "versions": json.dumps(package_versions(), sort_keys=True),
         "git_sha": git_sha(),
         "host": platform.node(),
-        "wall_seconds": manifest.get("wall_seconds", float("nan")),
+        "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last invocation
         "n_workers": manifest.get("n_workers", 0),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
     }
@@ -270,7 +270,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
 def load(path: str | os.PathLike) -> xr.Dataset:
     """Open a sweep's ``results.zarr`` lazily; JSON attrs (config, versions, ...) are parsed."""
     ds = xr.open_zarr(path)
-    for key in ("config", "versions", "swept_keys"):
+    for key in ("config", "versions", "swept_keys", "timings"):
         if isinstance(ds.attrs.get(key), str):
             ds.attrs[key] = json.loads(ds.attrs[key])
     return ds

@@ -211,33 +211,11 @@ def launch(master: DictConfig, config_loader, job_overrides: Sequence[Sequence[s
     to_run = [job for h, job in unique.items() if h not in cached]
     print(f"sweep {sweep_dir}: {len(jobs)} points, {len(unique)} distinct jobs, "
           f"{len(cached)} already finished, {len(to_run)} to run", flush=True)
+    timings = {"compose_seconds": time.perf_counter() - t_start}
+    records, n_workers = _run_on_dask(to_run, cluster_cfg, jobs_dir, retries, timings)
+    timings["wall_seconds"] = time.perf_counter() - t_start
 
-    records: dict[str, dict] = {}
-    n_workers = 0
-    _quiet_dask_logging()
-    if to_run:
-        with connect(cluster_cfg) as client:
-            n_workers = len(client.scheduler_info().get("workers", {}))
-            print(f"dask dashboard: {client.dashboard_link}", flush=True)
-            stores = {}
-            for job in to_run:
-                spec = job.config["dataset"]
-                key = json.dumps(spec, sort_keys=True, default=str)
-                if key not in stores:
-                    stores[key] = client.submit(ingest, spec, job.config["store_root"],
-                                                retries=retries, pure=False)
-            futures = {job.hash: client.submit(
-                execute, job.config, str(jobs_dir / f"{job.hash}.nc"),
-                stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)],
-                key=f"job-{job.hash}-{int(time.time() * 1e6)}", retries=retries, pure=False)
-                for job in to_run}
-            progress(list(futures.values()), notebook=False, interval="1s")
-            print(flush=True)
-            for job in to_run:
-                records[job.hash] = _collect(futures[job.hash], job, jobs_dir)
-    wall = time.perf_counter() - t_start
-
-    _write_manifest(sweep_dir, master, jobs, extra_dims, job_overrides, wall, n_workers)
+    _write_manifest(sweep_dir, master, jobs, extra_dims, job_overrides, timings, n_workers)
     results_path = consolidate(sweep_dir)
     failed = []
     for job in jobs:
@@ -251,6 +229,38 @@ def launch(master: DictConfig, config_loader, job_overrides: Sequence[Sequence[s
                       task_name=str(master.hydra.job.name), status=JobStatus.COMPLETED,
                       _return_value=records.get(job.hash, {"status": "cached"}))
             for job, cfg in zip(jobs, sweep_configs, strict=True)]
+
+
+def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, jobs_dir: Path, retries: int,
+                 timings: dict) -> tuple[dict[str, dict], int]:
+    """Submit one ingest task per dataset and one task per job; show progress; collect."""
+    records: dict[str, dict] = {}
+    if not to_run:
+        return records, 0
+    _quiet_dask_logging()
+    t0 = time.perf_counter()
+    with connect(cluster_cfg) as client:
+        timings["cluster_start_seconds"] = time.perf_counter() - t0
+        n_workers = len(client.scheduler_info().get("workers", {}))
+        print(f"dask dashboard: {client.dashboard_link}", flush=True)
+        t1 = time.perf_counter()
+        stores: dict[str, object] = {}
+        futures = {}
+        for job in to_run:
+            spec = job.config["dataset"]
+            key = json.dumps(spec, sort_keys=True, default=str)
+            if key not in stores:
+                stores[key] = client.submit(ingest, spec, job.config["store_root"],
+                                            retries=retries, pure=False)
+            futures[job.hash] = client.submit(
+                execute, job.config, str(jobs_dir / f"{job.hash}.nc"), stores[key],
+                key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
+        progress(list(futures.values()), notebook=False, interval="1s")
+        print(flush=True)
+        for job in to_run:
+            records[job.hash] = _collect(futures[job.hash], job, jobs_dir)
+        timings["jobs_seconds"] = time.perf_counter() - t1
+    return records, n_workers
 
 
 def _collect(future, job: _Job, jobs_dir: Path) -> dict:
@@ -278,14 +288,15 @@ def _check_distinct_coordinates(jobs: list[_Job]) -> None:
 
 
 def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], extra_dims: list[str],
-                    job_overrides: Sequence[Sequence[str]], wall: float, n_workers: int) -> None:
+                    job_overrides: Sequence[Sequence[str]], timings: dict,
+                    n_workers: int) -> None:
     manifest = {
         "sweep": sweep_dir.name,
         "config": job_config(master),
         "swept_keys": swept_keys(job_overrides),
         "extra_dims": extra_dims,
         "entries": [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash} for j in jobs],
-        "wall_seconds": wall,
+        "timings": timings,
         "n_workers": n_workers,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
