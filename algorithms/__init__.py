@@ -5,16 +5,19 @@
 ``SEED_FREE`` those whose result does not depend on the random seed.
 """
 
-from algorithms import exact, sgma
+from algorithms import exact, sgma, zhang
 from algorithms.base import Fit, InputError, KernelBlocks
 from algorithms.kernels import ArrayKernelBlocks, Kernel
 
 REGISTRY = {
     "exact": exact.fit,
     "sgma": sgma.fit,
+    "zhang_greedy": zhang.fit_greedy,
+    "zhang_kappa_greedy": zhang.fit_kappa_greedy,
+    "zhang_random": zhang.fit_random,
 }
-USES_KAPPA = {"sgma"}
-SEED_FREE = {"exact"}
+USES_KAPPA = {"sgma", "zhang_kappa_greedy"}
+SEED_FREE = {"exact", "zhang_greedy"}
 
 __all__ = ["REGISTRY", "USES_KAPPA", "SEED_FREE", "Fit", "InputError", "KernelBlocks",
            "ArrayKernelBlocks", "Kernel"]

@@ -102,6 +102,100 @@ class _GrowingCholesky:
         return self.R[: self.t, : self.t].copy()
 
 
+class PrimalGreedy:
+    """Greedy minimisation of the primal L(Pβ) over a growing support S (the primal half of 002
+    Algorithm 1): each :meth:`step` scores κ random unselected candidates with one GEMM and
+    appends the best to S, K_{:S} and the Cholesky factor of G = σ²K_SS + K_{:S}ᵀK_{:S}.
+
+    With κ = 1 this is random selection with an exact refit (Zhang's Algorithm 2).
+    ``X_test`` keeps k(X_test, X_S) up to date for traced predictions.
+    """
+
+    def __init__(self, blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
+                 t_max: int, X_test: np.ndarray | None = None, chunk_bytes: int = 2**28) -> None:
+        self.blocks, self.y, self.lam = blocks, y, lam
+        self.n, self.d = blocks.n, getattr(blocks, "d", 0)
+        self.diag = blocks.diag()
+        self.pool = _Pool(self.n, rng)
+        self.chol = _GrowingCholesky()
+        self.S: list[int] = []
+        self.t_max, self.chunk_bytes = t_max, chunk_bytes
+        self.n_degenerate = 0
+        # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
+        n = self.n
+        self.KS = np.empty((n, t_max if n * t_max * 8 <= 2**31 else min(t_max, 64)), order="F")
+        self.X_test = X_test
+        if X_test is not None:
+            self.K_test_S = np.empty((X_test.shape[0], self.KS.shape[1]), order="F")
+
+    @property
+    def t(self) -> int:
+        return self.chol.t
+
+    @property
+    def objective(self) -> float:
+        return self.chol.objective
+
+    def coef(self) -> np.ndarray:
+        return self.chol.coef()
+
+    def test_predictions(self) -> np.ndarray:
+        return self.K_test_S[:, : self.t] @ self.coef()
+
+    def step(self, kappa: int) -> float | None:
+        """Add the best of κ random candidates to S; the FLOP estimate of the step, or None
+        when no admissible candidate is left."""
+        n, t, lam, blocks = self.n, self.t, self.lam, self.blocks
+        flops = 0.0
+        while self.pool.size:
+            M = self.pool.sample(kappa)
+            width = max(1, min(len(M), self.chunk_bytes // (8 * (n + 2 * t + 1))))
+            best = (-np.inf, None)
+            for lo in range(0, len(M), width):
+                Mc = M[lo: lo + width]
+                KM = blocks.block(slice(None), Mc)  # (n, m): kernel columns of the candidates
+                b = KM.T @ self.y
+                g = lam * self.diag[Mc] + np.einsum("ij,ij->j", KM, KM)
+                if t:
+                    G_SM = self.KS[:, :t].T @ KM
+                    G_SM += lam * KM[self.S, :]
+                    C = self.chol.solve_c(G_SM)
+                    num = b - C.T @ self.chol.z[:t]
+                    schur = g - np.einsum("ij,ij->j", C, C)
+                else:
+                    C, num, schur = np.zeros((0, len(Mc))), b, g
+                flops += 2.0 * n * len(Mc) * (self.d + t + 2) + t * t * len(Mc)
+                ok = schur > DEGENERATE_RTOL * g
+                for i in Mc[~ok]:
+                    self.pool.remove(int(i))
+                self.n_degenerate += int((~ok).sum())
+                if not ok.any():
+                    continue
+                scores = np.where(ok, 0.5 * num**2 / np.where(ok, schur, 1.0), -np.inf)
+                j = int(np.argmax(scores))
+                if scores[j] > best[0]:
+                    best = (scores[j], (int(Mc[j]), KM[:, j].copy(), C[:, j].copy(),
+                                        float(schur[j]), float(b[j])))
+            if best[1] is not None:
+                self._append(*best[1])
+                return flops
+            # every sampled candidate was degenerate: draw again
+        return None
+
+    def _append(self, i: int, k_i: np.ndarray, c: np.ndarray, schur: float, b_i: float) -> None:
+        t = self.t
+        if t == self.KS.shape[1]:
+            self.KS = _grow(self.KS, min(self.t_max, 2 * t))
+            if self.X_test is not None:
+                self.K_test_S = _grow(self.K_test_S, self.KS.shape[1])
+        self.KS[:, t] = k_i
+        if self.X_test is not None:
+            self.K_test_S[:, t] = self.blocks.cross(self.X_test, [i])[:, 0]
+        self.chol.append(c, schur, b_i)
+        self.S.append(i)
+        self.pool.remove(i)
+
+
 def fit(
     blocks: KernelBlocks,
     y: np.ndarray,
@@ -145,74 +239,18 @@ def fit(
         raise InputError(f"eval_every={eval_every} must be ≥ 1")
 
     start = time.perf_counter()
-    diag = blocks.diag()
     half_yy = 0.5 * float(y @ y)
     d = getattr(blocks, "d", 0)
     primal_rng, dual_rng = rng.spawn(2)
-    pool, dual_pool = _Pool(n, primal_rng), _Pool(n, dual_rng)
-    primal, dual = _GrowingCholesky(), _GrowingCholesky()
-    S: list[int] = []
+    X_test, y_test = test if test is not None else (None, None)
+    primal = PrimalGreedy(blocks, y, lam, primal_rng, t_max, X_test, chunk_bytes)
+    diag = primal.diag
+    dual_pool, dual = _Pool(n, dual_rng), _GrowingCholesky()
     S_dual: list[int] = []
-    # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
-    KS = np.empty((n, t_max if n * t_max * 8 <= 2**31 else min(t_max, 64)), order="F")
-    n_degenerate = 0
-    if test is not None:
-        X_test, y_test = test
-        K_test_S = np.empty((X_test.shape[0], KS.shape[1]), order="F")
     rows = {k: [] for k in ("n_basis", "n_basis_dual", "objective", "dual_objective", "gap",
                             "seconds", "flops", "test_rmse")}
     eval_seconds = 0.0
     stop_reason = "max_basis"
-
-    def primal_step() -> float:
-        """Add the best of κ random candidates to S; returns the FLOP estimate of the step."""
-        nonlocal KS, n_degenerate, K_test_S
-        flops = 0.0
-        t = primal.t
-        while pool.size:
-            M = pool.sample(kappa)
-            width = max(1, min(len(M), chunk_bytes // (8 * (n + 2 * t + 1))))
-            best = (-np.inf, None)
-            for lo in range(0, len(M), width):
-                Mc = M[lo: lo + width]
-                KM = blocks.block(slice(None), Mc)  # (n, m): kernel columns of the candidates
-                b = KM.T @ y
-                g = lam * diag[Mc] + np.einsum("ij,ij->j", KM, KM)
-                if t:
-                    G_SM = KS[:, :t].T @ KM
-                    G_SM += lam * KM[S, :]
-                    C = primal.solve_c(G_SM)
-                    num = b - C.T @ primal.z[:t]
-                    schur = g - np.einsum("ij,ij->j", C, C)
-                else:
-                    C, num, schur = np.zeros((0, len(Mc))), b, g
-                flops += 2.0 * n * len(Mc) * (d + t + 2) + t * t * len(Mc)
-                ok = schur > DEGENERATE_RTOL * g
-                for i in Mc[~ok]:
-                    pool.remove(int(i))
-                n_degenerate += int((~ok).sum())
-                if not ok.any():
-                    continue
-                scores = np.where(ok, 0.5 * num**2 / np.where(ok, schur, 1.0), -np.inf)
-                j = int(np.argmax(scores))
-                if scores[j] > best[0]:
-                    best = (scores[j], (int(Mc[j]), KM[:, j].copy(), C[:, j].copy(),
-                                        float(schur[j]), float(b[j])))
-            if best[1] is None:
-                continue  # every sampled candidate was degenerate: draw again
-            i, k_i, c, schur_i, b_i = best[1]
-            if t == KS.shape[1]:
-                KS = _grow(KS, min(t_max, 2 * t))
-                if test is not None:
-                    K_test_S = _grow(K_test_S, KS.shape[1])
-            KS[:, t] = k_i
-            if test is not None:
-                K_test_S[:, t] = blocks.cross(X_test, [i])[:, 0]
-            primal.append(c, schur_i, b_i)
-            S.append(i)
-            pool.remove(i)
-            return flops
-        return flops
 
     def dual_step() -> float:
         t = dual.t
@@ -249,7 +287,7 @@ def fit(
         # Once every remaining column is numerically in span(K_{:S}) the primal is at its
         # minimum; the dual goes on alone so that the gap can still close.
         before = (primal.t, dual.t)
-        flops = (primal_step() if pool.size else 0.0) + dual_step()
+        flops = (primal.step(kappa) or 0.0) + dual_step()
         if (primal.t, dual.t) == before:
             stop_reason = "no admissible candidate left"
             break
@@ -261,11 +299,11 @@ def fit(
         rows["gap"].append(gap)
         rows["flops"].append(flops)
         converged = gap < eps
-        last = converged or primal.t >= t_max or (pool.size == 0 and dual_pool.size == 0)
+        last = converged or primal.t >= t_max or (primal.pool.size == 0 and dual_pool.size == 0)
         test_rmse = np.nan
         if test is not None and (len(rows["gap"]) % eval_every == 0 or last):
             t_eval = time.perf_counter()
-            test_rmse = rmse(K_test_S[:, : primal.t] @ primal.coef(), y_test)
+            test_rmse = rmse(primal.test_predictions(), y_test)
             eval_seconds += time.perf_counter() - t_eval
         rows["test_rmse"].append(test_rmse)
         rows["seconds"].append(time.perf_counter() - start - eval_seconds)
@@ -276,13 +314,12 @@ def fit(
             stop_reason = f"gap < eps={eps}"
             break
 
-    basis = np.asarray(S, dtype=np.int64)
+    basis = np.asarray(primal.S, dtype=np.int64)
     coef = primal.coef()
-    R, R_dual = primal.factor(), dual.factor()
+    R, R_dual = primal.chol.factor(), dual.factor()
     basis_dual = np.asarray(S_dual, dtype=np.int64)
     coef_dual = dual.coef()
     kernel = blocks.kernel
-    del KS
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
@@ -309,7 +346,7 @@ def fit(
         "gap": float(trace["gap"][-1]) if len(trace["gap"]) else np.nan,
         "seconds": float(trace["seconds"][-1]) if len(trace["seconds"]) else 0.0,
         "stop_reason": stop_reason,
-        "n_degenerate_candidates": n_degenerate,
+        "n_degenerate_candidates": primal.n_degenerate,
         "jitter": 0.0,
         "objective_lower_bound": -half_yy - lam * dual.objective,  # Theorem 1
     }

@@ -2,12 +2,21 @@
 
     python -m pipeline.report outputs/<sweep>/results.zarr [--out DIR]
 
-An experiment config may define ``report.figures``: a list of ``{metric, logy, title}``; the
-default is one "metric vs step per algorithm" figure for each of gap, test RMSE and objective.
-Each panel is one dataset; each line one setting of the other swept dims, the mean over seeds
-with a min–max band. Runs with a single step (the exact GP) are drawn as dashed horizontal lines.
-The table gives, per setting, mean ± sd over seeds of the final basis size, gap, test RMSE and
-job time, and the job status counts. Everything is written beside the figures in ``report.md``.
+An experiment config may define ``report``:
+
+- ``figures``: a list of ``{metric, logy, title, band, reference, scale_by_step}``; the default
+  is one "metric vs step per algorithm" figure for each of gap, test RMSE and objective. Each
+  panel is one dataset; each line one setting of the other swept dims, the mean over seeds with
+  a min–max band (``band: false`` drops it). ``reference`` names a second trace variable drawn
+  as a dashed black curve (e.g. a theoretical bound); ``scale_by_step`` plots step × metric.
+  Runs with a single step (the exact GP) are drawn as dashed horizontal lines.
+- ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
+  ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps;
+  ``paper``: text quoted under the table (the published numbers to compare with).
+
+The table gives, per setting, mean ± sd over distinct jobs of the final basis size, gap, test
+RMSE and job time (plus the extras), and the job status counts. Everything is written beside
+the figures in ``report.md``.
 """
 
 from __future__ import annotations
@@ -66,17 +75,18 @@ def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
     return ds.sel(sel)
 
 
-def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path) -> Path | None:
+def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
     metric = spec["metric"]
     if metric not in ds:
         return None
     datasets = ds["dataset"].values.tolist()
     fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
     step = ds["step"].values
+    scale = step if spec.get("scale_by_step") else 1.0
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for point in settings(ds):
             values = _select(ds, point, dataset)[metric].values.reshape(-1, len(step))
-            runs = values[np.isfinite(values).any(axis=1)]
+            runs = values[np.isfinite(values).any(axis=1)] * scale
             if not len(runs):
                 continue
             lengths = np.isfinite(runs).sum(axis=1)
@@ -89,14 +99,21 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path) -> Path | None:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean, low, high = (f(runs, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
             line = ax.plot(step, mean, label=_label(ds, point))[0]
-            if len(runs) > 1:
+            if len(runs) > 1 and spec.get("band", True):
                 ax.fill_between(step, low, high, color=line.get_color(), alpha=0.2)
-        ax.set(xlabel="step", ylabel=metric, title=f"{spec.get('title', metric)}: {dataset}")
+        reference = spec.get("reference")
+        if reference and reference in ds:
+            curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
+            curve = curve[np.isfinite(curve).any(axis=1)]
+            if len(curve):
+                ax.plot(step, curve[0] * scale, "k--", lw=1.2, label=reference)
+        ylabel = f"step × {metric}" if spec.get("scale_by_step") else metric
+        ax.set(xlabel="step", ylabel=ylabel, title=f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logy"):
             ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    path = out_dir / f"{metric}_vs_step.png"
+    path = out_dir / f"{name}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -111,10 +128,16 @@ def _mean_sd(values: np.ndarray) -> str:
     return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
 
 
-def headline_table(ds: xr.Dataset) -> str:
-    """Markdown table: mean ± sd over seeds of the final numbers, per dataset and setting."""
-    columns = [c for c in TABLE_COLUMNS if c in ds]
-    header = ["dataset", "setting", *columns, "ok/failed/missing"]
+def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
+                   at_steps: dict | None = None) -> str:
+    """Markdown table: mean ± sd over distinct jobs of final numbers, per dataset and setting."""
+    columns = [c for c in [*TABLE_COLUMNS, *extra_columns] if c in ds]
+    step_cols = []
+    if at_steps and at_steps.get("metric") in ds:
+        step_cols = [(at_steps["metric"], k) for k in at_steps["steps"]
+                     if k in ds["step"].values]
+    header = ["dataset", "setting", *columns, *(f"{m} at step {k}" for m, k in step_cols),
+              "ok/failed/missing"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for dataset in ds["dataset"].values.tolist():
         for point in settings(ds):
@@ -123,6 +146,8 @@ def headline_table(ds: xr.Dataset) -> str:
             # one value per distinct job: a seed-free job repeated along seed counts once
             _, distinct = np.unique(sub["job_hash"].values.ravel(), return_index=True)
             cells = [_mean_sd(sub[c].values.ravel()[distinct].astype(float)) for c in columns]
+            cells += [_mean_sd(sub[m].sel(step=k).values.ravel()[distinct].astype(float))
+                      for m, k in step_cols]
             counts = "/".join(str(status.count(s)) for s in ("ok", "failed", "missing"))
             rows.append("| " + " | ".join([dataset, _label(ds, point), *cells, counts]) + " |")
     return "\n".join(rows)
@@ -151,12 +176,15 @@ def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
     out_dir = Path(out_dir) if out_dir else path.parent / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     report_cfg = ds.attrs["config"].get("report") or {}
-    figures = [metric_figure(ds, spec, out_dir)
-               for spec in report_cfg.get("figures", DEFAULT_FIGURES)]
+    figures = [metric_figure(ds, spec, out_dir, f"fig{i}_{spec['metric']}")
+               for i, spec in enumerate(report_cfg.get("figures", DEFAULT_FIGURES), start=1)]
+    table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
     lines = [f"# Sweep `{ds.attrs['sweep']}`", "",
              f"results: `{path}` (git {ds.attrs['git_sha'][:12]}, swept: "
-             f"{', '.join(ds.attrs['swept_keys'])})", "", headline_table(ds), "",
-             overhead_line(ds), ""]
+             f"{', '.join(ds.attrs['swept_keys'])})", "", table, ""]
+    if report_cfg.get("paper"):
+        lines += [f"Paper: {report_cfg['paper']}", ""]
+    lines += [overhead_line(ds), ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines) + "\n")

@@ -83,7 +83,7 @@ def test_grid_sweep_resume_and_report(tmp_path):
     report = render(path)
     text = report.read_text()
     assert "| sine1d | sgma lam=0.01 kappa=5 kernel.width=0.1 |" in text
-    assert (report.parent / "gap_vs_step.png").stat().st_size > 5000
+    assert (report.parent / "fig1_gap.png").stat().st_size > 5000
 
 
 def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):

@@ -1,0 +1,291 @@
+"""Zhang's sparse GP algorithms (000 §3.1): greedy (Alg. 1), random (Alg. 2), κ-greedy (Alg. 3).
+
+All three approximately minimise the ridge objective in kernel form (000 eqs. 1, 7)
+
+    R(α) = (1/n) Σ_i ½((Kα)_i − y_i)² + (λ/2) αᵀKα,     w = Σ_i α_i φ(x_i),
+
+with few non-zero α_i. **λ here is Zhang's**; the pipeline's ``lam`` is the noise variance σ² for
+every algorithm, so that one sweep compares methods on the same model: λ = σ²/n, and
+R(α) = (L(α) + ½‖y‖²)/n with L the primal form of Smola & Bartlett at σ² (002 eq. 5). The traced
+``objective`` is that L, directly comparable with SGMA's; ``zhang_R`` is R itself.
+
+- Alg. 1 greedy: w⁰ = 0; step k picks i, α, β minimising R(β w^{k−1} + α φ(x_i)) over all i.
+  With f = Kα^{k−1} and q = ‖w^{k−1}‖² = αᵀf this is a 2×2 least-squares problem per candidate
+  (A [β, α]ᵀ = r, A = [[fᵀf/n + λq, fᵀk_i/n + λf_i], [·, k_iᵀk_i/n + λK_ii]],
+  r = [fᵀy/n, k_iᵀy/n]), so all candidates are scored with one GEMM K_{:M}ᵀ[f, y].
+  The old solution is rescaled by β, not refitted; an index may be picked again.
+- Alg. 3 κ-greedy: the same over a fresh uniform subset of κ indices each step.
+- Alg. 2 random: k indices drawn uniformly and the exact minimiser of R on their span; drawn
+  without replacement as a nested sequence (a random permutation's prefixes), so k = n gives
+  the exact solution. This is no worse in expectation than drawing with replacement (a uniform
+  k-subset contains the distinct points of k draws plus others, and R is minimised exactly), so
+  Theorem 3.1 still bounds its mean. It reuses SGMA's primal machinery with κ = 1.
+
+Trace per step k: ``zhang_R`` R(w^k), ``delta_R`` = R(w^k) − R(ŵ) with R(ŵ) = (λ/2)yᵀ(K+nλI)⁻¹y
+from a reference solve (``reference``: ``cg`` streams K in row blocks to a 1e-12 residual and
+never holds n×n; ``dense`` caches K for one Cholesky; ``none`` leaves ΔR NaN), ``bound`` the
+Theorem 3.1 bound R(0)(M²+λ)²/(λ²k + (M²+λ)²) with M² = max_i K_ii, ``gap`` the relative duality
+gap of 002 with the exact dual optimum as α*, plus n_basis, seconds, test_rmse, flops.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse.linalg as spla
+
+from algorithms.base import (
+    Fit,
+    InputError,
+    KernelBlocks,
+    check_kappa,
+    check_lam,
+    check_targets,
+    check_test,
+    rmse,
+)
+from algorithms.sgma import PrimalGreedy
+
+# A 2×2 system whose determinant is below this fraction of a11·a22 means φ(x_i) is parallel to
+# w^{k−1}: the span is one-dimensional and rescaling w alone is the minimiser.
+PARALLEL_RTOL = 1e-12
+
+
+def theorem31_bound(R0: float, M2: float, lam_z: float, k: np.ndarray) -> np.ndarray:
+    """Zhang's Theorem 3.1: ΔR(w^k) ≤ R(0)(M²+λ)² / (λ²k + (M²+λ)²)."""
+    c = (M2 + lam_z) ** 2
+    return R0 * c / (lam_z**2 * np.asarray(k, dtype=np.float64) + c)
+
+
+REFERENCES = ("cg", "dense", "none")
+
+
+def _solve(blocks: KernelBlocks, y: np.ndarray, sigma2: float, reference: str) -> np.ndarray:
+    """(K + σ²I)⁻¹y for the reference R(ŵ): ``cg`` streams K in row blocks (never n×n),
+    ``dense`` forms K and uses Cholesky, ``none`` returns NaN (ΔR is then NaN)."""
+    n = blocks.n
+    if reference == "none":
+        return np.full(n, np.nan)
+    if reference == "dense":
+        K = blocks.block(slice(None), slice(None))
+        K[np.diag_indices(n)] += sigma2
+        return sla.cho_solve(sla.cho_factor(K, lower=True, check_finite=False), y,
+                             check_finite=False)
+    rows = max(1, 2**25 // (8 * n))  # ≈ 32 MB of kernel rows at a time
+
+    def matvec(v: np.ndarray) -> np.ndarray:
+        out = sigma2 * v
+        for lo in range(0, n, rows):
+            out[lo: lo + rows] += blocks.block(slice(lo, lo + rows), slice(None)) @ v
+        return out
+
+    operator = spla.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+    x, info = spla.cg(operator, y, rtol=1e-12, atol=0.0, maxiter=10 * n)
+    if info != 0:
+        raise FloatingPointError(f"CG for the reference R(ŵ) did not converge in {info} "
+                                 "iterations; use algorithm.reference=dense")
+    return x
+
+
+class _Reference:
+    """R(0), R(ŵ), M² and the per-step trace rows shared by the three algorithms."""
+
+    def __init__(self, blocks: KernelBlocks, y: np.ndarray, sigma2: float,
+                 reference: str) -> None:
+        n = blocks.n
+        self.n, self.y, self.sigma2 = n, y, sigma2
+        self.lam_z = sigma2 / n
+        self.half_yy = 0.5 * float(y @ y)
+        self.R0 = self.half_yy / n
+        self.diag = blocks.diag()
+        self.M2 = float(self.diag.max())
+        # R(ŵ) = (λ/2) yᵀ(K + nλI)⁻¹y
+        self.R_hat = 0.5 * self.lam_z * float(y @ _solve(blocks, y, sigma2, reference))
+        self.rows: dict[str, list] = {k: [] for k in (
+            "n_basis", "objective", "zhang_R", "delta_R", "bound", "gap", "seconds", "flops",
+            "test_rmse")}
+
+    def record(self, k: int, n_basis: int, R: float, seconds: float, flops: float,
+               test_rmse: float) -> None:
+        L = self.n * R - self.half_yy
+        L_min = self.n * self.R_hat - self.half_yy
+        rows = self.rows
+        rows["n_basis"].append(n_basis)
+        rows["objective"].append(L)
+        rows["zhang_R"].append(R)
+        rows["delta_R"].append(R - self.R_hat)
+        rows["bound"].append(float(theorem31_bound(self.R0, self.M2, self.lam_z, k)))
+        rows["gap"].append(2 * (L - L_min) / (abs(L) + abs(L_min)))
+        rows["seconds"].append(seconds)
+        rows["flops"].append(flops)
+        rows["test_rmse"].append(test_rmse)
+
+    def summary(self, stop_reason: str) -> dict:
+        tr = self.rows
+        return {
+            "n_basis": int(tr["n_basis"][-1]),
+            "objective": float(tr["objective"][-1]),
+            "zhang_R": float(tr["zhang_R"][-1]),
+            "delta_R": float(tr["delta_R"][-1]),
+            "R_hat": self.R_hat,
+            "delta_R0": self.R0 - self.R_hat,
+            "zhang_lambda": self.lam_z,
+            "M2": self.M2,
+            "gap": float(tr["gap"][-1]),
+            "seconds": float(tr["seconds"][-1]),
+            "stop_reason": stop_reason,
+            "jitter": 0.0,
+        }
+
+
+def _validate(blocks: KernelBlocks, y, lam, test, max_basis, eval_every, reference):
+    sigma2 = check_lam(lam)
+    if reference not in REFERENCES:
+        raise InputError(f"reference={reference!r} is not one of {', '.join(REFERENCES)}; "
+                         "pass e.g. algorithm.reference=cg")
+    y = check_targets(y, blocks.n)
+    test = check_test(test, getattr(blocks, "d", None))
+    if not isinstance(max_basis, (int, np.integer)) or not 1 <= max_basis:
+        raise InputError(f"max_basis={max_basis!r} must be an integer ≥ 1 (the largest k); "
+                         "pass e.g. algorithm.max_basis=200")
+    if eval_every < 1:
+        raise InputError(f"eval_every={eval_every} must be ≥ 1")
+    return sigma2, y, test
+
+
+def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | None,
+            rng: np.random.Generator | None, test, max_basis: int, eval_every: int,
+            reference: str, chunk_bytes: int, name: str) -> Fit:
+    """Algorithms 1 (κ = None: every index is a candidate) and 3 (a fresh κ-subset per step)."""
+    sigma2, y, test = _validate(blocks, y, lam, test, max_basis, eval_every, reference)
+    n, d = blocks.n, getattr(blocks, "d", 0)
+    start = time.perf_counter()
+    ref = _Reference(blocks, y, sigma2, reference)
+    lam_z, diag = ref.lam_z, ref.diag
+    f = np.zeros(n)  # K α^{k−1}
+    q = 0.0  # ‖w^{k−1}‖² = αᵀKα
+    coef: dict[int, float] = {}
+    X_test, y_test = test if test is not None else (None, None)
+    f_test = np.zeros(len(y_test)) if test is not None else None
+    Fy = np.empty((n, 2))
+    Fy[:, 1] = y
+    eval_seconds = 0.0
+    for k in range(1, max_basis + 1):
+        M = np.arange(n) if kappa is None or kappa >= n else rng.choice(n, kappa, replace=False)
+        a11 = float(f @ f) / n + lam_z * q
+        r1 = float(f @ y) / n
+        Fy[:, 0] = f
+        width = max(1, min(len(M), chunk_bytes // (8 * n)))
+        best = (-np.inf, None)
+        flops = 0.0
+        for lo in range(0, len(M), width):
+            Mc = M[lo: lo + width]
+            KM = blocks.block(slice(None), Mc)
+            kf, ky = (KM.T @ Fy).T
+            a12 = kf / n + lam_z * f[Mc]
+            a22 = np.einsum("ij,ij->j", KM, KM) / n + lam_z * diag[Mc]
+            r2 = ky / n
+            det = a11 * a22 - a12**2
+            regular = det > PARALLEL_RTOL * a11 * a22
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = np.where(regular, (a22 * r1**2 - 2 * a12 * r1 * r2 + a11 * r2**2) / det,
+                                 r2**2 / a22 if a11 == 0.0 else r1**2 / a11)
+            value = np.where(a22 > 0, value, -np.inf)
+            flops += 2.0 * n * len(Mc) * (d + 4)
+            j = int(np.argmax(value))
+            if value[j] > best[0]:
+                best = (value[j], (int(Mc[j]), KM[:, j].copy(), float(a12[j]), float(a22[j]),
+                                   float(r2[j]), bool(regular[j])))
+        if best[1] is None:
+            raise FloatingPointError(f"{name}: no candidate has a positive kernel diagonal")
+        i, k_i, a12, a22, r2, regular = best[1]
+        if a11 == 0.0:  # w = 0: only α matters
+            beta, alpha = 1.0, r2 / a22
+        elif regular:
+            beta, alpha = np.linalg.solve([[a11, a12], [a12, a22]], [r1, r2])
+        else:  # φ(x_i) ∥ w: rescaling w is the minimiser
+            beta, alpha = r1 / a11, 0.0
+        q = beta**2 * q + 2 * beta * alpha * f[i] + alpha**2 * diag[i]
+        f *= beta
+        f += alpha * k_i
+        coef = {j: beta * c for j, c in coef.items()}
+        coef[i] = coef.get(i, 0.0) + alpha
+        R = (0.5 * float((f - y) @ (f - y)) / n) + 0.5 * lam_z * q
+        test_rmse = math.nan
+        if test is not None:
+            t_eval = time.perf_counter()
+            f_test *= beta
+            f_test += alpha * blocks.cross(X_test, [i])[:, 0]
+            if k % eval_every == 0 or k == max_basis:
+                test_rmse = rmse(f_test, y_test)
+            eval_seconds += time.perf_counter() - t_eval
+        nnz = sum(1 for c in coef.values() if c != 0.0)
+        ref.record(k, nnz, R, time.perf_counter() - start - eval_seconds, flops, test_rmse)
+        if not math.isfinite(R):
+            raise FloatingPointError(f"{name}: R became non-finite at step {k}")
+    basis = np.array([j for j, c in coef.items() if c != 0.0], dtype=np.int64)
+    values = np.array([coef[j] for j in basis])
+    summary = ref.summary(f"k = max_basis = {max_basis}")
+    trace = {key: np.asarray(v, dtype=np.float64) for key, v in ref.rows.items()}
+    result = Fit(name, basis, values, blocks.inputs(basis), blocks.kernel, sigma2, trace, summary)
+    if test is not None:
+        summary["test_rmse"] = rmse(result.predict(X_test), y_test)
+    return result
+
+
+def fit_greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float,
+               rng: np.random.Generator | None = None, test=None, max_basis: int = 200,
+               eval_every: int = 1, reference: str = "cg",
+               chunk_bytes: int = 2**28) -> Fit:
+    """Zhang's Algorithm 1 (full greedy) for k = 1..max_basis; ``lam`` is σ² = nλ."""
+    return _greedy(blocks, y, lam=lam, kappa=None, rng=rng, test=test, max_basis=max_basis,
+                   eval_every=eval_every, reference=reference,
+                   chunk_bytes=chunk_bytes, name="zhang_greedy")
+
+
+def fit_kappa_greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
+                     rng: np.random.Generator, test=None, max_basis: int = 200,
+                     eval_every: int = 1, reference: str = "cg",
+                     chunk_bytes: int = 2**28) -> Fit:
+    """Zhang's Algorithm 3 (κ-greedy) for k = 1..max_basis; ``lam`` is σ² = nλ."""
+    kappa = check_kappa(kappa, blocks.n)
+    return _greedy(blocks, y, lam=lam, kappa=kappa, rng=rng, test=test, max_basis=max_basis,
+                   eval_every=eval_every, reference=reference,
+                   chunk_bytes=chunk_bytes, name="zhang_kappa_greedy")
+
+
+def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+               test=None, max_basis: int = 200, eval_every: int = 1,
+               reference: str = "cg", chunk_bytes: int = 2**28) -> Fit:
+    """Zhang's Algorithm 2 (random) for nested k = 1..max_basis; ``lam`` is σ² = nλ."""
+    sigma2, y, test = _validate(blocks, y, lam, test, max_basis, eval_every, reference)
+    n = blocks.n
+    start = time.perf_counter()
+    ref = _Reference(blocks, y, sigma2, reference)
+    X_test, y_test = test if test is not None else (None, None)
+    primal = PrimalGreedy(blocks, y, sigma2, rng, min(max_basis, n), X_test, chunk_bytes)
+    eval_seconds = 0.0
+    stop_reason = f"k = max_basis = {max_basis}"
+    for k in range(1, max_basis + 1):
+        flops = primal.step(1)
+        if flops is None:
+            stop_reason = "no admissible point left (all remaining are in the span)"
+            break
+        R = (primal.objective + ref.half_yy) / n
+        test_rmse = math.nan
+        if test is not None and (k % eval_every == 0 or k == max_basis):
+            t_eval = time.perf_counter()
+            test_rmse = rmse(primal.test_predictions(), y_test)
+            eval_seconds += time.perf_counter() - t_eval
+        ref.record(k, primal.t, R, time.perf_counter() - start - eval_seconds, flops, test_rmse)
+    basis = np.asarray(primal.S, dtype=np.int64)
+    summary = ref.summary(stop_reason)
+    trace = {key: np.asarray(v, dtype=np.float64) for key, v in ref.rows.items()}
+    result = Fit("zhang_random", basis, primal.coef(), blocks.inputs(basis), blocks.kernel, sigma2,
+                 trace, summary)
+    if test is not None:
+        summary["test_rmse"] = rmse(result.predict(X_test), y_test)
+    return result
