@@ -126,3 +126,8 @@ def rmse(a: np.ndarray, b: np.ndarray) -> float:
 def gaussian_nlpd(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> float:
     """Mean negative log predictive density of y under N(mean, var)."""
     return float(np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (y - mean) ** 2 / var))
+
+
+def coverage_2sd(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> float:
+    """Fraction of targets inside mean ± 2·sd (calibration of the error bars; 0.954 if exact)."""
+    return float(np.mean(np.abs(y - mean) <= 2.0 * np.sqrt(var)))

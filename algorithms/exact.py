@@ -20,6 +20,7 @@ from algorithms.base import (
     check_lam,
     check_targets,
     check_test,
+    coverage_2sd,
     gaussian_nlpd,
     rmse,
 )
@@ -102,5 +103,6 @@ def fit(
         var, _ = variance_bounds(X_test)
         trace["test_rmse"][0] = summary["test_rmse"] = rmse(mean, y_test)
         summary["test_nlpd"] = gaussian_nlpd(y_test, mean, var)
+        summary["test_coverage_2sd"] = coverage_2sd(y_test, mean, var)
     return result
 

@@ -32,6 +32,7 @@ from algorithms.base import (
     check_lam,
     check_targets,
     check_test,
+    coverage_2sd,
     gaussian_nlpd,
     rmse,
 )
@@ -196,6 +197,59 @@ class PrimalGreedy:
         self.pool.remove(i)
 
 
+class DualGreedy:
+    """Greedy minimisation of the dual L*(Pβ*) = −y_Sᵀβ* + ½β*ᵀ(σ²I + K_SS)β* (the dual half of
+    002 Algorithm 1). It needs only K_SS and K_{S,M}: O(κ t) kernel values per step."""
+
+    def __init__(self, blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
+                 diag: np.ndarray | None = None, chunk_bytes: int = 2**28) -> None:
+        self.blocks, self.y, self.lam = blocks, y, lam
+        self.d = getattr(blocks, "d", 0)
+        self.diag = blocks.diag() if diag is None else diag
+        self.pool = _Pool(blocks.n, rng)
+        self.chol = _GrowingCholesky()
+        self.S: list[int] = []
+        self.chunk_bytes = chunk_bytes
+
+    @property
+    def t(self) -> int:
+        return self.chol.t
+
+    @property
+    def objective(self) -> float:
+        return self.chol.objective
+
+    def step(self, kappa: int) -> float | None:
+        """Add the best of κ random candidates to S*; the FLOP estimate, or None when full."""
+        t, y = self.t, self.y
+        if not self.pool.size:
+            return None
+        M = self.pool.sample(kappa)
+        width = max(1, min(len(M), self.chunk_bytes // (8 * (2 * t + 1))))
+        best = (-np.inf, None)
+        flops = 0.0
+        for lo in range(0, len(M), width):
+            Mc = M[lo: lo + width]
+            g = self.lam + self.diag[Mc]
+            if t:
+                C = self.chol.solve_c(self.blocks.block(self.S, Mc))
+                num = y[Mc] - C.T @ self.chol.z[:t]
+                schur = g - np.einsum("ij,ij->j", C, C)
+            else:
+                C, num, schur = np.zeros((0, len(Mc))), y[Mc], g
+            flops += 2.0 * t * len(Mc) * (self.d + 1) + t * t * len(Mc)
+            scores = 0.5 * num**2 / schur
+            j = int(np.argmax(scores))
+            if scores[j] > best[0]:
+                best = (scores[j], (int(Mc[j]), C[:, j].copy(), float(schur[j]),
+                                    float(y[Mc[j]])))
+        i, c, schur_i, b_i = best[1]
+        self.chol.append(c, schur_i, b_i)
+        self.S.append(i)
+        self.pool.remove(i)
+        return flops
+
+
 def fit(
     blocks: KernelBlocks,
     y: np.ndarray,
@@ -240,45 +294,15 @@ def fit(
 
     start = time.perf_counter()
     half_yy = 0.5 * float(y @ y)
-    d = getattr(blocks, "d", 0)
     primal_rng, dual_rng = rng.spawn(2)
     X_test, y_test = test if test is not None else (None, None)
     primal = PrimalGreedy(blocks, y, lam, primal_rng, t_max, X_test, chunk_bytes)
     diag = primal.diag
-    dual_pool, dual = _Pool(n, dual_rng), _GrowingCholesky()
-    S_dual: list[int] = []
+    dual = DualGreedy(blocks, y, lam, dual_rng, diag, chunk_bytes)
     rows = {k: [] for k in ("n_basis", "n_basis_dual", "objective", "dual_objective", "gap",
                             "seconds", "flops", "test_rmse")}
     eval_seconds = 0.0
     stop_reason = "max_basis"
-
-    def dual_step() -> float:
-        t = dual.t
-        if not dual_pool.size:
-            return 0.0
-        M = dual_pool.sample(kappa)
-        width = max(1, min(len(M), chunk_bytes // (8 * (2 * t + 1))))
-        best = (-np.inf, None)
-        flops = 0.0
-        for lo in range(0, len(M), width):
-            Mc = M[lo: lo + width]
-            g = lam + diag[Mc]
-            if t:
-                C = dual.solve_c(blocks.block(S_dual, Mc))
-                num = y[Mc] - C.T @ dual.z[:t]
-                schur = g - np.einsum("ij,ij->j", C, C)
-            else:
-                C, num, schur = np.zeros((0, len(Mc))), y[Mc], g
-            flops += 2.0 * t * len(Mc) * (d + 1) + t * t * len(Mc)
-            scores = 0.5 * num**2 / schur
-            j = int(np.argmax(scores))
-            if scores[j] > best[0]:
-                best = (scores[j], (int(Mc[j]), C[:, j].copy(), float(schur[j]), float(y[Mc[j]])))
-        i, c, schur_i, b_i = best[1]
-        dual.append(c, schur_i, b_i)
-        S_dual.append(i)
-        dual_pool.remove(i)
-        return flops
 
     while True:
         if primal.t >= t_max:
@@ -287,7 +311,7 @@ def fit(
         # Once every remaining column is numerically in span(K_{:S}) the primal is at its
         # minimum; the dual goes on alone so that the gap can still close.
         before = (primal.t, dual.t)
-        flops = (primal.step(kappa) or 0.0) + dual_step()
+        flops = (primal.step(kappa) or 0.0) + (dual.step(kappa) or 0.0)
         if (primal.t, dual.t) == before:
             stop_reason = "no admissible candidate left"
             break
@@ -299,7 +323,7 @@ def fit(
         rows["gap"].append(gap)
         rows["flops"].append(flops)
         converged = gap < eps
-        last = converged or primal.t >= t_max or (primal.pool.size == 0 and dual_pool.size == 0)
+        last = converged or primal.t >= t_max or (primal.pool.size == 0 and dual.pool.size == 0)
         test_rmse = np.nan
         if test is not None and (len(rows["gap"]) % eval_every == 0 or last):
             t_eval = time.perf_counter()
@@ -316,9 +340,9 @@ def fit(
 
     basis = np.asarray(primal.S, dtype=np.int64)
     coef = primal.coef()
-    R, R_dual = primal.chol.factor(), dual.factor()
-    basis_dual = np.asarray(S_dual, dtype=np.int64)
-    coef_dual = dual.coef()
+    R, R_dual = primal.chol.factor(), dual.chol.factor()
+    basis_dual = np.asarray(dual.S, dtype=np.int64)
+    coef_dual = dual.chol.coef()
     kernel = blocks.kernel
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -357,6 +381,7 @@ def fit(
         _, var_hi = variance_bounds(X_test)
         summary["test_rmse"] = rmse(mean, y_test)
         summary["test_nlpd"] = gaussian_nlpd(y_test, mean, var_hi)
+        summary["test_coverage_2sd"] = coverage_2sd(y_test, mean, var_hi)
     return result
 
 
