@@ -34,8 +34,6 @@ import math
 import time
 
 import numpy as np
-import scipy.linalg as sla
-import scipy.sparse.linalg as spla
 
 from algorithms.base import (
     Fit,
@@ -47,6 +45,7 @@ from algorithms.base import (
     check_test,
     rmse,
 )
+from algorithms.objectives import REFERENCES, solve_reference
 from algorithms.sgma import PrimalGreedy
 
 # A 2×2 system whose determinant is below this fraction of a11·a22 means φ(x_i) is parallel to
@@ -58,36 +57,6 @@ def theorem31_bound(R0: float, M2: float, lam_z: float, k: np.ndarray) -> np.nda
     """Zhang's Theorem 3.1: ΔR(w^k) ≤ R(0)(M²+λ)² / (λ²k + (M²+λ)²)."""
     c = (M2 + lam_z) ** 2
     return R0 * c / (lam_z**2 * np.asarray(k, dtype=np.float64) + c)
-
-
-REFERENCES = ("cg", "dense", "none")
-
-
-def _solve(blocks: KernelBlocks, y: np.ndarray, sigma2: float, reference: str) -> np.ndarray:
-    """(K + σ²I)⁻¹y for the reference R(ŵ): ``cg`` streams K in row blocks (never n×n),
-    ``dense`` forms K and uses Cholesky, ``none`` returns NaN (ΔR is then NaN)."""
-    n = blocks.n
-    if reference == "none":
-        return np.full(n, np.nan)
-    if reference == "dense":
-        K = blocks.block(slice(None), slice(None))
-        K[np.diag_indices(n)] += sigma2
-        return sla.cho_solve(sla.cho_factor(K, lower=True, check_finite=False), y,
-                             check_finite=False)
-    rows = max(1, 2**25 // (8 * n))  # ≈ 32 MB of kernel rows at a time
-
-    def matvec(v: np.ndarray) -> np.ndarray:
-        out = sigma2 * v
-        for lo in range(0, n, rows):
-            out[lo: lo + rows] += blocks.block(slice(lo, lo + rows), slice(None)) @ v
-        return out
-
-    operator = spla.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
-    x, info = spla.cg(operator, y, rtol=1e-12, atol=0.0, maxiter=10 * n)
-    if info != 0:
-        raise FloatingPointError(f"CG for the reference R(ŵ) did not converge in {info} "
-                                 "iterations; use algorithm.reference=dense")
-    return x
 
 
 class _Reference:
@@ -103,7 +72,7 @@ class _Reference:
         self.diag = blocks.diag()
         self.M2 = float(self.diag.max())
         # R(ŵ) = (λ/2) yᵀ(K + nλI)⁻¹y
-        self.R_hat = 0.5 * self.lam_z * float(y @ _solve(blocks, y, sigma2, reference))
+        self.R_hat = 0.5 * self.lam_z * float(y @ solve_reference(blocks, y, sigma2, reference))
         self.rows: dict[str, list] = {k: [] for k in (
             "n_basis", "objective", "zhang_R", "delta_R", "bound", "gap", "seconds", "flops",
             "test_rmse")}

@@ -113,7 +113,7 @@ def test_bad_parameters(problem, kwargs, match):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_streamed_cg_reference_equals_dense_cholesky(kernel):
-    from algorithms.zhang import _solve
+    from algorithms.objectives import solve_reference as _solve
 
     blocks, y, _, _ = make_problem(n=300, d=5, kernel=kernel)
     cg, dense = (_solve(blocks, y, 0.7, how) for how in ("cg", "dense"))
