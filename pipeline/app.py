@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import time
@@ -67,6 +68,12 @@ def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) ->
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
     options = {k: v for k, v in config["algorithm"].items() if k != "name"}
+    accepted = set(inspect.signature(REGISTRY[name]).parameters) - {"blocks", "y", "lam", "rng",
+                                                                   "test", "kappa"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise InputError(f"algorithm {name} has no option {unknown[0]!r}; its options: "
+                         f"{', '.join(sorted(accepted))}")
     if name in USES_KAPPA:
         options["kappa"] = config["kappa"]
     test = (X_test, y_test) if len(y_test) else None

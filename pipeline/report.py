@@ -12,7 +12,9 @@ An experiment config may define ``report``:
   Runs with a single step (the exact GP) are drawn as dashed horizontal lines.
 - ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
   ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps;
-  ``paper``: text quoted under the table (the published numbers to compare with).
+  ``paper``: text quoted under the table (the published numbers to compare with);
+  ``paired``: a list of ``{metric, a, b, over}``: paired t-tests of algorithm a vs b along the
+  dim ``over`` (e.g. ``dataset.split_seed``).
 
 The table gives, per setting, mean ± sd over distinct jobs of the final basis size, gap, test
 RMSE and job time (plus the extras), and the job status counts. Everything is written beside
@@ -33,6 +35,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from algorithms import USES_KAPPA  # noqa: E402
 from pipeline.results import load  # noqa: E402
@@ -153,6 +156,36 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
     return "\n".join(rows)
 
 
+def paired_tests(ds: xr.Dataset, specs: list[dict]) -> str:
+    """Markdown table of paired t-tests: ``metric`` of algorithm ``a`` vs ``b``, paired along
+    the dim ``over`` (e.g. the data split), separately for every setting of the other dims."""
+    header = ["metric", "setting", "a", "b", "mean a ± sd", "mean b ± sd", "mean(a − b)",
+              "t", "p", "pairs"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for spec in specs:
+        metric, a, b, over = spec["metric"], spec["a"], spec["b"], spec["over"]
+        if metric not in ds or over not in ds.dims:
+            continue
+        values = ds[metric].sel(algorithm=[a, b])
+        others = [d for d in values.dims if d not in ("algorithm", over) and values.sizes[d] > 1]
+        for combo in itertools.product(*(values[d].values.tolist() for d in others)):
+            sel = values.sel(dict(zip(others, combo, strict=True)))
+            sel = sel.isel({d: 0 for d in sel.dims if d not in ("algorithm", over)})
+            va, vb = sel.sel(algorithm=a).values, sel.sel(algorithm=b).values
+            keep = np.isfinite(va) & np.isfinite(vb)
+            va, vb = va[keep], vb[keep]
+            if len(va) < 2:
+                continue
+            with warnings.catch_warnings():  # identical pairs give t = nan
+                warnings.simplefilter("ignore", RuntimeWarning)
+                t, p = stats.ttest_rel(va, vb)
+            setting = " ".join(f"{d}={v}" for d, v in zip(others, combo, strict=True)) or "–"
+            rows.append("| " + " | ".join([
+                metric, setting, a, b, _mean_sd(va), _mean_sd(vb), f"{np.mean(va - vb):.4g}",
+                f"{t:.3g}", f"{p:.3g}", str(len(va))]) + " |")
+    return "\n".join(rows)
+
+
 def overhead_line(ds: xr.Dataset) -> str:
     """Sweep wall time against the ideal (sum of job times / workers), with its phases."""
     timings, workers = ds.attrs.get("timings", {}), int(ds.attrs.get("n_workers", 0))
@@ -182,6 +215,8 @@ def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
     lines = [f"# Sweep `{ds.attrs['sweep']}`", "",
              f"results: `{path}` (git {ds.attrs['git_sha'][:12]}, swept: "
              f"{', '.join(ds.attrs['swept_keys'])})", "", table, ""]
+    if report_cfg.get("paired"):
+        lines += ["Paired t-tests:", "", paired_tests(ds, report_cfg["paired"]), ""]
     if report_cfg.get("paper"):
         lines += [f"Paper: {report_cfg['paper']}", ""]
     lines += [overhead_line(ds), ""]

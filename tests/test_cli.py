@@ -63,6 +63,7 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path):
     (["kappa=0"], ["kappa=0 must be ≥ 1"]),
     (["kernel.width=-2"], ["kernel.width=-2.0 must be > 0"]),
     (["dataset=csv"], ["path"]),
+    (["algorithm=exact", "+algorithm.eps=0.1"], ["algorithm exact has no option 'eps'", "max_n"]),
 ])
 def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments):
     assert_one_line_error(run_cli(tmp_path, *args), *fragments)
