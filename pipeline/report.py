@@ -14,7 +14,8 @@ An experiment config may define ``report``:
   ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps;
   ``paper``: text quoted under the table (the published numbers to compare with);
   ``paired``: a list of ``{metric, a, b, over}``: paired t-tests of algorithm a vs b along the
-  dim ``over`` (e.g. ``dataset.split_seed``).
+  dim ``over`` (e.g. ``dataset.split_seed``); ``average_over``: dims aggregated like the seed
+  (e.g. data splits) in figures and table.
 
 The table gives, per setting, mean ± sd over distinct jobs of the final basis size, gap, test
 RMSE and job time (plus the extras), and the job status counts. Everything is written beside
@@ -49,9 +50,11 @@ TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
 
 
 def settings(ds: xr.Dataset) -> list[dict]:
-    """One dict of coordinates per line: every dim except dataset, seed and step; κ is dropped
-    for algorithms that ignore it (their results repeat along κ)."""
-    dims = [d for d in ds["status"].dims if d not in ("dataset", "seed")]
+    """One dict of coordinates per line: every dim except dataset, step and the dims averaged
+    over (seed, plus the report's ``average_over``); κ is dropped for algorithms that ignore it
+    (their results repeat along κ)."""
+    averaged = ("dataset", "seed", *ds.attrs.get("average_over", ()))
+    dims = [d for d in ds["status"].dims if d not in averaged]
     out = []
     for values in itertools.product(*(ds[d].values.tolist() for d in dims)):
         point = dict(zip(dims, values, strict=True))
@@ -209,6 +212,7 @@ def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
     out_dir = Path(out_dir) if out_dir else path.parent / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     report_cfg = ds.attrs["config"].get("report") or {}
+    ds.attrs["average_over"] = tuple(report_cfg.get("average_over", ()))
     figures = [metric_figure(ds, spec, out_dir, f"fig{i}_{spec['metric']}")
                for i, spec in enumerate(report_cfg.get("figures", DEFAULT_FIGURES), start=1)]
     table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
