@@ -5,7 +5,7 @@
 ``SEED_FREE`` those whose result does not depend on the random seed.
 """
 
-from algorithms import exact, sgma, zhang
+from algorithms import exact, online, sgma, zhang
 from algorithms.base import Fit, InputError, KernelBlocks
 from algorithms.kernels import ArrayKernelBlocks, Kernel
 
@@ -15,6 +15,7 @@ REGISTRY = {
     "zhang_greedy": zhang.fit_greedy,
     "zhang_kappa_greedy": zhang.fit_kappa_greedy,
     "zhang_random": zhang.fit_random,
+    "sparse_online": online.fit,
 }
 USES_KAPPA = {"sgma", "zhang_kappa_greedy"}
 SEED_FREE = {"exact", "zhang_greedy"}

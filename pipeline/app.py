@@ -86,6 +86,8 @@ def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) ->
                               kappa=cert_cfg.get("kappa", 59), tol=cert_cfg.get("tol", 1e-3),
                               max_dual=cert_cfg.get("max_dual", 500),
                               dual_objective=fit.summary.get("dual_objective"))
+        if not math.isfinite(fit.summary.get("objective", math.nan)):
+            fit.summary["objective"] = certificate["objective"]  # L(α) of methods without one
         fit.summary.update({"gap_certified": certificate["gap_certified"],
                             "certified_lower_bound": certificate["objective_lower_bound"],
                             "certificate_dual_steps": certificate["n_dual"]})

@@ -1,0 +1,174 @@
+"""Csató–Opper sparse online GP with KL-optimal basis-vector removal (001; Csató & Opper 2002).
+
+One pass (or ``passes``) over the data in an order drawn from the seed, keeping at most
+``max_basis`` basis vectors (BV). State after t BVs: α (t), C (t×t), Q = K_BV⁻¹ (t×t); the
+posterior has mean μ(x) = k_BV(x)ᵀα and covariance k(x,x') + k_BV(x)ᵀ C k_BV(x'). With Gaussian
+noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,x) (algorithms.md):
+
+    σ_x² = k* + kᵀCk,  q = (y − αᵀk)/(σ₀² + σ_x²),  r = −1/(σ₀² + σ_x²),
+    ê = Qk,  γ = k* − kᵀê   (squared distance of φ(x) from span(BV)).
+
+- γ < ``tol``: sparse update s = Ck + ê; α += q s; C += r s sᵀ.
+- otherwise x joins BV: s = [Ck; 1]; α = [α; 0] + q s; C = [C 0; 0 0] + r s sᵀ;
+  Q = [Q 0; 0 0] + γ⁻¹ [ê; −1][ê; −1]ᵀ.
+- if |BV| > max_basis, the element with the lowest score is removed by the KL-optimal
+  projection (a* = α_i, c* = C_ii, q* = Q_ii; C*, Q* the i-th columns without row i):
+  α ← α − a* Q*/q*;  C ← C + c* Q*Q*ᵀ/q*² − (Q*C*ᵀ + C*Q*ᵀ)/q*;  Q ← Q − Q*Q*ᵀ/q*.
+  Scores: ``approx`` ε_i = α_i²/(Q_ii + C_ii) (eq. 85); ``exact`` the KL divergence between the
+  GP and its projection without i (eq. 83), computed with the two-GP formula of algorithms.md.
+
+Time O(n t²) per pass with O(t²) state; kernel values come from the block provider one row
+against the BV set at a time (never n×n).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from algorithms.base import (
+    Fit,
+    InputError,
+    KernelBlocks,
+    check_lam,
+    check_targets,
+    check_test,
+    coverage_2sd,
+    gaussian_nlpd,
+    rmse,
+)
+
+
+def remove(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, i: int):
+    """KL-optimal removal of basis vector i (001, Csató & Opper 2002 eq. 3.19 form)."""
+    keep = np.arange(len(alpha)) != i
+    a_s, c_s, q_s = alpha[i], C[i, i], Q[i, i]
+    Q_s, C_s = Q[keep, i], C[keep, i]
+    alpha_new = alpha[keep] - a_s * Q_s / q_s
+    C_new = (C[np.ix_(keep, keep)] + c_s * np.outer(Q_s, Q_s) / q_s**2
+             - (np.outer(Q_s, C_s) + np.outer(C_s, Q_s)) / q_s)
+    Q_new = Q[np.ix_(keep, keep)] - np.outer(Q_s, Q_s) / q_s
+    return alpha_new, C_new, Q_new
+
+
+def kl_same_basis(K: np.ndarray, alpha1: np.ndarray, C1: np.ndarray, alpha2: np.ndarray,
+                  C2: np.ndarray) -> float:
+    """KL(GP₁‖GP₂) for two GPs on the same BV set (K = K_BV), the formula of algorithms.md:
+    2KL = Δαᵀ K (I + C₂K)⁻¹ Δα + tr(KC₁) − tr(W₂K(I + C₁K)) + log|I + C₂K| − log|I + C₁K|,
+    W₂ = C₂(I + KC₂)⁻¹, Δα = α₂ − α₁."""
+    eye = np.eye(len(alpha1))
+    d_alpha = alpha2 - alpha1
+    W2 = C2 @ np.linalg.inv(eye + K @ C2)
+    quad = d_alpha @ K @ np.linalg.solve(eye + C2 @ K, d_alpha)
+    logdet2 = np.linalg.slogdet(eye + C2 @ K)[1]
+    logdet1 = np.linalg.slogdet(eye + C1 @ K)[1]
+    return 0.5 * float(quad + np.trace(K @ C1) - np.trace(W2 @ K @ (eye + C1 @ K))
+                       + logdet2 - logdet1)
+
+
+def scores(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, K: np.ndarray | None,
+           kind: str) -> np.ndarray:
+    """Removal scores of every BV: ``approx`` (eq. 85) or ``exact`` KL (eq. 83; needs K_BV)."""
+    if kind == "approx":
+        return alpha**2 / (np.diag(Q) + np.diag(C))
+    out = np.empty(len(alpha))
+    for i in range(len(alpha)):  # KL to the projection, embedded with a zero row/column for i
+        a2, C2, _ = remove(alpha, C, Q, i)
+        keep = np.arange(len(alpha)) != i
+        alpha_e, C_e = np.zeros_like(alpha), np.zeros_like(C)
+        alpha_e[keep], C_e[np.ix_(keep, keep)] = a2, C2
+        out[i] = kl_same_basis(K, alpha, C, alpha_e, C_e)
+    return out
+
+
+def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+        test: tuple[np.ndarray, np.ndarray] | None = None, max_basis: int = 50,
+        tol: float = 1e-6, score: str = "approx", passes: int = 1,
+        eval_every: int = 500) -> Fit:
+    """Sparse online GP over the training set in a seeded random order; see module docstring.
+
+    Trace per processed point: ``n_basis``, ``removals`` (cumulative), ``seconds`` and, every
+    ``eval_every`` points and at the end, ``test_rmse``.
+    """
+    sigma2 = check_lam(lam)
+    n = blocks.n
+    y = check_targets(y, n)
+    test = check_test(test, getattr(blocks, "d", None))
+    if score not in ("approx", "exact"):
+        raise InputError(f"score={score!r} must be 'approx' (eq. 85) or 'exact' (eq. 83)")
+    if not isinstance(max_basis, (int, np.integer)) or max_basis < 1:
+        raise InputError(f"max_basis={max_basis!r} must be an integer ≥ 1")
+    if tol < 0 or passes < 1 or eval_every < 1:
+        raise InputError(f"tol={tol}, passes={passes}, eval_every={eval_every}: need tol ≥ 0, "
+                         "passes ≥ 1, eval_every ≥ 1")
+    start = time.perf_counter()
+    diag = blocks.diag()
+    BV: list[int] = []
+    alpha, C, Q = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
+    removals = 0
+    rows: dict[str, list] = {k: [] for k in ("n_basis", "removals", "seconds", "test_rmse")}
+    eval_seconds = 0.0
+    step = 0
+    for _ in range(passes):
+        for j in rng.permutation(n):
+            k = blocks.block([j], BV)[0] if BV else np.zeros(0)
+            Ck = C @ k
+            denom = sigma2 + diag[j] + k @ Ck
+            q, r = (y[j] - alpha @ k) / denom, -1.0 / denom
+            e_hat = Q @ k
+            gamma = diag[j] - k @ e_hat
+            if gamma < tol:
+                s = Ck + e_hat
+                alpha = alpha + q * s
+                C = C + r * np.outer(s, s)
+            else:
+                s = np.append(Ck, 1.0)
+                alpha = np.append(alpha, 0.0) + q * s
+                C = np.pad(C, (0, 1)) + r * np.outer(s, s)
+                u = np.append(e_hat, -1.0)
+                Q = np.pad(Q, (0, 1)) + np.outer(u, u) / gamma
+                BV.append(int(j))
+                if len(BV) > max_basis:
+                    K_BV = blocks.block(BV, BV) if score == "exact" else None
+                    worst = int(np.argmin(scores(alpha, C, Q, K_BV, score)))
+                    alpha, C, Q = remove(alpha, C, Q, worst)
+                    del BV[worst]
+                    removals += 1
+            step += 1
+            test_rmse = math.nan
+            if test is not None and (step % eval_every == 0 or step == n * passes):
+                t_eval = time.perf_counter()
+                test_rmse = rmse(blocks.cross(test[0], BV) @ alpha, test[1])
+                eval_seconds += time.perf_counter() - t_eval
+            rows["n_basis"].append(len(BV))
+            rows["removals"].append(removals)
+            rows["seconds"].append(time.perf_counter() - start - eval_seconds)
+            rows["test_rmse"].append(test_rmse)
+    if not np.all(np.isfinite(alpha)):
+        raise FloatingPointError("sparse online GP produced non-finite coefficients; raise lam "
+                                 "or tol")
+    basis = np.asarray(BV, dtype=np.int64)
+    kernel = blocks.kernel
+    X_basis = blocks.inputs(basis)
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        Kx = kernel(X_new, X_basis)
+        var = kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
+        return var, var
+
+    trace = {key: np.asarray(v, dtype=np.float64) for key, v in rows.items()}
+    trace["gap"] = np.full(len(trace["n_basis"]), np.nan)  # no duality gap in this method
+    summary: dict = {"n_basis": len(BV), "removals": removals, "gap": math.nan,
+                     "objective": math.nan, "seconds": float(trace["seconds"][-1]),
+                     "stop_reason": f"{passes} pass(es) over {n} points", "jitter": 0.0}
+    result = Fit("sparse_online", basis, alpha, X_basis, kernel, sigma2, trace, summary,
+                 variance_bounds, extras={"C": C, "Q": Q})
+    if test is not None:
+        mean = result.predict(test[0])
+        var, _ = variance_bounds(test[0])
+        summary["test_rmse"] = rmse(mean, test[1])
+        summary["test_nlpd"] = gaussian_nlpd(test[1], mean, var)
+        summary["test_coverage_2sd"] = coverage_2sd(test[1], mean, var)
+    return result

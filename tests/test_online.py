@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+
+from algorithms import InputError, Kernel
+from algorithms.exact import fit as exact_fit
+from algorithms.online import fit, kl_same_basis, remove, scores
+from tests.conftest import make_problem
+
+
+def gaussian_kl(m1, S1, m2, S2):
+    d = len(m1)
+    S2inv = np.linalg.inv(S2)
+    return 0.5 * (np.trace(S2inv @ S1) + (m2 - m1) @ S2inv @ (m2 - m1) - d
+                  + np.linalg.slogdet(S2)[1] - np.linalg.slogdet(S1)[1])
+
+
+@pytest.mark.parametrize("kernel", [Kernel("rbf", {"width": 2.0}), Kernel("matern32")])
+def test_no_sparsity_equals_the_exact_gp_posterior(kernel):
+    blocks, y, X_test, y_test = make_problem(n=50, d=3, kernel=kernel)
+    online = fit(blocks, y, lam=0.1, rng=np.random.default_rng(0), max_basis=50, tol=0.0,
+                 test=(X_test, y_test))
+    exact = exact_fit(blocks, y, lam=0.1)
+    np.testing.assert_allclose(online.predict(X_test), exact.predict(X_test), atol=1e-9)
+    np.testing.assert_allclose(online.variance_bounds(X_test)[0],
+                               exact.variance_bounds(X_test)[0], atol=1e-9)
+    K = blocks.block(online.basis, online.basis)  # posterior covariance on the BV set
+    np.testing.assert_allclose(online.extras["C"], -np.linalg.inv(K + 0.1 * np.eye(50)),
+                               atol=1e-9)
+    assert online.summary["removals"] == 0
+
+
+def online_state(seed=0, n=40, max_basis=40):
+    blocks, y, _, _ = make_problem(n=n, d=3, seed=seed)
+    f = fit(blocks, y, lam=0.1, rng=np.random.default_rng(seed), max_basis=max_basis, tol=1e-8)
+    return blocks, f.basis, f.coef, f.extras["C"], f.extras["Q"]
+
+
+@pytest.mark.parametrize("i", [0, 7, 21])
+def test_removal_is_the_kl_optimal_projection(i):
+    blocks, BV, alpha, C, Q = online_state()
+    K = blocks.block(BV, BV)
+    keep = np.arange(len(BV)) != i
+    P = np.linalg.solve(K[np.ix_(keep, keep)], K[keep, :])  # projection onto span(BV \\ i)
+    a2, C2, Q2 = remove(alpha, C, Q, i)
+    np.testing.assert_allclose(a2, P @ alpha, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(C2, P @ C @ P.T, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(Q2 @ K[np.ix_(keep, keep)], np.eye(keep.sum()), atol=1e-7)
+
+
+def test_kl_formula_and_exact_score_equal_the_gaussian_kl_on_the_basis():
+    blocks, BV, alpha, C, Q = online_state(n=25, max_basis=25)
+    K = blocks.block(BV, BV)
+    exact = scores(alpha, C, Q, K, "exact")
+    for i in (0, 4, 12):
+        a2, C2, _ = remove(alpha, C, Q, i)
+        keep = np.arange(len(BV)) != i
+        alpha_e, C_e = np.zeros_like(alpha), np.zeros_like(C)
+        alpha_e[keep], C_e[np.ix_(keep, keep)] = a2, C2
+        brute = gaussian_kl(K @ alpha, K + K @ C @ K, K @ alpha_e, K + K @ C_e @ K)
+        assert kl_same_basis(K, alpha, C, alpha_e, C_e) == pytest.approx(brute, rel=1e-6)
+        assert exact[i] == pytest.approx(brute, rel=1e-6)
+    assert np.all(exact >= -1e-12)
+
+
+@pytest.mark.parametrize("score", ["approx", "exact"])
+def test_q_stays_the_inverse_of_k_bv_through_many_removals(score):
+    blocks, y, X_test, y_test = make_problem(n=300, d=2, seed=3)
+    f = fit(blocks, y, lam=0.05, rng=np.random.default_rng(1), max_basis=15, tol=1e-6,
+            score=score, test=(X_test, y_test), eval_every=100)
+    assert f.summary["removals"] > 20 and f.summary["n_basis"] == 15
+    K = blocks.block(f.basis, f.basis)
+    err = np.abs(f.extras["Q"] @ K - np.eye(15)).max()
+    assert err < 1e-8 * np.linalg.cond(K)
+    assert np.isfinite(f.summary["test_rmse"])
+    assert np.all(np.diff(f.trace["removals"]) >= 0) and f.trace["n_basis"].max() <= 15
+
+
+@pytest.mark.parametrize("kwargs,match", [({"score": "best"}, "score='best'"),
+                                          ({"max_basis": 0}, "max_basis=0"),
+                                          ({"lam": -1.0}, "lam=-1.0")])
+def test_bad_options(problem, kwargs, match):
+    blocks, y, _, _ = problem
+    with pytest.raises(InputError, match=match):
+        fit(blocks, y, **{"lam": 0.1, "rng": np.random.default_rng(0), **kwargs})
