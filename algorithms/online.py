@@ -84,13 +84,25 @@ def scores(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, K: np.ndarray | None
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
-        test: tuple[np.ndarray, np.ndarray] | None = None, max_basis: int = 50,
+        test: tuple[np.ndarray, np.ndarray] | None = None, max_basis: int | str = 50,
         tol: float = 1e-6, score: str = "approx", passes: int = 1,
-        eval_every: int = 500) -> Fit:
+        eval_every: int = 500, n_points: int | None = None, compare_scores: bool = False,
+        trace_kl: bool = False) -> Fit:
     """Sparse online GP over the training set in a seeded random order; see module docstring.
 
-    Trace per processed point: ``n_basis``, ``removals`` (cumulative), ``seconds`` and, every
-    ``eval_every`` points and at the end, ``test_rmse``.
+    ``max_basis`` is a count, ``"NN%"`` (a percentage of the points processed per pass) or
+    ``"none"`` (no sparsity). Trace per processed point: ``n_basis``, ``removals`` (cumulative),
+    ``seconds`` and, every
+    ``eval_every`` points and at the end, ``test_rmse``. Options for the experiments of 001:
+
+    - ``n_points``: process only the first n_points of each pass's permutation (a random
+      training subset of that size, drawn from the seed);
+    - ``compare_scores``: at every removal (and once at the end) find the element the
+      approximate score (eq. 85) and the exact KL score (eq. 83) would remove; the summary gets
+      ``omission_rate`` (fraction of removals where they differ) and ``end_omission``
+      (whether they differ at the end, the no-sparsity case of Fig. 3.4);
+    - ``trace_kl``: trace ``kl_forward`` KL(GP_t‖GP_{t+1}) and ``kl_backward`` KL(GP_{t+1}‖GP_t)
+      between successive GPs (Fig. 3.2), both on the union of their BV sets.
     """
     sigma2 = check_lam(lam)
     n = blocks.n
@@ -98,13 +110,16 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     test = check_test(test, getattr(blocks, "d", None))
     if score not in ("approx", "exact"):
         raise InputError(f"score={score!r} must be 'approx' (eq. 85) or 'exact' (eq. 83)")
-    if not isinstance(max_basis, (int, np.integer)) or max_basis < 1:
-        raise InputError(f"max_basis={max_basis!r} must be an integer ≥ 1")
+    if n_points is not None and not 1 <= n_points <= n:
+        raise InputError(f"n_points={n_points} must be between 1 and n={n}")
+    max_basis = _resolve_max_basis(max_basis, n_points or n)
     if tol < 0 or passes < 1 or eval_every < 1:
         raise InputError(f"tol={tol}, passes={passes}, eval_every={eval_every}: need tol ≥ 0, "
                          "passes ≥ 1, eval_every ≥ 1")
     start = time.perf_counter()
     diag = blocks.diag()
+    compared, differ = 0, 0
+    kl_rows: dict[str, list] = {"kl_forward": [], "kl_backward": []}
     BV: list[int] = []
     alpha, C, Q = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
     removals = 0
@@ -112,7 +127,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     eval_seconds = 0.0
     step = 0
     for _ in range(passes):
-        for j in rng.permutation(n):
+        for j in rng.permutation(n)[:n_points]:
+            previous = (list(BV), alpha, C) if trace_kl else None
             k = blocks.block([j], BV)[0] if BV else np.zeros(0)
             Ck = C @ k
             denom = sigma2 + diag[j] + k @ Ck
@@ -131,14 +147,22 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                 Q = np.pad(Q, (0, 1)) + np.outer(u, u) / gamma
                 BV.append(int(j))
                 if len(BV) > max_basis:
-                    K_BV = blocks.block(BV, BV) if score == "exact" else None
+                    K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None
                     worst = int(np.argmin(scores(alpha, C, Q, K_BV, score)))
+                    if compare_scores:
+                        other = "exact" if score == "approx" else "approx"
+                        compared += 1
+                        differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
                     alpha, C, Q = remove(alpha, C, Q, worst)
                     del BV[worst]
                     removals += 1
             step += 1
+            if trace_kl:
+                forward, backward = _successive_kl(blocks, previous, (BV, alpha, C))
+                kl_rows["kl_forward"].append(forward)
+                kl_rows["kl_backward"].append(backward)
             test_rmse = math.nan
-            if test is not None and (step % eval_every == 0 or step == n * passes):
+            if test is not None and (step % eval_every == 0 or step == (n_points or n) * passes):
                 t_eval = time.perf_counter()
                 test_rmse = rmse(blocks.cross(test[0], BV) @ alpha, test[1])
                 eval_seconds += time.perf_counter() - t_eval
@@ -160,9 +184,20 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
 
     trace = {key: np.asarray(v, dtype=np.float64) for key, v in rows.items()}
     trace["gap"] = np.full(len(trace["n_basis"]), np.nan)  # no duality gap in this method
+    if trace_kl:
+        trace.update({key: np.asarray(v, dtype=np.float64) for key, v in kl_rows.items()})
     summary: dict = {"n_basis": len(BV), "removals": removals, "gap": math.nan,
                      "objective": math.nan, "seconds": float(trace["seconds"][-1]),
-                     "stop_reason": f"{passes} pass(es) over {n} points", "jitter": 0.0}
+                     "stop_reason": f"{passes} pass(es) over {n_points or n} points",
+                     "jitter": 0.0}
+    if compare_scores:
+        summary["omission_rate"] = differ / compared if compared else math.nan
+        summary["n_removals_compared"] = compared
+        if len(BV) > 1:
+            K_BV = blocks.block(BV, BV)
+            summary["end_omission"] = float(
+                np.argmin(scores(alpha, C, Q, K_BV, "approx"))
+                != np.argmin(scores(alpha, C, Q, K_BV, "exact")))
     result = Fit("sparse_online", basis, alpha, X_basis, kernel, sigma2, trace, summary,
                  variance_bounds, extras={"C": C, "Q": Q})
     if test is not None:
@@ -172,3 +207,38 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         summary["test_nlpd"] = gaussian_nlpd(test[1], mean, var)
         summary["test_coverage_2sd"] = coverage_2sd(test[1], mean, var)
     return result
+
+
+def _successive_kl(blocks: KernelBlocks, before: tuple, after: tuple) -> tuple[float, float]:
+    """(KL(GP_before‖GP_after), KL(GP_after‖GP_before)), both embedded in the union BV set."""
+    union = list(dict.fromkeys([*before[0], *after[0]]))
+    if not union:
+        return 0.0, 0.0
+    index = {j: u for u, j in enumerate(union)}
+    K = blocks.block(union, union)
+
+    def embed(state: tuple) -> tuple[np.ndarray, np.ndarray]:
+        basis, alpha, C = state
+        pos = [index[j] for j in basis]
+        a, Cu = np.zeros(len(union)), np.zeros((len(union), len(union)))
+        a[pos], Cu[np.ix_(pos, pos)] = alpha, C
+        return a, Cu
+
+    (a1, C1), (a2, C2) = embed(before), embed(after)
+    return kl_same_basis(K, a1, C1, a2, C2), kl_same_basis(K, a2, C2, a1, C1)
+
+
+def _resolve_max_basis(max_basis: int | str, points: int) -> int:
+    if isinstance(max_basis, str):
+        text = max_basis.strip().lower()
+        if text == "none":
+            return points
+        if text.endswith("%"):
+            try:
+                return max(1, math.ceil(float(text[:-1]) / 100 * points))
+            except ValueError:
+                pass
+    elif isinstance(max_basis, (int, np.integer)) and max_basis >= 1:
+        return int(max_basis)
+    raise InputError(f"max_basis={max_basis!r} must be an integer ≥ 1, a percentage like '90%' "
+                     "or 'none'")

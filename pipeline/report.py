@@ -4,7 +4,8 @@
 
 An experiment config may define ``report``:
 
-- ``figures``: a list of ``{metric, logy, title, band, reference, scale_by_step}``; the default
+- ``figures``: a list of ``{metric, logy, title, band, reference, scale_by_step}``, or of
+  ``{metric, x, lines}`` for a final value against a swept key (one line per ``lines``); the default
   is one "metric vs step per algorithm" figure for each of gap, test RMSE and objective. Each
   panel is one dataset; each line one setting of the other swept dims, the mean over seeds with
   a min–max band (``band: false`` drops it). ``reference`` names a second trace variable drawn
@@ -81,7 +82,39 @@ def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
     return ds.sel(sel)
 
 
+def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+    """A final (per-job) metric against a swept coordinate ``x``, one line per ``lines`` value,
+    mean over the seeds with a ±1 standard-error band."""
+    metric, x, lines = spec["metric"], spec["x"], spec.get("lines")
+    if metric not in ds or x not in ds.dims:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    groups = ds[lines].values.tolist() if lines in ds.dims else [None]
+    for group in groups:
+        values = ds[metric] if group is None else ds[metric].sel({lines: group})
+        other = [d for d in values.dims if d != x]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = values.mean(other, skipna=True).values
+            count = np.isfinite(values).sum(other).values
+            se = values.std(other, skipna=True).values / np.sqrt(np.maximum(count, 1))
+        if not np.isfinite(mean).any():
+            continue
+        coords = ds[x].values
+        line = ax.plot(coords, mean, "o-", label=f"{lines}={group}" if lines else metric)[0]
+        ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
+    ax.set(xlabel=x, ylabel=metric, title=spec.get("title", metric))
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / f"{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+    if "x" in spec:
+        return sweep_figure(ds, spec, out_dir, name)
     metric = spec["metric"]
     if metric not in ds:
         return None

@@ -38,3 +38,30 @@ def test_zhang2001_reduced(tmp_path):
     assert "final_R_hat" in text and "delta_R at step 10" in text and "R(ŵ) ≈ 3.03" in text
     for i in (1, 2, 3, 4):
         assert next(report.parent.glob(f"fig{i}_*.png")).stat().st_size > 5000
+
+
+def test_csato2002_experiments_reduced(tmp_path):
+    path = run_experiment(tmp_path, "experiment=csato2002_kl", "dataset.n_train=120",
+                          "dataset.n_test=50", "algorithm.max_basis=15", "seed=range(0,2)")
+    ds = load(path).load()
+    assert ds.sizes["step"] == 120
+    kl = ds["kl_forward"].squeeze()
+    assert (kl >= -1e-9).all() and np.isfinite(kl).all()
+    assert int(ds["n_basis"].max()) == 15
+    report = render(path)
+    assert next(report.parent.glob("fig1_kl_forward.png")).stat().st_size > 5000
+
+    path = run_experiment(tmp_path, "experiment=csato2002_omission", "dataset.n_train=300",
+                          "algorithm.n_points=20,40", "algorithm.max_basis=none,10",
+                          "seed=range(0,6)")
+    ds = load(path).load()
+    rate = ds["final_omission_rate"].squeeze()
+    assert np.isnan(rate.sel({"algorithm.max_basis": "none"})).all()  # no removals
+    assert ((rate.sel({"algorithm.max_basis": "10"}) >= 0)
+            & (rate.sel({"algorithm.max_basis": "10"}) <= 1)).all()
+    end = ds["final_end_omission"].squeeze()
+    assert set(np.unique(end.values)) <= {0.0, 1.0}
+    text = render(path).read_text()
+    assert "final_omission_rate" in text
+    assert next((tmp_path / "outputs" / "csato2002_omission" / "report").glob(
+        "fig1_*.png")).stat().st_size > 5000

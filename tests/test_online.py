@@ -77,8 +77,32 @@ def test_q_stays_the_inverse_of_k_bv_through_many_removals(score):
 
 @pytest.mark.parametrize("kwargs,match", [({"score": "best"}, "score='best'"),
                                           ({"max_basis": 0}, "max_basis=0"),
+                                          ({"max_basis": "lots"}, "max_basis='lots'"),
                                           ({"lam": -1.0}, "lam=-1.0")])
 def test_bad_options(problem, kwargs, match):
     blocks, y, _, _ = problem
     with pytest.raises(InputError, match=match):
         fit(blocks, y, **{"lam": 0.1, "rng": np.random.default_rng(0), **kwargs})
+
+
+def test_successive_kl_and_score_comparison_options():
+    blocks, y, X_test, y_test = make_problem(n=120, d=3)
+    f = fit(blocks, y, lam=0.05, rng=np.random.default_rng(0), max_basis=20, n_points=100,
+            compare_scores=True, trace_kl=True, test=(X_test, y_test), eval_every=1000)
+    assert len(f.trace["n_basis"]) == 100 and np.isfinite(f.trace["test_rmse"][-1])
+    assert np.all(f.trace["kl_forward"] >= -1e-9) and np.all(f.trace["kl_backward"] >= -1e-9)
+    assert f.summary["n_removals_compared"] == f.summary["removals"] == 80
+    assert 0.0 <= f.summary["omission_rate"] <= 1.0
+    # the first step moves the prior to a one-point posterior: KL(prior‖post) by hand
+    x0 = blocks.X[np.random.default_rng(0).permutation(120)[0]]
+    k00 = blocks.kernel(x0[None], x0[None])[0, 0]
+    kl_first = 0.5 * (np.log((k00 + 0.05) / 0.05) - k00 / (k00 + 0.05))  # var only part
+    assert f.trace["kl_backward"][0] >= kl_first - 1e-9
+
+
+def test_max_basis_as_percentage_or_none(problem):
+    blocks, y, _, _ = problem
+    run = lambda mb: fit(blocks, y, lam=0.1, rng=np.random.default_rng(0), max_basis=mb,  # noqa: E731
+                         n_points=40, tol=0.0)
+    assert run("90%").summary["n_basis"] == 36 and run("90%").summary["removals"] == 4
+    assert run("none").summary["removals"] == 0 and run("none").summary["n_basis"] == 40
