@@ -46,6 +46,12 @@ def job_config(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
 
 
+def algorithm_options(name: str) -> set[str]:
+    """The options ``algorithm.<option>`` that algorithm ``name`` takes."""
+    return set(inspect.signature(REGISTRY[name]).parameters) - {"blocks", "y", "lam", "rng",
+                                                                 "test", "kappa"}
+
+
 def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) -> JobOutcome:
     """Validate a resolved job config, ingest its dataset, fit, and write ``result_path``.
 
@@ -68,8 +74,7 @@ def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) ->
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
     options = {k: v for k, v in config["algorithm"].items() if k != "name"}
-    accepted = set(inspect.signature(REGISTRY[name]).parameters) - {"blocks", "y", "lam", "rng",
-                                                                   "test", "kappa"}
+    accepted = algorithm_options(name)
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise InputError(f"algorithm {name} has no option {unknown[0]!r}; its options: "

@@ -83,28 +83,32 @@ def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
 
 
 def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
-    """A final (per-job) metric against a swept coordinate ``x``, one line per ``lines`` value,
-    mean over the seeds with a ±1 standard-error band."""
+    """A final (per-job) metric against a swept coordinate ``x``, one panel per dataset and one
+    line per ``lines`` value, mean over the other dims with a ±1 standard-error band."""
     metric, x, lines = spec["metric"], spec["x"], spec.get("lines")
     if metric not in ds or x not in ds.dims:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    datasets = ds["dataset"].values.tolist()
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
     groups = ds[lines].values.tolist() if lines in ds.dims else [None]
-    for group in groups:
-        values = ds[metric] if group is None else ds[metric].sel({lines: group})
-        other = [d for d in values.dims if d != x]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = values.mean(other, skipna=True).values
-            count = np.isfinite(values).sum(other).values
-            se = values.std(other, skipna=True).values / np.sqrt(np.maximum(count, 1))
-        if not np.isfinite(mean).any():
-            continue
-        coords = ds[x].values
-        line = ax.plot(coords, mean, "o-", label=f"{lines}={group}" if lines else metric)[0]
-        ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
-    ax.set(xlabel=x, ylabel=metric, title=spec.get("title", metric))
-    ax.legend(fontsize=7)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        for group in groups:
+            values = ds[metric].sel(dataset=dataset)
+            if group is not None:
+                values = values.sel({lines: group})
+            other = [d for d in values.dims if d != x]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = values.mean(other, skipna=True).values
+                count = np.isfinite(values).sum(other).values
+                se = values.std(other, skipna=True).values / np.sqrt(np.maximum(count, 1))
+            if not np.isfinite(mean).any():
+                continue
+            coords = ds[x].values
+            line = ax.plot(coords, mean, "o-", label=f"{lines}={group}" if lines else metric)[0]
+            ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
+        ax.set(xlabel=x, ylabel=metric, title=f"{spec.get('title', metric)}: {dataset}")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     path = out_dir / f"{name}.png"
     fig.savefig(path, dpi=110)

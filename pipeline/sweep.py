@@ -30,8 +30,9 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from algorithms import REGISTRY
 from algorithms.base import InputError
-from pipeline.app import job_config, run_job
+from pipeline.app import algorithm_options, job_config, run_job
 from pipeline.cluster import connect, job_script
 from pipeline.datasets import ingest
 from pipeline.results import FIXED_DIMS, config_hash, consolidate, job_status, write_job_failure
@@ -197,11 +198,16 @@ def launch(master: DictConfig, config_loader, job_overrides: Sequence[Sequence[s
     extra_dims = [k for k in swept_keys(job_overrides) if k not in FIXED_DIMS]
     jobs: list[_Job] = []
     sweep_configs = compose_jobs(master, config_loader, job_overrides)
+    ignored: dict[str, set[str]] = {}
     for overrides, cfg in zip(job_overrides, sweep_configs, strict=True):
         config = job_config(cfg)
         config["store_root"] = str(Path(config["store_root"]).resolve())
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *extra_dims)}
+        _drop_inapplicable_options(config, ignored)
         jobs.append(_Job(list(overrides), config, config_hash(config), coords))
+    for name, keys in sorted(ignored.items()):
+        print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its jobs, "
+              "which are repeated along those dims", flush=True)
     _check_distinct_coordinates(jobs)
 
     unique: dict[str, _Job] = {}
@@ -274,6 +280,18 @@ def _collect(future, job: _Job, jobs_dir: Path) -> dict:
         error = f"{type(err).__name__}: {err}"
     write_job_failure(job.config, error, jobs_dir / f"{job.hash}.nc", {"worker": ""})
     return {"status": "failed", "error": error}
+
+
+def _drop_inapplicable_options(config: dict, ignored: dict[str, set[str]]) -> None:
+    """In a sweep over several algorithms, an option one of them does not take (SGMA's eps for
+    the exact GP, say) is dropped from that algorithm's jobs, as κ is for algorithms that do
+    not use it; a single job with such an option is still an error (pipeline.app.run_job)."""
+    name = config["algorithm"]["name"]
+    if name not in REGISTRY:
+        return  # reported by the job itself
+    for key in set(config["algorithm"]) - {"name"} - algorithm_options(name):
+        del config["algorithm"][key]
+        ignored.setdefault(name, set()).add(key)
 
 
 def _check_distinct_coordinates(jobs: list[_Job]) -> None:

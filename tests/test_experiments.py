@@ -65,3 +65,21 @@ def test_csato2002_experiments_reduced(tmp_path):
     assert "final_omission_rate" in text
     assert next((tmp_path / "outputs" / "csato2002_omission" / "report").glob(
         "fig1_*.png")).stat().st_size > 5000
+
+
+def test_csato2002_comparison_reduced_drops_options_an_algorithm_does_not_take(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m",
+                           "experiment=csato2002_comparison", "dataset.n_train=300",
+                           "algorithm.max_basis=10,20", "cluster.n_workers=2",
+                           "cluster.dashboard_address=:0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "note: exact takes no option eps, max_basis" in proc.stdout
+    assert "12 sweep points, 10 distinct jobs" in proc.stdout  # exact: one job per dataset
+    ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: ")).load()
+    rmse = ds["final_test_rmse"].squeeze()
+    exact = rmse.sel(algorithm="exact")
+    assert (exact.sel({"algorithm.max_basis": 10}) == exact.sel({"algorithm.max_basis": 20})).all()
+    assert (ds["final_n_basis"].sel(algorithm="sparse_online").squeeze().values
+            == np.array([[10, 20], [10, 20]])).all()
+    assert render(proc.stdout.strip().splitlines()[-1].removeprefix("results: ")).exists()
