@@ -103,7 +103,25 @@ class _GrowingCholesky:
         return self.R[: self.t, : self.t].copy()
 
 
-class PrimalGreedy:
+class _GreedySupport:
+    """A support S grown greedily from a pool of unselected indices, with the Cholesky factor
+    of its quadratic form; the objective is −½‖z‖² (see _GrowingCholesky)."""
+
+    def __init__(self, n: int, rng: np.random.Generator) -> None:
+        self.pool = _Pool(n, rng)
+        self.chol = _GrowingCholesky()
+        self.S: list[int] = []
+
+    @property
+    def t(self) -> int:
+        return self.chol.t
+
+    @property
+    def objective(self) -> float:
+        return self.chol.objective
+
+
+class PrimalGreedy(_GreedySupport):
     """Greedy minimisation of the primal L(Pβ) over a growing support S (the primal half of 002
     Algorithm 1): each :meth:`step` scores κ random unselected candidates with one GEMM and
     appends the best to S, K_{:S} and the Cholesky factor of G = σ²K_SS + K_{:S}ᵀK_{:S}.
@@ -117,9 +135,7 @@ class PrimalGreedy:
         self.blocks, self.y, self.lam = blocks, y, lam
         self.n, self.d = blocks.n, getattr(blocks, "d", 0)
         self.diag = blocks.diag()
-        self.pool = _Pool(self.n, rng)
-        self.chol = _GrowingCholesky()
-        self.S: list[int] = []
+        super().__init__(self.n, rng)
         self.t_max, self.chunk_bytes = t_max, chunk_bytes
         self.n_degenerate = 0
         # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
@@ -128,14 +144,6 @@ class PrimalGreedy:
         self.X_test = X_test
         if X_test is not None:
             self.K_test_S = np.empty((X_test.shape[0], self.KS.shape[1]), order="F")
-
-    @property
-    def t(self) -> int:
-        return self.chol.t
-
-    @property
-    def objective(self) -> float:
-        return self.chol.objective
 
     def coef(self) -> np.ndarray:
         return self.chol.coef()
@@ -197,7 +205,7 @@ class PrimalGreedy:
         self.pool.remove(i)
 
 
-class DualGreedy:
+class DualGreedy(_GreedySupport):
     """Greedy minimisation of the dual L*(Pβ*) = −y_Sᵀβ* + ½β*ᵀ(σ²I + K_SS)β* (the dual half of
     002 Algorithm 1). It needs only K_SS and K_{S,M}: O(κ t) kernel values per step."""
 
@@ -206,18 +214,8 @@ class DualGreedy:
         self.blocks, self.y, self.lam = blocks, y, lam
         self.d = getattr(blocks, "d", 0)
         self.diag = blocks.diag() if diag is None else diag
-        self.pool = _Pool(blocks.n, rng)
-        self.chol = _GrowingCholesky()
-        self.S: list[int] = []
+        super().__init__(blocks.n, rng)
         self.chunk_bytes = chunk_bytes
-
-    @property
-    def t(self) -> int:
-        return self.chol.t
-
-    @property
-    def objective(self) -> float:
-        return self.chol.objective
 
     def step(self, kappa: int) -> float | None:
         """Add the best of κ random candidates to S*; the FLOP estimate, or None when full."""

@@ -82,6 +82,13 @@ def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
     return ds.sel(sel)
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
     """A final (per-job) metric against a swept coordinate ``x``, one panel per dataset and one
     line per ``lines`` value, mean over the other dims with a ±1 standard-error band."""
@@ -109,11 +116,7 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path |
             ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
         ax.set(xlabel=x, ylabel=metric, title=f"{spec.get('title', metric)}: {dataset}")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / f"{name}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir / f"{name}.png")
 
 
 def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
@@ -155,11 +158,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
         if spec.get("logy"):
             ax.set_yscale("log")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / f"{name}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir / f"{name}.png")
 
 
 def _mean_sd(values: np.ndarray) -> str:
