@@ -17,8 +17,8 @@ noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,
   Scores: ``approx`` ε_i = α_i²/(Q_ii + C_ii) (eq. 85); ``exact`` the KL divergence between the
   GP and its projection without i (eq. 83), computed with the two-GP formula of algorithms.md.
 
-Time O(n t²) per pass with O(t²) state; kernel values come from the block provider one row
-against the BV set at a time (never n×n).
+Time O(n t²) per pass with O(t²) state; kernel values come from the block provider in row
+chunks: k(X_chunk, X_BV) once per ``chunk_rows`` points, plus one column per added BV (never n×n).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         test: tuple[np.ndarray, np.ndarray] | None = None, max_basis: int | str = 50,
         tol: float = 1e-6, score: str = "approx", passes: int = 1,
         eval_every: int = 500, n_points: int | None = None, compare_scores: bool = False,
-        trace_kl: bool = False) -> Fit:
+        trace_kl: bool = False, chunk_rows: int = 256) -> Fit:
     """Sparse online GP over the training set in a seeded random order; see module docstring.
 
     ``max_basis`` is a count, ``"NN%"`` (a percentage of the points processed per pass) or
@@ -113,9 +113,9 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     if n_points is not None and not 1 <= n_points <= n:
         raise InputError(f"n_points={n_points} must be between 1 and n={n}")
     max_basis = _resolve_max_basis(max_basis, n_points or n)
-    if tol < 0 or passes < 1 or eval_every < 1:
-        raise InputError(f"tol={tol}, passes={passes}, eval_every={eval_every}: need tol ≥ 0, "
-                         "passes ≥ 1, eval_every ≥ 1")
+    if tol < 0 or passes < 1 or eval_every < 1 or chunk_rows < 1:
+        raise InputError(f"tol={tol}, passes={passes}, eval_every={eval_every}, chunk_rows="
+                         f"{chunk_rows}: need tol ≥ 0 and the others ≥ 1")
     start = time.perf_counter()
     diag = blocks.diag()
     compared, differ = 0, 0
@@ -127,49 +127,57 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     eval_seconds = 0.0
     step = 0
     for _ in range(passes):
-        for j in rng.permutation(n)[:n_points]:
-            previous = (list(BV), alpha, C) if trace_kl else None
-            k = blocks.block([j], BV)[0] if BV else np.zeros(0)
-            Ck = C @ k
-            denom = sigma2 + diag[j] + k @ Ck
-            q, r = (y[j] - alpha @ k) / denom, -1.0 / denom
-            e_hat = Q @ k
-            gamma = diag[j] - k @ e_hat
-            if gamma < tol:
-                s = Ck + e_hat
-                alpha = alpha + q * s
-                C = C + r * np.outer(s, s)
-            else:
-                s = np.append(Ck, 1.0)
-                alpha = np.append(alpha, 0.0) + q * s
-                C = np.pad(C, (0, 1)) + r * np.outer(s, s)
-                u = np.append(e_hat, -1.0)
-                Q = np.pad(Q, (0, 1)) + np.outer(u, u) / gamma
-                BV.append(int(j))
-                if len(BV) > max_basis:
-                    K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None
-                    worst = int(np.argmin(scores(alpha, C, Q, K_BV, score)))
-                    if compare_scores:
-                        other = "exact" if score == "approx" else "approx"
-                        compared += 1
-                        differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
-                    alpha, C, Q = remove(alpha, C, Q, worst)
-                    del BV[worst]
-                    removals += 1
-            step += 1
-            if trace_kl:
-                forward, backward = _successive_kl(blocks, previous, (BV, alpha, C))
-                kl_rows["kl_forward"].append(forward)
-                kl_rows["kl_backward"].append(backward)
-            test_rmse = math.nan
-            if test is not None and (step % eval_every == 0 or step == (n_points or n) * passes):
-                t_eval = time.perf_counter()
-                test_rmse = rmse(blocks.cross(test[0], BV) @ alpha, test[1])
-                eval_seconds += time.perf_counter() - t_eval
-            rows["n_basis"].append(len(BV))
-            rows["removals"].append(removals)
-            rows["seconds"].append(time.perf_counter() - start - eval_seconds)
-            rows["test_rmse"].append(test_rmse)
+        order = rng.permutation(n)[:n_points]
+        for lo in range(0, len(order), chunk_rows):
+            chunk = order[lo: lo + chunk_rows]
+            # k(x, BV) for the whole chunk in one block; columns follow BV as it changes
+            K_chunk = blocks.block(chunk, BV) if BV else np.zeros((len(chunk), 0))
+            for row, j in enumerate(chunk):
+                previous = (list(BV), alpha, C) if trace_kl else None
+                k = K_chunk[row]
+                Ck = C @ k
+                denom = sigma2 + diag[j] + k @ Ck
+                q, r = (y[j] - alpha @ k) / denom, -1.0 / denom
+                e_hat = Q @ k
+                gamma = diag[j] - k @ e_hat
+                if gamma < tol:
+                    s = Ck + e_hat
+                    alpha = alpha + q * s
+                    C = C + r * np.outer(s, s)
+                else:
+                    s = np.append(Ck, 1.0)
+                    alpha = np.append(alpha, 0.0) + q * s
+                    C = np.pad(C, (0, 1)) + r * np.outer(s, s)
+                    u = np.append(e_hat, -1.0)
+                    Q = np.pad(Q, (0, 1)) + np.outer(u, u) / gamma
+                    BV.append(int(j))
+                    K_chunk = np.column_stack([K_chunk, blocks.block(chunk, [j])[:, 0]])
+                    if len(BV) > max_basis:
+                        K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None
+                        worst = int(np.argmin(scores(alpha, C, Q, K_BV, score)))
+                        if compare_scores:
+                            other = "exact" if score == "approx" else "approx"
+                            compared += 1
+                            differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
+                        alpha, C, Q = remove(alpha, C, Q, worst)
+                        del BV[worst]
+                        K_chunk = np.delete(K_chunk, worst, axis=1)
+                        removals += 1
+                step += 1
+                if trace_kl:
+                    forward, backward = _successive_kl(blocks, previous, (BV, alpha, C))
+                    kl_rows["kl_forward"].append(forward)
+                    kl_rows["kl_backward"].append(backward)
+                test_rmse = math.nan
+                last = step == (n_points or n) * passes
+                if test is not None and (step % eval_every == 0 or last):
+                    t_eval = time.perf_counter()
+                    test_rmse = rmse(blocks.cross(test[0], BV) @ alpha, test[1])
+                    eval_seconds += time.perf_counter() - t_eval
+                rows["n_basis"].append(len(BV))
+                rows["removals"].append(removals)
+                rows["seconds"].append(time.perf_counter() - start - eval_seconds)
+                rows["test_rmse"].append(test_rmse)
     if not np.all(np.isfinite(alpha)):
         raise FloatingPointError("sparse online GP produced non-finite coefficients; raise lam "
                                  "or tol")

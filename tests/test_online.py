@@ -106,3 +106,12 @@ def test_max_basis_as_percentage_or_none(problem):
                          n_points=40, tol=0.0)
     assert run("90%").summary["n_basis"] == 36 and run("90%").summary["removals"] == 4
     assert run("none").summary["removals"] == 0 and run("none").summary["n_basis"] == 40
+
+
+def test_row_chunks_give_the_same_run_as_single_rows():
+    blocks, y, X_test, y_test = make_problem(n=300, d=3)
+    runs = [fit(blocks, y, lam=0.05, rng=np.random.default_rng(0), max_basis=20, chunk_rows=c)
+            for c in (1, 7, 64, 300)]
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other.basis, runs[0].basis)
+        np.testing.assert_allclose(other.coef, runs[0].coef, rtol=1e-10, atol=1e-12)
