@@ -1,0 +1,102 @@
+"""Finite-dimensional GP approximations (003, Ferrari-Trecate, Williams & Opper, NIPS 1998).
+
+Mercer: ∫C(x,z)φ_i(z)p(z)dz = λ_iφ_i(x). :func:`mercer_uniform` solves it numerically for
+p = U(0,1) by Nyström quadrature on Gauss–Legendre nodes and extends φ_i to any x by the Nyström
+formula φ_i(x) = λ_i⁻¹ Σ_q w_q C(x, z_q) φ_i(z_q); :func:`mercer_empirical` does the same for the
+empirical density of a data set (weights 1/N: the Nyström eigenbasis).
+
+With Φ_{ji} = φ_i(x_j) (n×m), Λ = diag(λ_1..λ_m), H = K + σ²I and targets t, every predictor is
+ŷ(x) = k(x)ᵀ L t with k(x) = (φ_1(x)..φ_m(x)) and an m×n matrix L (:func:`predictor_matrix`):
+
+- ``pbr`` (b):  L = β A⁻¹ Φᵀ,  A = Λ⁻¹ + βΦᵀΦ,  β = 1/σ²;
+- ``finite_full`` (g°):  L = Λ Φᵀ H⁻¹;
+- ``finite_optimal`` (h°):  L = F° Φᵀ,  F° = ΛΦᵀΦ (ΦᵀHΦ)⁻¹;
+- ``finite_diagonal`` (u°):  L = D° Φᵀ,  D°_ii = (ΦᵀΦΛ)_ii / (ΦᵀHΦ)_ii.
+
+Lemma 4: the x̄-error (squared error on a new noisy target, averaged over the GP prior and
+x ~ p) is E = Σ_i λ_i + σ² + tr(L H Lᵀ − 2 L Φ Λ), with Σ_i λ_i = ∫C(x,x)p(x)dx
+(:func:`xbar_error`). The detaching point of an m-dimensional predictor is n̄ = σ²/λ_m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from algorithms.base import InputError
+from algorithms.kernels import Kernel
+
+PREDICTORS = ("pbr", "finite_full", "finite_optimal", "finite_diagonal")
+
+
+@dataclass(frozen=True)
+class MercerBasis:
+    """Eigenvalues λ_1 ≥ … ≥ λ_m and eigenfunctions of a kernel under an input density."""
+
+    kernel: Kernel
+    nodes: np.ndarray      # quadrature nodes z_q, (Q, d)
+    weights: np.ndarray    # quadrature weights w_q (sum 1)
+    eigenvalues: np.ndarray  # (m,)
+    node_values: np.ndarray  # φ_i(z_q), (Q, m)
+    trace: float           # Σ over all eigenvalues = ∫C(x,x)p(x)dx
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        """φ_i(x) for each row of X by the Nyström formula, shape (len(X), m)."""
+        K = self.kernel(np.asarray(X, dtype=np.float64).reshape(len(X), -1), self.nodes)
+        return (K * self.weights) @ self.node_values / self.eigenvalues
+
+
+def _solve(kernel: Kernel, nodes: np.ndarray, weights: np.ndarray, m: int) -> MercerBasis:
+    if not 1 <= m <= len(weights):
+        raise InputError(f"m={m} must be between 1 and the number of nodes {len(weights)}")
+    root = np.sqrt(weights)
+    A = kernel(nodes, nodes) * np.outer(root, root)  # W^½ K W^½, symmetric
+    values, vectors = sla.eigh(A, subset_by_index=[len(weights) - m, len(weights) - 1])
+    order = np.argsort(values)[::-1]
+    values, vectors = values[order], vectors[:, order]
+    trace = float(weights @ kernel.diag(nodes))
+    return MercerBasis(kernel, nodes, weights, values, vectors / root[:, None], trace)
+
+
+def mercer_uniform(kernel: Kernel, m: int, n_nodes: int = 2000) -> MercerBasis:
+    """Mercer eigenpairs for p = U(0,1) in 1-D by Gauss–Legendre Nyström quadrature."""
+    x, w = np.polynomial.legendre.leggauss(n_nodes)
+    return _solve(kernel, ((x + 1) / 2)[:, None], w / 2, m)
+
+
+def mercer_empirical(kernel: Kernel, X: np.ndarray, m: int) -> MercerBasis:
+    """Mercer eigenpairs for the empirical density of X (the Nyström eigenbasis)."""
+    X = np.asarray(X, dtype=np.float64)
+    return _solve(kernel, X, np.full(len(X), 1.0 / len(X)), m)
+
+
+def predictor_matrix(name: str, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray,
+                     sigma2: float) -> np.ndarray:
+    """The m×n matrix L of predictor ``name`` (ŷ(x) = φ(x)ᵀ L t); see the module docstring."""
+    Lam = np.diag(lam)
+    if name == "pbr":
+        A = np.diag(1.0 / lam) + Phi.T @ Phi / sigma2
+        return sla.solve(A, Phi.T, assume_a="pos") / sigma2
+    if name == "finite_full":
+        return Lam @ sla.solve(H, Phi, assume_a="pos").T
+    PHP = Phi.T @ H @ Phi
+    if name == "finite_optimal":
+        F = sla.solve(PHP.T, (Lam @ Phi.T @ Phi).T, assume_a="pos").T  # ΛΦᵀΦ (ΦᵀHΦ)⁻¹
+        return F @ Phi.T
+    if name == "finite_diagonal":
+        D = np.diag(Phi.T @ Phi @ Lam) / np.diag(PHP)
+        return D[:, None] * Phi.T
+    raise InputError(f"unknown predictor {name!r}; choose one of: {', '.join(PREDICTORS)}")
+
+
+def xbar_error(L: np.ndarray, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, trace: float,
+               sigma2: float) -> float:
+    """Lemma 4: E(n, x̄) = Σλ_i + σ² + tr(L H Lᵀ − 2 L Φ Λ)."""
+    return float(trace + sigma2 + np.trace(L @ H @ L.T) - 2 * np.trace(L @ Phi * lam))
+
+
+def detaching_point(lam: np.ndarray, sigma2: float) -> float:
+    """n̄ = σ²/λ_m: where an m-dimensional predictor detaches from the full GP (003 §4)."""
+    return float(sigma2 / lam[-1])

@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from algorithms import Kernel
+from algorithms.projected import (
+    PREDICTORS,
+    detaching_point,
+    mercer_empirical,
+    mercer_uniform,
+    predictor_matrix,
+    xbar_error,
+)
+
+MATERN = Kernel("matern32", {"mu": 0.1})
+
+
+def test_mercer_uniform_orthonormal_and_solves_the_integral_equation():
+    basis = mercer_uniform(MATERN, m=8, n_nodes=2000)
+    fine_x, fine_w = np.polynomial.legendre.leggauss(6000)
+    fine_x, fine_w = ((fine_x + 1) / 2)[:, None], fine_w / 2
+    phi_fine = basis(fine_x)  # Nyström extension at independent nodes
+    gram = phi_fine.T @ (fine_w[:, None] * phi_fine)
+    np.testing.assert_allclose(gram, np.eye(8), atol=1e-6)
+    x = np.linspace(0.013, 0.987, 25)[:, None]
+    lhs = MATERN(x, fine_x) @ (fine_w[:, None] * phi_fine)  # ∫C(x,z)φ_i(z)dz
+    np.testing.assert_allclose(lhs, basis(x) * basis.eigenvalues, atol=1e-6)
+    assert np.all(np.diff(basis.eigenvalues) < 0) and basis.trace == pytest.approx(1.0)
+
+
+def test_full_predictor_with_many_eigenfunctions_is_the_gp_mean():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(15, 1))
+    t = np.sin(6 * x[:, 0]) + 0.1 * rng.normal(size=15)
+    basis = mercer_uniform(MATERN, m=400, n_nodes=1500)
+    Phi, lam = basis(x), basis.eigenvalues
+    H = MATERN(x, x) + 0.1 * np.eye(15)
+    x_new = np.linspace(0, 1, 9)[:, None]
+    gp_mean = MATERN(x_new, x) @ np.linalg.solve(H, t)
+    g = basis(x_new) @ predictor_matrix("finite_full", Phi, lam, H, 0.1) @ t
+    np.testing.assert_allclose(g, gp_mean, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", PREDICTORS)
+def test_lemma_4_matches_monte_carlo(name):
+    rng = np.random.default_rng(1)
+    sigma2, n, m = 1.0, 12, 5
+    basis = mercer_uniform(MATERN, m=m, n_nodes=1500)
+    x = rng.uniform(size=(n, 1))
+    Phi, lam = basis(x), basis.eigenvalues
+    H = MATERN(x, x) + sigma2 * np.eye(n)
+    L = predictor_matrix(name, Phi, lam, H, sigma2)
+    predicted = xbar_error(L, Phi, lam, H, basis.trace, sigma2)
+    errors = []
+    for _ in range(300):  # f ~ GP prior on x̄ ∪ x*, x* ~ U(0,1), noisy targets
+        x_star = rng.uniform(size=(200, 1))
+        Z = np.vstack([x, x_star])
+        f = np.linalg.cholesky(MATERN(Z, Z) + 1e-10 * np.eye(len(Z))) @ rng.normal(size=len(Z))
+        y = f + np.sqrt(sigma2) * rng.normal(size=len(Z))
+        prediction = basis(x_star) @ L @ y[:n]
+        errors.append(np.mean((y[n:] - prediction) ** 2))
+    assert np.mean(errors) == pytest.approx(predicted, rel=0.05)
+
+
+def test_empirical_basis_and_detaching_point():
+    X = np.random.default_rng(2).uniform(size=(300, 1))
+    empirical = mercer_empirical(MATERN, X, m=5)
+    uniform = mercer_uniform(MATERN, m=5)
+    np.testing.assert_allclose(empirical.eigenvalues, uniform.eigenvalues, rtol=0.1)
+    assert detaching_point(uniform.eigenvalues, 1.0) == pytest.approx(1.0 / uniform.eigenvalues[-1])
