@@ -100,3 +100,13 @@ def xbar_error(L: np.ndarray, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, t
 def detaching_point(lam: np.ndarray, sigma2: float) -> float:
     """n̄ = σ²/λ_m: where an m-dimensional predictor detaches from the full GP (003 §4)."""
     return float(sigma2 / lam[-1])
+
+
+def bound7(lam: np.ndarray, trace: float, sigma2: float, n: int,
+           diag_moments: np.ndarray | None = None) -> float:
+    """003 eq. (7): the generalisation error of u° is at most
+    Σλ_i + σ² − n Σ_k q_k λ_k,  q_k = λ_k/c_k,  c_k = (n−1)λ_k + ∫C(x,x)φ_k²(x)p(x)dx + σ²;
+    for a stationary kernel the integral is Σλ_i (``diag_moments`` None)."""
+    moments = trace if diag_moments is None else np.asarray(diag_moments)
+    c = (n - 1) * lam + moments + sigma2
+    return float(trace + sigma2 - n * np.sum(lam**2 / c))

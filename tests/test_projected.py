@@ -67,3 +67,22 @@ def test_empirical_basis_and_detaching_point():
     uniform = mercer_uniform(MATERN, m=5)
     np.testing.assert_allclose(empirical.eigenvalues, uniform.eigenvalues, rtol=0.1)
     assert detaching_point(uniform.eigenvalues, 1.0) == pytest.approx(1.0 / uniform.eigenvalues[-1])
+
+
+@pytest.mark.parametrize("n", [5, 20, 60])
+def test_bound_7_holds_for_the_mean_error_of_u_optimal(n):
+    from algorithms.projected import bound7
+
+    rng = np.random.default_rng(n)
+    sigma2, m = 1.0, 5
+    basis = mercer_uniform(MATERN, m=m, n_nodes=1500)
+    lam = basis.eigenvalues
+    errors = []
+    for _ in range(200):  # generalisation error = mean of the x̄-error over draws of x̄
+        x = rng.uniform(size=(n, 1))
+        Phi = basis(x)
+        H = MATERN(x, x) + sigma2 * np.eye(n)
+        L = predictor_matrix("finite_diagonal", Phi, lam, H, sigma2)
+        errors.append(xbar_error(L, Phi, lam, H, basis.trace, sigma2))
+    assert np.mean(errors) <= bound7(lam, basis.trace, sigma2, n) + 1e-9
+    assert bound7(lam, basis.trace, sigma2, n) < basis.trace + sigma2  # it says something
