@@ -5,7 +5,7 @@
 ``SEED_FREE`` those whose result does not depend on the random seed.
 """
 
-from algorithms import exact, online, sgma, zhang
+from algorithms import exact, online, projected, sgma, zhang
 from algorithms.base import Fit, InputError, KernelBlocks
 from algorithms.kernels import ArrayKernelBlocks, Kernel
 
@@ -16,6 +16,10 @@ REGISTRY = {
     "zhang_kappa_greedy": zhang.fit_kappa_greedy,
     "zhang_random": zhang.fit_random,
     "sparse_online": online.fit,
+    "pbr": projected.fit_pbr,
+    "finite_full": projected.fit_finite_full,
+    "finite_optimal": projected.fit_finite_optimal,
+    "finite_diagonal": projected.fit_finite_diagonal,
 }
 USES_KAPPA = {"sgma", "zhang_kappa_greedy"}
 SEED_FREE = {"exact", "zhang_greedy"}

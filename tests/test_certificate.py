@@ -8,7 +8,8 @@ from tests.conftest import make_problem
 
 SETTINGS = {"sgma": {"max_basis": 8, "eps": 0.0}, "zhang_greedy": {"max_basis": 8},
             "zhang_kappa_greedy": {"max_basis": 8}, "zhang_random": {"max_basis": 8},
-            "exact": {}, "sparse_online": {"max_basis": 8}}
+            "exact": {}, "sparse_online": {"max_basis": 8}, "pbr": {"m": 6},
+            "finite_full": {"m": 6}, "finite_optimal": {"m": 6}, "finite_diagonal": {"m": 6}}
 
 
 def test_every_registered_algorithm_has_a_certificate_setting():

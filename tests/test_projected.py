@@ -86,3 +86,19 @@ def test_bound_7_holds_for_the_mean_error_of_u_optimal(n):
         errors.append(xbar_error(L, Phi, lam, H, basis.trace, sigma2))
     assert np.mean(errors) <= bound7(lam, basis.trace, sigma2, n) + 1e-9
     assert bound7(lam, basis.trace, sigma2, n) < basis.trace + sigma2  # it says something
+
+
+def test_predictors_through_the_contract(problem):
+    from algorithms import REGISTRY
+
+    blocks, y, X_test, y_test = problem
+    exact = REGISTRY["exact"](blocks, y, lam=0.1)
+    full = REGISTRY["finite_full"](blocks, y, lam=0.1, rng=np.random.default_rng(0),
+                                   test=(X_test, y_test), m=60, n_nodes=60)
+    np.testing.assert_allclose(full.predict(X_test), exact.predict(X_test), atol=1e-8)
+    for name in PREDICTORS:
+        run = REGISTRY[name](blocks, y, lam=0.1, rng=np.random.default_rng(0),
+                             test=(X_test, y_test), m=5, n_nodes=40)
+        s = run.summary
+        assert s["m"] == 5 and np.isfinite(s["xbar_error"]) and np.isfinite(s["test_rmse"])
+        assert s["detaching_point"] == pytest.approx(0.1 / s["lambda_m"])
