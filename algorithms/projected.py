@@ -84,7 +84,11 @@ def predictor_matrix(name: str, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray,
         return Lam @ sla.solve(H, Phi, assume_a="pos").T
     PHP = Phi.T @ H @ Phi
     if name == "finite_optimal":
-        F = sla.solve(PHP.T, (Lam @ Phi.T @ Phi).T, assume_a="pos").T  # ΛΦᵀΦ (ΦᵀHΦ)⁻¹
+        rhs = (Lam @ Phi.T @ Phi).T
+        if Phi.shape[0] < Phi.shape[1]:  # n < m: ΦᵀHΦ has rank n; the minimum-norm solution
+            F = sla.lstsq(PHP, rhs)[0].T  # of F ΦᵀHΦ = ΛΦᵀΦ gives the unique optimal L = FΦᵀ
+        else:
+            F = sla.solve(PHP.T, rhs, assume_a="pos").T  # ΛΦᵀΦ (ΦᵀHΦ)⁻¹
         return F @ Phi.T
     if name == "finite_diagonal":
         D = np.diag(Phi.T @ Phi @ Lam) / np.diag(PHP)

@@ -21,8 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms import REGISTRY, USES_KAPPA, Fit, InputError, Kernel
 from algorithms.base import check_kappa, check_lam
 from algorithms.certificate import certify
+from algorithms.learning_curves import CurveResult
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from pipeline.blocks import open_blocks
+from pipeline.curves import run_curve
 from pipeline.datasets import ingest
 from pipeline.results import write_job_result
 
@@ -34,7 +36,7 @@ Plugins.instance().register(DaskLauncher)
 
 @dataclass(frozen=True)
 class JobOutcome:
-    fit: Fit
+    fit: Fit | CurveResult
     config: dict
     result_path: Path
     dataset_shape: tuple[int, int, int]  # n_train, n_test, d
@@ -79,6 +81,11 @@ def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) ->
     if unknown:
         raise InputError(f"algorithm {name} has no option {unknown[0]!r}; its options: "
                          f"{', '.join(sorted(accepted))}")
+    if config.get("learning_curve"):  # Lemma 4's E^g(n) instead of a fit (pipeline.curves)
+        curve = run_curve(config, kernel, blocks)
+        attrs = {**(attrs or {}), "job_seconds": time.perf_counter() - start}
+        path = write_job_result(curve, config, result_path, attrs)
+        return JobOutcome(curve, config, path, (blocks.n, len(y_test), blocks.d))
     if name in USES_KAPPA:
         options["kappa"] = config["kappa"]
     test = (X_test, y_test) if len(y_test) else None
@@ -107,8 +114,32 @@ def _fmt(value, spec: str = ".6g") -> str:
     return str(value)
 
 
+def curve_text(outcome: JobOutcome) -> str:
+    """One screen for a learning curve: E^g(n) per n, the plateau and detaching point."""
+    c, curve = outcome.config, outcome.fit
+    s, t = curve.summary, curve.trace
+    m = f" m={s['m']}" if "m" in s else ""
+    lines = [f"learning curve of {c['algorithm']['name']}{m} (Lemma 4, "
+             f"{c['learning_curve'].get('density', 'uniform')} density from "
+             f"{c['dataset']['name']}), kernel {c['kernel']['name']}, lam={c['lam']}, "
+             f"seed={c['seed']}, {s['draws']} draws per n",
+             "  n        E^g(n)     ± se" + ("       E − E_baseline" if "baseline" in s else "")]
+    for i, n in enumerate(t["n_train"]):
+        row = f"  {int(n):<8d} {t['xbar_error'][i]:<10.5g} {t['xbar_error_se'][i]:<10.2g}"
+        if "baseline" in s:
+            row += f" {t['xbar_error_minus_baseline'][i]:.4g}"
+        lines.append(row)
+    lines.append(f"  plateau σ² + Σ_(i>m) λ_i = {s['plateau']:.6g}")
+    if "detaching_point" in s:
+        lines.append(f"  detaching point n̄ = σ²/λ_m = {s['detaching_point']:.4g}")
+    lines += [f"  seconds          {s['seconds']:.3f}", f"result: {outcome.result_path}"]
+    return "\n".join(lines)
+
+
 def summary_text(outcome: JobOutcome) -> str:
     """One screen: what ran, basis size, gap, test RMSE, seconds, and where the result is."""
+    if isinstance(outcome.fit, CurveResult):
+        return curve_text(outcome)
     c, s = outcome.config, outcome.fit.summary
     n, n_test, d = outcome.dataset_shape
     kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name")

@@ -4,15 +4,20 @@
 
 An experiment config may define ``report``:
 
-- ``figures``: a list of ``{metric, logy, title, band, reference, scale_by_step}``, or of
+- ``figures``: a list of ``{metric, logy, title, band, reference, scale_by_step, x_trace, logx,
+  error, vlines, hlines}``, or of
   ``{metric, x, lines}`` for a final value against a swept key (one line per ``lines``); the default
   is one "metric vs step per algorithm" figure for each of gap, test RMSE and objective. Each
   panel is one dataset; each line one setting of the other swept dims, the mean over seeds with
   a min–max band (``band: false`` drops it). ``reference`` names a second trace variable drawn
   as a dashed black curve (e.g. a theoretical bound); ``scale_by_step`` plots step × metric.
+  ``x_trace`` takes the x axis from a trace variable (e.g. ``n_train`` of a learning curve),
+  ``error`` draws a ±(that variable) band instead of the min–max one, and ``vlines``/``hlines``
+  name final values drawn as dotted lines in each line's colour (detaching points, plateaux).
   Runs with a single step (the exact GP) are drawn as dashed horizontal lines.
 - ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
-  ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps;
+  ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps (with ``x``: at
+  those values of a trace variable, e.g. ``{metric: xbar_error, x: n_train, steps: [10, 100]}``);
   ``paper``: text quoted under the table (the published numbers to compare with);
   ``paired``: a list of ``{metric, a, b, over}``: paired t-tests of algorithm a vs b along the
   dim ``over`` (e.g. ``dataset.split_seed``); ``average_over``: dims aggregated like the seed
@@ -39,7 +44,6 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from algorithms import USES_KAPPA  # noqa: E402
 from pipeline.results import load  # noqa: E402
 
 DEFAULT_FIGURES = [
@@ -52,17 +56,24 @@ TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
 
 def settings(ds: xr.Dataset) -> list[dict]:
     """One dict of coordinates per line: every dim except dataset, step and the dims averaged
-    over (seed, plus the report's ``average_over``); κ is dropped for algorithms that ignore it
-    (their results repeat along κ)."""
+    over (seed, plus the report's ``average_over``). A dim the setting's jobs do not depend on
+    (κ for algorithms that ignore it, an option the algorithm does not take: their results
+    repeat along it) is left out, and a setting whose jobs are all those of an earlier one is
+    dropped."""
     averaged = ("dataset", "seed", *ds.attrs.get("average_over", ()))
     dims = [d for d in ds["status"].dims if d not in averaged]
-    out = []
+    hashes = ds["job_hash"].load()
+    out, seen = [], set()
     for values in itertools.product(*(ds[d].values.tolist() for d in dims)):
         point = dict(zip(dims, values, strict=True))
-        if point.get("algorithm") not in USES_KAPPA and "kappa" in point:
-            if point["kappa"] != ds["kappa"].values.tolist()[0]:
-                continue
-            point = {k: v for k, v in point.items() if k != "kappa"}
+        key = tuple(hashes.sel(point).values.ravel().tolist())
+        if key in seen:
+            continue
+        seen.add(key)
+        for dim in [d for d in point if d != "algorithm" and ds.sizes[d] > 1]:
+            along = hashes.sel({k: v for k, v in point.items() if k != dim})
+            if bool((along == along.isel({dim: 0})).all()):
+                del point[dim]
         out.append(point)
     return out
 
@@ -77,8 +88,10 @@ def _label(ds: xr.Dataset, point: dict) -> str:
 
 def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
     sel = {**point, "dataset": dataset}
-    if "kappa" not in point and "kappa" in ds.dims:
-        sel["kappa"] = ds["kappa"].values[0]
+    averaged = ("dataset", "seed", "step", *ds.attrs.get("average_over", ()))
+    for dim in ds["status"].dims:  # a dim the setting does not depend on: its first value
+        if dim not in sel and dim not in averaged:
+            sel[dim] = ds[dim].values[0]
     return ds.sel(sel)
 
 
@@ -119,6 +132,16 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path |
     return _save(fig, out_dir / f"{name}.png")
 
 
+def _marks(ax, sub: xr.Dataset, spec: dict, color) -> None:
+    """Dotted vertical/horizontal lines at a setting's final values named by ``vlines`` and
+    ``hlines`` (e.g. a detaching point and a plateau), mean over its runs."""
+    for key, draw in (("vlines", ax.axvline), ("hlines", ax.axhline)):
+        if spec.get(key) in sub:
+            value = sub[spec[key]].values
+            if np.isfinite(value).any():
+                draw(float(np.nanmean(value)), color=color, ls=":", lw=1.2)
+
+
 def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
     if "x" in spec:
         return sweep_figure(ds, spec, out_dir, name)
@@ -129,11 +152,22 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
     fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
     step = ds["step"].values
     scale = step if spec.get("scale_by_step") else 1.0
+    x_trace = spec.get("x_trace")
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for point in settings(ds):
-            values = _select(ds, point, dataset)[metric].values.reshape(-1, len(step))
-            runs = values[np.isfinite(values).any(axis=1)] * scale
+            sub = _select(ds, point, dataset)
+            values = sub[metric].values.reshape(-1, len(step))
+            keep = np.isfinite(values).any(axis=1)
+            runs = values[keep] * scale
             if not len(runs):
+                continue
+            xs = step if x_trace is None else sub[x_trace].values.reshape(-1, len(step))[keep][0]
+            if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
+                err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
+                mean = np.nanmean(runs, axis=0)
+                line = ax.plot(xs, mean, label=_label(ds, point))[0]
+                ax.fill_between(xs, mean - err, mean + err, color=line.get_color(), alpha=0.2)
+                _marks(ax, sub, spec, line.get_color())
                 continue
             lengths = np.isfinite(runs).sum(axis=1)
             if lengths.max() == 1:  # a one-step method: its final value as a reference line
@@ -144,9 +178,10 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
             with warnings.catch_warnings():  # steps past every run's end are all-NaN
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean, low, high = (f(runs, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
-            line = ax.plot(step, mean, label=_label(ds, point))[0]
+            line = ax.plot(xs, mean, label=_label(ds, point))[0]
             if len(runs) > 1 and spec.get("band", True):
-                ax.fill_between(step, low, high, color=line.get_color(), alpha=0.2)
+                ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
+            _marks(ax, sub, spec, line.get_color())
         reference = spec.get("reference")
         if reference and reference in ds:
             curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
@@ -154,9 +189,12 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
             if len(curve):
                 ax.plot(step, curve[0] * scale, "k--", lw=1.2, label=reference)
         ylabel = f"step × {metric}" if spec.get("scale_by_step") else metric
-        ax.set(xlabel="step", ylabel=ylabel, title=f"{spec.get('title', metric)}: {dataset}")
+        ax.set(xlabel=x_trace or "step", ylabel=ylabel,
+               title=f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logy"):
             ax.set_yscale("log")
+        if spec.get("logx"):
+            ax.set_xscale("log")
         ax.legend(fontsize=7)
     return _save(fig, out_dir / f"{name}.png")
 
@@ -174,11 +212,18 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
                    at_steps: dict | None = None) -> str:
     """Markdown table: mean ± sd over distinct jobs of final numbers, per dataset and setting."""
     columns = [c for c in [*TABLE_COLUMNS, *extra_columns] if c in ds]
-    step_cols = []
+    step_cols = []  # (metric, step, label)
     if at_steps and at_steps.get("metric") in ds:
-        step_cols = [(at_steps["metric"], k) for k in at_steps["steps"]
-                     if k in ds["step"].values]
-    header = ["dataset", "setting", *columns, *(f"{m} at step {k}" for m, k in step_cols),
+        x = at_steps.get("x")  # steps given as values of a trace variable (e.g. n_train)
+        if x in ds:
+            rows = ds[x].values.reshape(-1, ds.sizes["step"])
+            grid = rows[np.isfinite(rows).any(axis=1)][0]
+            step_cols = [(at_steps["metric"], int(ds["step"].values[np.flatnonzero(grid == k)[0]]),
+                          f"{x}={k}") for k in at_steps["steps"] if k in grid]
+        else:
+            step_cols = [(at_steps["metric"], k, f"step {k}") for k in at_steps["steps"]
+                         if k in ds["step"].values]
+    header = ["dataset", "setting", *columns, *(f"{m} at {label}" for m, _, label in step_cols),
               "ok/failed/missing"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for dataset in ds["dataset"].values.tolist():
@@ -189,7 +234,7 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
             _, distinct = np.unique(sub["job_hash"].values.ravel(), return_index=True)
             cells = [_mean_sd(sub[c].values.ravel()[distinct].astype(float)) for c in columns]
             cells += [_mean_sd(sub[m].sel(step=k).values.ravel()[distinct].astype(float))
-                      for m, k in step_cols]
+                      for m, k, _ in step_cols]
             counts = "/".join(str(status.count(s)) for s in ("ok", "failed", "missing"))
             rows.append("| " + " | ".join([dataset, _label(ds, point), *cells, counts]) + " |")
     return "\n".join(rows)

@@ -34,6 +34,7 @@ import xarray as xr
 
 from algorithms import SEED_FREE, USES_KAPPA
 from algorithms.base import Fit
+from algorithms.learning_curves import CurveResult
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
@@ -65,13 +66,16 @@ def git_sha() -> str:
 
 def job_identity(config: Mapping) -> dict:
     """What a job computes: its config without location keys, with κ dropped for algorithms
-    that ignore it and the seed dropped for those that are deterministic."""
+    that ignore it and the seed dropped for those that are deterministic (a learning curve
+    depends on the seed through its draws of training inputs)."""
     ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
     name = config["algorithm"]["name"]
     if name not in USES_KAPPA:
         ident["kappa"] = None
-    if name in SEED_FREE:
+    if name in SEED_FREE and not config.get("learning_curve"):
         ident["seed"] = None
+    if ident.get("learning_curve", 0) is None:  # fits keep the hashes they had before the key
+        del ident["learning_curve"]
     return ident
 
 
@@ -101,15 +105,19 @@ def _base_attrs(config: Mapping, attrs: Mapping | None) -> dict:
     }
 
 
-def fit_to_dataset(fit: Fit, config: Mapping, attrs: Mapping | None = None) -> xr.Dataset:
-    """A finished job's result as an xarray Dataset."""
+def fit_to_dataset(fit: Fit | CurveResult, config: Mapping,
+                   attrs: Mapping | None = None) -> xr.Dataset:
+    """A finished job's result as an xarray Dataset (a learning curve has no basis/coef; its
+    steps are the training set sizes of its ``n_train`` trace)."""
     data_vars = {name: ("step", np.asarray(values)) for name, values in fit.trace.items()}
-    data_vars["basis"] = ("basis", np.asarray(fit.basis, dtype=np.int32))  # netCDF3: no int64
-    data_vars["coef"] = ("basis", np.asarray(fit.coef, dtype=np.float64))
+    if isinstance(fit, Fit):
+        data_vars["basis"] = ("basis", np.asarray(fit.basis, dtype=np.int32))  # netCDF3: no i8
+        data_vars["coef"] = ("basis", np.asarray(fit.coef, dtype=np.float64))
     summary = {k: _jsonable(v) for k, v in fit.summary.items()}
     all_attrs = {"algorithm": fit.algorithm, "status": "ok", "error": "",
                  "summary": json.dumps(summary, sort_keys=True), **_base_attrs(config, attrs)}
-    return xr.Dataset(data_vars, coords={"step": np.arange(1, len(fit.trace["gap"]) + 1)},
+    n_step = len(next(iter(fit.trace.values())))
+    return xr.Dataset(data_vars, coords={"step": np.arange(1, n_step + 1)},
                       attrs=all_attrs)
 
 

@@ -83,3 +83,59 @@ def test_csato2002_comparison_reduced_drops_options_an_algorithm_does_not_take(t
     assert (ds["final_n_basis"].sel(algorithm="sparse_online").squeeze().values
             == np.array([[10, 20], [10, 20]])).all()
     assert render(proc.stdout.strip().splitlines()[-1].removeprefix("results: ")).exists()
+
+
+def test_ferrari1999_learning_curves_reduced(tmp_path):
+    path = run_experiment(tmp_path, "experiment=ferrari1999_learning_curves",
+                          "learning_curve.draws=6", "learning_curve.n=[1,5,20,40]")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    err = ds["xbar_error"].squeeze()
+    exact = err.sel(algorithm="exact")
+    assert (exact == exact.isel({"algorithm.m": 0})).all()  # one exact job, repeated along m
+    h = err.sel(algorithm="finite_optimal")
+    assert (h >= exact - 1e-10).all()  # the same x̄ for both (same seed)
+    assert ds["n_train"].squeeze().sel(algorithm="exact").isel({"algorithm.m": 0}).values.tolist() \
+        == [1, 5, 20, 40]
+    plateau = ds["final_plateau"].squeeze().sel(algorithm="finite_optimal").values
+    np.testing.assert_allclose(plateau, [1.2344274, 1.0893320, 1.0275887], atol=1e-6)
+    n_bar = ds["final_detaching_point"].squeeze().sel(algorithm="finite_optimal").values
+    np.testing.assert_allclose(n_bar, [6.33513, 18.85309, 84.71499], rtol=1e-5)
+    report = render(path)
+    text = report.read_text()
+    assert "xbar_error at n_train=20" in text and "| matern1d | exact |" in text
+    assert (report.parent / "fig1_xbar_error.png").stat().st_size > 5000
+
+
+def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path):
+    path = run_experiment(tmp_path, "experiment=ferrari1999_pbr_gap", "learning_curve.draws=5",
+                          "learning_curve.n=[2,5,20]", "algorithm.m=3,5")
+    ds = load(path).load()
+    err, gap = ds["xbar_error"].squeeze(), ds["xbar_error_minus_baseline"].squeeze()
+    # the pbr job's paired difference is the difference of the two jobs' curves: same x̄
+    np.testing.assert_allclose(gap.sel(algorithm="pbr"),
+                               err.sel(algorithm="pbr") - err.sel(algorithm="finite_optimal"),
+                               rtol=1e-9, atol=1e-13)
+    assert (gap.sel(algorithm="pbr") > 0).all()
+    assert (gap.sel(algorithm="finite_optimal") == 0).all()
+    report = render(path)
+    assert "xbar_error_minus_baseline at n_train=5" in report.read_text()
+
+
+def test_ferrari1999_real_data_reduced(tmp_path):
+    path = run_experiment(tmp_path, "experiment=ferrari1999_real_data", "dataset=abalone",
+                          "dataset.n_train=300", "algorithm.m=5,20", "algorithm.n_nodes=200")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    assert set(ds["algorithm"].values) == {"exact", "sgma", "pbr", "finite_optimal",
+                                           "finite_full", "finite_diagonal"}
+    n_basis = ds["final_n_basis"].squeeze()
+    assert n_basis.sel(algorithm="sgma").values.tolist() == [5, 20]  # max_basis = m
+    assert n_basis.sel(algorithm="finite_optimal").values.tolist() == [5, 20]
+    rmse = ds["final_test_rmse"].squeeze()
+    assert np.isfinite(rmse).all()
+    xbar = ds["final_xbar_error"].squeeze()  # one Nyström basis per seed: ordered exactly
+    assert (xbar.sel(algorithm="finite_full") <= xbar.sel(algorithm="finite_optimal") + 1e-9).all()
+    assert (xbar.sel(algorithm="finite_optimal") <= xbar.sel(algorithm="pbr") + 1e-9).all()
+    report = render(path)
+    assert (report.parent / "fig1_final_test_rmse.png").stat().st_size > 5000

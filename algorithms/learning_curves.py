@@ -1,0 +1,200 @@
+"""Learning curves by Lemma 4 (003, Ferrari-Trecate, Williams & Opper, NIPS 1998, §3–§5).
+
+The generalisation error of a predictor ŷ(x) = k(x)ᵀ L t is the mean over training inputs
+x̄ ~ pⁿ of its x̄-error (Lemma 4, eq. 3)
+
+    E(n, x̄) = Σ_i λ_i + σ² + tr(L H Lᵀ − 2 L Φ Λ),
+
+and for the full GP ŷ(x) = k_x̄(x)ᵀ H⁻¹ t (the m → ∞ limit of g°, eq. 4)
+
+    E_f(n, x̄) = ∫C(x,x)p(x)dx + σ² − tr(H⁻¹ M),  M_jk = ∫C(x_j,x)C(x,x_k)p(x)dx,
+
+with M computed by the same quadrature that defines the eigenbasis. :func:`learning_curve`
+estimates E^g(n) = E_x̄[E(n, x̄)] on a grid of n by ``draws`` independent x̄ per n. The x̄ of a
+given (seed, n) do not depend on the predictor, so curves of different predictors with the same
+seed are paired draw by draw (003 Fig. 1b) and ``baseline`` records the paired difference.
+
+An m-dimensional predictor detaches from the GP at n̄ = σ²/λ_m (§4) and its error tends to the
+plateau σ² + Σ_{i>m} λ_i (§5) as n → ∞.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from algorithms.base import InputError, check_lam
+from algorithms.kernels import Kernel
+from algorithms.projected import (
+    PREDICTORS,
+    MercerBasis,
+    _solve,
+    bound7,
+    detaching_point,
+    predictor_matrix,
+    xbar_error,
+)
+
+CURVE_PREDICTORS = ("exact", *PREDICTORS)
+DENSITIES = ("uniform", "empirical")
+
+
+@dataclass(frozen=True)
+class Density:
+    """An input density p with the quadrature (nodes z_q, weights w_q) that integrates over it.
+
+    ``uniform``: U(0,1) in 1-D, Gauss–Legendre nodes, x̄ drawn from the continuous density;
+    ``empirical``: the empirical distribution of a set of inputs (weights 1/Q), x̄ drawn from
+    those inputs with replacement, so the quadrature is exact.
+    """
+
+    name: str
+    nodes: np.ndarray    # (Q, d)
+    weights: np.ndarray  # (Q,), sum 1
+
+    def sample(self, rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
+        """``size = (draws, n)`` inputs, shape (draws, n, d)."""
+        if self.name == "uniform":
+            return rng.uniform(0.0, 1.0, size=(*size, 1))
+        return self.nodes[rng.integers(len(self.weights), size=size)]
+
+
+def uniform_density(n_nodes: int = 2000) -> Density:
+    """U(0,1) with an ``n_nodes``-point Gauss–Legendre rule."""
+    if not isinstance(n_nodes, (int, np.integer)) or n_nodes < 2:
+        raise InputError(f"n_nodes={n_nodes!r} must be an integer ≥ 2 (quadrature nodes)")
+    x, w = np.polynomial.legendre.leggauss(int(n_nodes))
+    return Density("uniform", ((x + 1) / 2)[:, None], w / 2)
+
+
+def empirical_density(X: np.ndarray) -> Density:
+    """The empirical distribution of the rows of X."""
+    X = np.asarray(X, dtype=np.float64)
+    return Density("empirical", X.reshape(len(X), -1), np.full(len(X), 1.0 / len(X)))
+
+
+def kernel_trace(kernel: Kernel, density: Density) -> float:
+    """Σ_i λ_i = ∫C(x,x)p(x)dx."""
+    return float(density.weights @ kernel.diag(density.nodes))
+
+
+def gp_xbar_error(kernel: Kernel, density: Density, X: np.ndarray, sigma2: float) -> float:
+    """E_f(n, x̄) of the full GP predictor: ∫C(x,x)p + σ² − tr(H⁻¹ K_x̄Z W K_Zx̄)."""
+    H = kernel(X, X)
+    H[np.diag_indices_from(H)] += sigma2
+    factor = sla.cholesky(H, lower=True)
+    G = sla.solve_triangular(factor, kernel(X, density.nodes) * np.sqrt(density.weights),
+                             lower=True)  # tr(H⁻¹ M) = ‖chol(H)⁻¹ K_x̄Z W^½‖²_F
+    return kernel_trace(kernel, density) + sigma2 - float(np.sum(G * G))
+
+
+def predictor_xbar_error(name: str, basis: MercerBasis, X: np.ndarray, sigma2: float) -> float:
+    """Lemma 4's E(n, x̄) of predictor ``name`` on the eigenbasis ``basis``."""
+    Phi = basis(X)
+    H = basis.kernel(X, X)
+    H[np.diag_indices_from(H)] += sigma2
+    L = predictor_matrix(name, Phi, basis.eigenvalues, H, sigma2)
+    return xbar_error(L, Phi, basis.eigenvalues, H, basis.trace, sigma2)
+
+
+def diag_moments(basis: MercerBasis) -> np.ndarray:
+    """∫C(x,x)φ_k²(x)p(x)dx for k = 1..m (eq. 7's c_k; Σλ_i for a stationary kernel)."""
+    return (basis.weights * basis.kernel.diag(basis.nodes)) @ basis.node_values**2
+
+
+@dataclass(frozen=True)
+class CurveResult:
+    """A learning curve: one trace entry per n (``n_train``), final scalars in ``summary`` and
+    the x̄-errors of every draw, shape (len(n_grid), draws), in ``errors``."""
+
+    algorithm: str
+    trace: dict[str, np.ndarray]
+    summary: dict[str, float | int | str]
+    errors: np.ndarray
+
+
+def check_n_grid(n_grid: Sequence[int]) -> np.ndarray:
+    values = np.asarray(list(n_grid))
+    if values.ndim != 1 or not len(values) or values.dtype.kind not in "iu" or values.min() < 1:
+        raise InputError(f"learning_curve.n={list(n_grid)!r} must be a non-empty list of "
+                         "integers ≥ 1 (training set sizes); pass e.g. [1, 10, 100]")
+    return values.astype(int)
+
+
+def _errors(name: str, kernel: Kernel, density: Density, basis: MercerBasis | None,
+            X: np.ndarray, sigma2: float) -> np.ndarray:
+    if name == "exact":
+        return np.array([gp_xbar_error(kernel, density, x, sigma2) for x in X])
+    return np.array([predictor_xbar_error(name, basis, x, sigma2) for x in X])
+
+
+def learning_curve(name: str, kernel: Kernel, density: Density, *, lam: float,
+                   n_grid: Sequence[int], draws: int, seed: int, m: int | None = None,
+                   baseline: str | None = None) -> CurveResult:
+    """E^g(n) of predictor ``name`` (``exact`` or one of :data:`PREDICTORS` with ``m``
+    eigenfunctions) for each n in ``n_grid``, averaged over ``draws`` x̄ ~ pⁿ.
+
+    Trace (per n): ``n_train``, ``xbar_error`` (the mean, E^g(n)), ``xbar_error_se`` (its
+    standard error), ``n_basis``, ``seconds``; for m-dimensional predictors also ``plateau``
+    (σ² + Σ_{i>m}λ_i) and ``bound7_u_optimal`` (eq. 7); with ``baseline`` the paired mean and
+    standard error of E_name − E_baseline over the same draws.
+    """
+    sigma2 = check_lam(lam)
+    grid = check_n_grid(n_grid)
+    for label, value in (("algorithm", name), ("learning_curve.baseline", baseline)):
+        if value is not None and value not in CURVE_PREDICTORS:
+            raise InputError(f"{label}={value!r} has no Lemma-4 learning curve; choose one of: "
+                             f"{', '.join(CURVE_PREDICTORS)}")
+    if not isinstance(draws, (int, np.integer)) or draws < 1:
+        raise InputError(f"learning_curve.draws={draws!r} must be an integer ≥ 1")
+    needs_basis = name != "exact" or (baseline not in (None, "exact"))
+    basis = None
+    if needs_basis:
+        if not isinstance(m, (int, np.integer)) or not 1 <= m <= len(density.weights):
+            raise InputError(f"m={m!r} must be an integer between 1 and the number of density "
+                             f"nodes {len(density.weights)}")
+        basis = _solve(kernel, density.nodes, density.weights, int(m))
+    trace_all = kernel_trace(kernel, density)
+    start = time.perf_counter()
+    errors = np.empty((len(grid), draws))
+    diffs = np.full((len(grid), draws), np.nan)
+    seconds = np.empty(len(grid))
+    for i, n in enumerate(grid):
+        X = density.sample(np.random.default_rng([seed, int(n)]), (draws, int(n)))
+        errors[i] = _errors(name, kernel, density, basis, X, sigma2)
+        if baseline is not None:
+            diffs[i] = errors[i] - _errors(baseline, kernel, density, basis, X, sigma2)
+        seconds[i] = time.perf_counter() - start
+    if not np.isfinite(errors).all():
+        raise FloatingPointError(f"{name}: a Lemma-4 error is not finite (σ² = {sigma2:g})")
+    se = errors.std(axis=1, ddof=1) / np.sqrt(draws) if draws > 1 else np.full(len(grid), np.nan)
+    trace = {"n_train": grid.astype(float), "xbar_error": errors.mean(axis=1),
+             "xbar_error_se": se, "seconds": seconds,
+             "gap": np.full(len(grid), np.nan),
+             "n_basis": grid.astype(float) if name == "exact" else np.full(len(grid), float(m))}
+    summary: dict[str, float | int | str] = {
+        "eigen_trace": trace_all, "xbar_error": float(trace["xbar_error"][-1]),
+        "n_train": int(grid[-1]), "draws": int(draws), "gap": float("nan"),
+        "objective": float("nan"), "seconds": float(seconds[-1]), "jitter": 0.0,
+        "stop_reason": f"learning curve over {len(grid)} values of n, {draws} draws each",
+        "n_basis": int(grid[-1]) if name == "exact" else int(m), "plateau": sigma2}
+    if name != "exact":
+        lam_m = basis.eigenvalues
+        summary.update({"m": int(m), "lambda_m": float(lam_m[-1]),
+                        "detaching_point": detaching_point(lam_m, sigma2),
+                        "plateau": sigma2 + trace_all - float(lam_m.sum())})
+        trace["plateau"] = np.full(len(grid), summary["plateau"])
+        moments = diag_moments(basis)
+        trace["bound7_u_optimal"] = np.array([bound7(lam_m, trace_all, sigma2, int(n), moments)
+                                              for n in grid])
+    if baseline is not None:
+        trace["xbar_error_minus_baseline"] = diffs.mean(axis=1)
+        trace["xbar_error_minus_baseline_se"] = (
+            diffs.std(axis=1, ddof=1) / np.sqrt(draws) if draws > 1
+            else np.full(len(grid), np.nan))
+        summary["baseline"] = baseline
+    return CurveResult(name, trace, summary, errors)

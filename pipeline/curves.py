@@ -1,0 +1,68 @@
+"""Learning-curve jobs: with ``learning_curve`` set in the config, a job measures Lemma 4's
+generalisation error E^g(n) of its algorithm (``exact`` or a finite-dimensional predictor with
+``algorithm.m`` eigenfunctions) instead of fitting the dataset's targets; see
+:mod:`algorithms.learning_curves` and ``conf/experiment/ferrari1999_*.yaml``.
+
+    learning_curve:
+      n: [1, 2, 5, 10, 100]   # training set sizes
+      draws: 100              # x̄ ~ pⁿ per n (the same x̄ for every algorithm with one seed)
+      density: uniform        # U(0,1) (1-D datasets in [0,1]) | empirical (training inputs)
+      n_nodes: 2000           # Gauss–Legendre nodes, or the training inputs drawn for p
+      baseline: null          # e.g. finite_optimal: record E_algorithm − E_baseline, paired
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from algorithms.base import InputError
+from algorithms.kernels import Kernel
+from algorithms.learning_curves import (
+    DENSITIES,
+    CurveResult,
+    Density,
+    empirical_density,
+    learning_curve,
+    uniform_density,
+)
+
+CURVE_KEYS = {"n", "draws", "density", "n_nodes", "baseline"}
+
+
+def curve_density(spec: Mapping, blocks, seed: int) -> Density:
+    """The input density of a learning-curve job (validated against the dataset)."""
+    density, n_nodes = spec.get("density", "uniform"), spec.get("n_nodes", 2000)
+    if density not in DENSITIES:
+        raise InputError(f"learning_curve.density={density!r} is not one of "
+                         f"{', '.join(DENSITIES)}")
+    if not isinstance(n_nodes, int) or n_nodes < 2:
+        raise InputError(f"learning_curve.n_nodes={n_nodes!r} must be an integer ≥ 2")
+    if density == "uniform":
+        X = np.asarray(blocks.inputs(slice(None)))
+        if blocks.d != 1 or X.min() < 0.0 or X.max() > 1.0:
+            raise InputError(f"learning_curve.density=uniform is U(0,1) in 1-D, but the dataset "
+                             f"has d={blocks.d} inputs in [{X.min():.3g}, {X.max():.3g}]; use "
+                             "dataset=matern1d or learning_curve.density=empirical")
+        return uniform_density(n_nodes)
+    rng = np.random.default_rng([seed, 0])  # one p per seed, shared by every algorithm
+    rows = np.sort(rng.choice(blocks.n, min(n_nodes, blocks.n), replace=False))
+    return empirical_density(blocks.inputs(rows))
+
+
+def run_curve(config: Mapping, kernel: Kernel, blocks) -> CurveResult:
+    """The learning curve a job config asks for."""
+    spec = dict(config["learning_curve"])
+    unknown = sorted(set(spec) - CURVE_KEYS)
+    if unknown:
+        raise InputError(f"learning_curve has no key {unknown[0]!r}; its keys: "
+                         f"{', '.join(sorted(CURVE_KEYS))}")
+    if "n" not in spec:
+        raise InputError("learning_curve.n is missing: pass the training set sizes, "
+                         "e.g. learning_curve.n=[1,10,100]")
+    name = config["algorithm"]["name"]
+    density = curve_density(spec, blocks, config["seed"])
+    return learning_curve(name, kernel, density, lam=config["lam"], n_grid=spec["n"],
+                          draws=spec.get("draws", 100), seed=config["seed"],
+                          m=config["algorithm"].get("m"), baseline=spec.get("baseline"))
