@@ -64,6 +64,14 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path):
     (["kernel.width=-2"], ["kernel.width=-2.0 must be > 0"]),
     (["dataset=csv"], ["path"]),
     (["algorithm=exact", "+algorithm.eps=0.1"], ["algorithm exact has no option 'eps'", "max_n"]),
+    (["algorithm=sgma", "dataset=matern1d", "kernel=matern32", "+learning_curve.n=[5]"],
+     ["algorithm='sgma' has no Lemma-4 learning curve", "finite_optimal"]),
+    (["algorithm=exact", "dataset=abalone", "+learning_curve.n=[5]"],
+     ["learning_curve.density=uniform is U(0,1) in 1-D", "d=10", "density=empirical"]),
+    (["algorithm=exact", "dataset=matern1d", "+learning_curve.n=[5]", "+learning_curve.nn=1"],
+     ["learning_curve has no key 'nn'", "draws"]),
+    (["algorithm=exact", "dataset=matern1d", "+learning_curve.draws=5"],
+     ["learning_curve.n is missing"]),
 ])
 def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments):
     assert_one_line_error(run_cli(tmp_path, *args), *fragments)
@@ -109,3 +117,15 @@ def test_store_failing_its_checksum_is_a_one_line_error(tmp_path):
     arr[3, 0] = arr[3, 0] + 1.0
     assert_one_line_error(run_cli(tmp_path, *args), "fails its checksum", "X_train",
                           f"delete outputs/stores/{store.name}")
+
+
+def test_learning_curve_job_prints_the_curve(tmp_path):
+    proc = run_cli(tmp_path, "algorithm=finite_optimal", "algorithm.m=3", "dataset=matern1d",
+                   "kernel=matern32", "kernel.mu=0.1", "lam=1", "+learning_curve.n=[2,10]",
+                   "+learning_curve.draws=4", "certificate.enabled=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "learning curve of finite_optimal m=3" in proc.stdout
+    assert "plateau σ² + Σ_(i>m) λ_i = 1.23443" in proc.stdout
+    assert "detaching point n̄ = σ²/λ_m = 6.335" in proc.stdout
+    result = load_job_result(result_path(proc))
+    assert result["n_train"].values.tolist() == [2, 10] and "coef" not in result
