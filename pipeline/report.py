@@ -5,16 +5,16 @@
 An experiment config may define ``report``:
 
 - ``figures``: a list of ``{metric, logy, title, band, reference, scale_by_step, x_trace, logx,
-  error, vlines, hlines}``, or of
-  ``{metric, x, lines}`` for a final value against a swept key (one line per ``lines``); the default
-  is one "metric vs step per algorithm" figure for each of gap, test RMSE and objective. Each
-  panel is one dataset; each line one setting of the other swept dims, the mean over seeds with
-  a min–max band (``band: false`` drops it). ``reference`` names a second trace variable drawn
-  as a dashed black curve (e.g. a theoretical bound); ``scale_by_step`` plots step × metric.
-  ``x_trace`` takes the x axis from a trace variable (e.g. ``n_train`` of a learning curve),
-  ``error`` draws a ±(that variable) band instead of the min–max one, and ``vlines``/``hlines``
-  name final values drawn as dotted lines in each line's colour (detaching points, plateaux).
-  Runs with a single step (the exact GP) are drawn as dashed horizontal lines.
+  error, vlines, hlines}``, or of ``{metric, x, lines, logx}`` for a final value against a swept
+  key (one line per ``lines``); the default is one "metric vs step per algorithm" figure for
+  each of gap, test RMSE and objective. Each panel is one dataset; each line one setting of the
+  other swept dims, the mean over seeds with a min–max band (``band: false`` drops it).
+  ``reference`` names a second trace variable drawn as a dashed black curve (e.g. a theoretical
+  bound); ``scale_by_step`` plots step × metric. ``x_trace`` takes the x axis from a trace
+  variable (e.g. ``n_train`` of a learning curve), ``error`` draws a ±(that variable) band
+  instead of the min–max one, and ``vlines``/``hlines`` name final values drawn as dotted lines
+  in each line's colour (detaching points, plateaux). Runs with a single step (the exact GP) are
+  drawn as dashed horizontal lines.
 - ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
   ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps (with ``x``: at
   those values of a trace variable, e.g. ``{metric: xbar_error, x: n_train, steps: [10, 100]}``);
@@ -128,6 +128,8 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path |
             line = ax.plot(coords, mean, "o-", label=f"{lines}={group}" if lines else metric)[0]
             ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
         ax.set(xlabel=x, ylabel=metric, title=f"{spec.get('title', metric)}: {dataset}")
+        if spec.get("logx"):
+            ax.set_xscale("log")
         ax.legend(fontsize=7)
     return _save(fig, out_dir / f"{name}.png")
 
