@@ -13,7 +13,8 @@ An experiment config may define ``report``:
   bound); ``scale_by_step`` plots step × metric. ``x_trace`` takes the x axis from a trace
   variable (e.g. ``n_train`` of a learning curve), ``error`` draws a ±(that variable) band
   instead of the min–max one, and ``vlines``/``hlines`` name final values drawn as dotted lines
-  in each line's colour (detaching points, plateaux). Runs with a single step (the exact GP) are
+  in each line's colour (detaching points, plateaux); ``algorithms`` limits the lines to those
+  algorithms. Runs with a single step (the exact GP) are
   drawn as dashed horizontal lines.
 - ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
   ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps (with ``x``: at
@@ -157,6 +158,8 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
     x_trace = spec.get("x_trace")
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for point in settings(ds):
+            if spec.get("algorithms") and point["algorithm"] not in spec["algorithms"]:
+                continue
             sub = _select(ds, point, dataset)
             values = sub[metric].values.reshape(-1, len(step))
             keep = np.isfinite(values).any(axis=1)

@@ -95,6 +95,7 @@ def test_ferrari1999_learning_curves_reduced(tmp_path):
     assert (exact == exact.isel({"algorithm.m": 0})).all()  # one exact job, repeated along m
     h = err.sel(algorithm="finite_optimal")
     assert (h >= exact - 1e-10).all()  # the same x̄ for both (same seed)
+    assert (err.sel(algorithm="pbr") >= h - 1e-10).all()  # h° is optimal among FΦᵀt
     assert ds["n_train"].squeeze().sel(algorithm="exact").isel({"algorithm.m": 0}).values.tolist() \
         == [1, 5, 20, 40]
     plateau = ds["final_plateau"].squeeze().sel(algorithm="finite_optimal").values
@@ -104,7 +105,8 @@ def test_ferrari1999_learning_curves_reduced(tmp_path):
     report = render(path)
     text = report.read_text()
     assert "xbar_error at n_train=20" in text and "| matern1d | exact |" in text
-    assert (report.parent / "fig1_xbar_error.png").stat().st_size > 5000
+    for fig in ("fig1_xbar_error.png", "fig2_xbar_error.png"):
+        assert (report.parent / fig).stat().st_size > 5000
 
 
 def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path):
