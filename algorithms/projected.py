@@ -85,8 +85,9 @@ def predictor_matrix(name: str, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray,
     PHP = Phi.T @ H @ Phi
     if name == "finite_optimal":
         rhs = (Lam @ Phi.T @ Phi).T
-        if Phi.shape[0] < Phi.shape[1]:  # n < m: ΦᵀHΦ has rank n; the minimum-norm solution
-            F = sla.lstsq(PHP, rhs)[0].T  # of F ΦᵀHΦ = ΛΦᵀΦ gives the unique optimal L = FΦᵀ
+        if np.linalg.matrix_rank(Phi) < Phi.shape[1]:  # n < m (or repeated inputs): ΦᵀHΦ is
+            # singular; the minimum-norm solution of F ΦᵀHΦ = ΛΦᵀΦ gives the optimal L = FΦᵀ
+            F = sla.lstsq(PHP, rhs)[0].T
         else:
             F = sla.solve(PHP.T, rhs, assume_a="pos").T  # ΛΦᵀΦ (ΦᵀHΦ)⁻¹
         return F @ Phi.T

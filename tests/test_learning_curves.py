@@ -133,3 +133,17 @@ def test_bad_input(kwargs, message):
     name = args.pop("name")
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace("[", r"\[")):
         learning_curve(name, MATERN, uniform_density(50), seed=0, **args)
+
+
+def test_h_optimal_with_fewer_distinct_inputs_than_eigenfunctions():
+    """x̄ drawn with replacement from 12 inputs, m = 10, n = 6, 11, 40: ΦᵀHΦ is singular when
+    fewer than m distinct inputs are drawn (n = 11 has about 7); h° is still the optimum over
+    FΦᵀ (between g° and b, draw by draw)."""
+    X = np.random.default_rng(6).uniform(size=(12, 1))
+    density = empirical_density(X)
+    kw = {"lam": 0.2, "n_grid": [6, 11, 40], "draws": 6, "seed": 0, "m": 10}
+    e = {name: learning_curve(name, MATERN, density, **kw).errors
+         for name in ("finite_full", "finite_optimal", "pbr")}
+    assert np.isfinite(e["finite_optimal"]).all()
+    assert np.all(e["finite_full"] <= e["finite_optimal"] + 1e-9)
+    assert np.all(e["finite_optimal"] <= e["pbr"] + 1e-9)
