@@ -31,55 +31,19 @@ from algorithms.base import InputError, check_lam
 from algorithms.kernels import Kernel
 from algorithms.projected import (
     PREDICTORS,
+    Density,
     MercerBasis,
-    _solve,
     bound7,
     detaching_point,
+    diag_moments,
+    kernel_trace,
+    mercer,
     predictor_matrix,
     xbar_error,
 )
 
 CURVE_PREDICTORS = ("exact", *PREDICTORS)
-DENSITIES = ("uniform", "empirical")
-
-
-@dataclass(frozen=True)
-class Density:
-    """An input density p with the quadrature (nodes z_q, weights w_q) that integrates over it.
-
-    ``uniform``: U(0,1) in 1-D, Gauss–Legendre nodes, x̄ drawn from the continuous density;
-    ``empirical``: the empirical distribution of a set of inputs (weights 1/Q), x̄ drawn from
-    those inputs with replacement, so the quadrature is exact.
-    """
-
-    name: str
-    nodes: np.ndarray    # (Q, d)
-    weights: np.ndarray  # (Q,), sum 1
-
-    def sample(self, rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
-        """``size = (draws, n)`` inputs, shape (draws, n, d)."""
-        if self.name == "uniform":
-            return rng.uniform(0.0, 1.0, size=(*size, 1))
-        return self.nodes[rng.integers(len(self.weights), size=size)]
-
-
-def uniform_density(n_nodes: int = 2000) -> Density:
-    """U(0,1) with an ``n_nodes``-point Gauss–Legendre rule."""
-    if not isinstance(n_nodes, (int, np.integer)) or n_nodes < 2:
-        raise InputError(f"n_nodes={n_nodes!r} must be an integer ≥ 2 (quadrature nodes)")
-    x, w = np.polynomial.legendre.leggauss(int(n_nodes))
-    return Density("uniform", ((x + 1) / 2)[:, None], w / 2)
-
-
-def empirical_density(X: np.ndarray) -> Density:
-    """The empirical distribution of the rows of X."""
-    X = np.asarray(X, dtype=np.float64)
-    return Density("empirical", X.reshape(len(X), -1), np.full(len(X), 1.0 / len(X)))
-
-
-def kernel_trace(kernel: Kernel, density: Density) -> float:
-    """Σ_i λ_i = ∫C(x,x)p(x)dx."""
-    return float(density.weights @ kernel.diag(density.nodes))
+DENSITIES = ("uniform", "empirical")  # the densities of algorithms.projected.Density
 
 
 def gp_xbar_error(kernel: Kernel, density: Density, X: np.ndarray, sigma2: float) -> float:
@@ -101,11 +65,6 @@ def predictor_xbar_error(name: str, basis: MercerBasis, X: np.ndarray, sigma2: f
     return xbar_error(L, Phi, basis.eigenvalues, H, basis.trace, sigma2)
 
 
-def diag_moments(basis: MercerBasis) -> np.ndarray:
-    """∫C(x,x)φ_k²(x)p(x)dx for k = 1..m (eq. 7's c_k; Σλ_i for a stationary kernel)."""
-    return (basis.weights * basis.kernel.diag(basis.nodes)) @ basis.node_values**2
-
-
 @dataclass(frozen=True)
 class CurveResult:
     """A learning curve: one trace entry per n (``n_train``), final scalars in ``summary`` and
@@ -123,6 +82,13 @@ def check_n_grid(n_grid: Sequence[int]) -> np.ndarray:
         raise InputError(f"learning_curve.n={list(n_grid)!r} must be a non-empty list of "
                          "integers ≥ 1 (training set sizes); pass e.g. [1, 10, 100]")
     return values.astype(int)
+
+
+def _standard_error(values: np.ndarray) -> np.ndarray:
+    """Standard error of the mean over draws (axis 1); NaN for a single draw."""
+    if values.shape[1] < 2:
+        return np.full(len(values), np.nan)
+    return values.std(axis=1, ddof=1) / np.sqrt(values.shape[1])
 
 
 def _errors(name: str, kernel: Kernel, density: Density, basis: MercerBasis | None,
@@ -152,12 +118,7 @@ def learning_curve(name: str, kernel: Kernel, density: Density, *, lam: float,
     if not isinstance(draws, (int, np.integer)) or draws < 1:
         raise InputError(f"learning_curve.draws={draws!r} must be an integer ≥ 1")
     needs_basis = name != "exact" or (baseline not in (None, "exact"))
-    basis = None
-    if needs_basis:
-        if not isinstance(m, (int, np.integer)) or not 1 <= m <= len(density.weights):
-            raise InputError(f"m={m!r} must be an integer between 1 and the number of density "
-                             f"nodes {len(density.weights)}")
-        basis = _solve(kernel, density.nodes, density.weights, int(m))
+    basis = mercer(kernel, density, m) if needs_basis else None
     trace_all = kernel_trace(kernel, density)
     start = time.perf_counter()
     errors = np.empty((len(grid), draws))
@@ -171,9 +132,8 @@ def learning_curve(name: str, kernel: Kernel, density: Density, *, lam: float,
         seconds[i] = time.perf_counter() - start
     if not np.isfinite(errors).all():
         raise FloatingPointError(f"{name}: a Lemma-4 error is not finite (σ² = {sigma2:g})")
-    se = errors.std(axis=1, ddof=1) / np.sqrt(draws) if draws > 1 else np.full(len(grid), np.nan)
     trace = {"n_train": grid.astype(float), "xbar_error": errors.mean(axis=1),
-             "xbar_error_se": se, "seconds": seconds,
+             "xbar_error_se": _standard_error(errors), "seconds": seconds,
              "gap": np.full(len(grid), np.nan),
              "n_basis": grid.astype(float) if name == "exact" else np.full(len(grid), float(m))}
     summary: dict[str, float | int | str] = {
@@ -193,8 +153,6 @@ def learning_curve(name: str, kernel: Kernel, density: Density, *, lam: float,
                                               for n in grid])
     if baseline is not None:
         trace["xbar_error_minus_baseline"] = diffs.mean(axis=1)
-        trace["xbar_error_minus_baseline_se"] = (
-            diffs.std(axis=1, ddof=1) / np.sqrt(draws) if draws > 1
-            else np.full(len(grid), np.nan))
+        trace["xbar_error_minus_baseline_se"] = _standard_error(diffs)
         summary["baseline"] = baseline
     return CurveResult(name, trace, summary, errors)

@@ -49,28 +49,72 @@ class MercerBasis:
         return (K * self.weights) @ self.node_values / self.eigenvalues
 
 
-def _solve(kernel: Kernel, nodes: np.ndarray, weights: np.ndarray, m: int) -> MercerBasis:
-    if not 1 <= m <= len(weights):
-        raise InputError(f"m={m} must be between 1 and the number of nodes {len(weights)}")
-    root = np.sqrt(weights)
-    A = kernel(nodes, nodes) * np.outer(root, root)  # W^½ K W^½, symmetric
-    values, vectors = sla.eigh(A, subset_by_index=[len(weights) - m, len(weights) - 1])
+@dataclass(frozen=True)
+class Density:
+    """An input density p with the quadrature (nodes z_q, weights w_q) that integrates over it.
+
+    ``uniform``: U(0,1) in 1-D, Gauss–Legendre nodes, x̄ drawn from the continuous density;
+    ``empirical``: the empirical distribution of a set of inputs (weights 1/Q), x̄ drawn from
+    those inputs with replacement, so the quadrature is exact.
+    """
+
+    name: str
+    nodes: np.ndarray    # (Q, d)
+    weights: np.ndarray  # (Q,), sum 1
+
+    def sample(self, rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
+        """``size = (draws, n)`` inputs, shape (draws, n, d)."""
+        if self.name == "uniform":
+            return rng.uniform(0.0, 1.0, size=(*size, 1))
+        return self.nodes[rng.integers(len(self.weights), size=size)]
+
+
+def uniform_density(n_nodes: int = 2000) -> Density:
+    """U(0,1) with an ``n_nodes``-point Gauss–Legendre rule."""
+    if not isinstance(n_nodes, (int, np.integer)) or n_nodes < 2:
+        raise InputError(f"n_nodes={n_nodes!r} must be an integer ≥ 2 (quadrature nodes)")
+    x, w = np.polynomial.legendre.leggauss(int(n_nodes))
+    return Density("uniform", ((x + 1) / 2)[:, None], w / 2)
+
+
+def empirical_density(X: np.ndarray) -> Density:
+    """The empirical distribution of the rows of X."""
+    X = np.asarray(X, dtype=np.float64)
+    return Density("empirical", X.reshape(len(X), -1), np.full(len(X), 1.0 / len(X)))
+
+
+def kernel_trace(kernel: Kernel, density: Density) -> float:
+    """Σ_i λ_i = ∫C(x,x)p(x)dx."""
+    return float(density.weights @ kernel.diag(density.nodes))
+
+
+def mercer(kernel: Kernel, density: Density, m: int) -> MercerBasis:
+    """The m leading Mercer eigenpairs of ``kernel`` under ``density`` (Nyström quadrature)."""
+    Q = len(density.weights)
+    if not isinstance(m, (int, np.integer)) or not 1 <= m <= Q:
+        raise InputError(f"m={m!r} must be an integer between 1 and the number of nodes {Q}")
+    root = np.sqrt(density.weights)
+    A = kernel(density.nodes, density.nodes) * np.outer(root, root)  # W^½ K W^½, symmetric
+    values, vectors = sla.eigh(A, subset_by_index=[Q - m, Q - 1])
     order = np.argsort(values)[::-1]
     values, vectors = values[order], vectors[:, order]
-    trace = float(weights @ kernel.diag(nodes))
-    return MercerBasis(kernel, nodes, weights, values, vectors / root[:, None], trace)
+    return MercerBasis(kernel, density.nodes, density.weights, values,
+                       vectors / root[:, None], kernel_trace(kernel, density))
 
 
 def mercer_uniform(kernel: Kernel, m: int, n_nodes: int = 2000) -> MercerBasis:
     """Mercer eigenpairs for p = U(0,1) in 1-D by Gauss–Legendre Nyström quadrature."""
-    x, w = np.polynomial.legendre.leggauss(n_nodes)
-    return _solve(kernel, ((x + 1) / 2)[:, None], w / 2, m)
+    return mercer(kernel, uniform_density(n_nodes), m)
 
 
 def mercer_empirical(kernel: Kernel, X: np.ndarray, m: int) -> MercerBasis:
     """Mercer eigenpairs for the empirical density of X (the Nyström eigenbasis)."""
-    X = np.asarray(X, dtype=np.float64)
-    return _solve(kernel, X, np.full(len(X), 1.0 / len(X)), m)
+    return mercer(kernel, empirical_density(X), m)
+
+
+def diag_moments(basis: MercerBasis) -> np.ndarray:
+    """∫C(x,x)φ_k²(x)p(x)dx for k = 1..m (eq. 7's c_k; Σλ_i for a stationary kernel)."""
+    return (basis.weights * basis.kernel.diag(basis.nodes)) @ basis.node_values**2
 
 
 def predictor_matrix(name: str, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray,
@@ -109,11 +153,12 @@ def detaching_point(lam: np.ndarray, sigma2: float) -> float:
 
 
 def bound7(lam: np.ndarray, trace: float, sigma2: float, n: int,
-           diag_moments: np.ndarray | None = None) -> float:
+           moments: np.ndarray | None = None) -> float:
     """003 eq. (7): the generalisation error of u° is at most
     Σλ_i + σ² − n Σ_k q_k λ_k,  q_k = λ_k/c_k,  c_k = (n−1)λ_k + ∫C(x,x)φ_k²(x)p(x)dx + σ²;
-    for a stationary kernel the integral is Σλ_i (``diag_moments`` None)."""
-    moments = trace if diag_moments is None else np.asarray(diag_moments)
+    ``moments`` are those integrals (:func:`diag_moments`); None means a stationary kernel,
+    for which each is Σλ_i."""
+    moments = trace if moments is None else np.asarray(moments)
     c = (n - 1) * lam + moments + sigma2
     return float(trace + sigma2 - n * np.sum(lam**2 / c))
 

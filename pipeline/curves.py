@@ -19,14 +19,8 @@ import numpy as np
 
 from algorithms.base import InputError
 from algorithms.kernels import Kernel
-from algorithms.learning_curves import (
-    DENSITIES,
-    CurveResult,
-    Density,
-    empirical_density,
-    learning_curve,
-    uniform_density,
-)
+from algorithms.learning_curves import DENSITIES, CurveResult, learning_curve
+from algorithms.projected import Density, empirical_density, uniform_density
 
 CURVE_KEYS = {"n", "draws", "density", "n_nodes", "baseline"}
 

@@ -5,14 +5,8 @@ import numpy as np
 import pytest
 
 from algorithms import InputError, Kernel
-from algorithms.learning_curves import (
-    empirical_density,
-    gp_xbar_error,
-    learning_curve,
-    predictor_xbar_error,
-    uniform_density,
-)
-from algorithms.projected import _solve
+from algorithms.learning_curves import gp_xbar_error, learning_curve, predictor_xbar_error
+from algorithms.projected import empirical_density, mercer, uniform_density
 
 MATERN = Kernel("matern32", {"mu": 0.1})
 UNIFORM = uniform_density(2000)
@@ -21,7 +15,7 @@ UNIFORM = uniform_density(2000)
 def test_gp_error_equals_g_optimal_on_the_complete_eigenbasis():
     """g° with every quadrature eigenfunction is the GP predictor (ΦΛ²Φᵀ = K_x̄Z W K_Zx̄)."""
     density = uniform_density(300)
-    basis = _solve(MATERN, density.nodes, density.weights, 300)
+    basis = mercer(MATERN, density, 300)
     rng = np.random.default_rng(0)
     for n, sigma2 in ((5, 1.0), (40, 0.1), (120, 0.01)):
         X = density.sample(rng, (1, n))[0]
