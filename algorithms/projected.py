@@ -193,7 +193,7 @@ def _fit(name: str, blocks, y: np.ndarray, *, lam: float, rng: np.random.Generat
     error = xbar_error(L, Phi, lam_m, H, basis.trace, sigma2)
     seconds = time.perf_counter() - start
     summary = {"n_basis": len(lam_m), "m": len(lam_m), "xbar_error": error,
-               "bound7_u_optimal": bound7(lam_m, basis.trace, sigma2, n),
+               "bound7_u_optimal": bound7(lam_m, basis.trace, sigma2, n, diag_moments(basis)),
                "detaching_point": detaching_point(lam_m, sigma2), "lambda_m": float(lam_m[-1]),
                "gap": float("nan"), "objective": float("nan"), "seconds": seconds,
                "stop_reason": f"m = {len(lam_m)} eigenfunctions", "jitter": 0.0}

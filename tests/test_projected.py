@@ -102,3 +102,19 @@ def test_predictors_through_the_contract(problem):
         s = run.summary
         assert s["m"] == 5 and np.isfinite(s["xbar_error"]) and np.isfinite(s["test_rmse"])
         assert s["detaching_point"] == pytest.approx(0.1 / s["lambda_m"])
+
+
+def test_recorded_bound_7_uses_the_diagonal_moments_of_a_nonstationary_kernel():
+    """C(x,x) varies for the linear kernel, so c_k needs ∫C(x,x)φ_k²p, not Σλ_i."""
+    from algorithms import REGISTRY
+    from algorithms.projected import bound7, diag_moments
+    from tests.conftest import make_problem
+
+    blocks, y, _, _ = make_problem(kernel=Kernel("polynomial", {"c": 1.0, "degree": 2}))
+    run = REGISTRY["finite_diagonal"](blocks, y, lam=0.1, rng=np.random.default_rng(0), m=4,
+                                      n_nodes=60)
+    basis = mercer_empirical(blocks.kernel, blocks.inputs(slice(None)), 4)
+    moments = diag_moments(basis)
+    assert not np.allclose(moments, basis.trace)
+    assert run.summary["bound7_u_optimal"] == pytest.approx(
+        bound7(basis.eigenvalues, basis.trace, 0.1, blocks.n, moments), rel=1e-9)
