@@ -170,29 +170,32 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
             if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
                 err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
                 mean = np.nanmean(runs, axis=0)
-                line = ax.plot(xs, mean, label=_label(ds, point))[0]
-                ax.fill_between(xs, mean - err, mean + err, color=line.get_color(), alpha=0.2)
-                _marks(ax, sub, spec, line.get_color())
-                continue
-            lengths = np.isfinite(runs).sum(axis=1)
-            if lengths.max() == 1:  # a one-step method: its final value as a reference line
-                level = np.nanmean(runs)
-                if not spec.get("logy") or level > 1e-12:  # an exact gap of 1e-16 is no line
-                    ax.axhline(level, ls="--", lw=1.2, label=_label(ds, point))
-                continue
-            with warnings.catch_warnings():  # steps past every run's end are all-NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean, low, high = (f(runs, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
+                low, high, band = mean - err, mean + err, True
+            else:
+                if np.isfinite(runs).sum(axis=1).max() == 1:
+                    # a one-step method: its final value as a reference line (but an exact
+                    # gap of 1e-16 on a log axis is no line)
+                    level = np.nanmean(runs)
+                    if not spec.get("logy") or level > 1e-12:
+                        ax.axhline(level, ls="--", lw=1.2, label=_label(ds, point))
+                    continue
+                with warnings.catch_warnings():  # steps past every run's end are all-NaN
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    mean, low, high = (f(runs, axis=0)
+                                       for f in (np.nanmean, np.nanmin, np.nanmax))
+                band = len(runs) > 1 and spec.get("band", True)
             line = ax.plot(xs, mean, label=_label(ds, point))[0]
-            if len(runs) > 1 and spec.get("band", True):
+            if band:
                 ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
             _marks(ax, sub, spec, line.get_color())
         reference = spec.get("reference")
         if reference and reference in ds:
             curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
-            curve = curve[np.isfinite(curve).any(axis=1)]
-            if len(curve):
-                ax.plot(step, curve[0] * scale, "k--", lw=1.2, label=reference)
+            rows = np.isfinite(curve).any(axis=1)
+            if rows.any():
+                ref_x = step if x_trace is None else (
+                    ds[x_trace].sel(dataset=dataset).values.reshape(-1, len(step))[rows][0])
+                ax.plot(ref_x, curve[rows][0] * scale, "k--", lw=1.2, label=reference)
         ylabel = f"step × {metric}" if spec.get("scale_by_step") else metric
         ax.set(xlabel=x_trace or "step", ylabel=ylabel,
                title=f"{spec.get('title', metric)}: {dataset}")
