@@ -1,28 +1,20 @@
 """Pure numerics for sparse GP approximations: one module per algorithm, one shared contract.
 
-``REGISTRY`` maps an algorithm name to its ``fit(blocks, y, *, lam, ..., rng, test, **options)``.
-``USES_KAPPA`` names the algorithms for which the candidate-subset size κ means something;
-``SEED_FREE`` those whose result does not depend on the random seed.
+Every module that declares ``SPECS`` is registered (:mod:`algorithms.registry`); ``REGISTRY``
+maps a name to its :class:`~algorithms.contract.AlgorithmSpec` and :func:`run` fits and
+evaluates any of them:
+
+    fit = algorithms.run("sgma", blocks, y, lam=0.1, kappa=59, rng=0, test=(X_test, y_test))
 """
 
-from algorithms import exact, online, projected, sgma, zhang
-from algorithms.base import Fit, InputError, KernelBlocks
-from algorithms.kernels import ArrayKernelBlocks, Kernel
+from algorithms.contract import AlgorithmSpec, Curve, Fit, KernelBlocks, Result, Solution
+from algorithms.errors import InputError
+from algorithms.evaluation import run
+from algorithms.kernels import KERNELS, ArrayKernelBlocks, Kernel
+from algorithms.registry import REGISTRY, discover, get, register
 
-REGISTRY = {
-    "exact": exact.fit,
-    "sgma": sgma.fit,
-    "zhang_greedy": zhang.fit_greedy,
-    "zhang_kappa_greedy": zhang.fit_kappa_greedy,
-    "zhang_random": zhang.fit_random,
-    "sparse_online": online.fit,
-    "pbr": projected.fit_pbr,
-    "finite_full": projected.fit_finite_full,
-    "finite_optimal": projected.fit_finite_optimal,
-    "finite_diagonal": projected.fit_finite_diagonal,
-}
-USES_KAPPA = {"sgma", "zhang_kappa_greedy"}
-SEED_FREE = {"exact", "zhang_greedy"}
+discover()
 
-__all__ = ["REGISTRY", "USES_KAPPA", "SEED_FREE", "Fit", "InputError", "KernelBlocks",
-           "ArrayKernelBlocks", "Kernel"]
+__all__ = ["REGISTRY", "KERNELS", "AlgorithmSpec", "ArrayKernelBlocks", "Curve", "Fit",
+           "InputError", "Kernel", "KernelBlocks", "Result", "Solution", "get", "register",
+           "run"]

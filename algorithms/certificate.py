@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from algorithms.base import KernelBlocks
+from algorithms.contract import KernelBlocks
 from algorithms.sgma import DualGreedy
 
 

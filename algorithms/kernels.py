@@ -1,26 +1,25 @@
-"""Covariance functions and an in-memory kernel-block provider.
+"""Covariance functions, chosen from a table, and an in-memory kernel-block provider.
 
 Kernels (algorithms.md "Kernels"): Gaussian RBF exp(−‖x−x'‖²/(2ω²)) with the width given as
 2ω² like the papers, Laplacian exp(−‖x−x'‖/ω), Matérn-3/2 (1+h)e^{−h} with h = ‖x−x'‖/μ,
 linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p. RBF distances are formed with one GEMM
 (‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels of the
 unsquared distance use scipy's cdist, whose distances stay exact near zero.
+
+:data:`KERNELS` maps a name to a :class:`KernelSpec` (function, diagonal, declared parameters
+with their defaults); ``conf/kernel/<name>.yaml`` is tested against it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
-KERNEL_PARAMS: dict[str, dict[str, float]] = {
-    "rbf": {"width": 1.0},  # width = 2ω²
-    "laplacian": {"omega": 1.0},
-    "matern32": {"mu": 1.0},
-    "linear": {},
-    "polynomial": {"c": 1.0, "degree": 2.0},
-}
+from algorithms.errors import InputError
+from algorithms.options import Option, validate
 
 
 def _rbf(A: np.ndarray, B: np.ndarray, width: float) -> np.ndarray:
@@ -32,65 +31,102 @@ def _rbf(A: np.ndarray, B: np.ndarray, width: float) -> np.ndarray:
     return np.exp(D, out=D)
 
 
+def _laplacian(A: np.ndarray, B: np.ndarray, omega: float) -> np.ndarray:
+    # √ of the GEMM form would turn round-off 1e-16 into distance 1e-8: use direct distances
+    D = cdist(A, B)
+    D *= -1.0 / omega
+    return np.exp(D, out=D)
+
+
+def _matern32(A: np.ndarray, B: np.ndarray, mu: float) -> np.ndarray:
+    """(1 + h) e^{−h}, h = ‖a−b‖/μ."""
+    D = cdist(A, B)
+    D *= 1.0 / mu
+    E = np.exp(-D)
+    D += 1.0
+    D *= E
+    return D
+
+
+def _linear(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    return A @ B.T
+
+
+def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: float) -> np.ndarray:
+    K = A @ B.T
+    K += c
+    return K ** degree
+
+
+def _unit_diag(A: np.ndarray, **_: float) -> np.ndarray:
+    return np.ones(A.shape[0])
+
+
+def _linear_diag(A: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", A, A)
+
+
+def _polynomial_diag(A: np.ndarray, c: float, degree: float) -> np.ndarray:
+    return (np.einsum("ij,ij->i", A, A) + c) ** degree
+
+
+def _positive(default: float, doc: str) -> Option:
+    return Option(default, "float", doc, lo=0.0, lo_open=True)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A covariance function k(A, B; params), its diagonal k(a, a; params) and its parameters."""
+
+    name: str
+    function: Callable[..., np.ndarray]
+    diag: Callable[..., np.ndarray]
+    params: Mapping[str, Option]
+    stationary: bool
+
+
+KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
+    KernelSpec("rbf", _rbf, _unit_diag,
+               {"width": _positive(10.0, "2ω² in exp(−‖x−x'‖²/(2ω²))")}, True),
+    KernelSpec("laplacian", _laplacian, _unit_diag,
+               {"omega": _positive(1.0, "ω in exp(−‖x−x'‖/ω)")}, True),
+    KernelSpec("matern32", _matern32, _unit_diag,
+               {"mu": _positive(1.0, "μ in (1+h)e^{−h}, h = ‖x−x'‖/μ")}, True),
+    KernelSpec("linear", _linear, _linear_diag, {}, False),
+    KernelSpec("polynomial", _polynomial, _polynomial_diag,
+               {"c": Option(1.0, "float", "offset c in (⟨x,x'⟩ + c)^degree"),
+                "degree": Option(2.0, "float", "the power", lo=0.0, lo_open=True)}, False),
+)}
+
+
 @dataclass(frozen=True)
 class Kernel:
-    """A stationary or dot-product kernel with named parameters (see ``KERNEL_PARAMS``)."""
+    """A kernel from :data:`KERNELS` with its parameters (missing ones take their defaults)."""
 
     name: str
     params: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from algorithms.base import InputError
-
-        if self.name not in KERNEL_PARAMS:
+        if self.name not in KERNELS:
             raise InputError(f"unknown kernel '{self.name}'; choose one of: "
-                             + ", ".join(KERNEL_PARAMS))
-        allowed = KERNEL_PARAMS[self.name]
-        unknown = set(self.params) - set(allowed)
-        if unknown:
-            raise InputError(f"kernel '{self.name}' has no parameter {sorted(unknown)[0]!r}; "
-                             f"allowed: {', '.join(allowed) or '(none)'}")
-        full = {**allowed, **{k: float(v) for k, v in self.params.items()}}
-        for key in ("width", "omega", "mu"):
-            if key in full and not full[key] > 0:
-                raise InputError(f"kernel.{key}={full[key]} must be > 0; pass e.g. "
-                                 f"kernel.{key}=1.0")
-        object.__setattr__(self, "params", full)
+                             + ", ".join(KERNELS))
+        full = validate(KERNELS[self.name].params, dict(self.params),
+                        owner=f"kernel '{self.name}'", prefix="kernel.")
+        object.__setattr__(self, "params", {k: float(v) for k, v in full.items()})
+
+    @property
+    def spec(self) -> KernelSpec:
+        return KERNELS[self.name]
 
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         """k(A, B), shape (len(A), len(B)), float64."""
         A = np.asarray(A, dtype=np.float64)
         B = np.asarray(B, dtype=np.float64)
-        p = self.params
-        if self.name == "linear":
-            return A @ B.T
-        if self.name == "polynomial":
-            K = A @ B.T
-            K += p["c"]
-            return K ** p["degree"]
-        if self.name == "rbf":
-            return _rbf(A, B, p["width"])
-        # √ of the GEMM form would turn round-off 1e-16 into distance 1e-8: use direct distances
-        D = cdist(A, B)
-        if self.name == "laplacian":
-            D *= -1.0 / p["omega"]
-            return np.exp(D, out=D)
-        # matern32: (1 + h) e^{-h}, h = r / μ
-        D *= 1.0 / p["mu"]
-        E = np.exp(-D)
-        D += 1.0
-        D *= E
-        return D
+        return self.spec.function(A, B, **self.params)
 
     def diag(self, A: np.ndarray) -> np.ndarray:
         """k(a, a) for each row a of A."""
-        A = np.asarray(A, dtype=np.float64)
-        if self.name in ("rbf", "laplacian", "matern32"):
-            return np.ones(A.shape[0])
-        sq = np.einsum("ij,ij->i", A, A)
-        if self.name == "linear":
-            return sq
-        return (sq + self.params["c"]) ** self.params["degree"]
+        return self.spec.diag(np.asarray(A, dtype=np.float64), **self.params)
 
 
 class ArrayKernelBlocks:
@@ -105,17 +141,14 @@ class ArrayKernelBlocks:
         self._source = X
         self._X: np.ndarray | None = None
         self.kernel = kernel
+        if len(X.shape) != 2:
+            raise InputError(f"X has shape {tuple(X.shape)}; it must be (n, d)")
         self.n, self.d = (int(s) for s in X.shape)
 
     @property
     def X(self) -> np.ndarray:
         if self._X is None:
-            X = np.ascontiguousarray(np.asarray(self._source, dtype=np.float64))
-            if X.ndim != 2:
-                from algorithms.base import InputError
-
-                raise InputError(f"X has shape {X.shape}; it must be (n, d)")
-            self._X = X
+            self._X = np.ascontiguousarray(np.asarray(self._source, dtype=np.float64))
         return self._X
 
     def inputs(self, rows) -> np.ndarray:

@@ -22,27 +22,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
 
-from algorithms.base import InputError, check_lam
+from algorithms.contract import Curve, CurveModel, check_lam
+from algorithms.errors import InputError
 from algorithms.kernels import Kernel
 from algorithms.projected import (
-    PREDICTORS,
     Density,
-    MercerBasis,
     bound7,
     detaching_point,
     diag_moments,
     kernel_trace,
     mercer,
-    predictor_matrix,
-    xbar_error,
+    predictor_xbar_error,
 )
 
-CURVE_PREDICTORS = ("exact", *PREDICTORS)
+__all__ = ["gp_xbar_error", "learning_curve", "predictor_xbar_error", "check_n_grid"]
 DENSITIES = ("uniform", "empirical")  # the densities of algorithms.projected.Density
 
 
@@ -54,26 +51,6 @@ def gp_xbar_error(kernel: Kernel, density: Density, X: np.ndarray, sigma2: float
     G = sla.solve_triangular(factor, kernel(X, density.nodes) * np.sqrt(density.weights),
                              lower=True)  # tr(H⁻¹ M) = ‖chol(H)⁻¹ K_x̄Z W^½‖²_F
     return kernel_trace(kernel, density) + sigma2 - float(np.sum(G * G))
-
-
-def predictor_xbar_error(name: str, basis: MercerBasis, X: np.ndarray, sigma2: float) -> float:
-    """Lemma 4's E(n, x̄) of predictor ``name`` on the eigenbasis ``basis``."""
-    Phi = basis(X)
-    H = basis.kernel(X, X)
-    H[np.diag_indices_from(H)] += sigma2
-    L = predictor_matrix(name, Phi, basis.eigenvalues, H, sigma2)
-    return xbar_error(L, Phi, basis.eigenvalues, H, basis.trace, sigma2)
-
-
-@dataclass(frozen=True)
-class CurveResult:
-    """A learning curve: one trace entry per n (``n_train``), final scalars in ``summary`` and
-    the x̄-errors of every draw, shape (len(n_grid), draws), in ``errors``."""
-
-    algorithm: str
-    trace: dict[str, np.ndarray]
-    summary: dict[str, float | int | str]
-    errors: np.ndarray
 
 
 def check_n_grid(n_grid: Sequence[int]) -> np.ndarray:
@@ -91,58 +68,52 @@ def _standard_error(values: np.ndarray) -> np.ndarray:
     return values.std(axis=1, ddof=1) / np.sqrt(values.shape[1])
 
 
-def _errors(name: str, kernel: Kernel, density: Density, basis: MercerBasis | None,
-            X: np.ndarray, sigma2: float) -> np.ndarray:
-    if name == "exact":
-        return np.array([gp_xbar_error(kernel, density, x, sigma2) for x in X])
-    return np.array([predictor_xbar_error(name, basis, x, sigma2) for x in X])
-
-
-def learning_curve(name: str, kernel: Kernel, density: Density, *, lam: float,
-                   n_grid: Sequence[int], draws: int, seed: int, m: int | None = None,
-                   baseline: str | None = None) -> CurveResult:
-    """E^g(n) of predictor ``name`` (``exact`` or one of :data:`PREDICTORS` with ``m``
-    eigenfunctions) for each n in ``n_grid``, averaged over ``draws`` x̄ ~ pⁿ.
+def learning_curve(name: str, model: CurveModel, kernel: Kernel, density: Density, *,
+                   lam: float, n_grid: Sequence[int], draws: int, seed: int,
+                   m: int | None = None, baseline: tuple[str, CurveModel] | None = None
+                   ) -> Curve:
+    """E^g(n) of predictor ``name`` (its :class:`CurveModel`; ``m`` eigenfunctions where it
+    needs a Mercer basis) for each n in ``n_grid``, averaged over ``draws`` x̄ ~ pⁿ.
 
     Trace (per n): ``n_train``, ``xbar_error`` (the mean, E^g(n)), ``xbar_error_se`` (its
     standard error), ``n_basis``, ``seconds``; for m-dimensional predictors also ``plateau``
-    (σ² + Σ_{i>m}λ_i) and ``bound7_u_optimal`` (eq. 7); with ``baseline`` the paired mean and
-    standard error of E_name − E_baseline over the same draws.
+    (σ² + Σ_{i>m}λ_i) and ``bound7_u_optimal`` (eq. 7); with ``baseline`` = (name, model) the
+    paired mean and standard error of E_name − E_baseline over the same draws.
     """
     sigma2 = check_lam(lam)
     grid = check_n_grid(n_grid)
-    for label, value in (("algorithm", name), ("learning_curve.baseline", baseline)):
-        if value is not None and value not in CURVE_PREDICTORS:
-            raise InputError(f"{label}={value!r} has no Lemma-4 learning curve; choose one of: "
-                             f"{', '.join(CURVE_PREDICTORS)}")
     if not isinstance(draws, (int, np.integer)) or draws < 1:
         raise InputError(f"learning_curve.draws={draws!r} must be an integer ≥ 1")
-    needs_basis = name != "exact" or (baseline not in (None, "exact"))
-    basis = mercer(kernel, density, m) if needs_basis else None
+    models = [model] + ([baseline[1]] if baseline is not None else [])
+    basis = mercer(kernel, density, m) if any(mod.needs_basis for mod in models) else None
     trace_all = kernel_trace(kernel, density)
     start = time.perf_counter()
     errors = np.empty((len(grid), draws))
     diffs = np.full((len(grid), draws), np.nan)
     seconds = np.empty(len(grid))
+
+    def errors_of(mod: CurveModel, X: np.ndarray) -> np.ndarray:
+        return np.array([mod.xbar_error(kernel, density, basis, x, sigma2) for x in X])
+
     for i, n in enumerate(grid):
         X = density.sample(np.random.default_rng([seed, int(n)]), (draws, int(n)))
-        errors[i] = _errors(name, kernel, density, basis, X, sigma2)
+        errors[i] = errors_of(model, X)
         if baseline is not None:
-            diffs[i] = errors[i] - _errors(baseline, kernel, density, basis, X, sigma2)
+            diffs[i] = errors[i] - errors_of(baseline[1], X)
         seconds[i] = time.perf_counter() - start
     if not np.isfinite(errors).all():
         raise FloatingPointError(f"{name}: a Lemma-4 error is not finite (σ² = {sigma2:g})")
+    n_basis = int(m) if model.needs_basis else grid
     trace = {"n_train": grid.astype(float), "xbar_error": errors.mean(axis=1),
              "xbar_error_se": _standard_error(errors), "seconds": seconds,
-             "gap": np.full(len(grid), np.nan),
-             "n_basis": grid.astype(float) if name == "exact" else np.full(len(grid), float(m))}
+             "n_basis": np.broadcast_to(np.asarray(n_basis, dtype=float), len(grid))}
     summary: dict[str, float | int | str] = {
         "eigen_trace": trace_all, "xbar_error": float(trace["xbar_error"][-1]),
-        "n_train": int(grid[-1]), "draws": int(draws), "gap": float("nan"),
-        "objective": float("nan"), "seconds": float(seconds[-1]), "jitter": 0.0,
+        "n_train": int(grid[-1]), "draws": int(draws), "seconds": float(seconds[-1]),
         "stop_reason": f"learning curve over {len(grid)} values of n, {draws} draws each",
-        "n_basis": int(grid[-1]) if name == "exact" else int(m), "plateau": sigma2}
-    if name != "exact":
+        "n_basis": int(m) if model.needs_basis else int(grid[-1]), "plateau": sigma2}
+    reasons = {} if draws > 1 else {"xbar_error_se": "one draw per n: no standard error"}
+    if model.needs_basis:
         lam_m = basis.eigenvalues
         summary.update({"m": int(m), "lambda_m": float(lam_m[-1]),
                         "detaching_point": detaching_point(lam_m, sigma2),
@@ -154,5 +125,5 @@ def learning_curve(name: str, kernel: Kernel, density: Density, *, lam: float,
     if baseline is not None:
         trace["xbar_error_minus_baseline"] = diffs.mean(axis=1)
         trace["xbar_error_minus_baseline_se"] = _standard_error(diffs)
-        summary["baseline"] = baseline
-    return CurveResult(name, trace, summary, errors)
+        summary["baseline"] = baseline[0]
+    return Curve(name, trace, summary, reasons, errors)

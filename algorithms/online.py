@@ -24,21 +24,13 @@ chunks: k(X_chunk, X_BV) once per ``chunk_rows`` points, plus one column per add
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
-from algorithms.base import (
-    Fit,
-    InputError,
-    KernelBlocks,
-    check_lam,
-    check_targets,
-    check_test,
-    coverage_2sd,
-    gaussian_nlpd,
-    rmse,
-)
+from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
+from algorithms.errors import InputError
+from algorithms.evaluation import Recorder
+from algorithms.options import Option
 
 
 def remove(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, i: int):
@@ -84,16 +76,15 @@ def scores(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, K: np.ndarray | None
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
-        test: tuple[np.ndarray, np.ndarray] | None = None, max_basis: int | str = 50,
-        tol: float = 1e-6, score: str = "approx", passes: int = 1,
-        eval_every: int = 500, n_points: int | None = None, compare_scores: bool = False,
-        trace_kl: bool = False, chunk_rows: int = 256) -> Fit:
+        recorder: Recorder, max_basis: int | str, tol: float, score: str, passes: int,
+        n_points: int | None, compare_scores: bool, trace_kl: bool,
+        chunk_rows: int) -> Solution:
     """Sparse online GP over the training set in a seeded random order; see module docstring.
 
     ``max_basis`` is a count, ``"NN%"`` (a percentage of the points processed per pass) or
-    ``"none"`` (no sparsity). Trace per processed point: ``n_basis``, ``removals`` (cumulative),
-    ``seconds`` and, every
-    ``eval_every`` points and at the end, ``test_rmse``. Options for the experiments of 001:
+    ``"none"`` (no sparsity). Each processed point is one step of the trace: ``n_basis``,
+    ``removals`` (cumulative); the recorder scores the current posterior (mean and variance)
+    every ``eval_every`` points and at the end. Options for the experiments of 001:
 
     - ``n_points``: process only the first n_points of each pass's permutation (a random
       training subset of that size, drawn from the seed);
@@ -104,28 +95,23 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     - ``trace_kl``: trace ``kl_forward`` KL(GP_t‖GP_{t+1}) and ``kl_backward`` KL(GP_{t+1}‖GP_t)
       between successive GPs (Fig. 3.2), both on the union of their BV sets.
     """
-    sigma2 = check_lam(lam)
+    sigma2 = lam
     n = blocks.n
-    y = check_targets(y, n)
-    test = check_test(test, getattr(blocks, "d", None))
-    if score not in ("approx", "exact"):
-        raise InputError(f"score={score!r} must be 'approx' (eq. 85) or 'exact' (eq. 83)")
     if n_points is not None and not 1 <= n_points <= n:
         raise InputError(f"n_points={n_points} must be between 1 and n={n}")
     max_basis = _resolve_max_basis(max_basis, n_points or n)
-    if tol < 0 or passes < 1 or eval_every < 1 or chunk_rows < 1:
-        raise InputError(f"tol={tol}, passes={passes}, eval_every={eval_every}, chunk_rows="
-                         f"{chunk_rows}: need tol ≥ 0 and the others ≥ 1")
-    start = time.perf_counter()
     diag = blocks.diag()
+    kernel = blocks.kernel
     compared, differ = 0, 0
-    kl_rows: dict[str, list] = {"kl_forward": [], "kl_backward": []}
     BV: list[int] = []
     alpha, C, Q = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
     removals = 0
-    rows: dict[str, list] = {k: [] for k in ("n_basis", "removals", "seconds", "test_rmse")}
-    eval_seconds = 0.0
-    step = 0
+
+    def predict(X_new: np.ndarray) -> Prediction:
+        Kx = blocks.cross(X_new, BV)
+        var = kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
+        return Prediction(Kx @ alpha, var)
+
     for _ in range(passes):
         order = rng.permutation(n)[:n_points]
         for lo in range(0, len(order), chunk_rows):
@@ -163,26 +149,15 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                         del BV[worst]
                         K_chunk = np.delete(K_chunk, worst, axis=1)
                         removals += 1
-                step += 1
+                kl = {}
                 if trace_kl:
                     forward, backward = _successive_kl(blocks, previous, (BV, alpha, C))
-                    kl_rows["kl_forward"].append(forward)
-                    kl_rows["kl_backward"].append(backward)
-                test_rmse = math.nan
-                last = step == (n_points or n) * passes
-                if test is not None and (step % eval_every == 0 or last):
-                    t_eval = time.perf_counter()
-                    test_rmse = rmse(blocks.cross(test[0], BV) @ alpha, test[1])
-                    eval_seconds += time.perf_counter() - t_eval
-                rows["n_basis"].append(len(BV))
-                rows["removals"].append(removals)
-                rows["seconds"].append(time.perf_counter() - start - eval_seconds)
-                rows["test_rmse"].append(test_rmse)
+                    kl = {"kl_forward": forward, "kl_backward": backward}
+                recorder.step(predict, n_basis=len(BV), removals=removals, **kl)
     if not np.all(np.isfinite(alpha)):
         raise FloatingPointError("sparse online GP produced non-finite coefficients; raise lam "
                                  "or tol")
     basis = np.asarray(BV, dtype=np.int64)
-    kernel = blocks.kernel
     X_basis = blocks.inputs(basis)
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -190,14 +165,12 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         var = kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
         return var, var
 
-    trace = {key: np.asarray(v, dtype=np.float64) for key, v in rows.items()}
-    trace["gap"] = np.full(len(trace["n_basis"]), np.nan)  # no duality gap in this method
-    if trace_kl:
-        trace.update({key: np.asarray(v, dtype=np.float64) for key, v in kl_rows.items()})
     summary: dict = {"n_basis": len(BV), "removals": removals, "gap": math.nan,
-                     "objective": math.nan, "seconds": float(trace["seconds"][-1]),
+                     "objective": math.nan,
                      "stop_reason": f"{passes} pass(es) over {n_points or n} points",
                      "jitter": 0.0}
+    reasons = {"gap": "the sparse online GP has no dual problem, hence no duality gap",
+               "objective": "L(α) is not tracked online (the certificate computes the final one)"}
     if compare_scores:
         summary["omission_rate"] = differ / compared if compared else math.nan
         summary["n_removals_compared"] = compared
@@ -206,15 +179,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
             summary["end_omission"] = float(
                 np.argmin(scores(alpha, C, Q, K_BV, "approx"))
                 != np.argmin(scores(alpha, C, Q, K_BV, "exact")))
-    result = Fit("sparse_online", basis, alpha, X_basis, kernel, sigma2, trace, summary,
-                 variance_bounds, extras={"C": C, "Q": Q})
-    if test is not None:
-        mean = result.predict(test[0])
-        var, _ = variance_bounds(test[0])
-        summary["test_rmse"] = rmse(mean, test[1])
-        summary["test_nlpd"] = gaussian_nlpd(test[1], mean, var)
-        summary["test_coverage_2sd"] = coverage_2sd(test[1], mean, var)
-    return result
+    return Solution(basis, alpha, X_basis, kernel, sigma2, summary, variance_bounds,
+                    extras={"C": C, "Q": Q}, not_applicable=reasons)
 
 
 def _successive_kl(blocks: KernelBlocks, before: tuple, after: tuple) -> tuple[float, float]:
@@ -250,3 +216,33 @@ def _resolve_max_basis(max_basis: int | str, points: int) -> int:
         return int(max_basis)
     raise InputError(f"max_basis={max_basis!r} must be an integer ≥ 1, a percentage like '90%' "
                      "or 'none'")
+
+
+def _check_max_basis(value: int | str) -> int | str:
+    try:
+        _resolve_max_basis(value, 1)  # the form only; percentages resolve against the data
+    except InputError as err:
+        raise InputError(f"algorithm sparse_online: algorithm.{err}") from None
+    return value
+
+
+SPECS = [AlgorithmSpec(
+    "sparse_online", fit, "Csató & Opper's sparse online GP with KL-optimal removal",
+    options={
+        "max_basis": Option(50, "any", "an integer ≥ 1, a percentage like '90%' or 'none'",
+                            parse=_check_max_basis),
+        "tol": Option(1e-6, "float", "γ below which a point only updates α, C", lo=0.0),
+        "score": Option("approx", "choice", "removal score: approx (eq. 85) or exact (eq. 83)",
+                        choices=("approx", "exact")),
+        "passes": Option(1, "int", "passes over the data", lo=1),
+        "eval_every": Option(500, "int", "trace test metrics every this many points", lo=1),
+        "n_points": Option(None, "int", "points of each pass's permutation (null = all)", lo=1,
+                           none_ok=True, example=100),
+        "compare_scores": Option(False, "bool", "record approx vs exact score disagreements"),
+        "trace_kl": Option(False, "bool", "trace KL divergences between successive GPs"),
+        "chunk_rows": Option(256, "int", "kernel rows computed this many points at a time", lo=1),
+    },
+    has_variance=True,
+    exact_limit=ExactLimit({"max_basis": "none", "tol": 0.0}, variance=True),
+    check_options={"max_basis": 8},
+)]

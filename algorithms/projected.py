@@ -20,16 +20,17 @@ x ~ p) is E = Σ_i λ_i + σ² + tr(L H Lᵀ − 2 L Φ Λ), with Σ_i λ_i = �
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
 
-from algorithms.base import InputError
+from algorithms.contract import AlgorithmSpec, CurveModel, ExactLimit, KernelBlocks, Solution
+from algorithms.errors import InputError
+from algorithms.evaluation import Recorder
 from algorithms.kernels import Kernel
-
-PREDICTORS = ("pbr", "finite_full", "finite_optimal", "finite_diagonal")
+from algorithms.options import Option
 
 
 @dataclass(frozen=True)
@@ -117,28 +118,46 @@ def diag_moments(basis: MercerBasis) -> np.ndarray:
     return (basis.weights * basis.kernel.diag(basis.nodes)) @ basis.node_values**2
 
 
+def _pbr(Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, sigma2: float) -> np.ndarray:
+    """b: L = β A⁻¹ Φᵀ, A = Λ⁻¹ + βΦᵀΦ, β = 1/σ²."""
+    A = np.diag(1.0 / lam) + Phi.T @ Phi / sigma2
+    return sla.solve(A, Phi.T, assume_a="pos") / sigma2
+
+
+def _full(Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, sigma2: float) -> np.ndarray:
+    """g°: L = Λ Φᵀ H⁻¹."""
+    return np.diag(lam) @ sla.solve(H, Phi, assume_a="pos").T
+
+
+def _optimal(Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, sigma2: float) -> np.ndarray:
+    """h°: L = F° Φᵀ, F° = ΛΦᵀΦ (ΦᵀHΦ)⁻¹."""
+    PHP = Phi.T @ H @ Phi
+    rhs = (np.diag(lam) @ Phi.T @ Phi).T
+    if np.linalg.matrix_rank(Phi) < Phi.shape[1]:  # n < m (or repeated inputs): ΦᵀHΦ is
+        # singular; the minimum-norm solution of F ΦᵀHΦ = ΛΦᵀΦ gives the optimal L = FΦᵀ
+        F = sla.lstsq(PHP, rhs)[0].T
+    else:
+        F = sla.solve(PHP.T, rhs, assume_a="pos").T  # ΛΦᵀΦ (ΦᵀHΦ)⁻¹
+    return F @ Phi.T
+
+
+def _diagonal(Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, sigma2: float) -> np.ndarray:
+    """u°: L = D° Φᵀ, D°_ii = (ΦᵀΦΛ)_ii / (ΦᵀHΦ)_ii."""
+    D = np.diag(Phi.T @ Phi @ np.diag(lam)) / np.diag(Phi.T @ H @ Phi)
+    return D[:, None] * Phi.T
+
+
+PredictorMatrix = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]
+PREDICTORS: dict[str, PredictorMatrix] = {"pbr": _pbr, "finite_full": _full,
+                                          "finite_optimal": _optimal, "finite_diagonal": _diagonal}
+
+
 def predictor_matrix(name: str, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray,
                      sigma2: float) -> np.ndarray:
     """The m×n matrix L of predictor ``name`` (ŷ(x) = φ(x)ᵀ L t); see the module docstring."""
-    Lam = np.diag(lam)
-    if name == "pbr":
-        A = np.diag(1.0 / lam) + Phi.T @ Phi / sigma2
-        return sla.solve(A, Phi.T, assume_a="pos") / sigma2
-    if name == "finite_full":
-        return Lam @ sla.solve(H, Phi, assume_a="pos").T
-    PHP = Phi.T @ H @ Phi
-    if name == "finite_optimal":
-        rhs = (Lam @ Phi.T @ Phi).T
-        if np.linalg.matrix_rank(Phi) < Phi.shape[1]:  # n < m (or repeated inputs): ΦᵀHΦ is
-            # singular; the minimum-norm solution of F ΦᵀHΦ = ΛΦᵀΦ gives the optimal L = FΦᵀ
-            F = sla.lstsq(PHP, rhs)[0].T
-        else:
-            F = sla.solve(PHP.T, rhs, assume_a="pos").T  # ΛΦᵀΦ (ΦᵀHΦ)⁻¹
-        return F @ Phi.T
-    if name == "finite_diagonal":
-        D = np.diag(Phi.T @ Phi @ Lam) / np.diag(PHP)
-        return D[:, None] * Phi.T
-    raise InputError(f"unknown predictor {name!r}; choose one of: {', '.join(PREDICTORS)}")
+    if name not in PREDICTORS:
+        raise InputError(f"unknown predictor {name!r}; choose one of: {', '.join(PREDICTORS)}")
+    return PREDICTORS[name](Phi, lam, H, sigma2)
 
 
 def xbar_error(L: np.ndarray, Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, trace: float,
@@ -163,24 +182,25 @@ def bound7(lam: np.ndarray, trace: float, sigma2: float, n: int,
     return float(trace + sigma2 - n * np.sum(lam**2 / c))
 
 
-def _fit(name: str, blocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
-         test=None, m: int = 10, n_nodes: int = 1000, max_n: int = 20000):
+def predictor_xbar_error(name: str, basis: MercerBasis, X: np.ndarray, sigma2: float) -> float:
+    """Lemma 4's E(n, x̄) of predictor ``name`` on the eigenbasis ``basis``."""
+    Phi = basis(X)
+    H = basis.kernel(X, X)
+    H[np.diag_indices_from(H)] += sigma2
+    L = predictor_matrix(name, Phi, basis.eigenvalues, H, sigma2)
+    return xbar_error(L, Phi, basis.eigenvalues, H, basis.trace, sigma2)
+
+
+def _fit(name: str, blocks: KernelBlocks, y: np.ndarray, *, lam: float,
+         rng: np.random.Generator, recorder: Recorder, m: int, n_nodes: int,
+         max_n: int) -> Solution:
     """One of the four predictors on the empirical eigenbasis of a Nyström subset of
     ``n_nodes`` training inputs; H = K + σ²I is formed (O(n²) memory, hence ``max_n``)."""
-    import time
-
-    from algorithms.base import Fit, check_lam, check_targets, check_test, rmse
-
-    sigma2 = check_lam(lam)
+    sigma2 = lam
     n = blocks.n
-    y = check_targets(y, n)
-    test = check_test(test, getattr(blocks, "d", None))
-    if not isinstance(m, (int, np.integer)) or m < 1:
-        raise InputError(f"m={m!r} must be an integer ≥ 1 (the number of eigenfunctions)")
     if n > max_n:
         raise InputError(f"{name} forms K + σ²I for Lemma 4: n={n} > max_n={max_n}; "
                          "subsample the data or raise algorithm.max_n")
-    start = time.perf_counter()
     nodes = np.sort(rng.choice(n, min(n_nodes, n), replace=False))
     basis = mercer_empirical(blocks.kernel, blocks.inputs(nodes), min(m, len(nodes)))
     lam_m = basis.eigenvalues
@@ -189,30 +209,68 @@ def _fit(name: str, blocks, y: np.ndarray, *, lam: float, rng: np.random.Generat
     H[np.diag_indices(n)] += sigma2
     L = predictor_matrix(name, Phi, lam_m, H, sigma2)
     # φ(x)ᵀ L t is a kernel expansion on the nodes: coef = (w ∘ U / λ) L t
-    coef = (basis.weights[:, None] * basis.node_values / lam_m) @ (L @ y)
+    expand = basis.weights[:, None] * basis.node_values / lam_m
+    coef = expand @ (L @ y)
     error = xbar_error(L, Phi, lam_m, H, basis.trace, sigma2)
-    seconds = time.perf_counter() - start
+    X_nodes = blocks.inputs(nodes)
+    reasons = {"gap": "a fixed-basis predictor solves no dual problem, hence no duality gap",
+               "objective": "not a minimiser of L (the certificate computes L(α))"}
+    variance = None
+    if name in VARIANCES:
+        variance = VARIANCES[name](blocks.kernel, X_nodes, expand, Phi, lam_m, sigma2)
+    else:
+        reasons["variance"] = f"{name} is a point predictor (003 defines no variance for it)"
+    recorder.step(n_basis=len(lam_m), xbar_error=error)
     summary = {"n_basis": len(lam_m), "m": len(lam_m), "xbar_error": error,
                "bound7_u_optimal": bound7(lam_m, basis.trace, sigma2, n, diag_moments(basis)),
                "detaching_point": detaching_point(lam_m, sigma2), "lambda_m": float(lam_m[-1]),
-               "gap": float("nan"), "objective": float("nan"), "seconds": seconds,
+               "gap": float("nan"), "objective": float("nan"),
                "stop_reason": f"m = {len(lam_m)} eigenfunctions", "jitter": 0.0}
-    trace = {"n_basis": np.array([len(lam_m)], dtype=float), "gap": np.array([np.nan]),
-             "xbar_error": np.array([error]), "seconds": np.array([seconds]),
-             "test_rmse": np.array([np.nan])}
-    result = Fit(name, nodes, coef, blocks.inputs(nodes), blocks.kernel, sigma2, trace, summary)
-    if test is not None:
-        trace["test_rmse"][0] = summary["test_rmse"] = rmse(result.predict(test[0]), test[1])
-    return result
+    return Solution(nodes, coef, X_nodes, blocks.kernel, sigma2, summary, variance,
+                    not_applicable=reasons)
 
 
-def _named(name: str, doc: str):
-    fit = functools.partial(_fit, name)  # keeps _fit's keyword signature for the pipeline
+def _pbr_variance(kernel: Kernel, X_nodes: np.ndarray, expand: np.ndarray, Phi: np.ndarray,
+                  lam: np.ndarray, sigma2: float):
+    """Projected Bayes regression is Bayesian linear regression on φ with prior w ~ N(0, Λ):
+    Var[y(x)] = σ² + φ(x)ᵀA⁻¹φ(x), A = Λ⁻¹ + ΦᵀΦ/σ² (003 §2)."""
+    factor = sla.cholesky(np.diag(1.0 / lam) + Phi.T @ Phi / sigma2, lower=True)
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        phi = kernel(X_new, X_nodes) @ expand  # φ(x) by the Nyström formula
+        V = sla.solve_triangular(factor, phi.T, lower=True)
+        var = sigma2 + np.einsum("ij,ij->j", V, V)
+        return var, var
+
+    return variance_bounds
+
+
+VARIANCES = {"pbr": _pbr_variance}  # the predictors that are Bayesian posteriors
+
+
+def _spec(name: str, doc: str) -> AlgorithmSpec:
+    def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+            recorder: Recorder, m: int, n_nodes: int, max_n: int) -> Solution:
+        return _fit(name, blocks, y, lam=lam, rng=rng, recorder=recorder, m=m,
+                    n_nodes=n_nodes, max_n=max_n)
+
     fit.__doc__ = doc
-    return fit
+    # b's variance has the Nyström prior Σλ_iφ_i(x)² ≤ k(x,x): exact only on the nodes
+    limit = None if name == "finite_diagonal" else ExactLimit({"m": "n", "n_nodes": "n"})
+    return AlgorithmSpec(
+        name, fit, doc,
+        options={"m": Option(10, "int", "number of eigenfunctions", lo=1),
+                 "n_nodes": Option(1000, "int", "Nyström subset defining the empirical density",
+                                   lo=1),
+                 "max_n": Option(20000, "int", "forms K + σ²I (n² memory)", lo=1)},
+        has_variance=name in VARIANCES,
+        learning_curve=CurveModel(lambda kernel, density, basis, X, sigma2:
+                                  predictor_xbar_error(name, basis, X, sigma2), needs_basis=True),
+        exact_limit=limit, check_options={"m": 6},
+    )
 
 
-fit_pbr = _named("pbr", "Projected Bayes regression b (003).")
-fit_finite_full = _named("finite_full", "The x̄-optimal full predictor g° (003).")
-fit_finite_optimal = _named("finite_optimal", "The optimal m-dimensional predictor h° (003).")
-fit_finite_diagonal = _named("finite_diagonal", "The diagonal predictor u° (003).")
+SPECS = [_spec("pbr", "Projected Bayes regression b (003)."),
+         _spec("finite_full", "The x̄-optimal full predictor g° (003)."),
+         _spec("finite_optimal", "The optimal m-dimensional predictor h° (003)."),
+         _spec("finite_diagonal", "The diagonal predictor u° (003).")]

@@ -19,24 +19,20 @@ predictive variance k(x,x) + σ² − q is bracketed from both sides.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import scipy.linalg as sla
 
-from algorithms.base import (
-    Fit,
-    InputError,
+from algorithms.contract import (
+    AlgorithmSpec,
+    ExactLimit,
     KernelBlocks,
-    check_kappa,
-    check_lam,
-    check_targets,
-    check_test,
-    coverage_2sd,
-    gaussian_nlpd,
-    rmse,
+    Prediction,
+    Solution,
 )
+from algorithms.errors import InputError
+from algorithms.evaluation import Recorder
 from algorithms.objectives import REFERENCES, relative_gap, solve_reference
+from algorithms.options import Option
 
 # A candidate whose Schur complement G_ii − ‖c_i‖² is below this fraction of G_ii is numerically
 # in the span of the current basis: it is dropped from the pool (it can never become admissible).
@@ -127,11 +123,10 @@ class PrimalGreedy(_GreedySupport):
     appends the best to S, K_{:S} and the Cholesky factor of G = σ²K_SS + K_{:S}ᵀK_{:S}.
 
     With κ = 1 this is random selection with an exact refit (Zhang's Algorithm 2).
-    ``X_test`` keeps k(X_test, X_S) up to date for traced predictions.
     """
 
     def __init__(self, blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
-                 t_max: int, X_test: np.ndarray | None = None, chunk_bytes: int = 2**28) -> None:
+                 t_max: int, chunk_bytes: int = 2**28) -> None:
         self.blocks, self.y, self.lam = blocks, y, lam
         self.n, self.d = blocks.n, getattr(blocks, "d", 0)
         self.diag = blocks.diag()
@@ -141,15 +136,13 @@ class PrimalGreedy(_GreedySupport):
         # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
         n = self.n
         self.KS = np.empty((n, t_max if n * t_max * 8 <= 2**31 else min(t_max, 64)), order="F")
-        self.X_test = X_test
-        if X_test is not None:
-            self.K_test_S = np.empty((X_test.shape[0], self.KS.shape[1]), order="F")
 
     def coef(self) -> np.ndarray:
         return self.chol.coef()
 
-    def test_predictions(self) -> np.ndarray:
-        return self.K_test_S[:, : self.t] @ self.coef()
+    def predict(self, X_new: np.ndarray) -> Prediction:
+        """The mean of the current support, k(X_new, X_S) β."""
+        return Prediction(self.blocks.cross(X_new, self.S) @ self.coef())
 
     def step(self, kappa: int) -> float | None:
         """Add the best of κ random candidates to S; the FLOP estimate of the step, or None
@@ -195,11 +188,7 @@ class PrimalGreedy(_GreedySupport):
         t = self.t
         if t == self.KS.shape[1]:
             self.KS = _grow(self.KS, min(self.t_max, 2 * t))
-            if self.X_test is not None:
-                self.K_test_S = _grow(self.K_test_S, self.KS.shape[1])
         self.KS[:, t] = k_i
-        if self.X_test is not None:
-            self.K_test_S[:, t] = self.blocks.cross(self.X_test, [i])[:, 0]
         self.chol.append(c, schur, b_i)
         self.S.append(i)
         self.pool.remove(i)
@@ -248,22 +237,10 @@ class DualGreedy(_GreedySupport):
         return flops
 
 
-def fit(
-    blocks: KernelBlocks,
-    y: np.ndarray,
-    *,
-    lam: float,
-    kappa: int,
-    rng: np.random.Generator,
-    test: tuple[np.ndarray, np.ndarray] | None = None,
-    eps: float = 0.025,
-    max_basis: int | None = None,
-    eval_every: int = 10,
-    chunk_bytes: int = 2**28,
-    error_bar_eps: float | None = None,
-    criterion: str = "gap",
-    reference: str = "none",
-) -> Fit:
+def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
+        rng: np.random.Generator, recorder: Recorder, eps: float, max_basis: int | None,
+        chunk_bytes: int, error_bar_eps: float | None, criterion: str,
+        reference: str) -> Solution:
     """Run SGMA until gap < ``eps`` or ``max_basis`` indices are selected.
 
     Parameters
@@ -273,15 +250,14 @@ def fit(
     lam : noise variance σ² > 0.
     kappa : candidate subset size κ ≥ 1 (κ ≥ n: full greedy, as in 002 with M = I).
     rng : random generator (candidate subsets; primal and dual get independent streams).
-    test : optional (X_test, y_test); test RMSE is traced every ``eval_every`` steps and at the
-        last step, and the summary gets test RMSE and NLPD (variance = the upper bound).
+    recorder : the evaluator; each iteration is one step (the test mean of the primal support).
     eps : stop when gap(α, α*) < eps (002 Algorithm 1).
-    max_basis : cap on the primal basis size (default n).
+    max_basis : cap on the primal basis size (None: n).
     chunk_bytes : memory budget for one block of candidate kernel columns.
-    error_bar_eps : if set (and ``test`` given), also count for every test point the basis size
-        SGMA needs to pin down its error-bar quadratic to error_bar_eps (002 Table 2, second row;
-        criterion "bracket" below); the summary gets their mean, sd and median, and the same
-        counts under the plain gap criterion.
+    error_bar_eps : if set (and there is a test set), also count for every test point the
+        basis size SGMA needs to pin down its error-bar quadratic to error_bar_eps (002 Table
+        2, second row; criterion "bracket" below); the summary gets their mean, sd and median,
+        and the same counts under the plain gap criterion.
     criterion : "gap" stops on the relative duality gap of 002 §3. "bracket" stops when the
         Theorem 1 bracket on q = yᵀ(K+σ²I)⁻¹y, q_lo = −2L*(α*) ≤ q ≤ q_hi = (‖y‖² + 2L(α))/σ²
         (002 eqs. 8, 10), has relative width (q_hi − q_lo)/((q_hi + q_lo)/2) < eps: the
@@ -292,36 +268,18 @@ def fit(
         objectives.solve_reference) and trace the primal and dual suboptimalities
         (L − L_min)/|L_min| and (L* − L*_min)/|L*_min| separately.
     """
-    lam = check_lam(lam)
     n = blocks.n
-    y = check_targets(y, n)
-    kappa = check_kappa(kappa, n)
-    test = check_test(test, getattr(blocks, "d", None))
-    if not (isinstance(eps, (int, float)) and eps >= 0):
-        raise InputError(f"eps={eps!r} must be a number ≥ 0 (relative duality gap); "
-                         "pass e.g. algorithm.eps=0.025")
     t_max = n if max_basis is None else int(max_basis)
     if not 1 <= t_max <= n:
         raise InputError(f"max_basis={max_basis} must be between 1 and n={n}")
-    if eval_every < 1:
-        raise InputError(f"eval_every={eval_every} must be ≥ 1")
-    if criterion not in ("gap", "bracket"):
-        raise InputError(f"criterion={criterion!r} must be 'gap' or 'bracket'")
-
-    if reference not in REFERENCES:
-        raise InputError(f"reference={reference!r} is not one of {', '.join(REFERENCES)}")
-    start = time.perf_counter()
     half_yy = 0.5 * float(y @ y)
     dual_min = -0.5 * float(y @ solve_reference(blocks, y, lam, reference))  # L*_min
     primal_min = -half_yy - lam * dual_min  # L_min (Theorem 1)
     primal_rng, dual_rng = rng.spawn(2)
-    X_test, y_test = test if test is not None else (None, None)
-    primal = PrimalGreedy(blocks, y, lam, primal_rng, t_max, X_test, chunk_bytes)
+    primal = PrimalGreedy(blocks, y, lam, primal_rng, t_max, chunk_bytes)
     diag = primal.diag
     dual = DualGreedy(blocks, y, lam, dual_rng, diag, chunk_bytes)
-    rows = {k: [] for k in ("n_basis", "n_basis_dual", "objective", "dual_objective", "gap",
-                            "primal_subopt", "dual_subopt", "seconds", "flops", "test_rmse")}
-    eval_seconds = 0.0
+    gaps: list[float] = []
     stop_reason = "max_basis"
 
     while True:
@@ -336,30 +294,19 @@ def fit(
             stop_reason = "no admissible candidate left"
             break
         gap = relative_gap(primal.objective, dual.objective, y, lam)
-        rows["n_basis"].append(primal.t)
-        rows["n_basis_dual"].append(dual.t)
-        rows["objective"].append(primal.objective)
-        rows["dual_objective"].append(dual.objective)
-        rows["gap"].append(gap)
-        rows["primal_subopt"].append((primal.objective - primal_min) / abs(primal_min))
-        rows["dual_subopt"].append((dual.objective - dual_min) / abs(dual_min))
-        rows["flops"].append(flops)
+        gaps.append(gap)
+        recorder.step(primal.predict, n_basis=primal.t, n_basis_dual=dual.t,
+                      objective=primal.objective, dual_objective=dual.objective, gap=gap,
+                      primal_subopt=(primal.objective - primal_min) / abs(primal_min),
+                      dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops)
+        if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
+            raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
+                                     "check the kernel parameters and lam")
         if criterion == "gap":
             converged = gap < eps
         else:
             q_lo, q_hi = -2.0 * dual.objective, (2.0 * half_yy + 2.0 * primal.objective) / lam
             converged = q_hi - q_lo < eps * 0.5 * (q_hi + q_lo)
-        last = converged or primal.t >= t_max or (primal.pool.size == 0 and dual.pool.size == 0)
-        test_rmse = np.nan
-        if test is not None and (len(rows["gap"]) % eval_every == 0 or last):
-            t_eval = time.perf_counter()
-            test_rmse = rmse(primal.test_predictions(), y_test)
-            eval_seconds += time.perf_counter() - t_eval
-        rows["test_rmse"].append(test_rmse)
-        rows["seconds"].append(time.perf_counter() - start - eval_seconds)
-        if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
-            raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
-                                     "check the kernel parameters and lam")
         if converged:
             stop_reason = f"{criterion} < eps={eps}"
             break
@@ -387,34 +334,29 @@ def fit(
         # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
         return np.maximum(prior - np.concatenate(q_hi), lam), prior - np.concatenate(q_lo)
 
-    trace = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
     summary: dict = {
         "n_basis": int(primal.t),
         "n_basis_dual": int(dual.t),
         "objective": primal.objective,
         "dual_objective": dual.objective,
-        "gap": float(trace["gap"][-1]) if len(trace["gap"]) else np.nan,
-        "seconds": float(trace["seconds"][-1]) if len(trace["seconds"]) else 0.0,
+        "gap": gaps[-1] if gaps else np.nan,
         "stop_reason": stop_reason,
         "n_degenerate_candidates": primal.n_degenerate,
         "jitter": 0.0,
         "objective_lower_bound": -half_yy - lam * dual.objective,  # Theorem 1
     }
-    result = Fit("sgma", basis, coef, blocks.inputs(basis), kernel, lam, trace, summary,
-                 variance_bounds, extras={"basis_dual": basis_dual, "coef_dual": coef_dual})
-    if test is not None and primal.t:
-        mean = result.predict(X_test)
-        _, var_hi = variance_bounds(X_test)
-        summary["test_rmse"] = rmse(mean, y_test)
-        summary["test_nlpd"] = gaussian_nlpd(y_test, mean, var_hi)
-        summary["test_coverage_2sd"] = coverage_2sd(y_test, mean, var_hi)
-        if error_bar_eps is not None:
-            sizes, by_gap = error_bar_basis_sizes(blocks, X_test, lam, kappa, rng, error_bar_eps)
-            for label, counts in (("", sizes), ("_by_gap", by_gap)):
-                summary[f"error_bar_basis{label}_mean"] = float(counts.mean())
-                summary[f"error_bar_basis{label}_sd"] = float(counts.std(ddof=1))
-            summary["error_bar_basis_median"] = float(np.median(sizes))
-    return result
+    reasons = {} if gaps else {"gap": "no step was taken", "objective": "no step was taken"}
+    X_test = recorder.test_inputs
+    if error_bar_eps is not None and X_test is not None and primal.t:
+        sizes, by_gap = error_bar_basis_sizes(blocks, X_test, lam, kappa, rng, error_bar_eps)
+        for label, counts in (("", sizes), ("_by_gap", by_gap)):
+            summary[f"error_bar_basis{label}_mean"] = float(counts.mean())
+            summary[f"error_bar_basis{label}_sd"] = float(counts.std(ddof=1))
+        summary["error_bar_basis_median"] = float(np.median(sizes))
+    return Solution(basis, coef, blocks.inputs(basis), kernel, lam, summary,
+                    variance_bounds if primal.t else None,
+                    extras={"basis_dual": basis_dual, "coef_dual": coef_dual},
+                    not_applicable=reasons)
 
 
 def _grow(buf: np.ndarray, new_cols: int) -> np.ndarray:
@@ -431,9 +373,32 @@ def error_bar_basis_sizes(blocks: KernelBlocks, X_new: np.ndarray, lam: float, k
     sizes, by_gap = [], []
     for x in np.asarray(X_new, dtype=np.float64):
         k = blocks.cross(x[None, :], slice(None))[0]
-        run = fit(blocks, k, lam=lam, kappa=kappa, rng=rng, eps=eps, eval_every=blocks.n,
-                  criterion="bracket")
+        recorder = Recorder()
+        run = fit(blocks, k, lam=lam, kappa=kappa, rng=rng, recorder=recorder, eps=eps,
+                  max_basis=None, chunk_bytes=2**28, error_bar_eps=None, criterion="bracket",
+                  reference="none")
+        trace = recorder.trace()
         sizes.append(run.summary["n_basis"])
-        below = np.flatnonzero(run.trace["gap"] < eps)
-        by_gap.append(run.trace["n_basis"][below[0]] if len(below) else run.summary["n_basis"])
+        below = np.flatnonzero(trace["gap"] < eps)
+        by_gap.append(trace["n_basis"][below[0]] if len(below) else run.summary["n_basis"])
     return np.asarray(sizes, dtype=np.float64), np.asarray(by_gap, dtype=np.float64)
+
+
+SPECS = [AlgorithmSpec(
+    "sgma", fit, "Smola & Bartlett's sparse greedy quadratic minimisation with its duality gap",
+    options={
+        "eps": Option(0.025, "float", "stop when the relative duality gap < eps", lo=0.0),
+        "max_basis": Option(None, "int", "cap on the basis size (null = n)", lo=1,
+                            none_ok=True, example=200),
+        "eval_every": Option(10, "int", "trace test metrics every this many steps", lo=1),
+        "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1),
+        "error_bar_eps": Option(None, "float", "per-test-point error-bar basis sizes (Table 2)",
+                                lo=0.0, lo_open=True, none_ok=True, example=0.025),
+        "criterion": Option("gap", "choice", "stopping rule", choices=("gap", "bracket")),
+        "reference": Option("none", "choice", "exact optimum for suboptimality traces",
+                            choices=REFERENCES),
+    },
+    uses_kappa=True, has_variance=True,
+    exact_limit=ExactLimit({"eps": 0.0}, variance=True),
+    check_options={"max_basis": 8, "eps": 0.0},
+)]

@@ -31,21 +31,14 @@ gap of 002 with the exact dual optimum as α*, plus n_basis, seconds, test_rmse,
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
+import scipy.linalg as sla
 
-from algorithms.base import (
-    Fit,
-    InputError,
-    KernelBlocks,
-    check_kappa,
-    check_lam,
-    check_targets,
-    check_test,
-    rmse,
-)
+from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
+from algorithms.evaluation import Recorder
 from algorithms.objectives import REFERENCES, solve_reference
+from algorithms.options import Option
 from algorithms.sgma import PrimalGreedy
 
 # A 2×2 system whose determinant is below this fraction of a11·a22 means φ(x_i) is parallel to
@@ -60,7 +53,7 @@ def theorem31_bound(R0: float, M2: float, lam_z: float, k: np.ndarray) -> np.nda
 
 
 class _Reference:
-    """R(0), R(ŵ), M² and the per-step trace rows shared by the three algorithms."""
+    """R(0), R(ŵ), M² and the per-step diagnostics shared by the three algorithms."""
 
     def __init__(self, blocks: KernelBlocks, y: np.ndarray, sigma2: float,
                  reference: str) -> None:
@@ -73,75 +66,77 @@ class _Reference:
         self.M2 = float(self.diag.max())
         # R(ŵ) = (λ/2) yᵀ(K + nλI)⁻¹y
         self.R_hat = 0.5 * self.lam_z * float(y @ solve_reference(blocks, y, sigma2, reference))
-        self.rows: dict[str, list] = {k: [] for k in (
-            "n_basis", "objective", "zhang_R", "delta_R", "bound", "gap", "seconds", "flops",
-            "test_rmse")}
+        self.last: dict[str, float] = {}
 
-    def record(self, k: int, n_basis: int, R: float, seconds: float, flops: float,
-               test_rmse: float) -> None:
+    def record(self, recorder: Recorder, predict, k: int, n_basis: int, R: float,
+               flops: float) -> None:
         L = self.n * R - self.half_yy
         L_min = self.n * self.R_hat - self.half_yy
-        rows = self.rows
-        rows["n_basis"].append(n_basis)
-        rows["objective"].append(L)
-        rows["zhang_R"].append(R)
-        rows["delta_R"].append(R - self.R_hat)
-        rows["bound"].append(float(theorem31_bound(self.R0, self.M2, self.lam_z, k)))
-        rows["gap"].append(2 * (L - L_min) / (abs(L) + abs(L_min)))
-        rows["seconds"].append(seconds)
-        rows["flops"].append(flops)
-        rows["test_rmse"].append(test_rmse)
+        self.last = {"n_basis": n_basis, "objective": L, "zhang_R": R,
+                     "delta_R": R - self.R_hat,
+                     "bound": float(theorem31_bound(self.R0, self.M2, self.lam_z, k)),
+                     "gap": 2 * (L - L_min) / (abs(L) + abs(L_min))}
+        recorder.step(predict, **self.last, flops=flops)
 
     def summary(self, stop_reason: str) -> dict:
-        tr = self.rows
+        last = self.last
         return {
-            "n_basis": int(tr["n_basis"][-1]),
-            "objective": float(tr["objective"][-1]),
-            "zhang_R": float(tr["zhang_R"][-1]),
-            "delta_R": float(tr["delta_R"][-1]),
+            "n_basis": int(last["n_basis"]),
+            "objective": float(last["objective"]),
+            "zhang_R": float(last["zhang_R"]),
+            "delta_R": float(last["delta_R"]),
             "R_hat": self.R_hat,
             "delta_R0": self.R0 - self.R_hat,
             "zhang_lambda": self.lam_z,
             "M2": self.M2,
-            "gap": float(tr["gap"][-1]),
-            "seconds": float(tr["seconds"][-1]),
+            "gap": float(last["gap"]),
             "stop_reason": stop_reason,
             "jitter": 0.0,
         }
 
+    def reasons(self) -> dict[str, str]:
+        if math.isfinite(self.R_hat):
+            return {}
+        why = "algorithm.reference=none: R(ŵ) was not computed"
+        return {"gap": why, "delta_R": why, "R_hat": why}
 
-def _validate(blocks: KernelBlocks, y, lam, test, max_basis, eval_every, reference):
-    sigma2 = check_lam(lam)
-    if reference not in REFERENCES:
-        raise InputError(f"reference={reference!r} is not one of {', '.join(REFERENCES)}; "
-                         "pass e.g. algorithm.reference=cg")
-    y = check_targets(y, blocks.n)
-    test = check_test(test, getattr(blocks, "d", None))
-    if not isinstance(max_basis, (int, np.integer)) or not 1 <= max_basis:
-        raise InputError(f"max_basis={max_basis!r} must be an integer ≥ 1 (the largest k); "
-                         "pass e.g. algorithm.max_basis=200")
-    if eval_every < 1:
-        raise InputError(f"eval_every={eval_every} must be ≥ 1")
-    return sigma2, y, test
+
+def subset_of_regressors_variance(blocks: KernelBlocks, basis: np.ndarray, lam: float):
+    """The predictive variance of y of the subset-of-regressors model on ``basis`` (the sparse
+    GP whose posterior mean is the exact minimiser of L on span{k(·, x_i): i ∈ basis}):
+    σ² + σ² k_S(x)ᵀ G⁻¹ k_S(x), G = σ²K_SS + K_{:S}ᵀK_{:S} (Quiñonero-Candela & Rasmussen
+    2005, SoR). Zhang (000) gives no variance; this is the one his span implies."""
+    K_S = blocks.block(slice(None), basis)
+    G = lam * K_S[basis, :] + K_S.T @ K_S
+    factor = sla.cholesky(G, lower=True, check_finite=False)
+    kernel, X_basis = blocks.kernel, blocks.inputs(basis)
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        V = sla.solve_triangular(factor, kernel(X_new, X_basis).T, lower=True,
+                                 check_finite=False)
+        var = lam + lam * np.einsum("ij,ij->j", V, V)
+        return var, var
+
+    return variance_bounds
 
 
 def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | None,
-            rng: np.random.Generator | None, test, max_basis: int, eval_every: int,
-            reference: str, chunk_bytes: int, name: str) -> Fit:
+            rng: np.random.Generator, recorder: Recorder, max_basis: int, reference: str,
+            chunk_bytes: int, name: str) -> Solution:
     """Algorithms 1 (κ = None: every index is a candidate) and 3 (a fresh κ-subset per step)."""
-    sigma2, y, test = _validate(blocks, y, lam, test, max_basis, eval_every, reference)
     n, d = blocks.n, getattr(blocks, "d", 0)
-    start = time.perf_counter()
-    ref = _Reference(blocks, y, sigma2, reference)
+    ref = _Reference(blocks, y, lam, reference)
     lam_z, diag = ref.lam_z, ref.diag
     f = np.zeros(n)  # K α^{k−1}
     q = 0.0  # ‖w^{k−1}‖² = αᵀKα
     coef: dict[int, float] = {}
-    X_test, y_test = test if test is not None else (None, None)
-    f_test = np.zeros(len(y_test)) if test is not None else None
     Fy = np.empty((n, 2))
     Fy[:, 1] = y
-    eval_seconds = 0.0
+
+    def predict(X_new: np.ndarray) -> Prediction:
+        basis = list(coef)
+        return Prediction(blocks.cross(X_new, basis) @ np.array([coef[j] for j in basis]))
+
     for k in range(1, max_basis + 1):
         M = np.arange(n) if kappa is None or kappa >= n else rng.choice(n, kappa, replace=False)
         a11 = float(f @ f) / n + lam_z * q
@@ -183,60 +178,52 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
         coef = {j: beta * c for j, c in coef.items()}
         coef[i] = coef.get(i, 0.0) + alpha
         R = (0.5 * float((f - y) @ (f - y)) / n) + 0.5 * lam_z * q
-        test_rmse = math.nan
-        if test is not None:
-            t_eval = time.perf_counter()
-            f_test *= beta
-            f_test += alpha * blocks.cross(X_test, [i])[:, 0]
-            if k % eval_every == 0 or k == max_basis:
-                test_rmse = rmse(f_test, y_test)
-            eval_seconds += time.perf_counter() - t_eval
         nnz = sum(1 for c in coef.values() if c != 0.0)
-        ref.record(k, nnz, R, time.perf_counter() - start - eval_seconds, flops, test_rmse)
+        ref.record(recorder, predict, k, nnz, R, flops)
         if not math.isfinite(R):
             raise FloatingPointError(f"{name}: R became non-finite at step {k}")
     basis = np.array([j for j, c in coef.items() if c != 0.0], dtype=np.int64)
     values = np.array([coef[j] for j in basis])
-    summary = ref.summary(f"k = max_basis = {max_basis}")
-    trace = {key: np.asarray(v, dtype=np.float64) for key, v in ref.rows.items()}
-    result = Fit(name, basis, values, blocks.inputs(basis), blocks.kernel, sigma2, trace, summary)
-    if test is not None:
-        summary["test_rmse"] = rmse(result.predict(X_test), y_test)
-    return result
+    return _solution(blocks, lam, basis, values, ref, f"k = max_basis = {max_basis}")
 
 
-def fit_greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float,
-               rng: np.random.Generator | None = None, test=None, max_basis: int = 200,
-               eval_every: int = 1, reference: str = "cg",
-               chunk_bytes: int = 2**28) -> Fit:
+def _solution(blocks: KernelBlocks, lam: float, basis: np.ndarray, coef: np.ndarray,
+              ref: _Reference, stop_reason: str) -> Solution:
+    reasons = ref.reasons()
+    try:
+        variance = subset_of_regressors_variance(blocks, basis, lam)
+    except np.linalg.LinAlgError:
+        variance = None
+        reasons["variance"] = "σ²K_SS + K_SᵀK_S is numerically singular on this basis"
+    return Solution(basis, coef, blocks.inputs(basis), blocks.kernel, lam,
+                    ref.summary(stop_reason), variance, not_applicable=reasons)
+
+
+def fit_greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+               recorder: Recorder, max_basis: int, reference: str,
+               chunk_bytes: int) -> Solution:
     """Zhang's Algorithm 1 (full greedy) for k = 1..max_basis; ``lam`` is σ² = nλ."""
-    return _greedy(blocks, y, lam=lam, kappa=None, rng=rng, test=test, max_basis=max_basis,
-                   eval_every=eval_every, reference=reference,
-                   chunk_bytes=chunk_bytes, name="zhang_greedy")
+    return _greedy(blocks, y, lam=lam, kappa=None, rng=rng, recorder=recorder,
+                   max_basis=max_basis, reference=reference, chunk_bytes=chunk_bytes,
+                   name="zhang_greedy")
 
 
 def fit_kappa_greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
-                     rng: np.random.Generator, test=None, max_basis: int = 200,
-                     eval_every: int = 1, reference: str = "cg",
-                     chunk_bytes: int = 2**28) -> Fit:
+                     rng: np.random.Generator, recorder: Recorder, max_basis: int,
+                     reference: str, chunk_bytes: int) -> Solution:
     """Zhang's Algorithm 3 (κ-greedy) for k = 1..max_basis; ``lam`` is σ² = nλ."""
-    kappa = check_kappa(kappa, blocks.n)
-    return _greedy(blocks, y, lam=lam, kappa=kappa, rng=rng, test=test, max_basis=max_basis,
-                   eval_every=eval_every, reference=reference,
-                   chunk_bytes=chunk_bytes, name="zhang_kappa_greedy")
+    return _greedy(blocks, y, lam=lam, kappa=kappa, rng=rng, recorder=recorder,
+                   max_basis=max_basis, reference=reference, chunk_bytes=chunk_bytes,
+                   name="zhang_kappa_greedy")
 
 
 def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
-               test=None, max_basis: int = 200, eval_every: int = 1,
-               reference: str = "cg", chunk_bytes: int = 2**28) -> Fit:
+               recorder: Recorder, max_basis: int, reference: str,
+               chunk_bytes: int) -> Solution:
     """Zhang's Algorithm 2 (random) for nested k = 1..max_basis; ``lam`` is σ² = nλ."""
-    sigma2, y, test = _validate(blocks, y, lam, test, max_basis, eval_every, reference)
     n = blocks.n
-    start = time.perf_counter()
-    ref = _Reference(blocks, y, sigma2, reference)
-    X_test, y_test = test if test is not None else (None, None)
-    primal = PrimalGreedy(blocks, y, sigma2, rng, min(max_basis, n), X_test, chunk_bytes)
-    eval_seconds = 0.0
+    ref = _Reference(blocks, y, lam, reference)
+    primal = PrimalGreedy(blocks, y, lam, rng, min(max_basis, n), chunk_bytes)
     stop_reason = f"k = max_basis = {max_basis}"
     for k in range(1, max_basis + 1):
         flops = primal.step(1)
@@ -244,17 +231,29 @@ def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.rando
             stop_reason = "no admissible point left (all remaining are in the span)"
             break
         R = (primal.objective + ref.half_yy) / n
-        test_rmse = math.nan
-        if test is not None and (k % eval_every == 0 or k == max_basis):
-            t_eval = time.perf_counter()
-            test_rmse = rmse(primal.test_predictions(), y_test)
-            eval_seconds += time.perf_counter() - t_eval
-        ref.record(k, primal.t, R, time.perf_counter() - start - eval_seconds, flops, test_rmse)
-    basis = np.asarray(primal.S, dtype=np.int64)
-    summary = ref.summary(stop_reason)
-    trace = {key: np.asarray(v, dtype=np.float64) for key, v in ref.rows.items()}
-    result = Fit("zhang_random", basis, primal.coef(), blocks.inputs(basis), blocks.kernel, sigma2,
-                 trace, summary)
-    if test is not None:
-        summary["test_rmse"] = rmse(result.predict(X_test), y_test)
-    return result
+        ref.record(recorder, primal.predict, k, primal.t, R, flops)
+    return _solution(blocks, lam, np.asarray(primal.S, dtype=np.int64), primal.coef(), ref,
+                     stop_reason)
+
+
+def _options(**defaults) -> dict[str, Option]:
+    return {
+        "max_basis": Option(200, "int", "k_max: the trace covers k = 1..max_basis", lo=1),
+        "eval_every": Option(1, "int", "trace test metrics every this many steps", lo=1),
+        "reference": Option("cg", "choice", "R(ŵ) for ΔR: cg (K streamed in row blocks), "
+                            "dense (caches n×n), none", choices=REFERENCES),
+        "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1),
+    }
+
+
+_CHECK = {"max_basis": 8}
+SPECS = [
+    AlgorithmSpec("zhang_greedy", fit_greedy, "Zhang's Algorithm 1, full greedy",
+                  _options(), seed_free=True, has_variance=True, check_options=_CHECK),
+    AlgorithmSpec("zhang_kappa_greedy", fit_kappa_greedy, "Zhang's Algorithm 3, κ-greedy",
+                  _options(), uses_kappa=True, has_variance=True, check_options=_CHECK),
+    AlgorithmSpec("zhang_random", fit_random,
+                  "Zhang's Algorithm 2, random (nested draws without replacement)",
+                  _options(), has_variance=True, check_options=_CHECK,
+                  exact_limit=ExactLimit({"max_basis": "n"})),
+]

@@ -1,112 +1,73 @@
-"""The Hydra application: one job = fit one algorithm on one dataset, print, write the result.
+"""The Hydra application: its task function runs one job (:mod:`pipeline.job`) in Hydra's
+output directory; :func:`run` and :func:`multirun` launch it through Hydra and return what
+Hydra returns (a ``JobReturn``, or one per sweep point), and the text a user sees is made here
+from the result file on disk.
 
     python -m pipeline algorithm=sgma dataset=abalone lam=0.1 kappa=59 seed=0
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-import sys
-import time
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import hydra
-import numpy as np
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.utils import JobReturn
+from omegaconf import DictConfig
 
-from algorithms import REGISTRY, USES_KAPPA, Fit, InputError, Kernel
-from algorithms.base import check_kappa, check_lam
-from algorithms.certificate import certify
-from algorithms.learning_curves import CurveResult
+from algorithms.registry import get
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
-from pipeline.blocks import open_blocks
-from pipeline.curves import run_curve
-from pipeline.datasets import ingest
-from pipeline.results import write_job_result
+from pipeline.cluster import worker_name
+from pipeline.job import CONF_DIR, config_hash, job_config, run_job
+from pipeline.results import JOB_FILE, load_job_result
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # Hydra finds launchers by scanning the hydra_plugins namespace package, which an editable
 # install's import hook hides from it; registering explicitly works for every install mode.
 Plugins.instance().register(DaskLauncher)
 
 
-@dataclass(frozen=True)
-class JobOutcome:
-    fit: Fit | CurveResult
-    config: dict
-    result_path: Path
-    dataset_shape: tuple[int, int, int]  # n_train, n_test, d
+def task(cfg: DictConfig) -> dict:
+    """Hydra's task function: run the job ``cfg`` describes, writing ``result.nc`` into the
+    job's Hydra output directory; returns a small record (it travels back from a worker)."""
+    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    config = job_config(cfg)
+    outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
+                                                      "pid": os.getpid()})
+    return {"status": "ok", "config_hash": config_hash(config),
+            "result": str(outcome.result_path)}
 
 
-def job_config(cfg: DictConfig) -> dict:
-    """The resolved job config (no hydra node) as a plain dict."""
-    job_keys = [key for key in cfg.keys() if key != "hydra"]
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
+def _launch(overrides: Sequence[str], multirun: bool):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None,
+                               job_name="pipeline"):
+        app = GlobalHydra.instance().hydra
+        launch = app.multirun if multirun else app.run
+        return launch(config_name="config", task_function=task, overrides=list(overrides))
 
 
-def algorithm_options(name: str) -> set[str]:
-    """The options ``algorithm.<option>`` that algorithm ``name`` takes."""
-    return set(inspect.signature(REGISTRY[name]).parameters) - {"blocks", "y", "lam", "rng",
-                                                                 "test", "kappa"}
+def run(overrides: Sequence[str]) -> JobReturn:
+    """One job with Hydra's overrides (e.g. ``["algorithm=exact", "lam=0.1"]``); raises what
+    the job raised."""
+    return _launch(overrides, multirun=False)
 
 
-def run_job(config: dict, result_path: str | Path, attrs: dict | None = None) -> JobOutcome:
-    """Validate a resolved job config, ingest its dataset, fit, and write ``result_path``.
+def multirun(overrides: Sequence[str]) -> list[JobReturn]:
+    """A sweep (Hydra's ``-m``) through the configured launcher: one JobReturn per point."""
+    batches = _launch(overrides, multirun=True)
+    return [ret for batch in batches for ret in batch]
 
-    ``attrs`` are extra attributes for the result file (e.g. the worker that ran the job).
-    """
-    start = time.perf_counter()
-    name = config["algorithm"]["name"]
-    if name not in REGISTRY:
-        raise InputError(f"unknown algorithm '{name}'; choose one of: {', '.join(REGISTRY)}")
-    lam = check_lam(config["lam"])
-    check_kappa(config["kappa"], 1)
-    seed = config["seed"]
-    if not isinstance(seed, int) or seed < 0:
-        raise InputError(f"seed={seed!r} must be an integer ≥ 0; pass e.g. seed=0")
-    kernel_cfg = dict(config["kernel"])
-    kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
 
-    store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
-    blocks = open_blocks(store, kernel, verify=False)
-    y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
-                               for key in ("y_train", "X_test", "y_test"))
-    options = {k: v for k, v in config["algorithm"].items() if k != "name"}
-    accepted = algorithm_options(name)
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise InputError(f"algorithm {name} has no option {unknown[0]!r}; its options: "
-                         f"{', '.join(sorted(accepted))}")
-    if config.get("learning_curve"):  # Lemma 4's E^g(n) instead of a fit (pipeline.curves)
-        curve = run_curve(config, kernel, blocks)
-        attrs = {**(attrs or {}), "job_seconds": time.perf_counter() - start}
-        path = write_job_result(curve, config, result_path, attrs)
-        return JobOutcome(curve, config, path, (blocks.n, len(y_test), blocks.d))
-    if name in USES_KAPPA:
-        options["kappa"] = config["kappa"]
-    test = (X_test, y_test) if len(y_test) else None
-    fit = REGISTRY[name](blocks, y_train, lam=lam, rng=np.random.default_rng(seed), test=test,
-                         **options)
-    cert_cfg = config.get("certificate") or {}
-    if cert_cfg.get("enabled", False):
-        certificate = certify(blocks, y_train, lam, fit.basis, fit.coef,
-                              rng=np.random.default_rng([seed, 1]),
-                              kappa=cert_cfg.get("kappa", 59), tol=cert_cfg.get("tol", 1e-3),
-                              max_dual=cert_cfg.get("max_dual", 500),
-                              dual_objective=fit.summary.get("dual_objective"))
-        if not math.isfinite(fit.summary.get("objective", math.nan)):
-            fit.summary["objective"] = certificate["objective"]  # L(α) of methods without one
-        fit.summary.update({"gap_certified": certificate["gap_certified"],
-                            "certified_lower_bound": certificate["objective_lower_bound"],
-                            "certificate_dual_steps": certificate["n_dual"]})
-    attrs = {**(attrs or {}), "job_seconds": time.perf_counter() - start}
-    path = write_job_result(fit, config, result_path, attrs)
-    return JobOutcome(fit, config, path, (blocks.n, len(y_test), blocks.d))
+# Hydra's own entry point, for its flags (--cfg job, --help, --info, ...)
+hydra_main = hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(task)
 
+
+# ----------------------------------------------------------------------------- text
 
 def _fmt(value, spec: str = ".6g") -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -114,44 +75,26 @@ def _fmt(value, spec: str = ".6g") -> str:
     return str(value)
 
 
-def curve_text(outcome: JobOutcome) -> str:
-    """One screen for a learning curve: E^g(n) per n, the plateau and detaching point."""
-    c, curve = outcome.config, outcome.fit
-    s, t = curve.summary, curve.trace
-    m = f" m={s['m']}" if "m" in s else ""
-    lines = [f"learning curve of {c['algorithm']['name']}{m} (Lemma 4, "
-             f"{c['learning_curve'].get('density', 'uniform')} density from "
-             f"{c['dataset']['name']}), kernel {c['kernel']['name']}, lam={c['lam']}, "
-             f"seed={c['seed']}, {s['draws']} draws per n",
-             "  n        E^g(n)     ± se" + ("       E − E_baseline" if "baseline" in s else "")]
-    for i, n in enumerate(t["n_train"]):
-        row = f"  {int(n):<8d} {t['xbar_error'][i]:<10.5g} {t['xbar_error_se'][i]:<10.2g}"
-        if "baseline" in s:
-            row += f" {t['xbar_error_minus_baseline'][i]:.4g}"
-        lines.append(row)
-    lines.append(f"  plateau σ² + Σ_(i>m) λ_i = {s['plateau']:.6g}")
-    if "detaching_point" in s:
-        lines.append(f"  detaching point n̄ = σ²/λ_m = {s['detaching_point']:.4g}")
-    lines += [f"  seconds          {s['seconds']:.3f}", f"result: {outcome.result_path}"]
-    return "\n".join(lines)
+def _value(s: dict, reasons: dict, key: str, spec: str = ".6g") -> str:
+    value = s.get(key, math.nan)
+    if isinstance(value, float) and math.isnan(value) and key in reasons:
+        return f"n/a ({reasons[key]})"
+    return _fmt(value, spec)
 
 
-def summary_text(outcome: JobOutcome) -> str:
-    """One screen: what ran, basis size, gap, test RMSE, seconds, and where the result is."""
-    if isinstance(outcome.fit, CurveResult):
-        return curve_text(outcome)
-    c, s = outcome.config, outcome.fit.summary
-    n, n_test, d = outcome.dataset_shape
+def fit_text(ds) -> str:
+    """One screen for a fit: basis size, gap, objective, certificate, test metrics, seconds."""
+    c, s, why = ds.attrs["config"], ds.attrs["summary"], ds.attrs.get("not_applicable", {})
     kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name")
-    kappa = f", kappa={c['kappa']}" if c["algorithm"]["name"] in USES_KAPPA else ""
+    kappa = f", kappa={c['kappa']}" if get(ds.attrs["algorithm"]).uses_kappa else ""
     lines = [
-        f"{c['algorithm']['name']} on {c['dataset']['name']} (n_train={n}, n_test={n_test}, "
-        f"d={d}), kernel {c['kernel']['name']}({kernel}), lam={c['lam']}{kappa}, "
-        f"seed={c['seed']}",
+        f"{ds.attrs['algorithm']} on {c['dataset']['name']} (n_train={ds.attrs['n_train']}, "
+        f"n_test={ds.attrs['n_test']}, d={ds.attrs['d']}), kernel {c['kernel']['name']}"
+        f"({kernel}), lam={c['lam']}{kappa}, seed={c['seed']}",
         f"  basis size       {s['n_basis']}"
         + (f" (dual {s['n_basis_dual']})" if "n_basis_dual" in s else ""),
-        f"  gap              {_fmt(s['gap'], '.4g')}  (stopped: {s['stop_reason']})",
-        f"  objective L      {_fmt(s['objective'])}",
+        f"  gap              {_value(s, why, 'gap', '.4g')}  (stopped: {s['stop_reason']})",
+        f"  objective L      {_value(s, why, 'objective')}",
     ]
     if "gap_certified" in s:
         lines.append(f"  certified gap    {_fmt(s['gap_certified'], '.4g')}  (Theorem 1: relative "
@@ -159,20 +102,40 @@ def summary_text(outcome: JobOutcome) -> str:
     if "log_marginal_likelihood" in s:
         lines.append(f"  log marg. lik.   {_fmt(s['log_marginal_likelihood'])}")
     lines += [
-        f"  test RMSE        {_fmt(s.get('test_rmse', float('nan')))}",
-        f"  test NLPD        {_fmt(s.get('test_nlpd', float('nan')))}",
+        f"  test RMSE        {_value(s, why, 'test_rmse')}",
+        f"  test NLPD        {_value(s, why, 'test_nlpd')}",
         f"  seconds          {_fmt(s['seconds'], '.3f')}",
-        f"result: {outcome.result_path}",
     ]
     return "\n".join(lines)
 
 
-@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> None:
-    try:
-        result_path = Path(HydraConfig.get().runtime.output_dir) / "result.nc"
-        outcome = run_job(job_config(cfg), result_path)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    print(summary_text(outcome))
+def curve_text(ds) -> str:
+    """One screen for a learning curve: E^g(n) per n, the plateau and detaching point."""
+    c, s = ds.attrs["config"], ds.attrs["summary"]
+    m = f" m={s['m']}" if "m" in s else ""
+    baseline = "xbar_error_minus_baseline" in ds
+    lines = [f"learning curve of {ds.attrs['algorithm']}{m} (Lemma 4, "
+             f"{c['learning_curve'].get('density', 'uniform')} density from "
+             f"{c['dataset']['name']}), kernel {c['kernel']['name']}, lam={c['lam']}, "
+             f"seed={c['seed']}, {s['draws']} draws per n",
+             "  n        E^g(n)     ± se" + ("       E − E_baseline" if baseline else "")]
+    for i, n in enumerate(ds["n_train"].values):
+        row = (f"  {int(n):<8d} {ds['xbar_error'].values[i]:<10.5g} "
+               f"{ds['xbar_error_se'].values[i]:<10.2g}")
+        if baseline:
+            row += f" {ds['xbar_error_minus_baseline'].values[i]:.4g}"
+        lines.append(row)
+    lines.append(f"  plateau σ² + Σ_(i>m) λ_i = {s['plateau']:.6g}")
+    if "detaching_point" in s:
+        lines.append(f"  detaching point n̄ = σ²/λ_m = {s['detaching_point']:.4g}")
+    lines.append(f"  seconds          {s['seconds']:.3f}")
+    return "\n".join(lines)
+
+
+TEXT: dict[str, Callable] = {"fit": fit_text, "learning_curve": curve_text}
+
+
+def summary_text(result_path: str | Path) -> str:
+    """What a user sees after one job: the summary of its result file and where it is."""
+    ds = load_job_result(result_path)
+    return f"{TEXT[ds.attrs['kind']](ds)}\nresult: {result_path}"

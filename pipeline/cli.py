@@ -1,12 +1,21 @@
-"""Command-line checks made before Hydra starts, so a typo gets a one-line error."""
+"""The command line: checks made before Hydra starts (so a typo gets a one-line error), then
+one job or a sweep through :mod:`pipeline.app`, with the outcome taken from what it returns."""
 
 from __future__ import annotations
 
 import re
+import sys
 
-from pipeline.app import CONF_DIR
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from algorithms.errors import InputError
+from pipeline import app
+from pipeline.job import CONF_DIR
+from pipeline.sweep import SweepOutcome
 
 GROUPS = ("algorithm", "dataset", "kernel")
+MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def group_options(group: str) -> list[str]:
@@ -30,3 +39,31 @@ def check_group_choices(argv: list[str]) -> str | None:
                 return (f"unknown {group} '{value}'; choose one of: {', '.join(options)} "
                         f"(files in conf/{group}/)")
     return None
+
+
+def _error(message: str) -> int:
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str]) -> int:
+    error = check_group_choices(argv)
+    if error:
+        return _error(error)
+    overrides = [a for a in argv if a not in MULTIRUN_FLAGS]
+    if any(a.startswith("-") for a in overrides):  # Hydra's own flags (--cfg, --help, ...)
+        sys.argv = [sys.argv[0], *argv]
+        app.hydra_main()
+        return 0
+    try:
+        if len(overrides) == len(argv):
+            ret = app.run(overrides)
+            print(app.summary_text(ret.return_value["result"]))
+            return 0
+        outcome = SweepOutcome.from_returns(app.multirun(overrides))
+    except InputError as err:
+        return _error(err)
+    except (HydraException, OmegaConfBaseException) as err:  # a bad override
+        return _error(err)
+    print(outcome.text())
+    return 1 if outcome.failed else 0

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from distributed import Client, LocalCluster
 
-from algorithms.base import InputError
+from algorithms.errors import InputError
 
 JOBQUEUE_KEYS = ("cores", "memory", "processes", "walltime", "queue", "account",
                  "job_extra_directives", "local_directory", "log_directory", "interface")
@@ -72,3 +72,13 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             yield client
     finally:
         cluster.close()
+
+
+def worker_name() -> str:
+    """The name of the Dask worker running this code, or "client" outside a worker."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except ValueError:  # not on a worker
+        return "client"

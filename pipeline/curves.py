@@ -1,14 +1,15 @@
 """Learning-curve jobs: with ``learning_curve`` set in the config, a job measures Lemma 4's
-generalisation error E^g(n) of its algorithm (``exact`` or a finite-dimensional predictor with
-``algorithm.m`` eigenfunctions) instead of fitting the dataset's targets; see
-:mod:`algorithms.learning_curves` and ``conf/experiment/ferrari1999_*.yaml``.
+generalisation error E^g(n) of its algorithm (one whose spec has a ``learning_curve`` model,
+with ``algorithm.m`` eigenfunctions where it needs a Mercer basis) instead of fitting the
+dataset's targets; see :mod:`algorithms.learning_curves` and
+``conf/experiment/ferrari1999_*.yaml``.
 
     learning_curve:
       n: [1, 2, 5, 10, 100]   # training set sizes
       draws: 100              # x̄ ~ pⁿ per n (the same x̄ for every algorithm with one seed)
       density: uniform        # U(0,1) (1-D datasets in [0,1]) | empirical (training inputs)
       n_nodes: 2000           # Gauss–Legendre nodes, or the training inputs drawn for p
-      baseline: null          # e.g. finite_optimal: record E_algorithm − E_baseline, paired
+      baseline: null          # another algorithm: record E_algorithm − E_baseline, paired
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from algorithms.base import InputError
+from algorithms.contract import AlgorithmSpec, Curve
+from algorithms.errors import InputError
 from algorithms.kernels import Kernel
-from algorithms.learning_curves import DENSITIES, CurveResult, learning_curve
+from algorithms.learning_curves import DENSITIES, learning_curve
 from algorithms.projected import Density, empirical_density, uniform_density
+from algorithms.registry import REGISTRY
 
 CURVE_KEYS = {"n", "draws", "density", "n_nodes", "baseline"}
 
@@ -45,18 +48,32 @@ def curve_density(spec: Mapping, blocks, seed: int) -> Density:
     return empirical_density(blocks.inputs(rows))
 
 
-def run_curve(config: Mapping, kernel: Kernel, blocks) -> CurveResult:
-    """The learning curve a job config asks for."""
-    spec = dict(config["learning_curve"])
-    unknown = sorted(set(spec) - CURVE_KEYS)
+def _curve_spec(name: str | None, label: str) -> AlgorithmSpec:
+    spec = REGISTRY.get(name)
+    if spec is None or spec.learning_curve is None:
+        able = [s.name for s in REGISTRY.values() if s.learning_curve is not None]
+        raise InputError(f"{label}={name!r} has no Lemma-4 learning curve; choose one of: "
+                         f"{', '.join(able)}")
+    return spec
+
+
+def run_curve(config: Mapping, spec: AlgorithmSpec, kernel: Kernel, blocks,
+              options: Mapping) -> Curve:
+    """The learning curve a job config asks for (``options``: the algorithm's, validated)."""
+    curve = dict(config["learning_curve"])
+    unknown = sorted(set(curve) - CURVE_KEYS)
     if unknown:
         raise InputError(f"learning_curve has no key {unknown[0]!r}; its keys: "
                          f"{', '.join(sorted(CURVE_KEYS))}")
-    if "n" not in spec:
+    if "n" not in curve:
         raise InputError("learning_curve.n is missing: pass the training set sizes, "
                          "e.g. learning_curve.n=[1,10,100]")
-    name = config["algorithm"]["name"]
-    density = curve_density(spec, blocks, config["seed"])
-    return learning_curve(name, kernel, density, lam=config["lam"], n_grid=spec["n"],
-                          draws=spec.get("draws", 100), seed=config["seed"],
-                          m=config["algorithm"].get("m"), baseline=spec.get("baseline"))
+    _curve_spec(spec.name, "algorithm")
+    baseline = None
+    if curve.get("baseline") is not None:
+        baseline_spec = _curve_spec(curve["baseline"], "learning_curve.baseline")
+        baseline = (baseline_spec.name, baseline_spec.learning_curve)
+    density = curve_density(curve, blocks, config["seed"])
+    return learning_curve(spec.name, spec.learning_curve, kernel, density, lam=config["lam"],
+                          n_grid=curve["n"], draws=curve.get("draws", 100), seed=config["seed"],
+                          m=options.get(spec.learning_curve.basis_option), baseline=baseline)

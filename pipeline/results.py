@@ -18,7 +18,6 @@ place, so a failing job never leaves a half-written result and never damages an 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -32,14 +31,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from algorithms import SEED_FREE, USES_KAPPA
-from algorithms.base import Fit
-from algorithms.learning_curves import CurveResult
+from algorithms.contract import Result
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
-# Config keys that say where or how a job runs, not what it computes: not part of its identity.
-LOCATION_KEYS = ("store_root", "sweep", "cluster", "scheduler", "report")
 
 
 @functools.cache
@@ -64,25 +59,12 @@ def git_sha() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-def job_identity(config: Mapping) -> dict:
-    """What a job computes: its config without location keys, with κ dropped for algorithms
-    that ignore it and the seed dropped for those that are deterministic (a learning curve
-    depends on the seed through its draws of training inputs)."""
-    ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
-    name = config["algorithm"]["name"]
-    if name not in USES_KAPPA:
-        ident["kappa"] = None
-    if name in SEED_FREE and not config.get("learning_curve"):
-        ident["seed"] = None
-    if ident.get("learning_curve", 0) is None:  # fits keep the hashes they had before the key
-        del ident["learning_curve"]
-    return ident
+JOB_FILE = "result.nc"
 
 
-def config_hash(config: Mapping) -> str:
-    """Stable hash of a job's identity (names its result file; equal hashes are one job)."""
-    blob = json.dumps(job_identity(config), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def job_path(sweep_dir: str | os.PathLike, job_hash: str) -> Path:
+    """Where a sweep keeps the result of the job named ``job_hash`` (its Hydra output dir)."""
+    return Path(sweep_dir) / "jobs" / job_hash / JOB_FILE
 
 
 def _jsonable(value):
@@ -93,31 +75,33 @@ def _jsonable(value):
     return value
 
 
-def _base_attrs(config: Mapping, attrs: Mapping | None) -> dict:
+def _base_attrs(config: Mapping, attrs: Mapping) -> dict:
+    """Attrs of every job file; ``attrs`` must hold the job's ``config_hash`` (its identity,
+    :func:`pipeline.job.config_hash`)."""
+    if "config_hash" not in attrs:
+        raise ValueError("a job file needs its config_hash")
     return {
         "config": json.dumps(config, sort_keys=True, default=str),
-        "config_hash": config_hash(config),
         "versions": json.dumps(package_versions(), sort_keys=True),
         "git_sha": git_sha(),
         "host": platform.node(),
         "run_id": uuid.uuid4().hex,
-        **(attrs or {}),
+        **attrs,
     }
 
 
-def fit_to_dataset(fit: Fit | CurveResult, config: Mapping,
-                   attrs: Mapping | None = None) -> xr.Dataset:
-    """A finished job's result as an xarray Dataset (a learning curve has no basis/coef; its
-    steps are the training set sizes of its ``n_train`` trace)."""
-    data_vars = {name: ("step", np.asarray(values)) for name, values in fit.trace.items()}
-    if isinstance(fit, Fit):
-        data_vars["basis"] = ("basis", np.asarray(fit.basis, dtype=np.int32))  # netCDF3: no i8
-        data_vars["coef"] = ("basis", np.asarray(fit.coef, dtype=np.float64))
-    summary = {k: _jsonable(v) for k, v in fit.summary.items()}
-    all_attrs = {"algorithm": fit.algorithm, "status": "ok", "error": "",
-                 "summary": json.dumps(summary, sort_keys=True), **_base_attrs(config, attrs)}
-    n_step = len(next(iter(fit.trace.values())))
-    return xr.Dataset(data_vars, coords={"step": np.arange(1, n_step + 1)},
+def result_to_dataset(result: Result, config: Mapping, attrs: Mapping) -> xr.Dataset:
+    """A finished job's result as an xarray Dataset: trace variables over ``step``, the
+    result's own arrays (a fit's basis and coefficients), the summary and the reasons for
+    quantities that do not apply as JSON attrs."""
+    data_vars = {name: ("step", np.asarray(values)) for name, values in result.trace.items()}
+    data_vars.update(result.variables())
+    summary = {k: _jsonable(v) for k, v in result.summary.items()}
+    all_attrs = {"algorithm": result.algorithm, "kind": result.kind, "status": "ok", "error": "",
+                 "summary": json.dumps(summary, sort_keys=True),
+                 "not_applicable": json.dumps(dict(result.not_applicable), sort_keys=True),
+                 **_base_attrs(config, attrs)}
+    return xr.Dataset(data_vars, coords={"step": np.arange(1, result.n_steps + 1)},
                       attrs=all_attrs)
 
 
@@ -152,14 +136,14 @@ def _open_job(path: str | os.PathLike) -> xr.Dataset:
         return ds.load()
 
 
-def write_job_result(fit: Fit, config: Mapping, path: str | os.PathLike,
-                     attrs: Mapping | None = None) -> Path:
+def write_job_result(result: Result, config: Mapping, path: str | os.PathLike,
+                     attrs: Mapping) -> Path:
     """Write a finished job's result file (``result.nc``) atomically."""
-    return _write_atomically(fit_to_dataset(fit, config, attrs), path)
+    return _write_atomically(result_to_dataset(result, config, attrs), path)
 
 
 def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
-                      attrs: Mapping | None = None) -> Path:
+                      attrs: Mapping) -> Path:
     """Record a failed job (status failed, the error text kept) atomically."""
     ds = xr.Dataset(attrs={"algorithm": config["algorithm"]["name"], "status": "failed",
                            "error": error, "summary": "{}", **_base_attrs(config, attrs)})
@@ -178,8 +162,9 @@ def job_status(path: str | os.PathLike) -> tuple[str, str] | None:
 def load_job_result(path: str | os.PathLike) -> xr.Dataset:
     """Open one job's result file (config, summary and versions parsed back from JSON)."""
     ds = _open_job(path)
-    for key in ("config", "summary", "versions"):
-        ds.attrs[key] = json.loads(ds.attrs[key])
+    for key in ("config", "summary", "versions", "not_applicable"):
+        if key in ds.attrs:
+            ds.attrs[key] = json.loads(ds.attrs[key])
     return ds
 
 
@@ -215,7 +200,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     for entry in entries:
         h = entry["hash"]
         if h not in jobs:
-            path = sweep_dir / "jobs" / f"{h}.nc"
+            path = job_path(sweep_dir, h)
             try:
                 jobs[h] = _open_job(path)
             except (OSError, ValueError):  # not run, or unreadable: status "missing"

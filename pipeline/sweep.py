@@ -1,13 +1,17 @@
 """Multirun sweeps on Dask: the work behind the ``hydra/launcher=dask`` plugin.
 
 The client composes every job's config (Hydra's own sweep expansion), names each job by the
-hash of what it computes (:func:`pipeline.results.config_hash`), skips jobs whose result file is
+hash of what it computes (:func:`pipeline.job.config_hash`), skips jobs whose result file is
 already there with status ok (resume), and submits the rest as Dask tasks, one task per job,
-after one ingest task per dataset. Workers read the dataset from its zarr store path; only
-configs and paths travel through the task graph. A job that raises is recorded as failed;
-a worker that dies is replaced by Dask and its job rerun (results are written atomically under
-the job's hash, so a rerun never duplicates one). The sweep ends with
-:func:`pipeline.results.consolidate` into ``<sweep dir>/results.zarr``.
+after one ingest task per dataset. Each task runs Hydra's task function through Hydra's own
+``run_job`` (the job's output directory is ``<sweep>/jobs/<hash>/``), as Hydra's own launchers
+do: the launcher runs whatever task function the Hydra app gives it. Workers read the dataset
+from its zarr store path; only configs and paths travel through the task graph. A job that
+raises is recorded as failed; a worker that dies is replaced by Dask and its job rerun (results
+are written atomically under the job's hash, so a rerun never duplicates one). The sweep ends with
+:func:`pipeline.results.consolidate` into ``<sweep dir>/results.zarr``, and every sweep point's
+JobReturn carries a record (status, job hash, error, results path) that the caller summarises
+with :meth:`SweepOutcome.from_returns`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import copy
 import json
 import logging
 import os
+import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -27,22 +32,30 @@ import dask
 from distributed import progress
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, run_job
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from algorithms import REGISTRY
-from algorithms.base import InputError
-from pipeline.app import algorithm_options, job_config, run_job
-from pipeline.cluster import connect, job_script
+from algorithms.errors import InputError
+from pipeline.cluster import connect, job_script, worker_name
 from pipeline.datasets import ingest
-from pipeline.results import FIXED_DIMS, config_hash, consolidate, job_status, write_job_failure
+from pipeline.job import config_hash, drop_inapplicable_options, job_config
+from pipeline.results import (
+    FIXED_DIMS,
+    consolidate,
+    job_path,
+    job_status,
+    write_job_failure,
+)
 
 CONFIG_GROUPS = ("algorithm", "dataset", "kernel", "cluster", "experiment")
+# Hydra's job context (HydraConfig) is process-global: a worker process runs one job at a time
+_HYDRA_JOB = threading.Lock()
 
 
 @dataclass
 class SweepOutcome:
-    """What the last sweep in this process did (read by ``python -m pipeline``)."""
+    """What a sweep did, from the JobReturns it gave back (one per sweep point)."""
 
     results_path: Path
     n_points: int
@@ -51,14 +64,31 @@ class SweepOutcome:
     n_run: int
     failed: list[tuple[str, str]] = field(default_factory=list)  # (overrides, error)
 
+    @classmethod
+    def from_returns(cls, returns: Sequence[JobReturn]) -> SweepOutcome:
+        records = [ret.return_value for ret in returns]
+        jobs = {r["config_hash"]: r["status"] for r in records}
+        failed = [(" ".join(ret.overrides), r["error"])
+                  for ret, r in zip(returns, records, strict=True) if r["status"] != "ok"
+                  and r["status"] != "cached"]
+        return cls(Path(records[0]["results"]), len(records), len(jobs),
+                   sum(s == "cached" for s in jobs.values()),
+                   sum(s != "cached" for s in jobs.values()), failed)
 
-LAST_SWEEP: SweepOutcome | None = None
+    def text(self) -> str:
+        lines = [f"{self.n_points} sweep points, {self.n_jobs} distinct jobs: "
+                 f"{self.n_cached} already finished, {self.n_run} run, "
+                 f"{len(self.failed)} failed"]
+        lines += [f"failed: {overrides}: {error}" for overrides, error in self.failed]
+        lines.append(f"results: {self.results_path}")
+        return "\n".join(lines)
 
 
 @dataclass
 class _Job:
     overrides: list[str]
-    config: dict
+    cfg: DictConfig   # the full config Hydra's run_job receives (hydra node included)
+    config: dict      # the resolved job config
     hash: str
     coords: dict
 
@@ -134,31 +164,28 @@ def compose_jobs(master: DictConfig, config_loader,
     return out
 
 
-def execute(config: dict, result_path: str, store: str | None = None) -> dict:
-    """Run one job where this is called (a Dask worker) and record its result or failure.
-
-    ``store`` is the result of the dataset's ingest task: taking it makes the job wait for it.
-    Never raises for an error of the job itself; returns a small record for the client.
-    """
-    try:
-        from distributed import get_worker
-
-        worker = str(get_worker().name)
-    except ValueError:  # not on a worker (direct call)
-        worker = "client"
-    attrs = {"worker": worker, "pid": os.getpid()}
+def execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictConfig,
+            store: str | None = None) -> dict:
+    """Run one job where this is called (a Dask worker) through Hydra's ``run_job``, and
+    record its failure if it fails. ``store`` is the result of the dataset's ingest task:
+    taking it makes the job wait for it. Never raises for an error of the job itself."""
     start = time.perf_counter()
-    try:
+    with _HYDRA_JOB, dask.config.set(scheduler="synchronous"):
         # the job's own dask arrays (zarr reads) compute in this task, not as new cluster tasks
-        with dask.config.set(scheduler="synchronous"):
-            outcome = run_job(config, result_path, attrs)
-    except Exception as err:
-        error = f"{type(err).__name__}: {err}"
-        write_job_failure(config, error, result_path,
-                          {**attrs, "job_seconds": time.perf_counter() - start,
-                           "traceback": traceback.format_exc()})
-        return {"status": "failed", "error": error, "worker": worker}
-    return {"status": "ok", "worker": worker, "summary": outcome.fit.summary}
+        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=cfg,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+                      configure_logging=False)
+    config = job_config(cfg)
+    if ret.status == JobStatus.COMPLETED:
+        return ret.return_value
+    err = ret._return_value
+    error = f"{type(err).__name__}: {err}"
+    h = config_hash(config)
+    write_job_failure(config, error, Path(cfg.hydra.runtime.output_dir) / "result.nc",
+                      {"config_hash": h, "worker": worker_name(), "pid": os.getpid(),
+                       "job_seconds": time.perf_counter() - start,
+                       "traceback": "".join(traceback.format_exception(err))})
+    return {"status": "failed", "error": error, "config_hash": h}
 
 
 class _DropShutdownCancellation(logging.Filter):
@@ -184,60 +211,73 @@ def _dry_run(cluster_cfg: Mapping) -> None:
     raise SystemExit(0)
 
 
-def launch(master: DictConfig, config_loader, job_overrides: Sequence[Sequence[str]],
-           initial_job_idx: int, retries: int) -> list[JobReturn]:
+def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
+           job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+           retries: int) -> list[JobReturn]:
     """Run a batch of Hydra multirun jobs on Dask; see the module docstring."""
-    global LAST_SWEEP
     t_start = time.perf_counter()
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
-    jobs_dir = sweep_dir / "jobs"
     cluster_cfg = job_config(master)["cluster"]
     if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
         _dry_run(cluster_cfg)
 
     extra_dims = [k for k in swept_keys(job_overrides) if k not in FIXED_DIMS]
     jobs: list[_Job] = []
-    sweep_configs = compose_jobs(master, config_loader, job_overrides)
+    sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
-    for overrides, cfg in zip(job_overrides, sweep_configs, strict=True):
+    for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
         config = job_config(cfg)
-        config["store_root"] = str(Path(config["store_root"]).resolve())
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *extra_dims)}
-        _drop_inapplicable_options(config, ignored)
-        jobs.append(_Job(list(overrides), config, config_hash(config), coords))
+        dropped = drop_inapplicable_options(config)
+        ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
+        config["store_root"] = str(Path(config["store_root"]).resolve())
+        h = config_hash(config)
+        with open_dict(cfg):
+            cfg.algorithm = config["algorithm"]  # resolved, without the dropped options
+            cfg.store_root = config["store_root"]
+            cfg.hydra.sweep.dir = str(sweep_dir)
+            cfg.hydra.sweep.subdir = f"jobs/{h}"
+            cfg.hydra.job.num = initial_job_idx + idx
+            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{initial_job_idx + idx}"
+        jobs.append(_Job(list(overrides), cfg, config, h, coords))
     for name, keys in sorted(ignored.items()):
-        print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its jobs, "
-              "which are repeated along those dims", flush=True)
+        if keys:
+            print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
+                  "jobs, which are repeated along those dims", flush=True)
     _check_distinct_coordinates(jobs)
 
     unique: dict[str, _Job] = {}
     for job in jobs:
         unique.setdefault(job.hash, job)
-    cached = {h for h in unique if job_status(jobs_dir / f"{h}.nc") == ("ok", h)}
+    cached = {h for h in unique if job_status(job_path(sweep_dir, h)) == ("ok", h)}
     to_run = [job for h, job in unique.items() if h not in cached]
     print(f"sweep {sweep_dir}: {len(jobs)} points, {len(unique)} distinct jobs, "
           f"{len(cached)} already finished, {len(to_run)} to run", flush=True)
     timings = {"compose_seconds": time.perf_counter() - t_start}
-    records, n_workers = _run_on_dask(to_run, cluster_cfg, jobs_dir, retries, timings)
+    records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
+                                      task_function, retries, timings)
     timings["wall_seconds"] = time.perf_counter() - t_start
 
     _write_manifest(sweep_dir, master, jobs, extra_dims, job_overrides, timings, n_workers)
     results_path = consolidate(sweep_dir)
-    failed = []
+    returns = []
     for job in jobs:
-        status = job_status(jobs_dir / f"{job.hash}.nc")
-        if status is None or status[0] != "ok":
-            error = records.get(job.hash, {}).get("error", "no result file")
-            failed.append((" ".join(job.overrides), error))
-    LAST_SWEEP = SweepOutcome(results_path, len(jobs), len(unique), len(cached), len(to_run),
-                              failed)
-    return [JobReturn(overrides=job.overrides, cfg=cfg, working_dir=str(sweep_dir),
-                      task_name=str(master.hydra.job.name), status=JobStatus.COMPLETED,
-                      _return_value=records.get(job.hash, {"status": "cached"}))
-            for job, cfg in zip(jobs, sweep_configs, strict=True)]
+        record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
+        status = job_status(job_path(sweep_dir, job.hash))
+        if record["status"] == "ok" and (status is None or status[0] != "ok"):
+            record = {"status": "failed", "error": "no result file"}
+        record = {**record, "config_hash": job.hash, "results": str(results_path)}
+        # COMPLETED even for a failed job: the failure is recorded, and Hydra's sweeper would
+        # raise on the first FAILED return before the others are reported
+        returns.append(JobReturn(overrides=job.overrides, cfg=job.cfg,
+                                 working_dir=str(job_path(sweep_dir, job.hash).parent),
+                                 task_name=str(master.hydra.job.name),
+                                 status=JobStatus.COMPLETED, _return_value=record))
+    return returns
 
 
-def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, jobs_dir: Path, retries: int,
+def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
+                 hydra_context: HydraContext, task_function: TaskFunction, retries: int,
                  timings: dict) -> tuple[dict[str, dict], int]:
     """Submit one ingest task per dataset and one task per job; show progress; collect."""
     records: dict[str, dict] = {}
@@ -250,6 +290,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, jobs_dir: Path, retri
         n_workers = len(client.scheduler_info().get("workers", {}))
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
         t1 = time.perf_counter()
+        task, context = client.scatter([task_function, hydra_context], broadcast=True)
         stores: dict[str, object] = {}
         futures = {}
         for job in to_run:
@@ -259,17 +300,17 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, jobs_dir: Path, retri
                 stores[key] = client.submit(ingest, spec, job.config["store_root"],
                                             retries=retries, pure=False)
             futures[job.hash] = client.submit(
-                execute, job.config, str(jobs_dir / f"{job.hash}.nc"), stores[key],
+                execute, task, context, job.cfg, stores[key],
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
         progress(list(futures.values()), notebook=False, interval="1s")
         print(flush=True)
         for job in to_run:
-            records[job.hash] = _collect(futures[job.hash], job, jobs_dir)
+            records[job.hash] = _collect(futures[job.hash], job, sweep_dir)
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
 
 
-def _collect(future, job: _Job, jobs_dir: Path) -> dict:
+def _collect(future, job: _Job, sweep_dir: Path) -> dict:
     """The job's record; an error raised outside the job (ingest, lost workers) is recorded."""
     if future.status == "finished":
         return future.result()
@@ -278,20 +319,9 @@ def _collect(future, job: _Job, jobs_dir: Path) -> dict:
         error = f"{type(exc).__name__}: {exc}"
     except Exception as err:  # cancelled
         error = f"{type(err).__name__}: {err}"
-    write_job_failure(job.config, error, jobs_dir / f"{job.hash}.nc", {"worker": ""})
+    write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
+                      {"config_hash": job.hash, "worker": ""})
     return {"status": "failed", "error": error}
-
-
-def _drop_inapplicable_options(config: dict, ignored: dict[str, set[str]]) -> None:
-    """In a sweep over several algorithms, an option one of them does not take (SGMA's eps for
-    the exact GP, say) is dropped from that algorithm's jobs, as κ is for algorithms that do
-    not use it; a single job with such an option is still an error (pipeline.app.run_job)."""
-    name = config["algorithm"]["name"]
-    if name not in REGISTRY:
-        return  # reported by the job itself
-    for key in set(config["algorithm"]) - {"name"} - algorithm_options(name):
-        del config["algorithm"][key]
-        ignored.setdefault(name, set()).add(key)
 
 
 def _check_distinct_coordinates(jobs: list[_Job]) -> None:

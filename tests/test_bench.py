@@ -16,7 +16,8 @@ def test_bench_writes_figures(tmp_path):
     path = proc.stdout.strip().splitlines()[-1].removeprefix("figures: ")
     figures = json.loads(open(path).read())
     assert figures["steps_run"] == 40 and figures["n"] == 3000
-    for key in ("gemm_flops_per_s", "sgma_flops_per_s", "sgma_step_seconds_at_t_max",
+    assert figures["algorithm"] == "sgma"
+    for key in ("gemm_flops_per_s", "flops_per_s", "step_seconds_at_t_max",
                 "ratio_to_gemm", "ratio_to_gemm_at_t_max"):
         assert np.isfinite(figures[key]) and figures[key] > 0, key
     assert (tmp_path / path).parent.joinpath("sgma_flops.png").stat().st_size > 1000

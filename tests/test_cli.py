@@ -61,7 +61,7 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path):
     (["lam=0"], ["lam=0", "must be a finite number > 0", "lam=0.1"]),
     (["lam=-1"], ["lam=-1"]),
     (["kappa=0"], ["kappa=0 must be ≥ 1"]),
-    (["kernel.width=-2"], ["kernel.width=-2.0 must be > 0"]),
+    (["kernel.width=-2"], ["kernel.width=-2 is invalid", "must be a number > 0"]),
     (["dataset=csv"], ["path"]),
     (["algorithm=exact", "+algorithm.eps=0.1"], ["algorithm exact has no option 'eps'", "max_n"]),
     (["algorithm=sgma", "dataset=matern1d", "kernel=matern32", "+learning_curve.n=[5]"],

@@ -12,16 +12,19 @@ import pytest
 import zarr
 from omegaconf import OmegaConf
 
-from algorithms.base import InputError
+from algorithms.errors import InputError
 from pipeline import datasets
 from pipeline.datasets import (
     DATASETS,
+    DatasetSpec,
     StoreError,
     build,
     dataset_names,
     ingest,
     load_arrays,
     open_store,
+    sources,
+    store,
     store_path,
 )
 
@@ -59,7 +62,7 @@ def test_registry_and_conf_files_agree():
     for name in names:
         conf = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{name}.yaml"))
         assert conf["name"] == name
-        defaults = datasets._OPTIONS[name]
+        defaults = DATASETS[name].options
         assert set(conf) - {"name"} == set(defaults), name
         for key, opt in defaults.items():
             if opt.kind != "path":
@@ -70,25 +73,25 @@ def test_registry_and_conf_files_agree():
 
 
 def test_shipped_files_match_provenance_table():
-    for filename, source in datasets._SOURCES.items():
-        digest = hashlib.sha256((datasets.DATA_DIR / filename).read_bytes()).hexdigest()
+    for filename, source in sources.SOURCES.items():
+        digest = hashlib.sha256((sources.DATA_DIR / filename).read_bytes()).hexdigest()
         assert digest == source.sha256, filename
-    readme = (datasets.DATA_DIR / "README.md").read_text()
-    assert all(source.sha256 in readme for source in datasets._SOURCES.values())
+    readme = (sources.DATA_DIR / "README.md").read_text()
+    assert all(source.sha256 in readme for source in sources.SOURCES.values())
 
 
 def test_tampered_source_file_is_refused(tmp_path, monkeypatch):
     bad = tmp_path / "data"
     bad.mkdir()
-    data = (datasets.DATA_DIR / "abalone.data").read_bytes()
+    data = (sources.DATA_DIR / "abalone.data").read_bytes()
     (bad / "abalone.data").write_bytes(data.replace(b"M,0.455", b"F,0.455", 1))
-    monkeypatch.setattr(datasets, "DATA_DIR", bad)
-    datasets._load_abalone.cache_clear()
+    monkeypatch.setattr(sources, "DATA_DIR", bad)
+    sources._load_abalone.cache_clear()
     try:
         with pytest.raises(StoreError, match="sha256 mismatch.*reinstall the package"):
             build({"name": "abalone"})
     finally:
-        datasets._load_abalone.cache_clear()
+        sources._load_abalone.cache_clear()
 
 
 # ---------------------------------------------------------------- real data
@@ -226,7 +229,8 @@ def test_matern1d_records_jitter_and_sine_range():
 def test_unknown_name_and_option():
     with pytest.raises(InputError, match=r"unknown dataset 'foo'; choose one of: abalone, "):
         build({"name": "foo"})
-    with pytest.raises(InputError, match="has no option 'n_tran'; allowed options: n_train"):
+    with pytest.raises(InputError, match="dataset 'abalone' has no option 'n_tran'; its options: "
+                                         "n_train, split_seed, standardize_x, standardize_y$"):
         build({"name": "abalone", "n_tran": 5})
     with pytest.raises(InputError, match="n_train=0 is invalid"):
         build({"name": "friedman1", "n_train": 0})
@@ -286,7 +290,8 @@ def test_builder_with_mismatched_lengths_is_rejected(monkeypatch):
         x = np.zeros((5, 2))
         return {"X_train": x, "y_train": np.zeros(4), "X_test": x, "y_test": np.zeros(5)}, {}
 
-    monkeypatch.setitem(DATASETS, "sine1d", bad_builder)
+    monkeypatch.setitem(DATASETS, "sine1d",
+                        DatasetSpec("sine1d", bad_builder, DATASETS["sine1d"].options))
     with pytest.raises(InputError, match="X_train has 5 rows but y_train has 4"):
         build({"name": "sine1d"})
 
@@ -382,23 +387,23 @@ def test_failed_ingest_leaves_nothing(tmp_path, monkeypatch):
     def failing_rename(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(datasets.os, "rename", failing_rename)
+    monkeypatch.setattr(store.os, "rename", failing_rename)
     with pytest.raises(OSError, match="disk full"):
         ingest(SMALL, root)
     assert not any(root.iterdir())
 
 
 def test_ingest_race_uses_the_winners_store(tmp_path, monkeypatch):
-    real_build = datasets.build
+    real_build = store.build  # what ingest calls
 
     def build_while_another_process_publishes(spec):
-        monkeypatch.setattr(datasets, "build", real_build)
+        monkeypatch.setattr(store, "build", real_build)
         winner = ingest(spec, tmp_path)  # the "other process" finishes first
         winner_files.update(_files(winner))
         return real_build(spec)
 
     winner_files: dict[str, tuple[int, int]] = {}
-    monkeypatch.setattr(datasets, "build", build_while_another_process_publishes)
+    monkeypatch.setattr(store, "build", build_while_another_process_publishes)
     path = ingest(SMALL, tmp_path)
     assert _files(path) == winner_files  # the loser did not overwrite anything
     assert [p.name for p in tmp_path.iterdir()] == [path.name]

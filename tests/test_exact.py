@@ -3,7 +3,7 @@ import pytest
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern
 
-from algorithms import REGISTRY, InputError, Kernel
+from algorithms import InputError, Kernel, run
 from tests.conftest import make_problem
 
 CASES = [
@@ -20,7 +20,7 @@ CASES = [
 def test_exact_equals_sklearn(case, seed, lam):
     kernel, sk_kernel = CASES[case]
     blocks, y, X_test, _ = make_problem(n=80, d=4, seed=seed, kernel=kernel)
-    fit = REGISTRY["exact"](blocks, y, lam=lam)
+    fit = run("exact", blocks, y, lam=lam)
     ref = GaussianProcessRegressor(sk_kernel, alpha=lam, optimizer=None).fit(blocks.X, y)
     mean, std = ref.predict(X_test, return_std=True)
     var_lo, var_hi = fit.variance_bounds(X_test)
@@ -36,4 +36,8 @@ def test_exact_equals_sklearn(case, seed, lam):
 def test_exact_refuses_huge_n():
     blocks, y, _, _ = make_problem(n=50)
     with pytest.raises(InputError, match="exact GP on n=50 needs"):
-        REGISTRY["exact"](blocks, y, lam=0.1, max_n=10)
+        run("exact", blocks, y, lam=0.1, max_n=10)
+    with pytest.raises(InputError, match="algorithm exact has no option 'eps'; its options: "
+                                         "max_n") as err:
+        run("exact", blocks, y, lam=0.1, eps=0.1)
+    assert "\n" not in str(err.value)

@@ -4,7 +4,7 @@ from scipy.spatial.distance import cdist
 from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.metrics.pairwise import polynomial_kernel
 
-from algorithms import ArrayKernelBlocks, InputError, Kernel
+from algorithms import KERNELS, ArrayKernelBlocks, InputError, Kernel
 
 rng = np.random.default_rng(3)
 A, B = rng.normal(size=(17, 4)), rng.normal(size=(11, 4))
@@ -31,6 +31,9 @@ def test_rbf_width_is_two_omega_squared():
     k = Kernel("rbf", {"width": 10.0})
     x, z = np.zeros((1, 1)), np.full((1, 1), 2.0)
     assert k(x, z)[0, 0] == pytest.approx(np.exp(-4.0 / 10.0), rel=1e-15)
+    # the default width comes from the KERNELS table (10.0, as conf/kernel/rbf.yaml)
+    assert KERNELS["rbf"].params["width"].default == 10.0
+    assert Kernel("rbf").params == {"width": 10.0}
 
 
 def test_blocks_are_submatrices():
@@ -45,8 +48,8 @@ def test_blocks_are_submatrices():
 
 @pytest.mark.parametrize("name,params,match", [
     ("gauss", {}, "unknown kernel 'gauss'"),
-    ("rbf", {"sigma": 1.0}, "no parameter 'sigma'"),
-    ("rbf", {"width": -1.0}, "kernel.width=-1.0 must be > 0"),
+    ("rbf", {"sigma": 1.0}, "kernel 'rbf' has no option 'sigma'; its options: width"),
+    ("rbf", {"width": -1.0}, r"kernel\.width=-1\.0 is invalid; it must be a number > 0"),
 ])
 def test_bad_kernel_is_one_line_error(name, params, match):
     with pytest.raises(InputError, match=match) as err:

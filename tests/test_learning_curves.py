@@ -4,12 +4,22 @@ plateaux σ² + Σ_{i>m} λ_i and the detaching points n̄ = σ²/λ_m."""
 import numpy as np
 import pytest
 
-from algorithms import InputError, Kernel
-from algorithms.learning_curves import gp_xbar_error, learning_curve, predictor_xbar_error
+from algorithms import REGISTRY, InputError, Kernel
+from algorithms.learning_curves import gp_xbar_error, predictor_xbar_error
+from algorithms.learning_curves import learning_curve as _learning_curve
 from algorithms.projected import empirical_density, mercer, uniform_density
+from pipeline.curves import _curve_spec
 
 MATERN = Kernel("matern32", {"mu": 0.1})
 UNIFORM = uniform_density(2000)
+
+
+def learning_curve(name, kernel, density, *, baseline=None, **kw):
+    """The curve of registered algorithm ``name`` (and ``baseline``, by name) via its spec's
+    CurveModel."""
+    paired = None if baseline is None else (baseline, REGISTRY[baseline].learning_curve)
+    return _learning_curve(name, REGISTRY[name].learning_curve, kernel, density,
+                           baseline=paired, **kw)
 
 
 def test_gp_error_equals_g_optimal_on_the_complete_eigenbasis():
@@ -114,9 +124,22 @@ def test_empirical_density_draws_from_the_inputs():
     assert drawn.shape == (2, 7, 3) and all(any((row == X).all(1)) for row in drawn[0])
 
 
+@pytest.mark.parametrize("name, label, message", [
+    ("sgma", "algorithm", "algorithm='sgma' has no Lemma-4 learning curve"),
+    ("nope", "learning_curve.baseline", "learning_curve.baseline='nope' has no Lemma-4 learning "
+                                        "curve"),
+])
+def test_algorithm_without_a_learning_curve_is_refused(name, label, message):
+    """The check moved from learning_curve to pipeline.curves, which resolves names to specs."""
+    with pytest.raises(InputError, match=message) as err:
+        _curve_spec(name, label)
+    able = [n for n, spec in REGISTRY.items() if spec.learning_curve is not None]
+    assert str(err.value).endswith("choose one of: " + ", ".join(able))
+    assert "\n" not in str(err.value)
+    assert _curve_spec("finite_optimal", label) is REGISTRY["finite_optimal"]
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    ({"name": "sgma"}, "algorithm='sgma' has no Lemma-4 learning curve"),
-    ({"baseline": "nope"}, "learning_curve.baseline='nope'"),
     ({"n_grid": [0, 5]}, "learning_curve.n=[0, 5]"),
     ({"draws": 0}, "learning_curve.draws=0"),
     ({"m": 0}, "m=0 must be an integer between 1"),

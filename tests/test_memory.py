@@ -6,7 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from algorithms import Kernel, sgma
+from algorithms import Kernel, run
 from pipeline.blocks import open_blocks
 from pipeline.datasets import ingest, load_arrays
 
@@ -19,8 +19,8 @@ def test_sgma_memory_stays_far_below_n_squared(tmp_path):
     _, y, X_test, y_test = load_arrays(store)
     blocks = open_blocks(store, Kernel("rbf", {"width": 10.0}))
     tracemalloc.start()
-    fit = sgma.fit(blocks, y, lam=1.0, kappa=59, rng=np.random.default_rng(0), eps=0.0,
-                   max_basis=100, test=(X_test, y_test), eval_every=50)
+    fit = run("sgma", blocks, y, lam=1.0, kappa=59, rng=np.random.default_rng(0), eps=0.0,
+              max_basis=100, test=(X_test, y_test), eval_every=50)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     dense = N * N * 8

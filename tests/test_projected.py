@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from algorithms import Kernel
+from algorithms import Kernel, run
 from algorithms.projected import (
     PREDICTORS,
     detaching_point,
@@ -89,32 +89,29 @@ def test_bound_7_holds_for_the_mean_error_of_u_optimal(n):
 
 
 def test_predictors_through_the_contract(problem):
-    from algorithms import REGISTRY
-
     blocks, y, X_test, y_test = problem
-    exact = REGISTRY["exact"](blocks, y, lam=0.1)
-    full = REGISTRY["finite_full"](blocks, y, lam=0.1, rng=np.random.default_rng(0),
-                                   test=(X_test, y_test), m=60, n_nodes=60)
+    exact = run("exact", blocks, y, lam=0.1)
+    full = run("finite_full", blocks, y, lam=0.1, rng=np.random.default_rng(0),
+               test=(X_test, y_test), m=60, n_nodes=60)
     np.testing.assert_allclose(full.predict(X_test), exact.predict(X_test), atol=1e-8)
     for name in PREDICTORS:
-        run = REGISTRY[name](blocks, y, lam=0.1, rng=np.random.default_rng(0),
-                             test=(X_test, y_test), m=5, n_nodes=40)
-        s = run.summary
+        fit = run(name, blocks, y, lam=0.1, rng=np.random.default_rng(0),
+                  test=(X_test, y_test), m=5, n_nodes=40)
+        s = fit.summary
         assert s["m"] == 5 and np.isfinite(s["xbar_error"]) and np.isfinite(s["test_rmse"])
         assert s["detaching_point"] == pytest.approx(0.1 / s["lambda_m"])
 
 
 def test_recorded_bound_7_uses_the_diagonal_moments_of_a_nonstationary_kernel():
     """C(x,x) varies for the linear kernel, so c_k needs ∫C(x,x)φ_k²p, not Σλ_i."""
-    from algorithms import REGISTRY
     from algorithms.projected import bound7, diag_moments
     from tests.conftest import make_problem
 
     blocks, y, _, _ = make_problem(kernel=Kernel("polynomial", {"c": 1.0, "degree": 2}))
-    run = REGISTRY["finite_diagonal"](blocks, y, lam=0.1, rng=np.random.default_rng(0), m=4,
-                                      n_nodes=60)
+    fit = run("finite_diagonal", blocks, y, lam=0.1, rng=np.random.default_rng(0), m=4,
+              n_nodes=60)
     basis = mercer_empirical(blocks.kernel, blocks.inputs(slice(None)), 4)
     moments = diag_moments(basis)
     assert not np.allclose(moments, basis.trace)
-    assert run.summary["bound7_u_optimal"] == pytest.approx(
+    assert fit.summary["bound7_u_optimal"] == pytest.approx(
         bound7(basis.eigenvalues, basis.trace, 0.1, blocks.n, moments), rel=1e-9)

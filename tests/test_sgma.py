@@ -1,12 +1,17 @@
 import numpy as np
 import pytest
 
-from algorithms import REGISTRY, InputError, Kernel
+from algorithms import InputError, Kernel, run
 from algorithms.objectives import dual_objective, primal_objective
 from tests.conftest import make_problem
 
-sgma = REGISTRY["sgma"]
-exact = REGISTRY["exact"]
+
+def sgma(blocks, y, **kw):
+    return run("sgma", blocks, y, **kw)
+
+
+def exact(blocks, y, **kw):
+    return run("exact", blocks, y, **kw)
 
 
 def full_vector(n, basis, coef):
@@ -127,8 +132,8 @@ def test_same_seed_same_run_other_seed_other_subsets(problem):
     ({"lam": 0.0}, "lam=0.0 must be a finite number > 0"),
     ({"lam": -1.0}, "lam=-1.0 must be"),
     ({"kappa": 0}, "kappa=0 must be ≥ 1"),
-    ({"eps": -1.0}, "eps=-1.0"),
-    ({"max_basis": 0}, "max_basis=0"),
+    ({"eps": -1.0}, r"algorithm sgma: algorithm\.eps=-1\.0 is invalid; it must be a number ≥ 0"),
+    ({"max_basis": 0}, r"algorithm\.max_basis=0 is invalid"),
 ])
 def test_bad_parameters_are_one_line_errors(problem, kwargs, match):
     blocks, y, _, _ = problem

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from algorithms import REGISTRY, Kernel
-from algorithms.sgma import error_bar_basis_sizes, fit
+from algorithms import Kernel, run
+from algorithms.sgma import error_bar_basis_sizes
 from pipeline.report import render
 from pipeline.results import load
 from tests.conftest import make_problem
@@ -19,13 +19,13 @@ def test_bracket_criterion_pins_down_the_error_bar_quadratic(eps):
     for x in X_test[:5]:
         k = blocks.cross(x[None, :], slice(None))[0]
         q = k @ np.linalg.solve(K + lam * np.eye(blocks.n), k)
-        run = fit(blocks, k, lam=lam, kappa=10, rng=np.random.default_rng(0), eps=eps,
-                  criterion="bracket")
-        q_lo = -2 * run.summary["dual_objective"]
-        q_hi = (k @ k + 2 * run.summary["objective"]) / lam
+        sgma = run("sgma", blocks, k, lam=lam, kappa=10, rng=np.random.default_rng(0), eps=eps,
+                   criterion="bracket")
+        q_lo = -2 * sgma.summary["dual_objective"]
+        q_hi = (k @ k + 2 * sgma.summary["objective"]) / lam
         assert q_lo <= q * (1 + 1e-10) and q <= q_hi * (1 + 1e-10)
         assert q_hi - q_lo < eps * 0.5 * (q_hi + q_lo)
-        assert run.summary["stop_reason"] == f"bracket < eps={eps}"
+        assert sgma.summary["stop_reason"] == f"bracket < eps={eps}"
     sizes, by_gap = error_bar_basis_sizes(blocks, X_test[:5], lam, 10,
                                           np.random.default_rng(0), 0.025)
     assert np.all(sizes >= by_gap) and np.all(sizes >= 1)
@@ -34,16 +34,16 @@ def test_bracket_criterion_pins_down_the_error_bar_quadratic(eps):
 @pytest.mark.parametrize("reference", ["dense", "cg"])
 def test_suboptimality_traces_use_the_exact_optimum(problem, reference):
     blocks, y, _, _ = problem
-    exact = REGISTRY["exact"](blocks, y, lam=0.1)
-    run = fit(blocks, y, lam=0.1, kappa=blocks.n, rng=np.random.default_rng(0), eps=0.0,
-              reference=reference)
-    primal, dual = run.trace["primal_subopt"], run.trace["dual_subopt"]
-    L = run.trace["objective"]
+    exact = run("exact", blocks, y, lam=0.1)
+    sgma = run("sgma", blocks, y, lam=0.1, kappa=blocks.n, rng=np.random.default_rng(0),
+               eps=0.0, reference=reference)
+    primal, dual = sgma.trace["primal_subopt"], sgma.trace["dual_subopt"]
+    L = sgma.trace["objective"]
     L_min = exact.summary["objective"]
     np.testing.assert_allclose(primal, (L - L_min) / abs(L_min), rtol=1e-8, atol=1e-12)
     assert np.all(primal >= -1e-10) and np.all(dual >= -1e-10)
     assert primal[-1] < 1e-9 and dual[-1] < 1e-9
-    assert np.isnan(fit(blocks, y, lam=0.1, kappa=5, rng=np.random.default_rng(0),
+    assert np.isnan(run("sgma", blocks, y, lam=0.1, kappa=5, rng=np.random.default_rng(0),
                         max_basis=3).trace["primal_subopt"]).all()
 
 

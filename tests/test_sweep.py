@@ -31,7 +31,8 @@ def results_path(proc: subprocess.CompletedProcess) -> Path:
 
 
 def run_ids(sweep_dir: Path) -> dict[str, str]:
-    return {p.name: load_job_result(p).attrs["run_id"] for p in (sweep_dir / "jobs").glob("*.nc")}
+    return {p.parent.name: load_job_result(p).attrs["run_id"]
+            for p in (sweep_dir / "jobs").glob("*/result.nc")}
 
 
 def test_grid_sweep_resume_and_report(tmp_path):
@@ -179,7 +180,7 @@ def test_killing_a_worker_mid_sweep_costs_nothing(tmp_path, dask_processes):
     deadline, running = time.time() + 300, {}
     while time.time() < deadline and not running:  # wait for a job to run after the first ends
         time.sleep(0.05)
-        if list(jobs_dir.glob("*.nc")):
+        if list(jobs_dir.glob("*/result.nc")):
             running = {w: [k for k in keys if str(k).startswith("job-")]
                        for w, keys in dask_processes.processing().items()}
             running = {w: keys for w, keys in running.items() if keys}
@@ -189,11 +190,11 @@ def test_killing_a_worker_mid_sweep_costs_nothing(tmp_path, dask_processes):
     killed_job = str(keys[0]).split("-")[1]
     stdout, stderr = runner.communicate(timeout=600)
     assert runner.returncode == 0, stderr[-3000:]
-    files = sorted(p.name for p in jobs_dir.glob("*.nc"))
+    files = sorted(p.parent.name for p in jobs_dir.glob("*/result.nc"))
     assert len(files) == 8 == len(set(files))  # every result there, none twice
     ds = load(stdout.strip().splitlines()[-1].removeprefix("results: "))
     assert set(ds["status"].values.ravel().tolist()) == {"ok"}
     assert np.isfinite(ds["final_test_rmse"].values).all()
     assert victim not in dask_processes.run(os.getpid).values()  # it really died
-    rerun = load_job_result(jobs_dir / f"{killed_job}.nc")  # the job it was running was redone
+    rerun = load_job_result(jobs_dir / killed_job / "result.nc")  # its job was redone
     assert rerun.attrs["status"] == "ok" and rerun.attrs["pid"] != victim

@@ -2,6 +2,8 @@
 
 Hydra discovers this class in the ``hydra_plugins`` namespace package; its config lives in
 ``conf/hydra/launcher/dask.yaml`` and the cluster it uses in the ``cluster`` config group.
+It hands the app's task function and Hydra's context to the sweep machinery, which runs each
+job through Hydra's ``run_job`` on a Dask worker.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
+
+from pipeline.sweep import launch
 
 
 class DaskLauncher(Launcher):
@@ -29,8 +33,7 @@ class DaskLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from pipeline.sweep import launch
-
-        assert self.config is not None and self.hydra_context is not None
-        return launch(self.config, self.hydra_context.config_loader, job_overrides,
+        if self.config is None or self.hydra_context is None or self.task_function is None:
+            raise RuntimeError("DaskLauncher.launch called before setup")
+        return launch(self.config, self.hydra_context, self.task_function, job_overrides,
                       initial_job_idx, self.retries)

@@ -1,0 +1,349 @@
+"""The contract every algorithm follows: kernel blocks in, a declared spec, one result schema.
+
+- :class:`KernelBlocks`: an algorithm sees the training inputs only through this provider, so
+  the same code runs on numpy in tests and on a verified zarr store in the pipeline, and sparse
+  methods never form the n×n matrix.
+- :class:`AlgorithmSpec`: one per algorithm, declared in its module as ``SPECS``: name, fit
+  function, options (defaults and validation) and capabilities. :mod:`algorithms.registry`
+  collects them; the pipeline reads capabilities from the spec, never from a name.
+- A fit function ``fit(blocks, y, *, lam, rng, recorder, [kappa,] **options) -> Solution``
+  reports every step to the :class:`~algorithms.evaluation.Recorder` (the one evaluator: test
+  metrics and timing) and returns its final :class:`Solution`.
+- :class:`Fit` (a fit) and :class:`Curve` (a learning curve) are the two declared variants of a
+  :class:`Result`: trace variables of equal length over steps and final scalars, with the keys
+  of :data:`TRACE_KEYS` / :data:`SUMMARY_KEYS` always present and a reason in
+  ``not_applicable`` wherever a required quantity is NaN. Results are immutable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from algorithms.errors import InputError
+from algorithms.kernels import Kernel
+from algorithms.options import Option
+
+# ----------------------------------------------------------------------------- kernel blocks
+
+
+@runtime_checkable
+class KernelBlocks(Protocol):
+    """Kernel matrix K = k(X, X) of the training inputs, computed block by block on demand."""
+
+    n: int
+    kernel: Kernel
+
+    def block(self, rows: np.ndarray | slice, cols: np.ndarray | slice) -> np.ndarray:
+        """K[rows, cols] as a dense float64 array."""
+
+    def diag(self) -> np.ndarray:
+        """diag(K), length n."""
+
+    def cross(self, X_new: np.ndarray, cols: np.ndarray | slice) -> np.ndarray:
+        """k(X_new, X[cols]), shape (len(X_new), len(cols))."""
+
+    def inputs(self, rows: np.ndarray | slice) -> np.ndarray:
+        """The training inputs X[rows] (needed to make a self-contained predictor)."""
+
+
+# ----------------------------------------------------------------------------- input checks
+
+def check_lam(lam: float) -> float:
+    """Validate the regulariser λ = σ² (noise variance)."""
+    if isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(lam) or lam <= 0:
+        raise InputError(f"lam={lam!r} must be a finite number > 0 (the noise variance σ²); "
+                         "pass e.g. lam=0.1")
+    return float(lam)
+
+
+def check_kappa(kappa: int | None, n: int) -> int:
+    """Validate the candidate-subset size κ; κ ≥ n means full greedy and is clipped to n."""
+    if kappa is None or isinstance(kappa, bool) or not isinstance(kappa, (int, np.integer)):
+        raise InputError(f"kappa={kappa!r} must be an integer ≥ 1 (candidate subset size); "
+                         "pass e.g. kappa=59")
+    if kappa < 1:
+        raise InputError(f"kappa={kappa} must be ≥ 1 (candidate subset size); pass e.g. kappa=59, "
+                         "or kappa=n for full greedy")
+    return int(min(kappa, n))
+
+
+def check_targets(y: np.ndarray, n: int, name: str = "y") -> np.ndarray:
+    """Validate a target vector against the number of training inputs."""
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1:
+        raise InputError(f"{name} has shape {y.shape}; it must be one-dimensional (n,)")
+    if y.shape[0] != n:
+        raise InputError(f"{name} has {y.shape[0]} entries but there are {n} inputs; "
+                         "pass one target per input row")
+    bad = ~np.isfinite(y)
+    if bad.any():
+        raise InputError(f"{name} has {int(bad.sum())} NaN/inf values (first at index "
+                         f"{int(np.flatnonzero(bad)[0])}); remove or impute them")
+    return y
+
+
+def check_test(test: tuple[np.ndarray, np.ndarray] | None, d: int | None) -> tuple | None:
+    """Validate an optional held-out set (X_test, y_test); an empty one counts as none."""
+    if test is None:
+        return None
+    X_test, y_test = (np.asarray(a, dtype=np.float64) for a in test)
+    if X_test.ndim != 2 or (d is not None and X_test.shape[1] != d):
+        raise InputError(f"X_test has shape {X_test.shape}; it must be (n_test, {d})")
+    y_test = check_targets(y_test, X_test.shape[0], "y_test")
+    if not np.isfinite(X_test).all():
+        raise InputError("X_test has NaN/inf values; remove or impute them")
+    return (X_test, y_test) if len(y_test) else None
+
+
+# ----------------------------------------------------------------------------- predictions
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predictive mean of f and, where the algorithm has one, the predictive variance of y
+    (noise included) at some inputs."""
+
+    mean: np.ndarray
+    var: np.ndarray | None = None
+
+
+Predictor = Callable[[np.ndarray], Prediction]
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What a fit function returns: the final predictor f(x) = k(x, X_basis) @ coef, its
+    variance where one exists, final scalars and the reasons for quantities it cannot give.
+
+    ``variance_bounds`` maps inputs to (lower, upper) bounds of the predictive variance of y;
+    an exact variance has lower == upper. The evaluator scores the upper bound.
+    """
+
+    basis: np.ndarray
+    coef: np.ndarray
+    X_basis: np.ndarray
+    kernel: Kernel
+    lam: float
+    summary: Mapping[str, Any]
+    variance_bounds: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
+
+    def mean(self, X_new: np.ndarray) -> np.ndarray:
+        return self.kernel(np.asarray(X_new, dtype=np.float64), self.X_basis) @ self.coef
+
+    def predict(self, X_new: np.ndarray) -> Prediction:
+        var = None if self.variance_bounds is None else self.variance_bounds(X_new)[1]
+        return Prediction(self.mean(X_new), var)
+
+
+# ----------------------------------------------------------------------------- result schema
+
+TRACE_KEYS = ("n_basis", "objective", "gap", "seconds", "test_rmse", "test_nlpd",
+              "test_coverage_2sd")
+SUMMARY_KEYS = ("n_basis", "objective", "gap", "seconds", "stop_reason", "jitter",
+                "test_rmse", "test_nlpd", "test_coverage_2sd")
+
+
+class FrozenMap(Mapping):
+    """A read-only mapping (picklable, unlike ``types.MappingProxyType``)."""
+
+    def __init__(self, data: Mapping) -> None:
+        self._data = dict(data)
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+def _frozen_array(values) -> np.ndarray:
+    a = np.array(values, dtype=np.float64)
+    a.flags.writeable = False
+    return a
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+@dataclass(frozen=True)
+class Result:
+    """The common schema of every result; see the module docstring."""
+
+    algorithm: str
+    trace: Mapping[str, np.ndarray]
+    summary: Mapping[str, Any]
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
+    kind: ClassVar[str] = "result"
+    trace_keys: ClassVar[tuple[str, ...]] = TRACE_KEYS
+    summary_keys: ClassVar[tuple[str, ...]] = SUMMARY_KEYS
+
+    def __post_init__(self) -> None:
+        trace = {k: _frozen_array(v) for k, v in self.trace.items()}
+        lengths = {k: len(v) for k, v in trace.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{self.algorithm}: trace variables differ in length: {lengths}")
+        missing = [k for k in self.trace_keys if k not in trace]
+        missing += [k for k in self.summary_keys if k not in self.summary]
+        if missing:
+            raise ValueError(f"{self.algorithm}: result lacks required {', '.join(missing)}")
+        unexplained = [k for k in self.summary_keys
+                       if _is_nan(self.summary[k]) and k not in self.not_applicable]
+        unexplained += [k for k in self.trace_keys if len(trace[k]) and np.isnan(trace[k]).all()
+                        and k not in self.not_applicable]
+        if unexplained:
+            raise ValueError(f"{self.algorithm}: {', '.join(sorted(set(unexplained)))} "
+                             "NaN without a reason in not_applicable")
+        object.__setattr__(self, "trace", FrozenMap(trace))
+        object.__setattr__(self, "summary", FrozenMap(self.summary))
+        object.__setattr__(self, "not_applicable", FrozenMap(self.not_applicable))
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.trace["seconds"])
+
+    def variables(self) -> dict[str, tuple[str, np.ndarray]]:
+        """Arrays beyond the trace to store with the result: name -> (dim, values)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Fit(Result):
+    """A fitted predictor f(x) = k(x, X_basis) @ coef with its per-step trace."""
+
+    solution: Solution | None = None
+    kind: ClassVar[str] = "fit"
+
+    @property
+    def basis(self) -> np.ndarray:
+        return self.solution.basis
+
+    @property
+    def coef(self) -> np.ndarray:
+        return self.solution.coef
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.solution.kernel
+
+    @property
+    def lam(self) -> float:
+        return self.solution.lam
+
+    @property
+    def extras(self) -> Mapping[str, np.ndarray]:
+        return self.solution.extras
+
+    @property
+    def variance_bounds(self):
+        return self.solution.variance_bounds
+
+    def predict(self, X_new: np.ndarray) -> np.ndarray:
+        """Predictive mean k(X_new, X_basis) @ coef."""
+        return self.solution.mean(X_new)
+
+    def predict_var(self, X_new: np.ndarray) -> np.ndarray | None:
+        """Predictive variance of y (the upper bound where only bounds exist), or None."""
+        return self.solution.predict(X_new).var
+
+    def with_summary(self, **values: Any) -> Fit:
+        """A copy with more final scalars (e.g. a certificate); this one is unchanged. The
+        reasons stay: they also explain the trace."""
+        return Fit(self.algorithm, self.trace, {**self.summary, **values},
+                   self.not_applicable, self.solution)
+
+    def variables(self) -> dict[str, tuple[str, np.ndarray]]:
+        return {"basis": ("basis", np.asarray(self.basis, dtype=np.int32)),  # netCDF3: no i8
+                "coef": ("basis", np.asarray(self.coef, dtype=np.float64))}
+
+
+CURVE_TRACE_KEYS = ("n_train", "n_basis", "xbar_error", "xbar_error_se", "seconds")
+CURVE_SUMMARY_KEYS = ("n_basis", "n_train", "xbar_error", "plateau", "draws", "seconds",
+                      "stop_reason")
+
+
+@dataclass(frozen=True)
+class Curve(Result):
+    """A Lemma-4 learning curve: one step per training-set size n (``n_train``); ``errors``
+    holds the x̄-error of every draw, shape (len(n grid), draws)."""
+
+    errors: np.ndarray | None = None
+    kind: ClassVar[str] = "learning_curve"
+    trace_keys: ClassVar[tuple[str, ...]] = CURVE_TRACE_KEYS
+    summary_keys: ClassVar[tuple[str, ...]] = CURVE_SUMMARY_KEYS
+
+
+# ----------------------------------------------------------------------------- specs
+
+@dataclass(frozen=True)
+class ExactLimit:
+    """The options (plus κ = n) under which an algorithm reproduces the exact GP; ``n`` in an
+    option value stands for the number of training points. ``variance``: the predictive
+    variance is exact too."""
+
+    options: Mapping[str, Any]
+    variance: bool = False
+
+
+@dataclass(frozen=True)
+class CurveModel:
+    """How an algorithm's Lemma-4 x̄-error is computed (003): ``xbar_error(kernel, density,
+    basis, X, sigma2)`` for one draw X of training inputs; ``basis`` is the Mercer basis of
+    eigenfunctions when ``needs_basis`` (as many as the algorithm option ``basis_option``),
+    else None."""
+
+    xbar_error: Callable[..., float]
+    needs_basis: bool
+    basis_option: str = "m"
+
+
+TASKS = ("regression", "classification")
+EVALUATOR_OPTIONS = ("eval_every",)  # spec options the evaluator consumes, not the fit function
+N_MARK = "n"  # in ExactLimit.options: "the number of training points"
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """Everything the pipeline may know about an algorithm.
+
+    ``options``: the ``algorithm.<option>`` keys with defaults and validation (the fit
+    function takes exactly these, plus ``kappa`` if ``uses_kappa``);
+    ``uses_kappa``: κ means something; ``seed_free``: the result does not depend on the seed;
+    ``has_variance``: the final predictor has a predictive variance;
+    ``learning_curve``: Lemma-4 learning curves are available; ``task``: regression or
+    classification; ``exact_limit``: where it reproduces the exact GP (None: it does not);
+    ``check_options``: a small, fast setting for the contract tests.
+    """
+
+    name: str
+    fit: Callable[..., Solution]
+    doc: str
+    options: Mapping[str, Option] = field(default_factory=dict)
+    uses_kappa: bool = False
+    seed_free: bool = False
+    has_variance: bool = False
+    learning_curve: CurveModel | None = None
+    task: str = "regression"
+    exact_limit: ExactLimit | None = None
+    check_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"{self.name}: task {self.task!r} is not one of {TASKS}")
+
+    @property
+    def owner(self) -> str:
+        return f"algorithm {self.name}"

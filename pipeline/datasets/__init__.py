@@ -1,0 +1,28 @@
+"""Datasets: load or generate, split, standardise, validate, and store as verified zarr.
+
+- :mod:`~pipeline.datasets.spec`: dataset specs (name + declared options), validation and
+  :func:`build` (arrays + provenance attrs);
+- :mod:`~pipeline.datasets.sources`: the real data shipped in ``pipeline/data/`` (provenance
+  table, sha256 checked before every read) and the user's CSV files;
+- :mod:`~pipeline.datasets.synthetic`: generators drawn from ``data_seed``;
+- :mod:`~pipeline.datasets.store`: zarr stores (:func:`ingest`, :func:`open_store`).
+"""
+
+from pipeline.datasets import sources, synthetic  # noqa: F401  (they register the datasets)
+from pipeline.datasets.spec import (
+    DATASETS,
+    FORMAT_VERSION,
+    VARIABLES,
+    DatasetSpec,
+    StoreError,
+    build,
+    dataset_names,
+    normalise_spec,
+    spec_hash,
+)
+from pipeline.datasets.store import REQUIRED_ATTRS, ingest, load_arrays, open_store, store_path
+from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
+
+__all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
+           "StoreError", "build", "dataset_names", "friedman1_mean", "gaussian_bumps_mean",
+           "ingest", "load_arrays", "normalise_spec", "open_store", "spec_hash", "store_path"]

@@ -1,0 +1,234 @@
+"""Real data shipped with the package (``pipeline/data/``, provenance in its README) and the
+user's own CSV files. Every shipped file's sha256 is checked against :data:`SOURCES` before
+it is read."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.errors import InputError
+from algorithms.options import Option
+from pipeline.datasets.spec import (
+    Arrays,
+    StoreError,
+    check_finite,
+    one_line,
+    register,
+    sha256_file,
+)
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True)
+class _Source:
+    sha256: str
+    repo: str
+    path: str
+    commit: str
+    origin: str
+
+
+_ABALONE_REPO = ("gabriel-r-s/abalone-classifier", "79eca6fe3d70234bc878c0452277f00a8dc96339")
+_UCI_REPO = ("treforevans/uci_datasets", "f0737523712fe66a1640e4b980b927e8490b58eb")
+_UCI_LICENCE = ("Preprocessed version of Wilson et al.; repo licence MIT (Trefor Evans 2022)")
+_UCI_ORIGINS = {
+    "kin40k": "kin40k (robot-arm kinematics, built from the Delve 'kin' family; "
+              "Schwaighofer & Tresp / Seeger et al.)",
+    "protein": "UCI 'Physicochemical Properties of Protein Tertiary Structure' (CASP)",
+    "elevators": "Torgo's regression collection (F16 aircraft control, 'elevators')",
+    "pol": "Torgo's regression collection ('pole telecommunication')",
+    "pumadyn32nm": "Delve 'pumadyn-32nm' (Puma 560 robot-arm dynamics)",
+}
+_UCI_SHA256 = {
+    "kin40k": ("9bee7f2a9f39aa61a015f239378368601fb3978c5bb9a96433e88a55d40883ba",
+               "d15fd645d0e81a9a17ce2d0b8dde470bb2efba4d5f417459965abe4b237e2aea"),
+    "protein": ("f709d0107c3ee90ab019b9e5d77fc2ae182158958cb70b1903236a51334fd01b",
+                "22afe05e8d17c428558d78a77efeecc08d58004b6c95741d1c533c3207c69fe9"),
+    "elevators": ("e39bc18a80ec3611e4fd76d0f86ee377e96ba21b568b9997576d538dafe56b7b",
+                  "9fe662eacca95ae2c9301cbc4c4134e55d58e903cb0cfb683771ffdd2d248eb5"),
+    "pol": ("1c16126352954571e78f52d5a9d1b947a38655885d7cadd9407a4c9615fe4e04",
+            "c5540259aabe58f5c7a534ed6f5141f8c1157d5de592e45884b7fced6091e981"),
+    "pumadyn32nm": ("10d1698944e0f6e586f2781e4b62c17c05174d4c6cdb6fb824a3e5a1b3630ae4",
+                    "5a70d06c54813712456b3631ef406094c121a20fdc68b2dd400a1045f45b3f43"),
+}
+UCI_NAMES = tuple(_UCI_SHA256)
+
+SOURCES: dict[str, _Source] = {
+    "abalone.data": _Source(
+        "de37cdcdcaaa50c309d514f248f7c2302a5f1f88c168905eba23fe2fbc78449f",
+        _ABALONE_REPO[0], "abalone.data", _ABALONE_REPO[1],
+        "UCI ML Repository 'Abalone' (Nash et al. 1994), CC BY 4.0 at UCI"),
+    "abalone.names": _Source(
+        "542eee5a2a0ee72db563de010dc3b5055b03c5dc624049ae1f2208fc66a14aac",
+        _ABALONE_REPO[0], "abalone.names", _ABALONE_REPO[1], "UCI ML Repository"),
+}
+for _name, (_data_sha, _mask_sha) in _UCI_SHA256.items():
+    SOURCES[f"{_name}.csv.gz"] = _Source(
+        _data_sha, _UCI_REPO[0], f"uci_datasets/{_name}/data.csv.gz", _UCI_REPO[1],
+        f"{_UCI_ORIGINS[_name]}. {_UCI_LICENCE}")
+    SOURCES[f"{_name}_test_mask.csv.gz"] = _Source(
+        _mask_sha, _UCI_REPO[0], f"uci_datasets/{_name}/test_mask.csv.gz", _UCI_REPO[1],
+        f"{_UCI_ORIGINS[_name]}. {_UCI_LICENCE}")
+
+
+
+def _shipped(filename: str) -> Path:
+    """Path of a shipped data file after checking its sha256 against the provenance table."""
+    path = DATA_DIR / filename
+    if not path.is_file():
+        raise StoreError(f"shipped data file {path} is missing; reinstall the package")
+    got = sha256_file(path)
+    if got != SOURCES[filename].sha256:
+        raise StoreError(f"source file {path} sha256 mismatch (got {got[:12]}…, expected "
+                         f"{SOURCES[filename].sha256[:12]}…); reinstall the package")
+    return path
+
+
+def _provenance(filenames: tuple[str, ...]) -> str:
+    parts = []
+    for fn in filenames:
+        s = SOURCES[fn]
+        parts.append(f"{fn}: {s.origin}; copied byte for byte from github.com/{s.repo} "
+                     f"({s.path} @ {s.commit})")
+    return " | ".join(parts)
+
+
+
+def split_rows(n: int, n_train: int, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Train/test row indices: the first n_train rows (seed None) or a seeded permutation."""
+    order = np.arange(n) if seed is None else np.random.default_rng(seed).permutation(n)
+    return order[:n_train], order[n_train:]
+
+
+@functools.lru_cache(maxsize=16)
+def _load_abalone() -> tuple[np.ndarray, np.ndarray]:
+    path = _shipped("abalone.data")
+    sex = np.loadtxt(path, delimiter=",", usecols=0, dtype=str)
+    numeric = np.loadtxt(path, delimiter=",", usecols=range(1, 9), dtype=np.float64)
+    levels = np.array(["M", "F", "I"])
+    onehot = (sex[:, None] == levels[None, :]).astype(np.float64)
+    if not (onehot.sum(axis=1) == 1).all():
+        raise StoreError(f"source file {path} has a Sex value outside M/F/I; reinstall the package")
+    X = np.hstack([onehot, numeric[:, :7]])
+    y = numeric[:, 7]
+    X.flags.writeable = False
+    y.flags.writeable = False
+    return X, y
+
+
+_ABALONE_ROWS = 4177
+
+
+@register("abalone", {
+    "n_train": Option(4000, "int", lo=1, hi=_ABALONE_ROWS),
+    "split_seed": Option(None, "int", lo=0, none_ok=True, example=0),
+    "standardize_x": Option(True, "bool"),
+    "standardize_y": Option(False, "bool"),
+})
+def _abalone(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """Abalone (UCI): Sex one-hot (M, F, I) + 7 numeric = 10 inputs; target Rings.
+
+    ``split_seed`` null keeps the file order (first ``n_train`` rows train, as in Smola &
+    Bartlett 2000 §5: 4000/177); an int draws a random permutation (the (3000, 1177) splits).
+    """
+    X, y = _load_abalone()
+    tr, te = split_rows(len(y), spec["n_train"], spec["split_seed"])
+    arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
+    attrs = {
+        "provenance": _provenance(("abalone.data",)) + ". Inputs: Sex one-hot (M, F, I) + "
+        "Length, Diameter, Height, Whole, Shucked, Viscera, Shell weight; target Rings",
+        "source_sha256": {"abalone.data": SOURCES["abalone.data"].sha256},
+        "feature_names": ["sex_M", "sex_F", "sex_I", "length", "diameter", "height",
+                          "whole_weight", "shucked_weight", "viscera_weight", "shell_weight"],
+    }
+    return arrays, attrs
+
+
+@functools.lru_cache(maxsize=16)
+def _load_uci(name: str) -> tuple[np.ndarray, np.ndarray]:
+    data = np.loadtxt(_shipped(f"{name}.csv.gz"), delimiter=",", dtype=np.float64, ndmin=2)
+    mask = np.loadtxt(_shipped(f"{name}_test_mask.csv.gz"), delimiter=",", dtype=bool, ndmin=2)
+    data.flags.writeable = False
+    mask.flags.writeable = False
+    return data, mask
+
+
+def _uci(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """A Wilson et al. UCI benchmark: last column is the target, test rows = mask[:, split]."""
+    name = spec["name"]
+    data, mask = _load_uci(name)
+    test = mask[:, spec["split"]]
+    train_rows = np.flatnonzero(~test)
+    if spec["n_train"] is not None:
+        if spec["n_train"] > len(train_rows):
+            raise InputError(f"dataset {name!r}: n_train={spec['n_train']} exceeds the "
+                             f"{len(train_rows)} training rows of split {spec['split']}; pass "
+                             f"n_train ≤ {len(train_rows)} or null")
+        train_rows = train_rows[: spec["n_train"]]
+    test_rows = np.flatnonzero(test)
+    arrays = {"X_train": data[train_rows, :-1], "y_train": data[train_rows, -1],
+              "X_test": data[test_rows, :-1], "y_test": data[test_rows, -1]}
+    files = (f"{name}.csv.gz", f"{name}_test_mask.csv.gz")
+    attrs = {
+        "provenance": _provenance(files) + f". Target: last column; test rows: mask column "
+        f"{spec['split']} (10% of rows)",
+        "source_sha256": {fn: SOURCES[fn].sha256 for fn in files},
+    }
+    return arrays, attrs
+
+
+_UCI_OPTIONS = {
+    "split": Option(0, "int", lo=0, hi=9),
+    "n_train": Option(None, "int", lo=1, none_ok=True, example=2000),
+    "standardize_x": Option(True, "bool"),
+    "standardize_y": Option(True, "bool"),
+}
+for _name in UCI_NAMES:
+    register(_name, _UCI_OPTIONS)(_uci)
+
+
+@register("csv", {
+    "path": Option(None, "path", example="/data/my.csv"),
+    "target": Option(-1, "int"),
+    "test_fraction": Option(0.1, "float", lo=0.0, hi=1.0, hi_open=True),
+    "split_seed": Option(0, "int", lo=0, none_ok=True),
+    "standardize_x": Option(True, "bool"),
+    "standardize_y": Option(False, "bool"),
+    "delimiter": Option(",", "str", none_ok=True),
+})
+def _csv(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """A user file: numeric, no header, one sample per row (``.gz`` is decompressed)."""
+    path = Path(spec["path"])
+    try:
+        data = np.loadtxt(path, delimiter=spec["delimiter"], dtype=np.float64, ndmin=2)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"dataset 'csv': cannot read {path} ({one_line(exc)}); make it a "
+                         f"numeric table without header, delimiter {spec['delimiter']!r}, the "
+                         "same number of columns in every row") from None
+    n, cols = data.shape
+    if cols < 2 or n < 2:
+        raise InputError(f"dataset 'csv': {path} has shape ({n}, {cols}); it needs at least 2 "
+                         "rows and 2 columns (inputs + target)")
+    target = spec["target"]
+    if not -cols <= target < cols:
+        raise InputError(f"dataset 'csv': target={target} is out of range for {cols} columns; "
+                         f"pass a column index in [{-cols}, {cols - 1}]")
+    check_finite(data, f"dataset 'csv': {path}", "data row")
+    n_test = int(round(spec["test_fraction"] * n))
+    if n - n_test < 1:
+        raise InputError(f"dataset 'csv': test_fraction={spec['test_fraction']} leaves no "
+                         f"training rows of {n}; pass a smaller test_fraction")
+    target %= cols
+    X, y = np.delete(data, target, axis=1), data[:, target]
+    tr, te = split_rows(n, n - n_test, spec["split_seed"])
+    arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
+    return arrays, {"provenance": f"user file {path} (column {target} is the target)",
+                    "source_sha256": {path.name: sha256_file(path)}}
+

@@ -1,0 +1,259 @@
+"""Dataset specs: a name plus options, declared once with their defaults and validation.
+
+A dataset is named by a *spec*: a plain mapping with ``name`` plus options (an OmegaConf
+``DictConfig`` is accepted too). Each dataset registers its builder with its option table
+(:func:`register`); :func:`normalise_spec` validates a spec and fills in the defaults, and
+:func:`spec_hash` names its store. ``conf/dataset/<name>.yaml`` is tested against the tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.errors import InputError
+from algorithms.options import Option, validate
+
+FORMAT_VERSION = 1
+_MISSING = "???"  # OmegaConf's marker for a mandatory value
+
+Arrays = dict[str, np.ndarray]
+Builder = Callable[[Mapping[str, Any]], tuple[Arrays, dict[str, Any]]]
+
+
+class StoreError(InputError):
+    """A corrupt, mismatched or missing store (or shipped file): one line naming path and fix."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset: its builder (normalised spec -> raw split arrays + provenance attrs) and
+    its options."""
+
+    name: str
+    build: Builder
+    options: Mapping[str, Option]
+
+    def source_files(self, norm: Mapping[str, Any]) -> list[Path]:
+        """The user files this spec reads (its ``path`` options): hashed into the spec hash."""
+        return [Path(norm[k]) for k, opt in self.options.items() if opt.kind == "path"]
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register(name: str, options: Mapping[str, Option]) -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder`` as dataset ``name`` with ``options``."""
+    def deco(fn: Builder) -> Builder:
+        DATASETS[name] = DatasetSpec(name, fn, options)
+        return fn
+
+    return deco
+
+
+def dataset_names() -> list[str]:
+    """Names of all registered datasets, sorted."""
+    return sorted(DATASETS)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def as_dict(spec: Any) -> dict[str, Any]:
+    try:  # a Hydra/OmegaConf node: resolve interpolations, keep '???' as a string
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf comes with hydra-core
+        DictConfig = None  # noqa: N806
+    if DictConfig is not None and isinstance(spec, DictConfig):
+        spec = OmegaConf.to_container(spec, resolve=True)
+    if not isinstance(spec, Mapping):
+        raise InputError(f"dataset spec {spec!r} must be a mapping with a 'name'; pass e.g. "
+                         "{'name': 'abalone'}")
+    return dict(spec)
+
+
+def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a spec and fill in defaults.
+
+    Parameters
+    ----------
+    spec : mapping
+        ``name`` plus any of that dataset's options.
+
+    Returns
+    -------
+    dict
+        ``{"name": ..., <every option>: value}``; a file path is made absolute.
+
+    Raises
+    ------
+    InputError
+        Unknown name, unknown option or a value of the wrong type/range (one line each).
+    """
+    spec = as_dict(spec)
+    name = spec.get("name")
+    if not isinstance(name, str) or name not in DATASETS:
+        raise InputError(f"unknown dataset {name!r}; choose one of: {', '.join(dataset_names())}")
+    options = DATASETS[name].options
+    given = {k: v for k, v in spec.items() if k != "name"}
+    for key, opt in options.items():
+        if opt.kind == "path" and given.get(key, opt.default) in (None, _MISSING):
+            raise InputError(f"dataset {name!r} needs {key}=<file>; pass e.g. "
+                             f"dataset.{key}={opt.example}")
+    out = {"name": name, **validate(options, given, owner=f"dataset {name!r}", prefix="")}
+    for key, opt in options.items():
+        if opt.kind == "path":
+            path = Path(out[key]).expanduser().resolve()
+            if not path.is_file() or not os.access(path, os.R_OK):
+                raise InputError(f"dataset {name!r}: {key}={out[key]!r} is not a readable file; "
+                                 "pass the path of an existing file (.csv or .csv.gz)")
+            out[key] = str(path)
+    return out
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """sha256 (64 hex) of the normalised spec and the store format; names the store.
+
+    The sha256 of every file the spec reads is hashed too, so editing the file gives a new
+    store.
+    """
+    norm = normalise_spec(spec)
+    material: dict[str, Any] = {"spec": norm, "format_version": FORMAT_VERSION}
+    files = DATASETS[norm["name"]].source_files(norm)
+    if files:
+        material["source_sha256"] = sha256_file(files[0]) if len(files) == 1 else [
+            sha256_file(f) for f in files]
+    blob = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# ----------------------------------------------------------------------------- validation
+
+VARIABLES = ("X_train", "y_train", "X_test", "y_test")
+
+
+def sha256_array(a: np.ndarray) -> str:
+    """sha256 of the array's bytes as little-endian float64 in C order."""
+    return hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").reshape(-1)).hexdigest()
+
+
+def check_finite(a: np.ndarray, what: str, row_word: str = "row") -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        first = np.argwhere(bad)[0]
+        where = f"{row_word} {first[0]}" + (f", column {first[1]}" if a.ndim == 2 else "")
+        raise InputError(f"{what} has {int(bad.sum())} NaN/inf values (first at {where}); clean "
+                         "the source file or drop those rows")
+
+
+def _validate(name: str, arrays: Mapping[str, np.ndarray]) -> Arrays:
+    out = {}
+    for key in VARIABLES:
+        if key not in arrays:
+            raise InputError(f"dataset {name!r}: builder returned no {key}; return all of "
+                             f"{', '.join(VARIABLES)}")
+        try:
+            a = np.ascontiguousarray(arrays[key], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"dataset {name!r}: {key} is not numeric ({one_line(exc)}); clean "
+                             "the source file") from None
+        want = 2 if key.startswith("X") else 1
+        if a.ndim != want:
+            raise InputError(f"dataset {name!r}: {key} has shape {a.shape}; it must be "
+                             f"{'(n, d)' if want == 2 else '(n,)'}")
+        out[key] = a
+    for part in ("train", "test"):
+        X, y = out[f"X_{part}"], out[f"y_{part}"]
+        if X.shape[0] != y.shape[0]:
+            raise InputError(f"dataset {name!r}: X_{part} has {X.shape[0]} rows but y_{part} has "
+                             f"{y.shape[0]}; give one target per input row")
+    if out["X_train"].shape[0] < 1:
+        raise InputError(f"dataset {name!r}: n_train is 0; pass n_train ≥ 1")
+    if out["X_train"].shape[1] < 1 or out["X_test"].shape[1] != out["X_train"].shape[1]:
+        raise InputError(f"dataset {name!r}: X_train has {out['X_train'].shape[1]} columns and "
+                         f"X_test {out['X_test'].shape[1]}; both need the same d ≥ 1")
+    for key in VARIABLES:
+        check_finite(out[key], f"dataset {name!r}: {key}")
+    return out
+
+
+def _standardise(arrays: Arrays, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Standardise in place with TRAIN statistics (std 0 -> 1); return what was used."""
+    info: dict[str, Any] = {"x_mean": None, "x_std": None, "y_mean": None, "y_std": None}
+    if spec.get("standardize_x", False):
+        mean = arrays["X_train"].mean(axis=0)
+        std = arrays["X_train"].std(axis=0)
+        std[std == 0.0] = 1.0
+        for key in ("X_train", "X_test"):
+            arrays[key] = (arrays[key] - mean) / std
+        info["x_mean"], info["x_std"] = mean.tolist(), std.tolist()
+    if spec.get("standardize_y", False):
+        mean_y = float(arrays["y_train"].mean())
+        std_y = float(arrays["y_train"].std()) or 1.0
+        for key in ("y_train", "y_test"):
+            arrays[key] = (arrays[key] - mean_y) / std_y
+        info["y_mean"], info["y_std"] = mean_y, std_y
+    return info
+
+
+def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """Generate or load a dataset, split it, standardise it and validate it.
+
+    Parameters
+    ----------
+    spec : mapping
+        ``name`` plus options; missing options take their defaults.
+
+    Returns
+    -------
+    arrays : dict of str to ndarray
+        ``X_train (n_train, d)``, ``y_train (n_train,)``, ``X_test (n_test, d)``,
+        ``y_test (n_test,)``, float64 C-contiguous, all finite.
+    attrs : dict
+        JSON-serialisable store attrs: ``name, spec, spec_hash, provenance, source_sha256,
+        standardisation, content_sha256, n_train, n_test, d, format_version`` (+ extras such as
+        ``jitter`` for matern1d).
+
+    Raises
+    ------
+    InputError
+        Bad spec, unreadable or non-finite data, inconsistent shapes (one-line message).
+    """
+    norm = normalise_spec(spec)
+    name = norm["name"]
+    raw, extra = DATASETS[name].build(norm)
+    arrays = _validate(name, raw)
+    standardisation = _standardise(arrays, norm)
+    for key in VARIABLES:  # standardisation may overflow on absurd inputs
+        check_finite(arrays[key], f"dataset {name!r}: standardised {key}")
+    attrs: dict[str, Any] = {
+        "name": name,
+        "spec": norm,
+        "spec_hash": spec_hash(norm),
+        **extra,
+        "standardisation": standardisation,
+        "content_sha256": {key: sha256_array(arrays[key]) for key in VARIABLES},
+        "n_train": int(arrays["X_train"].shape[0]),
+        "n_test": int(arrays["X_test"].shape[0]),
+        "d": int(arrays["X_train"].shape[1]),
+        "format_version": FORMAT_VERSION,
+    }
+    json.dumps(attrs)  # must be JSON-serialisable (zarr attrs)
+    return arrays, attrs
+

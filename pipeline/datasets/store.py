@@ -1,0 +1,210 @@
+"""Dataset stores: :func:`ingest` writes a built dataset once to
+``<store_root>/<name>-<12 hex of the spec hash>.zarr`` (atomically, idempotently);
+:func:`open_store` reopens a store lazily (dask-backed) after checking every array's sha256.
+
+Store layout (``format_version`` 1): variables ``X_train (train, feature)``, ``y_train (train)``,
+``X_test (test, feature)``, ``y_test (test)``, float64, row-chunked to about 32 MB per chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from pipeline.datasets.spec import (
+    FORMAT_VERSION,
+    VARIABLES,
+    Arrays,
+    StoreError,
+    build,
+    normalise_spec,
+    one_line,
+    spec_hash,
+)
+
+_DIMS = {
+    "X_train": ("train", "feature"),
+    "y_train": ("train",),
+    "X_test": ("test", "feature"),
+    "y_test": ("test",),
+}
+REQUIRED_ATTRS = (
+    "name", "spec", "spec_hash", "provenance", "source_sha256", "standardisation",
+    "content_sha256", "n_train", "n_test", "d", "format_version",
+)
+_CHUNK_ELEMENTS = 2**22  # 4 Mi float64 = 32 MB per chunk
+
+
+def store_path(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
+    """``<store_root>/<name>-<first 12 hex of spec_hash>.zarr`` (nothing is created)."""
+    norm = normalise_spec(spec)
+    return Path(store_root).expanduser() / f"{norm['name']}-{spec_hash(norm)[:12]}.zarr"
+
+
+def _rows_per_chunk(n: int, d: int) -> int:
+    return max(1, min(max(n, 1), _CHUNK_ELEMENTS // max(d, 1)))
+
+
+def _write_store(path: Path, arrays: Arrays, attrs: Mapping[str, Any]) -> None:
+    ds = xr.Dataset({key: (_DIMS[key], arrays[key]) for key in VARIABLES}, attrs=dict(attrs))
+    d = int(attrs["d"])
+    encoding = {}
+    for key in VARIABLES:
+        rows = _rows_per_chunk(arrays[key].shape[0], d)
+        encoding[key] = {"chunks": (rows, d) if key.startswith("X") else (rows,)}
+    ds.to_zarr(path, mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
+
+
+def _corrupt(path: Path, what: str) -> StoreError:
+    return StoreError(f"store {path} {what}; delete {path} and rerun to re-ingest")
+
+
+def _hash_variable(var: xr.DataArray) -> str:
+    """sha256 of a (dask-backed) variable, read one row chunk at a time."""
+    h = hashlib.sha256()
+    data = var.data
+    bounds = np.cumsum((0,) + tuple(data.chunks[0])) if hasattr(data, "chunks") else (0, len(var))
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        block = np.asarray(data[int(start):int(stop)])
+        h.update(np.ascontiguousarray(block, dtype="<f8").reshape(-1))
+    return h.hexdigest()
+
+
+def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> xr.Dataset:
+    """Open a dataset store lazily (dask arrays, one chunk per ~32 MB of rows) and verify it.
+
+    Parameters
+    ----------
+    path : path-like
+        A store written by :func:`ingest`.
+    verify : bool, default True
+        Recompute the sha256 of every array and compare with ``attrs["content_sha256"]``
+        (reads the whole store once). Structure and attrs are always checked.
+
+    Raises
+    ------
+    StoreError
+        Missing path, unreadable metadata, missing variables/attrs, wrong ``format_version``,
+        shapes that disagree with the attrs, an unreadable chunk or a checksum mismatch.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise StoreError(f"store {path} does not exist; run ingest(spec, store_root) to create it")
+    try:
+        ds = xr.open_zarr(path, consolidated=False)
+    except Exception as exc:  # any zarr/JSON/decoding failure means an unusable store
+        raise _corrupt(path, f"cannot be opened ({type(exc).__name__}: "
+                             f"{one_line(exc)[:120]})") from None
+    try:
+        _check_structure(path, ds)
+        if verify:
+            for key in VARIABLES:
+                try:
+                    digest = _hash_variable(ds[key])
+                except Exception as exc:  # damaged chunk: decompression/decoding error
+                    raise _corrupt(path, f"fails its checksum ({key}: unreadable chunk, "
+                                         f"{type(exc).__name__})") from None
+                if digest != ds.attrs["content_sha256"].get(key):
+                    raise _corrupt(path, f"fails its checksum ({key})")
+    except BaseException:
+        ds.close()
+        raise
+    return ds
+
+
+def _check_structure(path: Path, ds: xr.Dataset) -> None:
+    missing = [a for a in REQUIRED_ATTRS if a not in ds.attrs]
+    if missing:
+        raise _corrupt(path, f"lacks attrs {', '.join(missing)}")
+    if ds.attrs["format_version"] != FORMAT_VERSION:
+        raise _corrupt(path, f"has format_version={ds.attrs['format_version']!r} but this code "
+                             f"reads {FORMAT_VERSION}")
+    if not isinstance(ds.attrs["content_sha256"], Mapping):
+        raise _corrupt(path, "has a malformed content_sha256 attr")
+    want = {"train": ds.attrs["n_train"], "test": ds.attrs["n_test"], "feature": ds.attrs["d"]}
+    for key in VARIABLES:
+        if key not in ds.data_vars:
+            raise _corrupt(path, f"lacks variable {key}")
+        var = ds[key]
+        if var.dims != _DIMS[key] or var.dtype != np.float64:
+            raise _corrupt(path, f"has {key} with dims {var.dims} and dtype {var.dtype} (expected "
+                                 f"{_DIMS[key]} float64)")
+        shape = tuple(want[dim] for dim in _DIMS[key])
+        if var.shape != shape:
+            raise _corrupt(path, f"has {key} of shape {var.shape} but its attrs say {shape}")
+
+
+def _check_existing(path: Path, expected_hash: str) -> None:
+    ds = open_store(path)
+    try:
+        got = ds.attrs.get("spec_hash")
+    finally:
+        ds.close()
+    if got != expected_hash:
+        raise StoreError(f"store {path} was built from a different spec (spec_hash "
+                         f"{str(got)[:12]}…, expected {expected_hash[:12]}…); delete {path} and "
+                         "rerun to re-ingest")
+
+
+def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
+    """Build the dataset and write its store once; return the store path.
+
+    If the store exists it is verified (:func:`open_store`) and its ``spec_hash`` compared; a
+    match returns without touching any file. Otherwise the store is written to a temporary
+    sibling ``<path>.tmp-<uuid>`` and renamed into place, so the final path never holds a
+    partial store; if another process got there first, its store is verified and used.
+
+    Raises
+    ------
+    InputError
+        Bad spec or data (nothing is written).
+    StoreError
+        The existing store is corrupt or was built from another spec.
+    """
+    norm = normalise_spec(spec)
+    expected = spec_hash(norm)
+    path = store_path(norm, store_root)
+    if path.exists():
+        _check_existing(path, expected)
+        return path
+    arrays, attrs = build(norm)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+    published = False
+    try:
+        _write_store(tmp, arrays, attrs)
+        open_store(tmp).close()  # read back what was written before publishing it
+        if not path.exists():
+            try:
+                os.rename(tmp, path)  # atomic: the final path is complete or absent
+                published = True
+            except OSError:
+                if not path.exists():
+                    raise
+    finally:
+        if tmp.exists():  # failed, or another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+    if not published:  # another process published first: use theirs if it is sound
+        _check_existing(path, expected)
+    return path
+
+
+def load_arrays(path: str | os.PathLike[str], *, verify: bool = True
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(X_train, y_train, X_test, y_test)`` from a store (verified unless ``verify=False``,
+    for a store just returned by :func:`ingest`), as float64 numpy arrays."""
+    ds = open_store(path, verify=verify)
+    try:
+        X_train, y_train, X_test, y_test = (
+            np.ascontiguousarray(ds[key].values, dtype=np.float64) for key in VARIABLES)
+    finally:
+        ds.close()
+    return X_train, y_train, X_test, y_test

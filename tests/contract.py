@@ -1,0 +1,157 @@
+"""The algorithm contract as checks (in the spirit of scikit-learn's estimator checks): every
+registered algorithm must pass each of :data:`CHECKS`. ``tests/test_contract.py`` runs them over
+the registry; a new algorithm is picked up with no list to edit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from algorithms import ArrayKernelBlocks, Kernel, run
+from algorithms.contract import (
+    CURVE_SUMMARY_KEYS,
+    CURVE_TRACE_KEYS,
+    N_MARK,
+    SUMMARY_KEYS,
+    TRACE_KEYS,
+    AlgorithmSpec,
+    Fit,
+)
+from algorithms.errors import InputError
+from algorithms.learning_curves import learning_curve
+from algorithms.projected import uniform_density
+from pipeline.blocks import open_blocks
+from pipeline.datasets import ingest, load_arrays
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+KERNEL = Kernel("rbf", {"width": 2.0})
+LAM = 0.5
+
+
+@dataclass
+class Problem:
+    """A small regression problem held twice: in memory and in a verified zarr store."""
+
+    memory: ArrayKernelBlocks
+    store: ArrayKernelBlocks
+    y: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+
+
+def make_problem(store_root: Path) -> Problem:
+    store = ingest({"name": "friedman1", "n_train": 60, "n_test": 25, "data_seed": 3},
+                   store_root)
+    X, y, X_test, y_test = load_arrays(store)
+    return Problem(ArrayKernelBlocks(X, KERNEL), open_blocks(store, KERNEL), y, X_test, y_test)
+
+
+def fit(spec: AlgorithmSpec, problem: Problem, *, blocks=None, seed: int = 3, **options) -> Fit:
+    return run(spec, blocks or problem.memory, problem.y, lam=LAM, kappa=7, rng=seed,
+               test=(problem.X_test, problem.y_test), **{**spec.check_options, **options})
+
+
+def _same(a: Fit, b: Fit) -> None:
+    for key in a.trace:
+        if key != "seconds":
+            np.testing.assert_array_equal(a.trace[key], b.trace[key], err_msg=key)
+    np.testing.assert_array_equal(a.basis, b.basis)
+    np.testing.assert_array_equal(a.coef, b.coef)
+    for key, value in a.summary.items():
+        other = b.summary[key]
+        if key != "seconds":
+            assert value == other or (value != value and other != other), key
+
+
+def check_yaml_matches_spec(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """conf/algorithm/<name>.yaml holds exactly the spec's options and defaults."""
+    conf = OmegaConf.to_container(OmegaConf.load(conf_dir / "algorithm" / f"{spec.name}.yaml"))
+    assert conf.pop("name") == spec.name
+    assert conf == {key: opt.default for key, opt in spec.options.items()}
+
+
+def check_result_schema(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """Required trace and summary keys, equal trace lengths, reasons for NaNs, immutability,
+    predictions of the right shape and every test metric where a variance exists."""
+    result = fit(spec, problem)
+    assert set(TRACE_KEYS) <= set(result.trace) and set(SUMMARY_KEYS) <= set(result.summary)
+    lengths = {len(v) for v in result.trace.values()}
+    assert len(lengths) == 1 and lengths.pop() >= 1
+    assert np.all(np.diff(result.trace["seconds"]) >= 0)
+    for key in SUMMARY_KEYS:
+        value = result.summary[key]
+        assert value == value or key in result.not_applicable, key
+    assert np.isfinite(result.summary["test_rmse"])
+    with pytest.raises(TypeError):
+        result.summary["n_basis"] = 0  # type: ignore[index]
+    with pytest.raises(ValueError):
+        result.trace["gap"][0] = 0.0
+    mean = result.predict(problem.X_test)
+    assert mean.shape == (len(problem.X_test),) and np.isfinite(mean).all()
+    var = result.predict_var(problem.X_test)
+    if spec.has_variance:
+        assert var.shape == mean.shape and (var > 0).all()
+        assert np.isfinite(result.summary["test_nlpd"])
+        assert 0 <= result.summary["test_coverage_2sd"] <= 1
+    else:
+        assert var is None and "test_nlpd" in result.not_applicable
+
+
+def check_deterministic(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """A fixed seed gives the same result; a seed-free algorithm ignores the seed."""
+    _same(fit(spec, problem, seed=3), fit(spec, problem, seed=3))
+    if spec.seed_free:
+        _same(fit(spec, problem, seed=3), fit(spec, problem, seed=4))
+
+
+def check_store_blocks_equal_memory_blocks(spec: AlgorithmSpec, problem: Problem,
+                                           conf_dir: Path) -> None:
+    """The same fit on numpy blocks and on zarr-store blocks."""
+    _same(fit(spec, problem, blocks=problem.memory), fit(spec, problem, blocks=problem.store))
+
+
+def check_exact_limit(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """With all points (spec.exact_limit), predictions equal the exact GP's."""
+    if spec.exact_limit is None:
+        return
+    n = problem.memory.n
+    options = {k: n if v == N_MARK else v for k, v in spec.exact_limit.options.items()}
+    exact = run("exact", problem.memory, problem.y, lam=LAM)
+    limit = run(spec, problem.memory, problem.y, lam=LAM, kappa=n, rng=0, **options)
+    scale = np.abs(exact.predict(problem.X_test)).max()
+    np.testing.assert_allclose(limit.predict(problem.X_test), exact.predict(problem.X_test),
+                               atol=1e-6 * scale)
+    if spec.exact_limit.variance:
+        np.testing.assert_allclose(limit.predict_var(problem.X_test),
+                                   exact.predict_var(problem.X_test), rtol=1e-6)
+
+
+def check_bad_options(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """An unknown option and every declared option's bad values are one-line InputErrors."""
+    with pytest.raises(InputError, match=f"algorithm {spec.name} has no option 'no_such'"):
+        fit(spec, problem, no_such=1)
+    for key, opt in spec.options.items():
+        for bad in opt.bad_values():
+            with pytest.raises(InputError) as err:
+                fit(spec, problem, **{key: bad})
+            assert key in str(err.value) and "\n" not in str(err.value), (key, bad)
+
+
+def check_learning_curve(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """Where declared, a Lemma-4 learning curve runs and has the curve schema."""
+    if spec.learning_curve is None:
+        return
+    curve = learning_curve(spec.name, spec.learning_curve, Kernel("matern32", {"mu": 0.2}),
+                           uniform_density(60), lam=0.5, n_grid=[2, 8], draws=3, seed=0, m=3)
+    assert set(CURVE_TRACE_KEYS) <= set(curve.trace)
+    assert set(CURVE_SUMMARY_KEYS) <= set(curve.summary)
+    assert np.isfinite(curve.trace["xbar_error"]).all() and curve.errors.shape == (2, 3)
+
+
+CHECKS = [check_yaml_matches_spec, check_result_schema, check_deterministic,
+          check_store_blocks_equal_memory_blocks, check_exact_limit, check_bad_options,
+          check_learning_curve]

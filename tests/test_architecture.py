@@ -1,0 +1,103 @@
+"""The shape of the code: no import cycles (imports inside functions included), algorithms/
+knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, and no
+algorithm is named in pipeline/ code (capabilities come from the specs)."""
+
+import ast
+import re
+from pathlib import Path
+
+from algorithms import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("algorithms", "pipeline", "hydra_plugins")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module named by an import statement in ``path``, at any depth."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+            out.add(node.module)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    return {m: {t for t in map(resolve, _imports(p)) if t and t != m}
+            for m, p in modules.items()}
+
+
+def test_no_import_cycles():
+    graph, cycles = _graph(), []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, cycles
+
+
+def test_algorithms_know_nothing_of_the_pipeline():
+    forbidden = ("pipeline", "hydra_plugins", "hydra", "dask", "distributed", "zarr", "xarray",
+                 "omegaconf")
+    for name, path in _modules().items():
+        if name.startswith("algorithms"):
+            bad = {i for i in _imports(path) if i.split(".")[0] in forbidden}
+            assert not bad, (name, bad)
+
+
+def test_the_launcher_imports_only_the_sweep_machinery():
+    ours = {i for i in _imports(ROOT / "hydra_plugins/sgp_dask_launcher/dask_launcher.py")
+            if i.split(".")[0] in PACKAGES}
+    assert ours == {"pipeline.sweep", "pipeline.sweep.launch"}
+
+
+def test_no_algorithm_is_named_in_pipeline_code():
+    names = set(REGISTRY)
+    for name, path in _modules().items():
+        if not name.startswith("pipeline"):
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                      and n.body and isinstance(n.body[0], ast.Expr)
+                      and isinstance(n.body[0].value, ast.Constant)}
+        words = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docstrings:
+                words.update(re.findall(r"\w+", node.value))
+            elif isinstance(node, ast.Name):
+                words.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                words.add(node.attr)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                words.add(node.name)
+        assert not words & names, (name, words & names)
