@@ -3,7 +3,7 @@ output directory; :func:`run` and :func:`multirun` launch it through Hydra and r
 Hydra returns (a ``JobReturn``, or one per sweep point), and the text a user sees is made here
 from the result file on disk.
 
-    python -m pipeline algorithm=sgma dataset=abalone lam=0.1 kappa=59 seed=0
+    python -m pipeline algorithm=<name> dataset=abalone lam=0.1 kappa=59 seed=0
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _launch(overrides: Sequence[str], multirun: bool):
 
 
 def run(overrides: Sequence[str]) -> JobReturn:
-    """One job with Hydra's overrides (e.g. ``["algorithm=exact", "lam=0.1"]``); raises what
+    """One job with Hydra's overrides (e.g. ``["dataset=abalone", "lam=0.1"]``); raises what
     the job raised."""
     return _launch(overrides, multirun=False)
 

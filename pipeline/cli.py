@@ -25,7 +25,7 @@ def group_options(group: str) -> list[str]:
 def check_group_choices(argv: list[str]) -> str | None:
     """A one-line message for the first unknown config-group choice in ``argv``, else None.
 
-    Plain and comma-separated choices are checked (``algorithm=exact,sgma``); Hydra's sweep
+    Plain and comma-separated choices are checked (``algorithm=a,b``); Hydra's sweep
     functions (``choice(...)``, globs) are left to Hydra.
     """
     for arg in argv:

@@ -14,7 +14,7 @@ An experiment config may define ``report``:
   variable (e.g. ``n_train`` of a learning curve), ``error`` draws a ±(that variable) band
   instead of the min–max one, and ``vlines``/``hlines`` name final values drawn as dotted lines
   in each line's colour (detaching points, plateaux); ``algorithms`` limits the lines to those
-  algorithms. Runs with a single step (the exact GP) are
+  algorithms. Runs with a single step (a direct solve) are
   drawn as dashed horizontal lines.
 - ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
   ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps (with ``x``: at
