@@ -189,7 +189,7 @@ def test_killing_a_worker_mid_sweep_costs_nothing(tmp_path, dask_processes):
     os.kill(victim, signal.SIGKILL)
     killed_job = str(keys[0]).split("-")[1]
     stdout, stderr = runner.communicate(timeout=600)
-    assert runner.returncode == 0, stderr[-3000:]
+    assert runner.returncode == 0, stdout[-3000:] + stderr[-3000:]
     files = sorted(p.parent.name for p in jobs_dir.glob("*/result.nc"))
     assert len(files) == 8 == len(set(files))  # every result there, none twice
     ds = load(stdout.strip().splitlines()[-1].removeprefix("results: "))
