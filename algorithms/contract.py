@@ -257,7 +257,8 @@ class Fit(Result):
 
     def predict_var(self, X_new: np.ndarray) -> np.ndarray | None:
         """Predictive variance of y (the upper bound where only bounds exist), or None."""
-        return self.solution.predict(X_new).var
+        bounds = self.solution.variance_bounds
+        return None if bounds is None else bounds(X_new)[1]
 
     def with_summary(self, **values: Any) -> Fit:
         """A copy with more final scalars (e.g. a certificate); this one is unchanged. The

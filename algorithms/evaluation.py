@@ -146,7 +146,7 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     lam = check_lam(lam)
     y = check_targets(y, blocks.n)
     test = check_test(test, getattr(blocks, "d", None))
-    opts = validate(spec.options, options, owner=spec.owner, prefix="algorithm.")
+    opts = options_of(spec, options)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)

@@ -109,8 +109,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
 
     def predict(X_new: np.ndarray) -> Prediction:
         Kx = blocks.cross(X_new, BV)
-        var = kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
-        return Prediction(Kx @ alpha, var)
+        return Prediction(Kx @ alpha, _variance(kernel, X_new, Kx, C, sigma2))
 
     for _ in range(passes):
         order = rng.permutation(n)[:n_points]
@@ -161,8 +160,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     X_basis = blocks.inputs(basis)
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        Kx = kernel(X_new, X_basis)
-        var = kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
+        var = _variance(kernel, X_new, kernel(X_new, X_basis), C, sigma2)
         return var, var
 
     summary: dict = {"n_basis": len(BV), "removals": removals, "gap": math.nan,
@@ -181,6 +179,12 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                 != np.argmin(scores(alpha, C, Q, K_BV, "exact")))
     return Solution(basis, alpha, X_basis, kernel, sigma2, summary, variance_bounds,
                     extras={"C": C, "Q": Q}, not_applicable=reasons)
+
+
+def _variance(kernel, X_new: np.ndarray, Kx: np.ndarray, C: np.ndarray,
+              sigma2: float) -> np.ndarray:
+    """Predictive variance of y: k(x,x) + k_BV(x)ᵀ C k_BV(x) + σ₀², with Kx = k(X_new, BV)."""
+    return kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
 
 
 def _successive_kl(blocks: KernelBlocks, before: tuple, after: tuple) -> tuple[float, float]:

@@ -100,7 +100,7 @@ class Option:
             out.append("no-such-choice")
         elif self.kind == "bool":
             out.append("yes")
-        return [v for v in out if v is not None or not self.none_ok]
+        return out
 
 
 def validate(options: Mapping[str, Option], given: Mapping[str, Any], *, owner: str,

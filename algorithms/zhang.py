@@ -236,7 +236,7 @@ def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.rando
                      stop_reason)
 
 
-def _options(**defaults) -> dict[str, Option]:
+def _options() -> dict[str, Option]:
     return {
         "max_basis": Option(200, "int", "k_max: the trace covers k = 1..max_basis", lo=1),
         "eval_every": Option(1, "int", "trace test metrics every this many steps", lo=1),

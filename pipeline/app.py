@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from algorithms.registry import get
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from pipeline.cluster import worker_name
-from pipeline.job import CONF_DIR, config_hash, job_config, run_job
+from pipeline.job import CONF_DIR, job_config, run_job
 from pipeline.results import JOB_FILE, load_job_result
 
 # Hydra finds launchers by scanning the hydra_plugins namespace package, which an editable
@@ -36,10 +36,9 @@ def task(cfg: DictConfig) -> dict:
     """Hydra's task function: run the job ``cfg`` describes, writing ``result.nc`` into the
     job's Hydra output directory; returns a small record (it travels back from a worker)."""
     output_dir = Path(HydraConfig.get().runtime.output_dir)
-    config = job_config(cfg)
-    outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
-                                                      "pid": os.getpid()})
-    return {"status": "ok", "config_hash": config_hash(config),
+    outcome = run_job(job_config(cfg), output_dir / JOB_FILE, {"worker": worker_name(),
+                                                               "pid": os.getpid()})
+    return {"status": "ok", "config_hash": outcome.config_hash,
             "result": str(outcome.result_path)}
 
 

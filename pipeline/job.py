@@ -86,6 +86,7 @@ def drop_inapplicable_options(config: dict) -> list[str]:
 class JobOutcome:
     result: Result
     config: dict
+    config_hash: str
     result_path: Path
 
 
@@ -115,11 +116,12 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
         result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
                      rng=np.random.default_rng(seed), test=(X_test, y_test), **options)
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
-    attrs = {**(attrs or {}), "config_hash": config_hash(config),
+    job_hash = config_hash(config)
+    attrs = {**(attrs or {}), "config_hash": job_hash,
              "job_seconds": time.perf_counter() - start,
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
     path = write_job_result(result, config, result_path, attrs)
-    return JobOutcome(result, dict(config), path)
+    return JobOutcome(result, dict(config), job_hash, path)
 
 
 def _certified(fit: Fit, spec: AlgorithmSpec, config: Mapping, blocks, y: np.ndarray,

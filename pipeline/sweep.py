@@ -42,6 +42,7 @@ from pipeline.datasets import ingest
 from pipeline.job import config_hash, drop_inapplicable_options, job_config
 from pipeline.results import (
     FIXED_DIMS,
+    JOB_FILE,
     consolidate,
     job_path,
     job_status,
@@ -175,13 +176,13 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictC
         ret = run_job(hydra_context=hydra_context, task_function=task_function, config=cfg,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
                       configure_logging=False)
-    config = job_config(cfg)
     if ret.status == JobStatus.COMPLETED:
         return ret.return_value
+    config = job_config(cfg)
     err = ret._return_value
     error = f"{type(err).__name__}: {err}"
     h = config_hash(config)
-    write_job_failure(config, error, Path(cfg.hydra.runtime.output_dir) / "result.nc",
+    write_job_failure(config, error, Path(cfg.hydra.runtime.output_dir) / JOB_FILE,
                       {"config_hash": h, "worker": worker_name(), "pid": os.getpid(),
                        "job_seconds": time.perf_counter() - start,
                        "traceback": "".join(traceback.format_exception(err))})
