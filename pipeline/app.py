@@ -19,8 +19,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from algorithms.errors import InputError
 from algorithms.registry import get
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from pipeline.cluster import worker_name
@@ -35,9 +37,16 @@ Plugins.instance().register(DaskLauncher)
 def task(cfg: DictConfig) -> dict:
     """Hydra's task function: run the job ``cfg`` describes, writing ``result.nc`` into the
     job's Hydra output directory; returns a small record (it travels back from a worker)."""
-    output_dir = Path(HydraConfig.get().runtime.output_dir)
-    outcome = run_job(job_config(cfg), output_dir / JOB_FILE, {"worker": worker_name(),
-                                                               "pid": os.getpid()})
+    hydra_cfg = HydraConfig.get()
+    output_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        outcome = run_job(job_config(cfg), output_dir / JOB_FILE, {"worker": worker_name(),
+                                                                   "pid": os.getpid()})
+    except InputError as err:
+        if hydra_cfg.mode != RunMode.RUN:
+            raise  # a sweep records the failure (pipeline.sweep.execute)
+        # one job: returned, not raised, so that Hydra does not print its own line about it
+        return {"status": "error", "error": str(err)}
     return {"status": "ok", "config_hash": outcome.config_hash,
             "result": str(outcome.result_path)}
 

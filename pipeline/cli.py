@@ -57,8 +57,10 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         if len(overrides) == len(argv):
-            ret = app.run(overrides)
-            print(app.summary_text(ret.return_value["result"]))
+            record = app.run(overrides).return_value
+            if record["status"] == "error":
+                return _error(record["error"])
+            print(app.summary_text(record["result"]))
             return 0
         outcome = SweepOutcome.from_returns(app.multirun(overrides))
     except InputError as err:
