@@ -7,6 +7,7 @@ import re
 import sys
 
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from algorithms.errors import InputError
@@ -41,6 +42,37 @@ def check_group_choices(argv: list[str]) -> str | None:
     return None
 
 
+def _experiment_sweep_keys(argv: list[str]) -> set[str]:
+    """Keys an ``experiment=<name>`` on the command line sweeps in ``hydra.sweeper.params``."""
+    keys: set[str] = set()
+    for arg in argv:
+        if arg.startswith("experiment="):
+            path = CONF_DIR / "experiment" / f"{arg.partition('=')[2]}.yaml"
+            if path.is_file():
+                params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params")
+                keys.update(params.keys() if params is not None else ())
+    return keys
+
+
+def force_group_keys(argv: list[str]) -> list[str]:
+    """``algorithm.eps=0.1`` → ``++algorithm.eps=0.1`` (likewise for every config group).
+
+    Hydra refuses to set a key the composed group node lacks, so in a sweep over several
+    algorithms a plain option of one of them would be refused for the others, and a typo gets
+    Hydra's hint to add it with ``+``. Adding-or-overriding lets the product decide: a sweep
+    drops an option from the algorithms that do not take it, and an option nobody takes (a
+    typo) is one error listing the valid ones. Keys an experiment sweeps keep their plain form
+    (Hydra's sweeper matches them to the experiment's by their spelling).
+    """
+    groups = "|".join((*GROUPS, "cluster"))
+    swept = _experiment_sweep_keys(argv)
+    out = []
+    for arg in argv:
+        match = re.match(rf"(({groups})\.[\w.]+)=", arg)
+        out.append(f"++{arg}" if match and match.group(1) not in swept else arg)
+    return out
+
+
 def _error(message: str) -> int:
     print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
     return 2
@@ -50,13 +82,13 @@ def main(argv: list[str]) -> int:
     error = check_group_choices(argv)
     if error:
         return _error(error)
-    overrides = [a for a in argv if a not in MULTIRUN_FLAGS]
+    overrides = force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
     if any(a.startswith("-") for a in overrides):  # Hydra's own flags (--cfg, --help, ...)
         sys.argv = [sys.argv[0], *argv]
         app.hydra_main()
         return 0
     try:
-        if len(overrides) == len(argv):
+        if not any(a in MULTIRUN_FLAGS for a in argv):
             record = app.run(overrides).return_value
             if record["status"] == "error":
                 return _error(record["error"])
@@ -67,5 +99,9 @@ def main(argv: list[str]) -> int:
         return _error(err)
     except (HydraException, OmegaConfBaseException) as err:  # a bad override
         return _error(err)
+    except KeyboardInterrupt:
+        print("error: interrupted; rerun the same command to resume (finished jobs are kept "
+              "and not fitted again)", file=sys.stderr)
+        return 130
     print(outcome.text())
     return 1 if outcome.failed else 0

@@ -1,9 +1,10 @@
 """One job, start to end: config → dataset store → kernel blocks → fit → evaluate → certify →
 result file. The CLI (:mod:`pipeline.app`) and the sweep launcher run jobs only through here.
 
-A job is named by :func:`config_hash`, the hash of what it computes: its config without where
-it runs, without κ for algorithms that ignore it and without the seed for deterministic ones
-(read from the algorithm's spec).
+A job is named by :func:`config_hash`, the hash of what determines its result: its config
+without where it runs (without κ for algorithms that ignore it and without the seed for
+deterministic ones, read from the algorithm's spec), the identity of its dataset store and the
+version of the code that computes it.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ from algorithms.evaluation import options_of, run
 from algorithms.kernels import Kernel
 from algorithms.registry import get
 from pipeline.blocks import open_blocks
+from pipeline.codeversion import code_version, module_of
 from pipeline.curves import run_curve
-from pipeline.datasets import ingest
+from pipeline.datasets import ingest, normalise_spec, spec_hash
 from pipeline.results import write_job_result
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
-LOCATION_KEYS = ("store_root", "sweep", "cluster", "scheduler", "report")
+LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
+# Modules whose code computes every result (beside the algorithm's own module)
+SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "pipeline.blocks",
+                   "pipeline.curves")
 
 
 def job_config(cfg: DictConfig) -> dict:
@@ -42,18 +47,30 @@ def job_config(cfg: DictConfig) -> dict:
 
 
 def job_identity(config: Mapping) -> dict:
-    """What a job computes: its config without location keys, with κ dropped for algorithms
-    that ignore it and the seed dropped for those that are deterministic (a learning curve
-    depends on the seed through its draws of training inputs)."""
+    """Everything that determines a job's result: its config without location keys (κ dropped
+    for algorithms that ignore it, the seed for deterministic ones; a learning curve depends on
+    the seed through its draws of training inputs), the identity of its dataset store
+    (:func:`pipeline.datasets.spec_hash`: spec, source-file content and builder code) and the
+    version of the code that computes the result (:func:`algorithm_version`)."""
     ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
     spec = _spec_or_none(config)
     if spec is not None and not spec.uses_kappa:
         ident["kappa"] = None
     if spec is not None and spec.seed_free and not config.get("learning_curve"):
         ident["seed"] = None
-    if ident.get("learning_curve", 0) is None:  # fits keep the hashes they had before the key
-        del ident["learning_curve"]
+    ident["code_version"] = algorithm_version(spec) if spec is not None else None
+    try:
+        ident["data"] = spec_hash(config["dataset"])
+    except (InputError, KeyError, TypeError):
+        ident["data"] = None  # a bad dataset spec: the job reports it
     return ident
+
+
+def algorithm_version(spec: AlgorithmSpec) -> str:
+    """Version of the code behind ``spec``'s results: its module and the shared numerics
+    (evaluator, certificate, kernel blocks, learning curves) with everything they import
+    (:func:`pipeline.codeversion.code_version`; comments and docstrings do not count)."""
+    return code_version(module_of(spec.fit), *SHARED_NUMERICS)
 
 
 def config_hash(config: Mapping) -> str:
@@ -82,6 +99,23 @@ def drop_inapplicable_options(config: dict) -> list[str]:
     return dropped
 
 
+def check_config(config: Mapping) -> tuple[AlgorithmSpec, float, Kernel, dict]:
+    """Validate a resolved job config without touching data: the algorithm and its options,
+    ``lam``, ``kappa``, ``seed``, the kernel and the dataset spec. Returns (spec, lam, kernel,
+    options); raises InputError naming the first bad value."""
+    spec = get(config["algorithm"]["name"])
+    lam = check_lam(config["lam"])
+    check_kappa(config["kappa"], 1)
+    seed = config["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"seed={seed!r} must be an integer ≥ 0; pass e.g. seed=0")
+    kernel_cfg = dict(config["kernel"])
+    kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
+    options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
+    normalise_spec(config["dataset"])
+    return spec, lam, kernel, options
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     result: Result
@@ -96,15 +130,8 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     certify, and write ``result_path``. ``attrs`` are extra attributes for the result file
     (e.g. the worker that ran the job)."""
     start = time.perf_counter()
-    spec = get(config["algorithm"]["name"])
-    lam = check_lam(config["lam"])
-    check_kappa(config["kappa"], 1)
+    spec, lam, kernel, options = check_config(config)
     seed = config["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InputError(f"seed={seed!r} must be an integer ≥ 0; pass e.g. seed=0")
-    kernel_cfg = dict(config["kernel"])
-    kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
-    options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
 
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
     blocks = open_blocks(store, kernel, verify=False)
@@ -117,7 +144,8 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
                      rng=np.random.default_rng(seed), test=(X_test, y_test), **options)
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
     job_hash = config_hash(config)
-    attrs = {**(attrs or {}), "config_hash": job_hash,
+    attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
+             "store": store.name,
              "job_seconds": time.perf_counter() - start,
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
     path = write_job_result(result, config, result_path, attrs)

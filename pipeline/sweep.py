@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
-from distributed import progress
+from distributed import KilledWorker, progress
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, JobStatus, run_job
@@ -37,15 +37,18 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from algorithms.errors import InputError
+from algorithms.registry import get
+from pipeline.claims import claim_job, record_fit
 from pipeline.cluster import connect, job_script, worker_name
 from pipeline.datasets import ingest
-from pipeline.job import config_hash, drop_inapplicable_options, job_config
+from pipeline.job import check_config, config_hash, drop_inapplicable_options, job_config
 from pipeline.results import (
     FIXED_DIMS,
     JOB_FILE,
     consolidate,
     job_path,
     job_status,
+    load_job_result,
     write_job_failure,
 )
 
@@ -69,7 +72,7 @@ class SweepOutcome:
     def from_returns(cls, returns: Sequence[JobReturn]) -> SweepOutcome:
         records = [ret.return_value for ret in returns]
         jobs = {r["config_hash"]: r["status"] for r in records}
-        failed = [(" ".join(ret.overrides), r["error"])
+        failed = [(" ".join(o.removeprefix("++") for o in ret.overrides), r["error"])
                   for ret, r in zip(returns, records, strict=True) if r["status"] != "ok"
                   and r["status"] != "cached"]
         return cls(Path(records[0]["results"]), len(records), len(jobs),
@@ -166,10 +169,38 @@ def compose_jobs(master: DictConfig, config_loader,
 
 
 def execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictConfig,
-            store: str | None = None) -> dict:
+            store: str | None = None, since: float = 0.0) -> dict:
     """Run one job where this is called (a Dask worker) through Hydra's ``run_job``, and
     record its failure if it fails. ``store`` is the result of the dataset's ingest task:
-    taking it makes the job wait for it. Never raises for an error of the job itself."""
+    taking it makes the job wait for it. Never raises for an error of the job itself.
+
+    The job first claims its directory (:func:`pipeline.claims.claim_job`: another sweep on
+    the same directory fitting it makes this wait), then looks at the disk: a result written
+    with status ok (or a failure recorded since this sweep started at ``since``) is returned
+    as it is, so a task Dask reruns after a worker died, or a job another sweep just fitted,
+    is never fitted again."""
+    out_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+    h = out_dir.name
+    with claim_job(out_dir):
+        done = _finished(out_dir / JOB_FILE, h, since)
+        if done is not None:
+            return done
+        record_fit(out_dir, worker_name())
+        return _execute(task_function, hydra_context, cfg, h)
+
+
+def _finished(path: Path, h: str, since: float) -> dict | None:
+    status = job_status(path)
+    if status == ("ok", h):
+        return {"status": "cached", "error": "", "config_hash": h}
+    if status == ("failed", h) and path.stat().st_mtime >= since:
+        error = str(load_job_result(path).attrs.get("error", ""))
+        return {"status": "failed", "error": error, "config_hash": h}
+    return None
+
+
+def _execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictConfig,
+             h: str) -> dict:
     start = time.perf_counter()
     with _HYDRA_JOB, dask.config.set(scheduler="synchronous"):
         # the job's own dask arrays (zarr reads) compute in this task, not as new cluster tasks
@@ -181,7 +212,6 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictC
     config = job_config(cfg)
     err = ret._return_value
     error = f"{type(err).__name__}: {err}"
-    h = config_hash(config)
     write_job_failure(config, error, Path(cfg.hydra.runtime.output_dir) / JOB_FILE,
                       {"config_hash": h, "worker": worker_name(), "pid": os.getpid(),
                        "job_seconds": time.perf_counter() - start,
@@ -226,6 +256,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     jobs: list[_Job] = []
     sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
+    checked: set[str] = set()
     for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
         config = job_config(cfg)
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *extra_dims)}
@@ -233,6 +264,9 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
         config["store_root"] = str(Path(config["store_root"]).resolve())
         h = config_hash(config)
+        if h not in checked:  # bad input stops the sweep before any cluster starts
+            check_config(config)
+            checked.add(h)
         with open_dict(cfg):
             cfg.algorithm = config["algorithm"]  # resolved, without the dropped options
             cfg.store_root = config["store_root"]
@@ -241,12 +275,14 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             cfg.hydra.job.num = initial_job_idx + idx
             cfg.hydra.job.id = f"{cfg.hydra.job.name}_{initial_job_idx + idx}"
         jobs.append(_Job(list(overrides), cfg, config, h, coords))
+    _check_options_taken(ignored)
     for name, keys in sorted(ignored.items()):
         if keys:
             print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
                   "jobs, which are repeated along those dims", flush=True)
     _check_distinct_coordinates(jobs)
 
+    kept = _entries_kept(sweep_dir, jobs, extra_dims, bool(master.get("merge", False)))
     unique: dict[str, _Job] = {}
     for job in jobs:
         unique.setdefault(job.hash, job)
@@ -259,8 +295,13 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                                       task_function, retries, timings)
     timings["wall_seconds"] = time.perf_counter() - t_start
 
-    _write_manifest(sweep_dir, master, jobs, extra_dims, job_overrides, timings, n_workers)
+    _write_manifest(sweep_dir, master, jobs, kept, extra_dims, job_overrides, timings,
+                    n_workers)
     results_path = consolidate(sweep_dir)
+    if (sweep_dir / "report").exists():  # a report describes the results beside it: refresh it
+        from pipeline.report import render
+
+        print(f"report: {render(results_path)}", flush=True)
     returns = []
     for job in jobs:
         record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
@@ -292,6 +333,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
         t1 = time.perf_counter()
         task, context = client.scatter([task_function, hydra_context], broadcast=True)
+        since = time.time()
         stores: dict[str, object] = {}
         futures = {}
         for job in to_run:
@@ -301,28 +343,60 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
                 stores[key] = client.submit(ingest, spec, job.config["store_root"],
                                             retries=retries, pure=False)
             futures[job.hash] = client.submit(
-                execute, task, context, job.cfg, stores[key],
+                execute, task, context, job.cfg, stores[key], since,
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
         progress(list(futures.values()), notebook=False, interval="1s")
         print(flush=True)
         for job in to_run:
-            records[job.hash] = _collect(futures[job.hash], job, sweep_dir)
+            store = stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)]
+            records[job.hash] = _collect(futures[job.hash], store, job, sweep_dir, cluster_cfg)
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
 
 
-def _collect(future, job: _Job, sweep_dir: Path) -> dict:
-    """The job's record; an error raised outside the job (ingest, lost workers) is recorded."""
+def _collect(future, store, job: _Job, sweep_dir: Path, cluster_cfg: Mapping) -> dict:
+    """The job's record; an error raised outside the job (its dataset's ingest ``store``, lost
+    workers) is recorded."""
     if future.status == "finished":
         return future.result()
+    if store.status == "error":  # the job never ran: say why its data could not be ingested
+        future = store
     try:
         exc = future.exception()
         error = f"{type(exc).__name__}: {exc}"
     except Exception as err:  # cancelled
-        error = f"{type(err).__name__}: {err}"
+        exc, error = err, f"{type(err).__name__}: {err}"
+    if isinstance(exc, KilledWorker):
+        error = killed_worker_hint(cluster_cfg)
     write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
                       {"config_hash": job.hash, "worker": ""})
     return {"status": "failed", "error": error}
+
+
+def killed_worker_hint(cluster_cfg: Mapping) -> str:
+    """What to say when the workers running a job kept dying (most often: out of memory)."""
+    if cluster_cfg.get("kind") == "local":
+        limit = (f"cluster.memory_limit={cluster_cfg.get('memory_limit')} per worker, "
+                 f"cluster.n_workers={cluster_cfg.get('n_workers')}")
+        fix = ("give each worker more memory (cluster.memory_limit=8GB, or fewer workers: "
+               "cluster.n_workers=1) or use a sparse algorithm")
+    else:
+        limit = f"cluster.memory={cluster_cfg.get('memory')} per batch job"
+        fix = "raise cluster.memory or use a sparse algorithm"
+    return (f"KilledWorker: the workers running this job died (usually killed for exceeding "
+            f"their memory: {limit}); {fix}")
+
+
+def _check_options_taken(ignored: Mapping[str, set[str]]) -> None:
+    """An ``algorithm.<option>`` that no algorithm of the sweep takes is a typo."""
+    if not ignored:
+        return
+    nobody = set.intersection(*ignored.values())
+    if nobody:
+        key = sorted(nobody)[0]
+        valid = sorted({o for name in ignored for o in get(name).options})
+        raise InputError(f"no algorithm of this sweep ({', '.join(sorted(ignored))}) takes "
+                         f"algorithm.{key}; their options: {', '.join(valid) or '(none)'}")
 
 
 def _check_distinct_coordinates(jobs: list[_Job]) -> None:
@@ -336,15 +410,54 @@ def _check_distinct_coordinates(jobs: list[_Job]) -> None:
                              "sweep the differing key explicitly")
 
 
-def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], extra_dims: list[str],
-                    job_overrides: Sequence[Sequence[str]], timings: dict,
+def _point(coords: Mapping) -> str:
+    return json.dumps({k: str(v) for k, v in coords.items()}, sort_keys=True)
+
+
+def _entries_kept(sweep_dir: Path, jobs: list[_Job], extra_dims: list[str],
+                  merge: bool) -> list[dict]:
+    """The entries of the sweep already in ``sweep_dir`` that this one keeps in its manifest.
+
+    The same sweep points again, or some of them (a rerun: resume, or new results after data or
+    code changed), keep the others; new points are refused unless ``merge=true`` adds them to
+    the old ones (same dims only). Nothing is ever silently replaced."""
+    path = sweep_dir / "manifest.json"
+    if not path.exists():
+        return []
+    try:
+        old = json.loads(path.read_text())
+        old_entries, old_dims = old["entries"], list(old["extra_dims"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path} is unreadable ({type(exc).__name__}); pass sweep=<new name> "
+                         "for a new sweep directory, or delete that file to start this one "
+                         "afresh") from None
+    new_points = {_point(job.coords) for job in jobs}
+    old_points = {_point(e["coords"]) for e in old_entries}
+    if old_dims == extra_dims and new_points <= old_points:  # a rerun of all or some of it
+        return [e for e in old_entries if _point(e["coords"]) not in new_points]
+    command = " ".join(a.removeprefix("++") for a in old.get("command", [])) or "(unknown)"
+    what = (f"{sweep_dir} holds another sweep ({len(old_points)} points over "
+            f"{', '.join(list(FIXED_DIMS) + old_dims)}; started with: {command})")
+    if not merge:
+        raise InputError(f"{what}; pass sweep=<new name> for a new sweep directory, rerun that "
+                         "command to resume it, or add merge=true to add these points to it")
+    if old_dims != extra_dims:
+        raise InputError(f"{what}; merge=true needs the same swept dims, but this sweep has "
+                         f"{', '.join(list(FIXED_DIMS) + extra_dims)}; pass sweep=<new name>")
+    return [e for e in old_entries if _point(e["coords"]) not in new_points]
+
+
+def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], kept: list[dict],
+                    extra_dims: list[str], job_overrides: Sequence[Sequence[str]], timings: dict,
                     n_workers: int) -> None:
     manifest = {
         "sweep": sweep_dir.name,
+        "command": list(master.hydra.overrides.task),
         "config": job_config(master),
         "swept_keys": swept_keys(job_overrides),
         "extra_dims": extra_dims,
-        "entries": [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash} for j in jobs],
+        "entries": kept + [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash}
+                           for j in jobs],
         "timings": timings,
         "n_workers": n_workers,
     }

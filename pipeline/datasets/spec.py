@@ -8,6 +8,7 @@ A dataset is named by a *spec*: a plain mapping with ``name`` plus options (an O
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import numpy as np
 
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
+from pipeline.codeversion import code_version
 
 FORMAT_VERSION = 1
 _MISSING = "???"  # OmegaConf's marker for a mandatory value
@@ -64,6 +66,12 @@ def dataset_names() -> list[str]:
 
 
 def sha256_file(path: Path) -> str:
+    stat = Path(path).stat()
+    return _sha256_file(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _sha256_file(path: str, size: int, mtime_ns: int) -> str:  # cached while the file is unchanged
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -124,13 +132,16 @@ def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def spec_hash(spec: Mapping[str, Any]) -> str:
-    """sha256 (64 hex) of the normalised spec and the store format; names the store.
+    """sha256 (64 hex) of everything that determines a store's content; names the store.
 
-    The sha256 of every file the spec reads is hashed too, so editing the file gives a new
-    store.
+    That is the normalised spec, the store format, the sha256 of every file the spec reads (so
+    editing the file gives a new store) and the version of the code that builds it (its
+    builder's module and this one, :func:`pipeline.codeversion.code_version`).
     """
     norm = normalise_spec(spec)
-    material: dict[str, Any] = {"spec": norm, "format_version": FORMAT_VERSION}
+    builder = DATASETS[norm["name"]].build.__module__
+    material: dict[str, Any] = {"spec": norm, "format_version": FORMAT_VERSION,
+                                "code_version": code_version(builder, __name__)}
     files = DATASETS[norm["name"]].source_files(norm)
     if files:
         material["source_sha256"] = sha256_file(files[0]) if len(files) == 1 else [

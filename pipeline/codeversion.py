@@ -1,0 +1,104 @@
+"""Versions of the code that computes a result, for the identity of jobs and dataset stores.
+
+A cached result is only as good as the code that computed it. Rather than a version number that
+every change must remember to bump, the version of a module is the sha256 of its *syntax tree*
+(docstrings removed) together with that of every project module it imports, transitively. An
+edit that can change a number (a formula, a default, a call) changes the version and reruns what
+depends on it; a comment, a docstring or a reformatting does not, and a change to SGMA does not
+rerun the exact GP. Third-party libraries are not part of it (their versions are recorded in
+every result file).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+from pathlib import Path
+
+PROJECT_PACKAGES = ("algorithms", "pipeline")
+
+
+def _source_file(module: str) -> Path | None:
+    """The source of a module, or of ``file:<path>`` (a module loaded from a file path)."""
+    if module.startswith("file:"):
+        return Path(module.removeprefix("file:"))
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _in_project(module: str) -> bool:
+    return module.split(".")[0] in PROJECT_PACKAGES
+
+
+def _project_imports(tree: ast.AST) -> set[str]:
+    """Project modules a module imports (``from a.b import c`` gives a.b, and a.b.c if that is
+    a module)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if _in_project(alias.name))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and _in_project(node.module):
+            out.add(node.module)
+            for alias in node.names:
+                if _source_file(f"{node.module}.{alias.name}") is not None:
+                    out.add(f"{node.module}.{alias.name}")
+    return out
+
+
+@functools.cache
+def _module_tree(module: str) -> tuple[str, frozenset[str]]:
+    """(normalised syntax tree dump, project imports) of one module."""
+    path = _source_file(module)
+    if path is None:
+        raise ValueError(f"no Python source for module {module!r}")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imports = frozenset(_project_imports(tree))
+    return ast.dump(_strip_docstrings(tree), annotate_fields=False), imports
+
+
+def closure(*modules: str) -> list[str]:
+    """The modules and every project module they import, transitively, sorted."""
+    seen: set[str] = set()
+    todo = list(modules)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo.extend(_module_tree(module)[1] - seen)
+    return sorted(seen)
+
+
+def module_of(fn) -> str:
+    """The module defining ``fn``, as :func:`code_version` takes it (its name, or
+    ``file:<path>`` for a module loaded from a file that is not importable by name)."""
+    name = fn.__module__
+    return name if _source_file(name) is not None else f"file:{fn.__code__.co_filename}"
+
+
+@functools.cache
+def code_version(*modules: str) -> str:
+    """sha256 (16 hex) of the syntax trees of ``modules`` and their project imports."""
+    h = hashlib.sha256()
+    for module in closure(*modules):
+        h.update(module.encode())
+        h.update(_module_tree(module)[0].encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,173 @@
+"""Results a user can trust: a cache that follows data and code, no duplicated work between
+concurrent sweeps, and sweeps that survive a killed or interrupted client."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import codeversion
+from pipeline.claims import count_fits
+from pipeline.job import config_hash
+from pipeline.results import load, load_job_result
+
+LOCAL = ("cluster.n_workers=1", "cluster.dashboard_address=:0")
+
+
+def start(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pipeline", "-m", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    return stdout, stderr
+
+
+def counts(stdout: str) -> tuple[int, int]:
+    """(already finished, run) from the sweep's summary line."""
+    line = next(ln for ln in stdout.splitlines() if "distinct jobs:" in ln)
+    parts = line.split(": ", 1)[1].split(", ")
+    return int(parts[0].split()[0]), int(parts[1].split()[0])
+
+
+def fits(sweep_dir: Path) -> dict[str, int]:
+    return {d.name: count_fits(d) for d in (sweep_dir / "jobs").iterdir() if d.is_dir()}
+
+
+def test_editing_the_csv_reruns_its_jobs(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    data = tmp_path / "data.csv"
+
+    def write(scale):
+        rows = [f"{a},{b},{scale * np.sin(a) + b}" for a, b in X]
+        data.write_text("\n".join(rows) + "\n")
+
+    args = ("algorithm=sgma,exact", "dataset=csv", f"dataset.path={data}",
+            "seed=0,1", *LOCAL)
+    write(1.0)
+    first, _ = finish(start(tmp_path, *args))
+    assert counts(first) == (0, 3)  # exact once, sgma per seed
+    again, _ = finish(start(tmp_path, *args))
+    assert counts(again) == (3, 0)
+    before = load(tmp_path / "outputs/multirun/results.zarr").load()
+    write(3.0)  # same path, new content
+    edited, _ = finish(start(tmp_path, *args))
+    assert counts(edited) == (0, 3)
+    after = load(tmp_path / "outputs/multirun/results.zarr").load()
+    assert not np.allclose(before["final_test_rmse"].values, after["final_test_rmse"].values)
+    assert set(before["job_hash"].values.ravel()).isdisjoint(after["job_hash"].values.ravel())
+
+
+def test_two_concurrent_sweeps_fit_every_job_once(tmp_path):
+    args = ("algorithm=sgma", "dataset=friedman1", "dataset.n_train=3000", "dataset.n_test=50",
+            "algorithm.eps=0", "algorithm.max_basis=60", "seed=range(0,8)", "sweep=shared", *LOCAL)
+    a, b = start(tmp_path, *args), start(tmp_path, *args)
+    out_a, _ = finish(a)
+    out_b, _ = finish(b)
+    per_job = fits(tmp_path / "outputs/shared")
+    print(f"\nfits per job: {sorted(per_job.values())}; sweep A (cached, run) = {counts(out_a)},"
+          f" sweep B = {counts(out_b)}")
+    assert len(per_job) == 8 and set(per_job.values()) == {1}  # each job fitted exactly once
+    assert counts(out_a)[1] + counts(out_b)[1] == 8
+    ds = load(tmp_path / "outputs/shared/results.zarr")
+    assert set(ds["status"].values.ravel().tolist()) == {"ok"}
+    assert not list((tmp_path / "outputs/shared/jobs").glob("*/claim.json*"))
+
+
+def _wait_for_results(jobs_dir: Path, n: int, proc: subprocess.Popen, timeout: float = 300):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        done = list(jobs_dir.glob("*/result.nc"))
+        if len(done) >= n:
+            return {p.parent.name for p in done}
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} results in {jobs_dir} before the sweep ended")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_client_killed_then_rerun_loses_and_repeats_nothing(tmp_path, sig):
+    args = ("algorithm=sgma", "dataset=friedman1", "dataset.n_train=8000", "dataset.n_test=50",
+            "algorithm.eps=0", "algorithm.max_basis=100", "seed=range(0,10)", "sweep=killed",
+            "cluster.n_workers=2", "cluster.dashboard_address=:0")
+    jobs_dir = tmp_path / "outputs/killed/jobs"
+    proc = start(tmp_path, *args)
+    finished = _wait_for_results(jobs_dir, 2, proc)
+    t0 = time.time()
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    stopped = time.time() - t0
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+        assert "Traceback" not in stderr and "rerun the same command" in stderr
+    finished = {h for h in finished if load_job_result(jobs_dir / h / "result.nc")
+                .attrs["status"] == "ok"}
+    rerun, _ = finish(start(tmp_path, *args))
+    per_job = fits(jobs_dir.parent)
+    print(f"\n{sig.name}: stopped after {stopped:.1f} s with {len(finished)} jobs finished; "
+          f"rerun (cached, run) = {counts(rerun)}; fits per job {sorted(per_job.values())}")
+    assert all(per_job[h] == 1 for h in finished)  # nothing finished is fitted again
+    assert counts(rerun)[0] >= len(finished)
+    ds = load(jobs_dir.parent / "results.zarr")
+    assert ds.sizes["seed"] == 10 and set(ds["status"].values.ravel().tolist()) == {"ok"}
+
+
+# ------------------------------------------------------------------ code versions
+
+
+@pytest.fixture
+def toy_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "toypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("SCALE = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(codeversion, "PROJECT_PACKAGES", ("toypkg",))
+
+    def version(source: str, helper: str | None = None) -> str:
+        (pkg / "algo.py").write_text(source)
+        if helper is not None:
+            (pkg / "helper.py").write_text(helper)
+        codeversion.code_version.cache_clear()
+        codeversion._module_tree.cache_clear()
+        return codeversion.code_version("toypkg.algo")
+
+    yield version
+    codeversion.code_version.cache_clear()
+    codeversion._module_tree.cache_clear()
+
+
+def test_code_version_follows_code_not_comments(toy_package):
+    base = toy_package('"""Doc."""\nfrom toypkg.helper import SCALE\n\n\ndef f(x):\n'
+                       '    return SCALE * x\n')
+    assert codeversion.closure("toypkg.algo") == ["toypkg.algo", "toypkg.helper"]
+    reworded = toy_package('"""Other doc."""\nfrom toypkg.helper import SCALE  # note\n\n\n'
+                           'def f(x):\n    """Doubles."""\n    return SCALE*x\n')
+    assert reworded == base  # comments, docstrings and layout do not count
+    assert toy_package('from toypkg.helper import SCALE\n\n\ndef f(x):\n    return SCALE + x\n'
+                       ) != base
+    assert toy_package('"""Doc."""\nfrom toypkg.helper import SCALE\n\n\ndef f(x):\n'
+                       '    return SCALE * x\n', helper="SCALE = 3.0\n") != base  # an import
+
+
+def test_job_identity_covers_data_and_code(tmp_path, monkeypatch):
+    data = tmp_path / "d.csv"
+    data.write_text("1,2\n2,3\n3,5\n")
+    config = {"algorithm": {"name": "sgma"}, "dataset": {"name": "csv", "path": str(data)},
+              "kernel": {"name": "rbf", "width": 1.0}, "lam": 0.1,
+              "kappa": 5, "seed": 0, "store_root": "a"}
+    h = config_hash(config)
+    assert config_hash({**config, "store_root": "b"}) == h  # where it runs is not identity
+    data.write_text("1,2\n2,3\n3,6\n")
+    assert config_hash(config) != h  # the data changed
+    h = config_hash(config)
+    monkeypatch.setattr("pipeline.job.algorithm_version", lambda spec: "another")
+    assert config_hash(config) != h  # the code changed
+    assert json.dumps(config)  # the config itself is untouched
