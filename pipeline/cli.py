@@ -12,10 +12,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from algorithms.errors import InputError
 from pipeline import app
-from pipeline.job import CONF_DIR
+from pipeline.job import CONF_DIR, check_location
 from pipeline.sweep import SweepOutcome
 
-GROUPS = ("algorithm", "dataset", "kernel")
+GROUPS = ("algorithm", "dataset", "kernel", "cluster", "experiment")
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
@@ -39,6 +39,37 @@ def check_group_choices(argv: list[str]) -> str | None:
             if value not in options:
                 return (f"unknown {group} '{value}'; choose one of: {', '.join(options)} "
                         f"(files in conf/{group}/)")
+    return None
+
+
+def top_level_keys() -> set[str]:
+    """Keys a plain ``key=value`` override may name: config.yaml's, the config groups', and
+    the global keys experiments set."""
+    keys = set(OmegaConf.load(CONF_DIR / "config.yaml").keys()) | set(GROUPS) | {"hydra"}
+    for path in (CONF_DIR / "experiment").glob("*.yaml"):
+        keys.update(str(k) for k in OmegaConf.load(path).keys())
+    return keys - {"defaults"}
+
+
+def check_override_syntax(argv: list[str]) -> str | None:
+    """A one-line message for the first override that is not ``key=value`` with a known key."""
+    known = None
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        match = re.fullmatch(r"([~+]*)([A-Za-z_][\w\-]*)([\w.\-/@]*)=(.*)", arg, flags=re.S)
+        if match is None:
+            if re.fullmatch(r"~[\w.\-/@]+", arg):  # Hydra's delete of a key
+                continue
+            return (f"override {arg!r} is not key=value; pass e.g. lam=0.1 (keys: python -m "
+                    "pipeline --cfg job)")
+        prefix, head = match.group(1), match.group(2)
+        known = known if known is not None else top_level_keys()
+        if head == "sweep" and not match.group(3):  # checked before Hydra makes the directory
+            check_location({"sweep": match.group(4), "store_root": "-"})
+        if not prefix and head not in known:
+            return (f"unknown key {head!r} in {arg!r}; the keys are: {', '.join(sorted(known))}"
+                    " (see python -m pipeline --cfg job)")
     return None
 
 
@@ -74,12 +105,16 @@ def force_group_keys(argv: list[str]) -> list[str]:
 
 
 def _error(message: str) -> int:
-    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    text = " ".join(str(message).split()).split(" Config search path:")[0]
+    print(f"error: {text}", file=sys.stderr)
     return 2
 
 
 def main(argv: list[str]) -> int:
-    error = check_group_choices(argv)
+    try:
+        error = check_override_syntax(argv) or check_group_choices(argv)
+    except InputError as err:
+        error = str(err)
     if error:
         return _error(error)
     overrides = force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_l
 from algorithms.errors import InputError
 from algorithms.evaluation import options_of, run
 from algorithms.kernels import Kernel
+from algorithms.options import Option, validate
 from algorithms.registry import get
 from pipeline.blocks import open_blocks
 from pipeline.codeversion import code_version, module_of
@@ -99,6 +101,32 @@ def drop_inapplicable_options(config: dict) -> list[str]:
     return dropped
 
 
+CERTIFICATE_OPTIONS = {
+    "enabled": Option(True, "bool", "certify every regression fit (Theorem 1)"),
+    "tol": Option(1e-3, "float", "run the dual greedy until the certificate is below tol",
+                  lo=0.0, lo_open=True),
+    "max_dual": Option(500, "int", "... or this many dual steps", lo=0),
+    "kappa": Option(59, "int", "candidate subset size of the dual greedy", lo=1),
+}
+SWEEP_NAME = re.compile(r"[\w.\-]+(/[\w.\-]+)*")
+
+
+def check_location(config: Mapping) -> None:
+    """Where a sweep goes: ``sweep`` a relative directory name under outputs/, ``merge`` a
+    bool, ``store_root`` a path."""
+    name = config.get("sweep")
+    if not isinstance(name, str) or not SWEEP_NAME.fullmatch(name) or ".." in name.split("/"):
+        raise InputError(f"sweep={name!r} must name a directory under outputs/ (letters, digits, "
+                         "'.', '-', '_', '/'; no '..'); pass e.g. sweep=my_sweep")
+    if not isinstance(config.get("merge", False), bool):
+        raise InputError(f"merge={config.get('merge')!r} must be true or false; pass "
+                         "merge=true to add a sweep's points to an existing sweep directory")
+    root = config.get("store_root")
+    if not isinstance(root, str) or not root.strip():
+        raise InputError(f"store_root={root!r} must be a directory path; pass e.g. "
+                         "store_root=outputs/stores")
+
+
 def check_config(config: Mapping) -> tuple[AlgorithmSpec, float, Kernel, dict]:
     """Validate a resolved job config without touching data: the algorithm and its options,
     ``lam``, ``kappa``, ``seed``, the kernel and the dataset spec. Returns (spec, lam, kernel,
@@ -113,6 +141,9 @@ def check_config(config: Mapping) -> tuple[AlgorithmSpec, float, Kernel, dict]:
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
     normalise_spec(config["dataset"])
+    validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
+             prefix="certificate.")
+    check_location(config)
     return spec, lam, kernel, options
 
 

@@ -1,6 +1,8 @@
 """Bad input on the command line of one job and of a sweep: one ``error:`` line, exit 2, the
 bad value named, nothing on disk changed (harness: ``tests/bad_input.py``)."""
 
+from pathlib import Path
+
 import pytest
 
 from tests.bad_input import Case, make_seed_dir, run_case
@@ -11,10 +13,72 @@ def seed_dir(tmp_path_factory):
     return make_seed_dir(tmp_path_factory.mktemp("seed"))
 
 
+def garble_manifest(workdir: Path) -> None:
+    (workdir / "outputs/seed/manifest.json").write_text("{not json")
+
+
+JOB = ("pipeline", "dataset=sine1d", "dataset.n_train=40")
+SWEEP = ("pipeline", "-m", "dataset=sine1d", "dataset.n_train=40", "cluster.n_workers=1",
+         "cluster.dashboard_address=:0")
+SEED_SWEEP = (*SWEEP, "algorithm=sgma,exact", "dataset.n_test=20", "lam=0.1", "seed=0",
+              "sweep=seed")
+
 CASES = [
-    Case("unknown-algorithm", ("pipeline", "algorithm=nope"), ("'nope'", "sgma")),
-    Case("negative-lam", ("pipeline", "lam=-1"), ("lam=-1",)),
-    Case("zero-kappa", ("pipeline", "kappa=0"), ("kappa=0",)),
+    # config-group choices
+    Case("unknown-algorithm", (*JOB, "algorithm=nope"), ("'nope'", "sgma")),
+    Case("unknown-algorithm-in-list", (*SWEEP, "algorithm=sgma,nope"), ("'nope'",)),
+    Case("empty-algorithm", (*JOB, "algorithm="), ("algorithm",)),
+    Case("trailing-comma", (*SWEEP, "algorithm=sgma,"), ("unknown algorithm ''",)),
+    Case("unknown-dataset", ("pipeline", "dataset=iris"), ("'iris'", "abalone")),
+    Case("unknown-kernel", (*JOB, "kernel=gauss"), ("'gauss'", "rbf")),
+    Case("unknown-cluster", (*SWEEP, "cluster=k8s"), ("'k8s'", "local")),
+    Case("unknown-experiment", ("pipeline", "-m", "experiment=nope"), ("'nope'", "zhang2001")),
+    Case("unknown-launcher", (*SWEEP, "hydra/launcher=nope"), ("nope", "dask")),
+    # override syntax and keys
+    Case("unknown-key", (*JOB, "foo=1"), ("'foo'", "lam")),
+    Case("unknown-key-typo", (*JOB, "lamb=0.1"), ("'lamb'", "lam")),
+    Case("not-key-value", (*JOB, "=1"), ("'=1'", "key=value")),
+    Case("missing-equals", (*JOB, "lam"), ("'lam'",)),
+    Case("bad-sweep-function", (*SWEEP, "seed=range(0,x)"), ("range(0,x)",)),
+    # option typos: one error listing the valid options, never Hydra's '+' hint
+    Case("algorithm-option-typo", (*JOB, "algorithm.epss=0.1"), ("'epss'", "eps")),
+    Case("algorithm-option-typo-sweep", (*SWEEP, "algorithm=sgma,exact", "algorithm.epss=0.1"),
+         ("algorithm.epss", "eps", "max_n")),
+    Case("experiment-option-typo", ("pipeline", "-m", "experiment=zhang2001",
+                                    "algorithm.max_basiss=5"), ("max_basiss", "max_basis")),
+    Case("dataset-option-typo", (*JOB, "dataset.n_trian=5"), ("'n_trian'", "n_train")),
+    Case("kernel-option-typo", (*JOB, "kernel.widht=3"), ("'widht'", "width")),
+    # values in a sweep stop it before any job runs
+    Case("sweep-negative-lam", (*SWEEP, "lam=0.1,-1"), ("lam=-1",)),
+    Case("sweep-zero-kappa", (*SWEEP, "kappa=0,5"), ("kappa=0",)),
+    Case("sweep-text-seed", (*SWEEP, "seed=0,abc"), ("seed='abc'",)),
+    Case("sweep-negative-eps", (*SWEEP, "algorithm.eps=-1,0.1"), ("algorithm.eps=-1",)),
+    Case("sweep-bad-option-of-one-algorithm", (*SWEEP, "algorithm=sgma,exact",
+                                               "algorithm.max_n=0"), ("algorithm.max_n=0",)),
+    Case("sweep-bad-dataset-option", (*SWEEP, "dataset.n_test=-3,5"), ("n_test=-3",)),
+    Case("sweep-csv-without-path", (*SWEEP[:2], "dataset=csv", "seed=0,1"), ("dataset.path",)),
+    Case("sweep-csv-missing-file", (*SWEEP[:2], "dataset=csv", "dataset.path=/no/such.csv",
+                                    "seed=0,1"), ("/no/such.csv",)),
+    # the certificate's options
+    Case("certificate-tol-negative", (*JOB, "certificate.tol=-1"), ("certificate.tol=-1",)),
+    Case("certificate-tol-text", (*JOB, "certificate.tol=abc"), ("certificate.tol='abc'",)),
+    Case("certificate-kappa-zero", (*JOB, "certificate.kappa=0"), ("certificate.kappa=0",)),
+    Case("certificate-enabled-text", (*JOB, "certificate.enabled=maybe"),
+         ("certificate.enabled='maybe'",)),
+    Case("certificate-max-dual-negative", (*JOB, "certificate.max_dual=-5"),
+         ("certificate.max_dual=-5",)),
+    # where a sweep goes
+    Case("sweep-name-empty", (*SWEEP, "sweep="), ("sweep=''",)),
+    Case("sweep-name-escapes", (*SWEEP, "sweep=../elsewhere"), ("sweep='../elsewhere'",)),
+    Case("merge-not-bool", (*SWEEP, "seed=0,1", "merge=maybe"), ("merge='maybe'",)),
+    Case("store-root-empty", (*JOB, "store_root="), ("store_root=''",)),
+    # a sweep directory holding another sweep is never replaced
+    Case("other-grid-same-directory", (*SEED_SWEEP[:-3], "lam=0.5", "seed=0", "sweep=seed"),
+         ("outputs/seed holds another sweep", "sweep=<new name>", "merge=true")),
+    Case("merge-other-dims", (*SEED_SWEEP, "kernel.width=1,2", "merge=true"),
+         ("same swept dims", "kernel.width")),
+    Case("garbled-manifest", SEED_SWEEP, ("manifest.json", "sweep=<new name>"),
+         setup=garble_manifest),
 ]
 
 
