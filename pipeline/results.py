@@ -391,6 +391,9 @@ def _check_metadata_files(path: Path) -> None:
     if not isinstance(consolidated, dict) or not isinstance(consolidated.get("metadata"), dict):
         raise _damaged(path, "has an unreadable .zmetadata")
     for key, meta in consolidated["metadata"].items():
+        variable = key.rpartition("/")[0]
+        if variable and not (path / variable).is_dir():
+            raise _damaged(path, f"lacks variable {variable} (its directory is gone)")
         on_disk = _read_json(path / key)
         if on_disk is None:
             raise _damaged(path, f"lacks or cannot parse {key}")
