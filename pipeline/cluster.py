@@ -17,6 +17,7 @@ these is an :class:`~algorithms.errors.InputError` with one line naming the valu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -280,14 +281,16 @@ def memory_hint(cluster_cfg: Mapping) -> str:
         return "the cluster options are invalid"
     kind = opts["kind"]
     if kind == "local":
+        from distributed.system import MEMORY_LIMIT
         from distributed.worker_memory import parse_memory_limit
 
         limit = parse_memory_limit(opts["memory_limit"], opts["threads_per_worker"],
                                    logger=logging.getLogger(__name__))
-        given = opts["memory_limit"]
+        n_workers = opts["n_workers"] or os.cpu_count() or 1
         return (f"each worker may use {format_bytes(limit) if limit else 'any amount'} "
-                f"(cluster.memory_limit={given}); raise cluster.memory_limit or lower "
-                "cluster.n_workers")
+                f"(cluster.memory_limit={opts['memory_limit']}, {n_workers} workers on "
+                f"{format_bytes(MEMORY_LIMIT)}); raise cluster.memory_limit, with fewer "
+                f"cluster.n_workers so that together they fit in {format_bytes(MEMORY_LIMIT)}")
     if kind == "address":
         return (f"the workers of {opts['address']} have the memory limits they were started with "
                 "(dask worker --memory-limit); start workers with more memory")
@@ -507,7 +510,23 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             _wait_for_first_worker(client, opts, deadline,
                                    cluster if kind in SUBMIT_COMMAND else None)
             yield client
-    finally:
+    except BaseException:
+        _close_after_failure(cluster)
+        raise
+    cluster.close()
+
+
+def _close_after_failure(cluster) -> None:
+    """Close a cluster whose start failed without hiding why it failed: a batch job whose
+    submission was refused never leaves the "created" state, which SpecCluster.close asserts
+    against, so such jobs are marked failed first, and a failure to close is not reported over
+    the error that is already being raised."""
+    from distributed.core import Status
+
+    for job in list(getattr(cluster, "workers", {}).values()):
+        if getattr(job, "status", None) == Status.created and not getattr(job, "job_id", 1):
+            job.status = Status.failed
+    with contextlib.suppress(Exception), _quiet("distributed.deploy.spec"):
         cluster.close()
 
 
