@@ -54,7 +54,7 @@ def test_defaults_are_safe():
     ("local", {"memory_limit": -5}, "cluster.memory_limit=-5"),
     ("local", {"dashboard_address": "8787"}, "cluster.dashboard_address='8787'"),
     ("local", {"dashboard_address": "127.0.0.1:99999"}, "99999"),
-    ("local", {"dashboard_address": "192.0.2.123:8787"}, "192.0.2.123"),
+    ("local", {"dashboard_address": "203.0.113.7:8787"}, "203.0.113.7"),
     ("local", {"dashboard_address": "no.such.host.invalid:8787"}, "no.such.host.invalid"),
     ("local", {"start_timeout": "soon"}, "cluster.start_timeout='soon'"),
     ("local", {"start_timeout": "0s"}, "cluster.start_timeout='0s'"),
