@@ -32,6 +32,7 @@ the figures in ``report.md``.
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import sys
 import warnings
@@ -45,6 +46,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from algorithms.errors import InputError  # noqa: E402
 from pipeline.results import load  # noqa: E402
 
 DEFAULT_FIGURES = [
@@ -295,10 +297,24 @@ def overhead_line(ds: xr.Dataset) -> str:
 
 
 def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write the figures and ``report.md`` for ``results.zarr`` at ``path``; returns report.md."""
+    """Write the figures and ``report.md`` for ``results.zarr`` at ``path``; returns report.md.
+
+    Raises :class:`InputError` (one line) when ``path`` is not a sound results store
+    (:func:`pipeline.results.load` verifies it) or the report cannot be written to
+    ``out_dir``."""
     path = Path(path)
     ds = load(path).load()
     out_dir = Path(out_dir) if out_dir else path.parent / "report"
+    try:
+        return _write_report(ds, path, out_dir)
+    except OSError as err:
+        reason = f"{err.strerror or err}" + (f" ({errno.errorcode[err.errno]})"
+                                             if err.errno in errno.errorcode else "")
+        raise InputError(f"cannot write the report to {out_dir}: {reason}; pass --out with a "
+                         "directory you can write") from None
+
+
+def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     report_cfg = ds.attrs["config"].get("report") or {}
     ds.attrs["average_over"] = tuple(report_cfg.get("average_over", ()))
@@ -319,17 +335,28 @@ def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
     return report
 
 
+USAGE = "python -m pipeline.report <results.zarr> [--out DIR]"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors as one InputError line (its default is usage text plus a line)."""
+
+    def error(self, message: str):
+        raise InputError(f"{message}; usage: {USAGE}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
+    parser = _Parser(prog="python -m pipeline.report", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", help="a sweep's results.zarr")
     parser.add_argument("--out", help="output directory (default: <sweep>/report)")
-    args = parser.parse_args(argv)
-    if not Path(args.results).exists():
-        print(f"error: {args.results} does not exist; pass the results.zarr a sweep printed",
-              file=sys.stderr)
+    try:
+        args = parser.parse_args(argv)
+        report = render(args.results, args.out)
+    except InputError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
-    report = render(args.results, args.out)
     print(report.read_text())
     print(f"report: {report}")
     return 0

@@ -11,20 +11,29 @@ sweeps of many small jobs; xarray opens both the same way.
 :func:`consolidate` turns a sweep directory (``manifest.json`` + ``jobs/<hash>.nc``) into
 ``results.zarr`` with dims ``algorithm, dataset, lam, kappa, seed`` (+ one per other swept key)
 and ``step``; :func:`load` opens it. Every file is written to a temporary sibling and renamed into
-place, so a failing job never leaves a half-written result and never damages an earlier one.
-``results.zarr`` uses zarr format 2, which every zarr reader understands, strings included.
+place, so a failing job never leaves a half-written result and never damages an earlier one; a
+write that fails (a full disk, an unwritable directory) is an InputError naming the path and the
+OS's reason. ``results.zarr`` uses zarr format 2, which every zarr reader understands, strings
+included. Like a dataset store it carries content hashes: attrs ``content_sha256`` (JSON, the
+sha256 of every variable, coordinates included) and ``attrs_sha256`` (of the other attrs);
+:func:`load` checks them, so a damaged store is reported (with how to rebuild it), never read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import hashlib
+import itertools
 import json
+import math
 import os
 import platform
 import shutil
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -32,6 +41,8 @@ import numpy as np
 import xarray as xr
 
 from algorithms.contract import Result
+from algorithms.errors import InputError
+from pipeline.datasets.spec import StoreError
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
@@ -105,30 +116,54 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping) -> xr.Dat
                       attrs=all_attrs)
 
 
-def _write_atomically(ds: xr.Dataset, path: str | os.PathLike) -> Path:
+def _os_reason(err: OSError) -> str:
+    name = errno.errorcode.get(err.errno or 0)
+    return f"{err.strerror or err}" + (f" ({name})" if name else "")
+
+
+def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
+                      check: Callable[[Path], None] | None = None) -> Path:
     """Write ``ds`` to ``path`` (``.nc``: netCDF file, else zarr directory) via a temporary
-    sibling renamed into place."""
+    sibling renamed into place; ``check(tmp)`` may read the written copy back before that.
+
+    Raises :class:`InputError` naming ``path`` and the OS's reason when the write fails (a full
+    disk, an unwritable directory); the file or store already at ``path`` is then left as it
+    was and no temporary sibling remains."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    if path.suffix == ".nc":
-        try:
+    old = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
+    moved_old = False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".nc":
             ds.to_netcdf(tmp, engine="scipy")
             os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
-    old = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
-    try:
+            return path
         ds.to_zarr(tmp, mode="w", zarr_format=2, consolidated=True)
+        if check is not None:
+            check(tmp)
         if path.exists():
             os.rename(path, old)
-        os.rename(tmp, path)
+            moved_old = True
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if moved_old:  # put the previous store back
+                os.rename(old, path)
+                moved_old = False
+            raise
+        return path
+    except OSError as err:
+        raise InputError(f"cannot write {path}: {_os_reason(err)}; free space on its file "
+                         f"system or make {path.parent} writable, then rerun") from None
     finally:
-        for leftover in (tmp, old):
-            if leftover.exists():
-                shutil.rmtree(leftover, ignore_errors=True)
-    return path
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):  # e.g. its directory could not be made
+                tmp.unlink(missing_ok=True)
+        if moved_old and path.exists():  # replaced: the previous store goes
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _open_job(path: str | os.PathLike) -> xr.Dataset:
@@ -257,13 +292,191 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
     }
     ds = xr.Dataset(data_vars, coords={**coords, "step": np.arange(1, n_step + 1)}, attrs=attrs)
-    return _write_atomically(ds, sweep_dir / "results.zarr")
+    ds.attrs["content_sha256"] = json.dumps(
+        {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
+    ds.attrs["attrs_sha256"] = _hash_attrs(ds.attrs)
+    return _write_atomically(ds, sweep_dir / "results.zarr", check=_read_back)
 
 
-def load(path: str | os.PathLike) -> xr.Dataset:
-    """Open a sweep's ``results.zarr`` lazily; JSON attrs (config, versions, ...) are parsed."""
-    ds = xr.open_zarr(path)
-    for key in ("config", "versions", "swept_keys", "timings"):
+# ---------------------------------------------------------------------------- loading, checks
+
+HASH_ATTRS = ("content_sha256", "attrs_sha256")
+JSON_ATTRS = ("config", "versions", "swept_keys", "timings", "content_sha256")
+
+
+def _hash_values(values: np.ndarray) -> str:
+    """sha256 of an array's shape and values, the same for what consolidation holds in memory
+    and what a zarr reader decodes (floats as <f8 with one NaN, integers as <i8, text as
+    UTF-8)."""
+    values = np.asarray(values)
+    h = hashlib.sha256(json.dumps(list(values.shape)).encode())
+    if values.dtype.kind == "f":
+        values = np.where(np.isnan(values), np.nan, values)
+        h.update(b"f8" + np.ascontiguousarray(values, dtype="<f8").tobytes())
+    elif values.dtype.kind in "iub":
+        h.update(b"i8" + np.ascontiguousarray(values, dtype="<i8").tobytes())
+    else:
+        h.update(b"str" + json.dumps([str(v) for v in values.ravel().tolist()]).encode())
+    return h.hexdigest()
+
+
+def _hash_attrs(attrs: Mapping) -> str:
+    rest = {k: v for k, v in attrs.items() if k != "attrs_sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_back(tmp: Path) -> None:
+    """What consolidation wrote must verify before it replaces the previous store."""
+    try:
+        _check_metadata_files(tmp)
+        with xr.open_zarr(tmp, consolidated=True) as ds:
+            _verify(tmp, ds)
+    except StoreError as err:
+        raise OSError(errno.EIO, f"the written store does not read back ({err})") from None
+
+
+def _rebuild(path: Path) -> str:
+    return (f"rebuild it by rerunning the sweep command that wrote it (sweep="
+            f"{path.parent.name}): only consolidation runs, no finished job is refitted")
+
+
+def _damaged(path: Path, what: str) -> StoreError:
+    return StoreError(f"results store {path} {what}; {_rebuild(path)}")
+
+
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _check_is_results_store(path: Path, *, consolidated: bool = True) -> None:
+    """One line saying what ``path`` is when it is not a sweep's results store (or, with
+    ``consolidated``, one without its consolidated metadata)."""
+    expected = "pass the results.zarr a sweep printed (its last line is `results: <path>`)"
+    if not path.exists():
+        raise StoreError(f"{path} does not exist; {expected}")
+    if path.is_file():
+        if path.suffix == ".nc":
+            raise StoreError(f"{path} is one job's result file, not a sweep's results store "
+                             f"(open it with pipeline.results.load_job_result); {expected}")
+        raise StoreError(f"{path} is a file, not a sweep's results store (a results.zarr "
+                         f"directory); {expected}")
+    if (path / "zarr.json").exists():
+        attrs = (_read_json(path / "zarr.json") or {}).get("attributes", {})
+        what = ("a dataset store (written by ingest)" if "spec_hash" in attrs
+                else "a zarr v3 store")
+        raise StoreError(f"{path} is {what}, not a sweep's results store; {expected}")
+    if not (path / ".zgroup").exists():
+        if (path / "results.zarr").is_dir():
+            raise StoreError(f"{path} is a sweep directory; pass {path / 'results.zarr'}")
+        raise StoreError(f"{path} is a directory but not a zarr store (no .zgroup); {expected}")
+    attrs = _read_json(path / ".zattrs")
+    if attrs is not None and "sweep" not in attrs:
+        raise StoreError(f"{path} is a zarr store but not a sweep's results (no sweep attr); "
+                         f"{expected}")
+    if consolidated and not (path / ".zmetadata").exists():
+        raise _damaged(path, "lacks .zmetadata (its consolidated metadata)")
+
+
+def _check_metadata_files(path: Path) -> None:
+    """Every metadata file agrees with the consolidated copy in .zmetadata (which is what
+    readers use): an edit to one of them is damage too."""
+    consolidated = _read_json(path / ".zmetadata")
+    if not isinstance(consolidated, dict) or not isinstance(consolidated.get("metadata"), dict):
+        raise _damaged(path, "has an unreadable .zmetadata")
+    for key, meta in consolidated["metadata"].items():
+        variable = key.rpartition("/")[0]
+        if variable and not (path / variable).is_dir():
+            raise _damaged(path, f"lacks variable {variable} (its directory is gone)")
+        on_disk = _read_json(path / key)
+        if on_disk is None:
+            raise _damaged(path, f"lacks or cannot parse {key}")
+        if on_disk != meta:
+            raise _damaged(path, f"has {key} different from its copy in .zmetadata (edited)")
+
+
+def _missing_chunks(path: Path, name: str) -> list[str]:
+    """Chunk files of variable ``name`` that are not on disk (zarr format 2). Chunks that hold
+    only the fill value are never written, so a missing chunk matters only when the variable
+    fails its checksum."""
+    meta = _read_json(path / name / ".zarray") or {}
+    shape, chunks = meta.get("shape", []), meta.get("chunks", [])
+    sep = meta.get("dimension_separator") or "."
+    grid = [range(math.ceil(n / c)) if c else range(1) for n, c in zip(shape, chunks,
+                                                                          strict=False)]
+    keys = [sep.join(map(str, idx)) for idx in itertools.product(*grid)] if grid else ["0"]
+    return [f"{name}/{key}" for key in keys if not (path / name / key).exists()]
+
+
+def _verify(path: Path, ds: xr.Dataset) -> None:
+    """Check the attrs and every variable against the hashes consolidation recorded."""
+    attrs = ds.attrs
+    if not all(key in attrs for key in HASH_ATTRS):
+        raise _damaged(path, "has no content hashes (consolidated by an older version; "
+                             "load(path, verify=False) opens it unchecked)")
+    if _hash_attrs(attrs) != attrs["attrs_sha256"]:
+        raise _damaged(path, "has attrs that differ from what consolidation wrote (edited: "
+                             "attrs_sha256 does not match)")
+    try:
+        recorded = json.loads(attrs["content_sha256"])
+    except (TypeError, ValueError):
+        raise _damaged(path, "has a malformed content_sha256 attr") from None
+    names = set(ds.variables)
+    if set(recorded) - names:
+        raise _damaged(path, f"lacks variable {min(set(recorded) - names)}")
+    if names - set(recorded):
+        raise _damaged(path, f"has variable {min(names - set(recorded))}, which consolidation "
+                             "did not write")
+    for name in sorted(recorded):
+        try:
+            values = ds[name].values
+        except Exception as err:  # a truncated or garbled chunk fails to decompress/decode
+            raise _damaged(path, f"has an unreadable chunk in variable {name} "
+                                 f"({_one_line(err)})") from None
+        if _hash_values(values) != recorded[name]:
+            missing = _missing_chunks(path, name)
+            what = (f"lacks chunk file {missing[0]}" if missing else
+                    f"has variable {name} different from what consolidation wrote (a chunk "
+                    "was changed)")
+            raise _damaged(path, f"fails its checksum: {what}")
+
+
+def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
+    """Open a sweep's ``results.zarr`` lazily; JSON attrs (config, versions, ...) are parsed.
+
+    With ``verify`` (the default) the metadata files, the attrs and every variable are checked
+    against the hashes consolidation recorded (this reads the store once).
+
+    Raises
+    ------
+    StoreError
+        ``path`` is missing or not a results store (a plain directory, a file, a dataset
+        store), or the store is damaged (a deleted, truncated or changed chunk, an edited attr
+        or metadata file, no .zmetadata); the message says what and how to rebuild it.
+    """
+    path = Path(path).expanduser()
+    _check_is_results_store(path, consolidated=verify)
+    if verify:
+        _check_metadata_files(path)
+    try:
+        ds = xr.open_zarr(path, consolidated=verify or (path / ".zmetadata").exists())
+    except Exception as err:  # any zarr/JSON/decoding failure means an unusable store
+        if not verify:
+            raise
+        raise _damaged(path, f"cannot be opened ({_one_line(err)})") from None
+    if verify:
+        try:
+            _verify(path, ds)
+        except BaseException:
+            ds.close()
+            raise
+    for key in JSON_ATTRS:
         if isinstance(ds.attrs.get(key), str):
             ds.attrs[key] = json.loads(ds.attrs[key])
     return ds

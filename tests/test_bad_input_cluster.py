@@ -1,0 +1,122 @@
+"""Bad cluster input for a sweep: one ``error:`` line, exit 2, the bad value named, nothing on
+disk changed, and nothing hangs: a cluster that cannot start fails fast (harness:
+``tests/bad_input.py``)."""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.bad_input import Case, make_seed_dir, run_case
+
+SWEEP = ("pipeline", "-m", "seed=0,1", "dataset=sine1d")
+# PATH without a batch system's submit commands (this machine has none anyway)
+NO_BATCH_PATH = os.pathsep.join(
+    d for d in os.environ.get("PATH", "").split(os.pathsep)
+    if d and not any((Path(d) / c).exists() for c in ("sbatch", "qsub")))
+FAKE_BIN = Path(tempfile.gettempdir()) / f"sgp-fake-sbatch-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def seed_dir(tmp_path_factory):
+    return make_seed_dir(tmp_path_factory.mktemp("seed"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_fake_batch_systems():
+    yield
+    shutil.rmtree(FAKE_BIN, ignore_errors=True)
+
+
+def fake_sbatch(name: str, body: str):
+    """A setup writing ``FAKE_BIN/<name>/sbatch`` (running ``body``) and a no-op ``scancel``;
+    the case's PATH starts with that directory."""
+
+    def setup(workdir: Path) -> None:
+        bin_dir = FAKE_BIN / name
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for command, text in (("sbatch", body), ("scancel", "exit 0")):
+            (bin_dir / command).write_text(f"#!/bin/sh\n{text}\n")
+            (bin_dir / command).chmod(0o755)
+
+    return setup, {"PATH": f"{FAKE_BIN / name}{os.pathsep}{NO_BATCH_PATH}"}
+
+
+REFUSED, REFUSED_ENV = fake_sbatch("refused", "echo 'sbatch: error: Invalid account or "
+                                              "account/partition combination' >&2; exit 1")
+QUEUED, QUEUED_ENV = fake_sbatch("queued", "echo 'Submitted batch job 4242'")
+NO_BATCH = {"PATH": NO_BATCH_PATH}
+
+CASES = [
+    # local
+    Case("local-n-workers-negative", (*SWEEP, "cluster.n_workers=-1"), ("cluster.n_workers=-1",)),
+    Case("local-n-workers-zero", (*SWEEP, "cluster.n_workers=0"), ("cluster.n_workers=0",)),
+    Case("local-n-workers-fraction", (*SWEEP, "cluster.n_workers=1.5"),
+         ("cluster.n_workers=1.5",)),
+    Case("local-threads-zero", (*SWEEP, "cluster.threads_per_worker=0"),
+         ("cluster.threads_per_worker=0",)),
+    Case("local-memory-limit-malformed", (*SWEEP, "cluster.memory_limit=lots"),
+         ("cluster.memory_limit='lots'", "4GB")),
+    Case("local-memory-limit-tiny", (*SWEEP, "cluster.memory_limit=1kB"),
+         ("cluster.memory_limit='1kB'", "at least")),
+    Case("local-dashboard-no-port", (*SWEEP, "cluster.dashboard_address=localhost"),
+         ("cluster.dashboard_address='localhost'", "host:port")),
+    Case("local-dashboard-port-out-of-range", (*SWEEP, "cluster.dashboard_address=:99999"),
+         ("cluster.dashboard_address=':99999'", "99999")),
+    Case("local-dashboard-foreign-host", (*SWEEP, "cluster.dashboard_address=203.0.113.7:8787"),
+         ("203.0.113.7", "not an address of this machine")),
+    Case("local-start-timeout-malformed", (*SWEEP, "cluster.start_timeout=soon"),
+         ("cluster.start_timeout='soon'", "10s")),
+    Case("local-start-timeout-zero", (*SWEEP, "cluster.start_timeout=0"),
+         ("cluster.start_timeout=0",)),
+    Case("local-unknown-option", (*SWEEP, "+cluster.n_wokers=2"), ("'n_wokers'", "n_workers")),
+    Case("unknown-cluster-kind", (*SWEEP, "cluster.kind=sge"), ("'sge'", "slurm")),
+    Case("unknown-cluster", (*SWEEP, "cluster=sge"), ("cluster/sge",)),
+    # an existing scheduler
+    Case("address-missing", (*SWEEP, "cluster=address"), ("scheduler=tcp://host:8786",)),
+    Case("address-malformed", (*SWEEP, "cluster=address", "scheduler=nowhere"),
+         ("scheduler='nowhere'",)),
+    Case("address-unreachable", (*SWEEP, "cluster=address", "scheduler=tcp://127.0.0.1:9"),
+         ("scheduler=tcp://127.0.0.1:9", "dask scheduler"), timeout=25),
+    Case("address-unknown-host",
+         (*SWEEP, "cluster=address", "scheduler=tcp://no.such.host.invalid:8786"),
+         ("no.such.host.invalid",), timeout=25),
+    Case("address-start-timeout-malformed",
+         (*SWEEP, "cluster=address", "scheduler=tcp://127.0.0.1:9", "cluster.start_timeout=-5s"),
+         ("cluster.start_timeout='-5s'",)),
+    # batch clusters
+    Case("slurm-no-sbatch", (*SWEEP, "cluster=slurm"), ("`sbatch`", "PATH"), env=NO_BATCH),
+    Case("pbs-no-qsub", (*SWEEP, "cluster=pbs"), ("`qsub`", "PATH"), env=NO_BATCH),
+    Case("slurm-submit-refused", (*SWEEP, "cluster=slurm"), ("sbatch", "Invalid account"),
+         setup=REFUSED, env=REFUSED_ENV, timeout=60),
+    Case("slurm-never-starts", (*SWEEP, "cluster=slurm", "cluster.start_timeout=2s"),
+         ("cluster.start_timeout=2s", "4242"), setup=QUEUED, env=QUEUED_ENV, timeout=60),
+    Case("slurm-n-jobs-zero", (*SWEEP, "cluster=slurm", "cluster.n_jobs=0"),
+         ("cluster.n_jobs=0",), env=NO_BATCH),
+    Case("slurm-cores-zero", (*SWEEP, "cluster=slurm", "cluster.cores=0"), ("cluster.cores=0",),
+         env=NO_BATCH),
+    Case("slurm-processes-over-cores",
+         (*SWEEP, "cluster=slurm", "cluster.cores=2", "cluster.processes=4"),
+         ("cluster.processes=4", "cluster.cores=2"), env=NO_BATCH),
+    Case("slurm-walltime-malformed", (*SWEEP, "cluster=slurm", "cluster.walltime=1h"),
+         ("cluster.walltime='1h'", "01:00:00")),
+    Case("slurm-dry-run-walltime-malformed",
+         (*SWEEP, "cluster=slurm", "cluster.dry_run=true", "cluster.walltime=1:99:00"),
+         ("cluster.walltime='1:99:00'",), env=NO_BATCH),
+    Case("slurm-interface-unknown", (*SWEEP, "cluster=slurm", "cluster.interface=nosuch0"),
+         ("cluster.interface='nosuch0'", "lo")),
+    Case("pbs-walltime-slurm-form", (*SWEEP, "cluster=pbs", "cluster.walltime=2-00:00:00"),
+         ("cluster.walltime='2-00:00:00'", "HH:MM:SS")),
+    Case("pbs-memory-malformed", (*SWEEP, "cluster=pbs", "cluster.memory=lots"),
+         ("cluster.memory='lots'",), env=NO_BATCH),
+    Case("pbs-dry-run-not-a-bool", (*SWEEP, "cluster=pbs", "cluster.dry_run=maybe"),
+         ("cluster.dry_run='maybe'", "true or false"), env=NO_BATCH),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case, seed_dir, tmp_path):
+    run_case(case, seed_dir, tmp_path / "work")
