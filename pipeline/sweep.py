@@ -21,6 +21,7 @@ import copy
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 import traceback
@@ -39,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from algorithms.errors import InputError
 from algorithms.registry import get
 from pipeline.claims import claim_job, record_fit
-from pipeline.cluster import connect, job_script, worker_name
+from pipeline.cluster import check, connect, job_script, memory_hint, worker_name
 from pipeline.datasets import ingest
 from pipeline.job import check_config, config_hash, drop_inapplicable_options, job_config
 from pipeline.results import (
@@ -249,6 +250,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     t_start = time.perf_counter()
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
     cluster_cfg = job_config(master)["cluster"]
+    check(cluster_cfg)  # bad cluster options stop the sweep even when every job is cached
     if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
         _dry_run(cluster_cfg)
 
@@ -375,16 +377,8 @@ def _collect(future, store, job: _Job, sweep_dir: Path, cluster_cfg: Mapping) ->
 
 def killed_worker_hint(cluster_cfg: Mapping) -> str:
     """What to say when the workers running a job kept dying (most often: out of memory)."""
-    if cluster_cfg.get("kind") == "local":
-        limit = (f"cluster.memory_limit={cluster_cfg.get('memory_limit')} per worker, "
-                 f"cluster.n_workers={cluster_cfg.get('n_workers')}")
-        fix = ("give each worker more memory (cluster.memory_limit=8GB, or fewer workers: "
-               "cluster.n_workers=1) or use a sparse algorithm")
-    else:
-        limit = f"cluster.memory={cluster_cfg.get('memory')} per batch job"
-        fix = "raise cluster.memory or use a sparse algorithm"
-    return (f"KilledWorker: the workers running this job died (usually killed for exceeding "
-            f"their memory: {limit}); {fix}")
+    return ("KilledWorker: the workers running this job died (usually killed for exceeding "
+            f"their memory): {memory_hint(cluster_cfg)}; or use a sparse algorithm")
 
 
 def _check_options_taken(ignored: Mapping[str, set[str]]) -> None:
@@ -428,6 +422,7 @@ def _entries_kept(sweep_dir: Path, jobs: list[_Job], extra_dims: list[str],
         old = json.loads(path.read_text())
         old_entries, old_dims = old["entries"], list(old["extra_dims"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
+        _restore_hydra_record(sweep_dir)
         raise InputError(f"{path} is unreadable ({type(exc).__name__}); pass sweep=<new name> "
                          "for a new sweep directory, or delete that file to start this one "
                          "afresh") from None
@@ -438,6 +433,8 @@ def _entries_kept(sweep_dir: Path, jobs: list[_Job], extra_dims: list[str],
     command = " ".join(a.removeprefix("++") for a in old.get("command", [])) or "(unknown)"
     what = (f"{sweep_dir} holds another sweep ({len(old_points)} points over "
             f"{', '.join(list(FIXED_DIMS) + old_dims)}; started with: {command})")
+    if not merge or old_dims != extra_dims:
+        _restore_hydra_record(sweep_dir)
     if not merge:
         raise InputError(f"{what}; pass sweep=<new name> for a new sweep directory, rerun that "
                          "command to resume it, or add merge=true to add these points to it")
@@ -445,6 +442,20 @@ def _entries_kept(sweep_dir: Path, jobs: list[_Job], extra_dims: list[str],
         raise InputError(f"{what}; merge=true needs the same swept dims, but this sweep has "
                          f"{', '.join(list(FIXED_DIMS) + extra_dims)}; pass sweep=<new name>")
     return [e for e in old_entries if _point(e["coords"]) not in new_points]
+
+
+HYDRA_RECORD = "multirun.yaml"  # Hydra's record of the sweep, written before the launcher runs
+HYDRA_RECORD_KEPT = "manifest.multirun.yaml"  # that of the sweep the manifest describes
+
+
+def _restore_hydra_record(sweep_dir: Path) -> None:
+    """A refused sweep leaves the directory as it was: Hydra has already replaced its
+    ``multirun.yaml``, so put back that of the sweep the directory holds."""
+    kept = sweep_dir / HYDRA_RECORD_KEPT
+    if kept.exists():
+        tmp = sweep_dir / f"{HYDRA_RECORD}.tmp"
+        shutil.copyfile(kept, tmp)
+        os.replace(tmp, sweep_dir / HYDRA_RECORD)
 
 
 def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], kept: list[dict],
@@ -465,3 +476,6 @@ def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], kept:
     tmp = sweep_dir / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
     os.replace(tmp, sweep_dir / "manifest.json")
+    if (sweep_dir / HYDRA_RECORD).exists():
+        shutil.copyfile(sweep_dir / HYDRA_RECORD, sweep_dir / f"{HYDRA_RECORD_KEPT}.tmp")
+        os.replace(sweep_dir / f"{HYDRA_RECORD_KEPT}.tmp", sweep_dir / HYDRA_RECORD_KEPT)
