@@ -73,7 +73,7 @@ CASES = [
          ("cluster.start_timeout=0",)),
     Case("local-unknown-option", (*SWEEP, "+cluster.n_wokers=2"), ("'n_wokers'", "n_workers")),
     Case("unknown-cluster-kind", (*SWEEP, "cluster.kind=sge"), ("'sge'", "slurm")),
-    Case("unknown-cluster", (*SWEEP, "cluster=sge"), ("cluster/sge",)),
+    Case("unknown-cluster", (*SWEEP, "cluster=sge"), ("'sge'", "slurm")),
     # an existing scheduler
     Case("address-missing", (*SWEEP, "cluster=address"), ("scheduler=tcp://host:8786",)),
     Case("address-malformed", (*SWEEP, "cluster=address", "scheduler=nowhere"),
