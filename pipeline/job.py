@@ -112,16 +112,16 @@ SWEEP_NAME = re.compile(r"[\w.\-]+(/[\w.\-]+)*")
 
 
 def check_location(config: Mapping) -> None:
-    """Where a sweep goes: ``sweep`` a relative directory name under outputs/, ``merge`` a
-    bool, ``store_root`` a path."""
-    name = config.get("sweep")
+    """Where results go: ``sweep`` a relative directory name under outputs/, ``merge`` a
+    bool, ``store_root`` a path (each checked when present)."""
+    name = config.get("sweep", "-")  # keys a config leaves out (a Python caller's) are fine
     if not isinstance(name, str) or not SWEEP_NAME.fullmatch(name) or ".." in name.split("/"):
         raise InputError(f"sweep={name!r} must name a directory under outputs/ (letters, digits, "
                          "'.', '-', '_', '/'; no '..'); pass e.g. sweep=my_sweep")
     if not isinstance(config.get("merge", False), bool):
         raise InputError(f"merge={config.get('merge')!r} must be true or false; pass "
                          "merge=true to add a sweep's points to an existing sweep directory")
-    root = config.get("store_root")
+    root = config.get("store_root", "-")
     if not isinstance(root, str) or not root.strip():
         raise InputError(f"store_root={root!r} must be a directory path; pass e.g. "
                          "store_root=outputs/stores")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
-from distributed import KilledWorker, progress
+from distributed import KilledWorker, progress, wait
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, JobStatus, run_job
@@ -334,7 +335,10 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         n_workers = len(client.scheduler_info().get("workers", {}))
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
         t1 = time.perf_counter()
-        task, context = client.scatter([task_function, hydra_context], broadcast=True)
+        # as tasks, not scattered data: a task's result is recomputed if the worker holding
+        # it dies, where scattered data would be lost with it (and every job with it)
+        task = client.submit(_same, task_function, pure=False)
+        context = client.submit(_same, hydra_context, pure=False)
         since = time.time()
         stores: dict[str, object] = {}
         futures = {}
@@ -349,11 +353,21 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
         progress(list(futures.values()), notebook=False, interval="1s")
         print(flush=True)
+        wait(list(futures.values()))  # the bar can stop early when a worker is restarted
         for job in to_run:
             store = stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)]
             records[job.hash] = _collect(futures[job.hash], store, job, sweep_dir, cluster_cfg)
+        # release every future (and the errors that reference them) while the client is open
+        futures.clear()
+        stores.clear()
+        del task, context
+        gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
+
+
+def _same(value):
+    return value
 
 
 def _collect(future, store, job: _Job, sweep_dir: Path, cluster_cfg: Mapping) -> dict:

@@ -171,3 +171,17 @@ def test_job_identity_covers_data_and_code(tmp_path, monkeypatch):
     monkeypatch.setattr("pipeline.job.algorithm_version", lambda spec: "another")
     assert config_hash(config) != h  # the code changed
     assert json.dumps(config)  # the config itself is untouched
+
+
+def test_worker_killed_for_memory_is_reported_with_its_limit(tmp_path):
+    # the exact GP's 7000×7000 matrices need ~1.2 GB; each worker may use 400 MB
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", "algorithm=exact",
+                           "dataset=friedman1", "dataset.n_train=7000", "dataset.n_test=10",
+                           "cluster.n_workers=1", "cluster.memory_limit=400MB",
+                           "cluster.dashboard_address=:0"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    failed = next(ln for ln in proc.stdout.splitlines() if ln.startswith("failed: "))
+    assert "KilledWorker" in failed and "cluster.memory_limit=400MB" in failed
+    assert "raise cluster.memory_limit" in failed
+    assert "Traceback" not in proc.stderr
