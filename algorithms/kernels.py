@@ -2,9 +2,9 @@
 
 Kernels (algorithms.md "Kernels"): Gaussian RBF exp(−‖x−x'‖²/(2ω²)) with the width given as
 2ω² like the papers, Laplacian exp(−‖x−x'‖/ω), Matérn-3/2 (1+h)e^{−h} with h = ‖x−x'‖/μ,
-linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p. RBF distances are formed with one GEMM
-(‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels of the
-unsquared distance use scipy's cdist, whose distances stay exact near zero.
+linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p with an integer p ≥ 1. RBF distances are formed with
+one GEMM (‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels
+of the unsquared distance use scipy's cdist, whose distances stay exact near zero.
 
 :data:`KERNELS` maps a name to a :class:`KernelSpec` (function, diagonal, declared parameters
 with their defaults); ``conf/kernel/<name>.yaml`` is tested against it.
@@ -52,10 +52,10 @@ def _linear(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return A @ B.T
 
 
-def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: float) -> np.ndarray:
+def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: int) -> np.ndarray:
     K = A @ B.T
     K += c
-    return K ** degree
+    return K ** float(degree)  # an integer power: defined for a negative base too
 
 
 def _unit_diag(A: np.ndarray, **_: float) -> np.ndarray:
@@ -66,8 +66,8 @@ def _linear_diag(A: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", A, A)
 
 
-def _polynomial_diag(A: np.ndarray, c: float, degree: float) -> np.ndarray:
-    return (np.einsum("ij,ij->i", A, A) + c) ** degree
+def _polynomial_diag(A: np.ndarray, c: float, degree: int) -> np.ndarray:
+    return (np.einsum("ij,ij->i", A, A) + c) ** float(degree)
 
 
 def _positive(default: float, doc: str) -> Option:
@@ -95,7 +95,7 @@ KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("linear", _linear, _linear_diag, {}, False),
     KernelSpec("polynomial", _polynomial, _polynomial_diag,
                {"c": Option(1.0, "float", "offset c in (⟨x,x'⟩ + c)^degree"),
-                "degree": Option(2.0, "float", "the power", lo=0.0, lo_open=True)}, False),
+                "degree": Option(2, "int", "the power, a positive integer", lo=1)}, False),
 )}
 
 
@@ -104,7 +104,7 @@ class Kernel:
     """A kernel from :data:`KERNELS` with its parameters (missing ones take their defaults)."""
 
     name: str
-    params: dict[str, float] = field(default_factory=dict)
+    params: dict[str, float | int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.name not in KERNELS:
@@ -112,7 +112,7 @@ class Kernel:
                              + ", ".join(KERNELS))
         full = validate(KERNELS[self.name].params, dict(self.params),
                         owner=f"kernel '{self.name}'", prefix="kernel.")
-        object.__setattr__(self, "params", {k: float(v) for k, v in full.items()})
+        object.__setattr__(self, "params", full)  # floats, and ints for integer parameters
 
     @property
     def spec(self) -> KernelSpec:
