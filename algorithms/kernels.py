@@ -7,7 +7,9 @@ one GEMM (‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call pl
 of the unsquared distance use scipy's cdist, whose distances stay exact near zero.
 
 :data:`KERNELS` maps a name to a :class:`KernelSpec` (function, diagonal, declared parameters
-with their defaults); ``conf/kernel/<name>.yaml`` is tested against it.
+with their defaults); ``conf/kernel/<name>.yaml`` is tested against it. Every kernel value is
+computed by :class:`Kernel` and checked to be finite there: a kernel that overflows on the data
+(a large degree, a width of 1e-320) is bad input, refused before any algorithm sees a NaN.
 """
 
 from __future__ import annotations
@@ -118,15 +120,34 @@ class Kernel:
     def spec(self) -> KernelSpec:
         return KERNELS[self.name]
 
+    def __str__(self) -> str:
+        """``name(param=value, ...)``, as the user spells the kernel in messages."""
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
+
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        """k(A, B), shape (len(A), len(B)), float64."""
+        """k(A, B), shape (len(A), len(B)), float64; raises :class:`InputError` if a value is
+        NaN/inf (every block, diagonal and prediction is computed here)."""
         A = np.asarray(A, dtype=np.float64)
         B = np.asarray(B, dtype=np.float64)
-        return self.spec.function(A, B, **self.params)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._finite(self.spec.function(A, B, **self.params))
 
     def diag(self, A: np.ndarray) -> np.ndarray:
-        """k(a, a) for each row a of A."""
-        return self.spec.diag(np.asarray(A, dtype=np.float64), **self.params)
+        """k(a, a) for each row a of A (checked like :meth:`__call__`)."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._finite(self.spec.diag(np.asarray(A, dtype=np.float64), **self.params))
+
+    def _finite(self, K: np.ndarray) -> np.ndarray:
+        """K itself if all finite (one pass over a block already in memory), else the
+        one-line error naming the kernel, its parameters and the fix."""
+        if np.isfinite(K).all():
+            return K
+        bad = int(K.size - np.isfinite(K).sum())
+        defaults = " ".join(f"kernel.{k}={opt.default}" for k, opt in self.spec.params.items())
+        raise InputError(f"kernel {self} is NaN/inf for {bad} of {K.size} values on these inputs "
+                         "(overflow); pass parameters of moderate size"
+                         + (f" (defaults: {defaults})" if defaults else "")
+                         + " or rescale the inputs (e.g. dataset.standardize_x=true)")
 
 
 class ArrayKernelBlocks:

@@ -87,3 +87,29 @@ def test_polynomial_degree_is_a_positive_integer():
     k = Kernel("polynomial", {"c": -5.0, "degree": 3})
     np.testing.assert_allclose(k(A, B), (A @ B.T - 5.0) ** 3, rtol=1e-12)
 
+
+OVERFLOWING = [  # (kernel, inputs): every kernel can be made to overflow on finite inputs
+    (Kernel("polynomial", {"degree": 400}), A),
+    (Kernel("polynomial", {"c": 1e300, "degree": 2}), A),
+    (Kernel("linear"), A * 1e200),
+    (Kernel("rbf", {"width": 1e-320}), A),
+    (Kernel("laplacian", {"omega": 1e-320}), A),
+    (Kernel("matern32", {"mu": 1e-320}), A),
+]
+
+
+@pytest.mark.parametrize("kernel,X", OVERFLOWING, ids=lambda v: str(v) if isinstance(v, Kernel)
+                         else "")
+def test_non_finite_kernel_values_are_refused_by_every_block(kernel, X):
+    blocks = ArrayKernelBlocks(X, kernel)
+    calls = [lambda: blocks.block(slice(None), slice(None)), lambda: blocks.cross(X, [0, 1, 2]),
+             lambda: blocks.block([0, 1], [0, 1])]
+    if kernel.name in ("polynomial", "linear"):  # the stationary kernels' diagonal is 1
+        calls.append(blocks.diag)
+    for call in calls:
+        with pytest.raises(InputError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"kernel {kernel} is NaN/inf for ") and "\n" not in msg
+        assert "pass parameters of moderate size" in msg and "rescale the inputs" in msg
+    assert str(Kernel("polynomial", {"degree": 400})) == "polynomial(c=1.0, degree=400)"

@@ -153,3 +153,10 @@ def test_bad_targets_are_one_line_errors(problem):
         sgma(blocks, y[:-1], lam=0.1, kappa=5, rng=np.random.default_rng(0))
     with pytest.raises(InputError, match="y has 59 entries but there are 60 inputs"):
         exact(blocks, y[:-1], lam=0.1)
+
+
+def test_a_kernel_that_overflows_is_named_not_a_type_error():
+    blocks, y, X_test, y_test = make_problem(kernel=Kernel("polynomial", {"degree": 400}))
+    with pytest.raises(InputError, match=r"^kernel polynomial\(c=1\.0, degree=400\) is NaN/inf "
+                                         r"for \d+ of \d+ values .*moderate size"):
+        sgma(blocks, y, lam=0.1, kappa=5, test=(X_test, y_test))
