@@ -3,7 +3,7 @@ import pytest
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern
 
-from algorithms import InputError, Kernel, run
+from algorithms import ArrayKernelBlocks, InputError, Kernel, run
 from tests.conftest import make_problem
 
 CASES = [
@@ -41,3 +41,14 @@ def test_exact_refuses_huge_n():
                                          "max_n") as err:
         run("exact", blocks, y, lam=0.1, eps=0.1)
     assert "\n" not in str(err.value)
+
+
+def test_singular_k_plus_lam_is_one_line_naming_lam_and_kernel():
+    X = np.random.default_rng(0).uniform(size=(40, 1))  # K is numerically singular
+    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 10.0}))
+    y = np.sin(6 * X[:, 0])
+    with pytest.raises(InputError, match=r"^algorithm exact: the arithmetic broke down \(.*not "
+                                         r"positive definite\) with lam=3e-16 and kernel "
+                                         r"rbf\(width=10\.0\); pass a larger lam, e\.g\. "
+                                         r"lam=0\.001 \(max k\(x,x\) = 1\)$"):
+        run("exact", blocks, y, lam=3e-16)  # just above float64 resolution, Cholesky fails
