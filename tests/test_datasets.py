@@ -285,6 +285,42 @@ def test_csv_ragged_and_degenerate(tmp_path):
         build({"name": "csv", "path": str(ok), "test_fraction": 1.0})
 
 
+@pytest.mark.parametrize("column,option,named,trouble", [
+    ("1e308,-1e308,1e308,-1e308,5,6", "standardize_x", "input column 1 (file column 1)",
+     "is not finite"),
+    ("1e-320,2e-320,3e-320,4e-320,5e-320,6e-320", "standardize_x",
+     "input column 1 (file column 1)", "underflows to 0"),
+    ("1e308,-1e308,1e308,-1e308,5,6", "standardize_y", "the target y (file column 2)",
+     "is not finite"),
+])
+def test_standardisation_that_over_or_underflows_is_refused(tmp_path, column, option, named,
+                                                            trouble):
+    values = column.split(",")
+    rows = "\n".join(f"{i},{v},{i % 3}" if option == "standardize_x" else f"{i},{i % 3},{v}"
+                     for i, v in enumerate(values))
+    path = _write_csv(tmp_path / "huge.csv", rows)
+    spec = {"name": "csv", "path": str(path), "test_fraction": 0.0, option: True}
+    with pytest.raises(InputError) as err:
+        ingest(spec, tmp_path / "stores")
+    msg = str(err.value)
+    assert msg.startswith(f"dataset 'csv': cannot standardise {named}: its train std {trouble}")
+    assert msg.endswith(f"rescale that column in the source or pass dataset.{option}=false")
+    assert "\n" not in msg and not (tmp_path / "stores").exists()  # nothing written
+    build({**spec, option: False})  # without standardisation the same file is accepted
+
+
+def test_standardisation_names_a_builders_feature(monkeypatch):
+    def builder(spec):
+        X = np.array([[1.0, 1e308], [2.0, -1e308], [3.0, 1e308]])
+        return ({"X_train": X, "y_train": np.zeros(3), "X_test": X[:1], "y_test": np.zeros(1)},
+                {"feature_names": ["length", "weight"]})
+
+    monkeypatch.setitem(DATASETS, "abalone",
+                        DatasetSpec("abalone", builder, DATASETS["abalone"].options))
+    with pytest.raises(InputError, match=r"cannot standardise input column 1 \(weight\)"):
+        build({"name": "abalone"})
+
+
 def test_builder_with_mismatched_lengths_is_rejected(monkeypatch):
     def bad_builder(spec):
         x = np.zeros((5, 2))

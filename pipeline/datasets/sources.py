@@ -230,5 +230,7 @@ def _csv(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     tr, te = split_rows(n, n - n_test, spec["split_seed"])
     arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
     return arrays, {"provenance": f"user file {path} (column {target} is the target)",
-                    "source_sha256": {path.name: sha256_file(path)}}
+                    "source_sha256": {path.name: sha256_file(path)},
+                    "feature_names": [f"file column {j}" for j in range(cols) if j != target],
+                    "target_name": f"file column {target}"}
 
