@@ -349,7 +349,9 @@ def test_ingest_writes_verified_lazy_store(tmp_path):
         attrs = ds.attrs
         for key in datasets.REQUIRED_ATTRS:
             assert key in attrs
-        assert attrs["format_version"] == 1 and attrs["spec"]["n_train"] == 4000
+        assert attrs["format_version"] == datasets.FORMAT_VERSION == 2
+        assert attrs["spec"]["n_train"] == 4000
+        assert attrs["attrs_sha256"] == datasets.attrs_digest(attrs)
         assert attrs["spec"]["split_seed"] is None
         assert len(attrs["standardisation"]["x_std"]) == 10
     finally:
@@ -377,8 +379,30 @@ def test_changed_spec_hash_is_detected(tmp_path):
     path = ingest(SMALL, tmp_path)
     group = zarr.open_group(str(path), mode="r+")
     group.attrs["spec_hash"] = "0" * 64
+    # a consistent store of another spec: its attrs digest matches its attrs
+    group.attrs["attrs_sha256"] = datasets.attrs_digest(dict(group.attrs))
     with pytest.raises(StoreError, match="different spec.*delete .* and rerun to re-ingest"):
         ingest(SMALL, tmp_path)
+
+
+@pytest.mark.parametrize("key,value", [("provenance", "synthetic: made up"),
+                                       ("n_test", 9), ("standardisation", None),
+                                       ("content_sha256", None), ("attrs_sha256", "0" * 64)])
+def test_edited_attrs_are_refused_on_every_open(tmp_path, key, value):
+    path = ingest(SMALL, tmp_path)
+    group = zarr.open_group(str(path), mode="r+")
+    if value is None:
+        del group.attrs[key]
+        group.attrs[key + "_x"] = 1  # an added attr is an edit too
+    else:
+        group.attrs[key] = value
+    for attempt in (lambda: open_store(path, verify=False), lambda: ingest(SMALL, tmp_path)):
+        with pytest.raises(StoreError) as err:
+            attempt()
+        msg = str(err.value)
+        assert msg.startswith(f"store {path} ") and "\n" not in msg
+        assert msg.endswith(f"delete {path} and rerun to re-ingest")
+        assert "edited after ingest" in msg or f"lacks attrs {key}" in msg
 
 
 def test_overwritten_values_fail_checksum(tmp_path):

@@ -21,7 +21,7 @@ import numpy as np
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: attrs carry attrs_sha256 (format-1 stores get a new name, re-ingested)
 _MISSING = "???"  # OmegaConf's marker for a mandatory value
 
 Arrays = dict[str, np.ndarray]
