@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -448,9 +449,47 @@ def test_failed_ingest_leaves_nothing(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(store.os, "rename", failing_rename)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StoreError, match=r"store_root=.*\(disk full\); pass store_root="):
         ingest(SMALL, root)
     assert not any(root.iterdir())
+
+
+def test_full_disk_during_ingest_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    real_write = store._write_store
+
+    def write_until_the_disk_is_full(path, arrays, attrs):
+        real_write(path, arrays, attrs)  # most of the store is on disk ...
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # ... when the disk fills up
+
+    monkeypatch.setattr(store, "_write_store", write_until_the_disk_is_full)
+    root = tmp_path / "stores"
+    with pytest.raises(StoreError) as err:
+        ingest(SMALL, root)
+    assert str(err.value) == (f"cannot write a dataset store under store_root={str(root)!r} (No "
+                              "space left on device); pass store_root=<a writable directory "
+                              "with free space>")
+    assert list(root.iterdir()) == []  # no partial store, no temporary directory
+
+
+def _unwritable_root(tmp_path: Path) -> tuple[Path, str]:
+    """A store_root that cannot be written, and the OS reason: a read-only directory, or (as
+    root, whom chmod does not stop) a directory under a regular file."""
+    if os.geteuid() != 0:
+        ro = tmp_path / "readonly"
+        ro.mkdir()
+        ro.chmod(0o555)
+        return ro / "stores", "Permission denied"
+    (tmp_path / "afile").write_text("not a directory\n")
+    return tmp_path / "afile" / "stores", "Not a directory"
+
+
+def test_unwritable_or_impossible_store_root_is_one_line(tmp_path):
+    root, reason = _unwritable_root(tmp_path)
+    with pytest.raises(StoreError, match=rf"store_root='{root}' \({reason}\); pass store_root="):
+        ingest(SMALL, root)
+    (tmp_path / "plain").write_text("x\n")
+    with pytest.raises(StoreError, match=r"store_root=.*plain' \((File exists|Not a directory)\)"):
+        ingest(SMALL, tmp_path / "plain")  # store_root is itself a file
 
 
 def test_ingest_race_uses_the_winners_store(tmp_path, monkeypatch):

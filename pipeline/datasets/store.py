@@ -188,19 +188,25 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     InputError
         Bad spec or data (nothing is written).
     StoreError
-        The existing store is corrupt or was built from another spec.
+        The existing store is corrupt or was built from another spec; or ``store_root`` cannot
+        be created or written (read-only, under a file, disk full): the OS reason is named and
+        no partial store is left behind.
     """
     norm = normalise_spec(spec)
     expected = spec_hash(norm)
     path = store_path(norm, store_root)
-    if path.exists():
+    try:
+        exists = path.exists()
+    except OSError as err:  # e.g. a store_root that may not be searched
+        raise _unusable_root(store_root, err) from None
+    if exists:
         _check_existing(path, expected)
         return path
     arrays, attrs = build(norm)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
     published = False
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         _write_store(tmp, arrays, attrs)
         open_store(tmp).close()  # read back what was written before publishing it
         if not path.exists():
@@ -210,12 +216,20 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
             except OSError:
                 if not path.exists():
                     raise
+    except OSError as err:
+        raise _unusable_root(store_root, err) from None
     finally:
         if tmp.exists():  # failed, or another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
     if not published:  # another process published first: use theirs if it is sound
         _check_existing(path, expected)
     return path
+
+
+def _unusable_root(store_root: str | os.PathLike[str], err: OSError) -> StoreError:
+    reason = err.strerror or one_line(err) or type(err).__name__
+    return StoreError(f"cannot write a dataset store under store_root={str(store_root)!r} "
+                      f"({reason}); pass store_root=<a writable directory with free space>")
 
 
 def load_arrays(path: str | os.PathLike[str], *, verify: bool = True
