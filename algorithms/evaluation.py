@@ -22,9 +22,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import psutil
 
 from algorithms.contract import (
     EVALUATOR_OPTIONS,
+    SIZE_OPTION,
     SUMMARY_KEYS,
     TRACE_KEYS,
     AlgorithmSpec,
@@ -232,6 +234,7 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     y = check_targets(y, blocks.n)
     test = check_test(test, getattr(blocks, "d", None))
     opts = options_of(spec, options)
+    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)
@@ -239,6 +242,33 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag):
         solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
         return recorder.finish(spec.name, solution)
+
+
+def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],
+               available: float | None = None) -> None:
+    """Refuse a fit on n training points of dimension d that is too large: n above the spec's
+    :data:`~algorithms.contract.SIZE_OPTION` (``max_n``), or a declared memory need
+    (``spec.memory_bytes``) above the ``available`` bytes (default: the memory the OS can give
+    now, psutil's ``virtual_memory().available``). Needs only n and d, so the pipeline calls it
+    before ingesting the data; :func:`run` calls it too."""
+    need = None if spec.memory_bytes is None else float(spec.memory_bytes(n, d, options))
+    needs = "" if need is None else f" (a fit needs {_size(need)} of memory)"
+    limit = options.get(SIZE_OPTION)
+    if limit is not None and n > limit:
+        raise InputError(f"{spec.owner}: n_train={n} exceeds algorithm.{SIZE_OPTION}={limit}"
+                         f"{needs}; use a sparse algorithm, fewer training points "
+                         f"(dataset.n_train) or raise algorithm.{SIZE_OPTION}")
+    if need is None:
+        return
+    available = psutil.virtual_memory().available if available is None else available
+    if need > available:
+        raise InputError(f"{spec.owner}: a fit on n_train={n} needs {_size(need)} of memory but "
+                         f"{_size(available)} is available; use a sparse algorithm or fewer "
+                         "training points (dataset.n_train)")
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
 
 
 def options_of(spec: AlgorithmSpec, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,12 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
 from algorithms.errors import InputError
-from algorithms.evaluation import options_of, run
+from algorithms.evaluation import check_size, options_of, run
 from algorithms.kernels import Kernel
 from algorithms.registry import get
 from pipeline.blocks import open_blocks
 from pipeline.curves import run_curve
-from pipeline.datasets import ingest
+from pipeline.datasets import ingest, train_shape
 from pipeline.results import write_job_result
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -105,6 +105,9 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
+    shape = None if config.get("learning_curve") else train_shape(config["dataset"])
+    if shape is not None:  # a fit too large for max_n or the memory: refused before ingesting
+        check_size(spec, *shape, options)
 
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
     blocks = open_blocks(store, kernel, verify=False)

@@ -322,6 +322,26 @@ def test_standardisation_names_a_builders_feature(monkeypatch):
         build({"name": "abalone"})
 
 
+def test_train_shape_is_known_without_building(tmp_path):
+    """Every dataset declares (n_train, d) from its spec alone (for the memory guard of a job
+    before ingest), and it is what build() returns."""
+    np.savetxt(tmp_path / "d.csv.gz", np.random.default_rng(0).normal(size=(37, 4)),
+               delimiter=",", header="a comment line")
+    specs = [{"name": name, **opts} for name, opts in SYNTHETIC.items()] + [
+        {"name": "abalone", "n_train": 3000}, {"name": "pumadyn32nm", "split": 2},
+        {"name": "kin40k", "n_train": 500},
+        {"name": "csv", "path": str(tmp_path / "d.csv.gz"), "test_fraction": 0.2}]
+    assert {spec["name"] for spec in specs} == set(DATASETS) - set(UCI) | {"pumadyn32nm",
+                                                                           "kin40k"}
+    for spec in specs:
+        _, attrs = build(spec)
+        assert datasets.train_shape(spec) == (attrs["n_train"], attrs["d"]), spec["name"]
+    assert datasets.train_shape({"name": "gaussian_bumps", "n_train": 2_000_000}) == (
+        2_000_000, 20)  # instantly: nothing is generated
+    _write_csv(tmp_path / "one.csv", "1,2,3\n")
+    assert datasets.train_shape({"name": "csv", "path": str(tmp_path / "one.csv")}) is None
+
+
 def test_builder_with_mismatched_lengths_is_rejected(monkeypatch):
     def bad_builder(spec):
         x = np.zeros((5, 2))

@@ -26,6 +26,7 @@ _MISSING = "???"  # OmegaConf's marker for a mandatory value
 
 Arrays = dict[str, np.ndarray]
 Builder = Callable[[Mapping[str, Any]], tuple[Arrays, dict[str, Any]]]
+Shape = Callable[[Mapping[str, Any]], tuple[int, int] | None]
 
 
 class StoreError(InputError):
@@ -34,12 +35,16 @@ class StoreError(InputError):
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A dataset: its builder (normalised spec -> raw split arrays + provenance attrs) and
-    its options."""
+    """A dataset: its builder (normalised spec -> raw split arrays + provenance attrs), its
+    options and, optionally, ``train_shape`` (normalised spec -> (n_train, d) of what the
+    builder would return, computed cheaply from the options or a file's line count without
+    building; None where that is not possible), which lets a job refuse a fit that is too large
+    before the dataset is ingested."""
 
     name: str
     build: Builder
     options: Mapping[str, Option]
+    train_shape: Shape | None = None
 
     def source_files(self, norm: Mapping[str, Any]) -> list[Path]:
         """The user files this spec reads (its ``path`` options): hashed into the spec hash."""
@@ -49,13 +54,23 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {}
 
 
-def register(name: str, options: Mapping[str, Option]) -> Callable[[Builder], Builder]:
-    """Decorator: register ``builder`` as dataset ``name`` with ``options``."""
+def register(name: str, options: Mapping[str, Option], train_shape: Shape | None = None
+             ) -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder`` as dataset ``name`` with ``options`` (and, optionally,
+    its cheap ``train_shape``; see :class:`DatasetSpec`)."""
     def deco(fn: Builder) -> Builder:
-        DATASETS[name] = DatasetSpec(name, fn, options)
+        DATASETS[name] = DatasetSpec(name, fn, options, train_shape)
         return fn
 
     return deco
+
+
+def train_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(n_train, d) of the dataset ``spec`` names, without building it; None when the dataset
+    does not declare a cheap way to tell. Raises InputError for a bad spec."""
+    norm = normalise_spec(spec)
+    shape = DATASETS[norm["name"]].train_shape
+    return None if shape is None else shape(norm)
 
 
 def dataset_names() -> list[str]:
