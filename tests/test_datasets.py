@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import warnings
 from pathlib import Path
 
 import dask.array as da
@@ -340,6 +341,16 @@ def test_train_shape_is_known_without_building(tmp_path):
         2_000_000, 20)  # instantly: nothing is generated
     _write_csv(tmp_path / "one.csv", "1,2,3\n")
     assert datasets.train_shape({"name": "csv", "path": str(tmp_path / "one.csv")}) is None
+
+
+@pytest.mark.parametrize("text", ["", "# a comment and nothing else\n", "\n\n"])
+def test_empty_csv_is_one_error_without_a_warning(tmp_path, text):
+    path = tmp_path / "empty.csv"
+    path.write_text(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "input contained no data" would reach stderr
+        with pytest.raises(InputError, match=rf"^dataset 'csv': {path} has no data rows; pass"):
+            build({"name": "csv", "path": str(path)})
 
 
 def test_builder_with_mismatched_lengths_is_rejected(monkeypatch):

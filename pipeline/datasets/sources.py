@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,12 +241,17 @@ def _csv(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """A user file: numeric, no header, one sample per row (``.gz`` is decompressed)."""
     path = Path(spec["path"])
     try:
-        data = np.loadtxt(path, delimiter=spec["delimiter"], dtype=np.float64, ndmin=2)
+        with warnings.catch_warnings():  # an empty file is reported below, not as a warning
+            warnings.filterwarnings("ignore", "loadtxt: input contained no data")
+            data = np.loadtxt(path, delimiter=spec["delimiter"], dtype=np.float64, ndmin=2)
     except (ValueError, OSError) as exc:
         raise InputError(f"dataset 'csv': cannot read {path} ({one_line(exc)}); make it a "
                          f"numeric table without header, delimiter {spec['delimiter']!r}, the "
                          "same number of columns in every row") from None
     n, cols = data.shape
+    if data.size == 0:
+        raise InputError(f"dataset 'csv': {path} has no data rows; pass a file with one numeric "
+                         "row per sample (inputs + target)")
     if cols < 2 or n < 2:
         raise InputError(f"dataset 'csv': {path} has shape ({n}, {cols}); it needs at least 2 "
                          "rows and 2 columns (inputs + target)")
