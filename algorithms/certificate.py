@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from algorithms.contract import KernelBlocks
+from algorithms.evaluation import numerical_guard
 from algorithms.sgma import DualGreedy
 
 
@@ -39,9 +40,18 @@ def certify(blocks: KernelBlocks, y: np.ndarray, lam: float, basis: np.ndarray,
     ``dual_objective``: L*(α*) of a dual solution the algorithm already has (e.g. SGMA's); the
     dual greedy is then run only if that does not certify ``tol`` already, and the better of the
     two lower bounds is kept. Returns ``objective`` L(α), ``objective_lower_bound`` ℓ,
-    ``gap_certified`` and ``n_dual`` (dual greedy steps taken).
+    ``gap_certified`` and ``n_dual`` (dual greedy steps taken). Non-finite arithmetic is the
+    evaluator's one-line InputError (:func:`~algorithms.evaluation.numerical_guard`).
     """
-    L = primal_value(blocks, y, lam, np.asarray(basis), np.asarray(coef, dtype=np.float64))
+    with numerical_guard("certificate", blocks.kernel, lam, blocks.diag):
+        return _certify(blocks, y, lam, np.asarray(basis), np.asarray(coef, dtype=np.float64),
+                        rng, kappa, dual_objective, tol, max_dual)
+
+
+def _certify(blocks: KernelBlocks, y: np.ndarray, lam: float, basis: np.ndarray,
+             coef: np.ndarray, rng: np.random.Generator, kappa: int,
+             dual_objective: float | None, tol: float, max_dual: int) -> dict[str, float]:
+    L = primal_value(blocks, y, lam, basis, coef)
     half_yy = 0.5 * float(y @ y)
 
     def bound(dual_value: float) -> tuple[float, float]:

@@ -313,6 +313,7 @@ class CurveModel:
 
 TASKS = ("regression", "classification")
 EVALUATOR_OPTIONS = ("eval_every",)  # spec options the evaluator consumes, not the fit function
+SIZE_OPTION = "max_n"  # a spec option refusing n above it, checked before the data are read
 N_MARK = "n"  # in ExactLimit.options: "the number of training points"
 
 
@@ -326,7 +327,11 @@ class AlgorithmSpec:
     ``has_variance``: the final predictor has a predictive variance;
     ``learning_curve``: Lemma-4 learning curves are available; ``task``: regression or
     classification; ``exact_limit``: where it reproduces the exact GP (None: it does not);
-    ``check_options``: a small, fast setting for the contract tests.
+    ``check_options``: a small, fast setting for the contract tests;
+    ``memory_bytes(n, d, options)``: the measured peak memory of a fit on n training points of
+    dimension d (None: not declared, e.g. the O(n·t) of a sparse method). With it and an
+    option named :data:`SIZE_OPTION`, :func:`~algorithms.evaluation.check_size` refuses a fit
+    that is too large from n and d alone, so the pipeline can do so before ingesting the data.
     """
 
     name: str
@@ -340,6 +345,7 @@ class AlgorithmSpec:
     task: str = "regression"
     exact_limit: ExactLimit | None = None
     check_options: Mapping[str, Any] = field(default_factory=dict)
+    memory_bytes: Callable[[int, int, Mapping[str, Any]], float] | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

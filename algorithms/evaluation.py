@@ -6,19 +6,28 @@ the predictor on the test set every ``eval_every`` steps (RMSE, and NLPD and ±2
 the predictor has a variance) and keeps the time spent evaluating out of ``seconds``.
 :func:`run` validates the inputs and options of a registered algorithm, runs it, evaluates its
 final predictor and returns the immutable :class:`~algorithms.contract.Fit`.
+
+Non-finite arithmetic is handled here once for every algorithm (:func:`numerical_guard`): the
+fit and its evaluation run with numpy's overflow/invalid/divide raising, a NaN/inf final
+coefficient or applicable summary value counts as the same breakdown, and each becomes one
+:class:`~algorithms.errors.InputError` naming ``lam`` and the kernel, never a traceback.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import psutil
 
 from algorithms.contract import (
     EVALUATOR_OPTIONS,
+    SIZE_OPTION,
+    SUMMARY_KEYS,
     TRACE_KEYS,
     AlgorithmSpec,
     Fit,
@@ -30,6 +39,8 @@ from algorithms.contract import (
     check_targets,
     check_test,
 )
+from algorithms.errors import InputError
+from algorithms.kernels import Kernel
 from algorithms.options import validate
 from algorithms.registry import get
 
@@ -123,7 +134,76 @@ class Recorder:
             trace.setdefault(key, np.full(n_steps, np.nan))
         summary = {"seconds": float(trace["seconds"][-1]) if n_steps else 0.0,
                    **solution.summary, **final}
+        _check_finite(solution, summary, reasons)
         return Fit(name, trace, summary, reasons, solution)
+
+
+def _check_finite(solution: Solution, summary: Mapping[str, Any],
+                  reasons: Mapping[str, str]) -> None:
+    """FloatingPointError if the coefficients, or a required summary value that applies, are
+    NaN/inf: the arithmetic broke down (converted by :func:`numerical_guard`)."""
+    if not np.isfinite(solution.coef).all():
+        raise FloatingPointError("the coefficients are NaN/inf")
+    for key in SUMMARY_KEYS:
+        value = summary[key]
+        if (isinstance(value, (float, np.floating)) and not math.isfinite(value)
+                and key not in reasons):
+            raise FloatingPointError(f"{key} = {value}")
+
+
+def check_lam_scale(lam: float, kernel: Kernel, diag: np.ndarray) -> None:
+    """Refuse a noise variance σ² = ``lam`` that float64 cannot combine with the kernel's scale
+    s = max k(x,x) (``diag`` on the training inputs): below eps·s, s + σ² rounds to s and
+    K + σ²I is K (as if σ² = 0: an interpolation problem, singular for repeated inputs); above
+    s/eps, K + σ²I rounds to σ²I and the fit is the prior (every gap of 002 stays at 2)."""
+    scale = float(np.max(diag, initial=0.0))
+    eps = float(np.finfo(np.float64).eps)
+    if not 0.0 < scale < math.inf:
+        return
+    where = f"with kernel {kernel} (max k(x,x) = {scale:.3g})"
+    if lam < eps * scale:
+        raise InputError(f"lam={lam:g} is below the float64 resolution of K + lam·I {where}: it "
+                         f"rounds to K; pass a larger lam (≥ {eps * scale:.2g}), e.g. "
+                         f"lam={1e-3 * scale:.3g}")
+    if lam > scale / eps:
+        raise InputError(f"lam={lam:g} swamps the kernel in K + lam·I {where}: it rounds to "
+                         f"lam·I; pass a smaller lam (≤ {scale / eps:.2g}), e.g. lam={scale:.3g}")
+
+
+NUMERICAL_ERRORS = (FloatingPointError, OverflowError, ZeroDivisionError, np.linalg.LinAlgError)
+
+
+@contextmanager
+def numerical_guard(owner: str, kernel: Kernel, lam: float,
+                    diag: Callable[[], np.ndarray]) -> Iterator[None]:
+    """Run numerics with numpy's overflow, invalid and divide-by-zero raising, and turn any
+    breakdown of the arithmetic (:data:`NUMERICAL_ERRORS`) into one :class:`InputError` that
+    names ``lam`` and ``kernel`` and says which way to move lam; ``diag`` gives the kernel's
+    diagonal k(x,x) on the data (its scale, for the advice)."""
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            yield
+    except NUMERICAL_ERRORS as err:
+        raise numerical_error(owner, kernel, lam, diag, err) from None
+
+
+def numerical_error(owner: str, kernel: Kernel, lam: float, diag: Callable[[], np.ndarray],
+                    err: BaseException) -> InputError:
+    """The one-line error for non-finite arithmetic at noise variance ``lam``: σ² far below the
+    kernel's scale max k(x,x) makes K + σ²I numerically singular, far above it overflows the
+    fit (002 eq. 5: L has terms in σ²K and KᵀK); in between, the kernel parameters are the
+    suspects."""
+    with np.errstate(all="ignore"):
+        scale = float(np.max(diag(), initial=0.0))
+    why = "overflow" if isinstance(err, OverflowError) else " ".join(str(err).split())[:100]
+    if 0.0 < scale < math.inf and lam < 1e-6 * scale:
+        fix = f"pass a larger lam, e.g. lam={1e-3 * scale:.3g} (max k(x,x) = {scale:.3g})"
+    elif 0.0 < scale < math.inf and lam > 1e6 * scale:
+        fix = f"pass a smaller lam, e.g. lam={scale:.3g} (max k(x,x) = {scale:.3g})"
+    else:
+        fix = "pass a larger lam or other kernel parameters"
+    return InputError(f"{owner}: the arithmetic broke down ({why}) with lam={lam:g} and kernel "
+                      f"{kernel}; {fix}")
 
 
 def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
@@ -141,18 +221,54 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     rng : random generator or seed (default seed 0).
     test : optional (X_test (n_test, d), y_test (n_test,)) for the test metrics.
     **options : the algorithm's options (``algorithm.<option>``); others take their defaults.
+
+    Raises
+    ------
+    InputError
+        Bad inputs or options, a kernel that is NaN/inf on the data, or arithmetic that broke
+        down at this ``lam`` (FloatingPointError, LinAlgError, a NaN/inf result; one line).
     """
     spec = get(algorithm) if isinstance(algorithm, str) else algorithm
     lam = check_lam(lam)
+    check_lam_scale(lam, blocks.kernel, blocks.diag())
     y = check_targets(y, blocks.n)
     test = check_test(test, getattr(blocks, "d", None))
     opts = options_of(spec, options)
+    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)
     recorder = Recorder(test, **{k: opts.pop(k) for k in EVALUATOR_OPTIONS if k in opts})
-    return recorder.finish(spec.name, spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder,
-                                               **opts))
+    with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag):
+        solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
+        return recorder.finish(spec.name, solution)
+
+
+def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],
+               available: float | None = None) -> None:
+    """Refuse a fit on n training points of dimension d that is too large: n above the spec's
+    :data:`~algorithms.contract.SIZE_OPTION` (``max_n``), or a declared memory need
+    (``spec.memory_bytes``) above the ``available`` bytes (default: the memory the OS can give
+    now, psutil's ``virtual_memory().available``). Needs only n and d, so the pipeline calls it
+    before ingesting the data; :func:`run` calls it too."""
+    need = None if spec.memory_bytes is None else float(spec.memory_bytes(n, d, options))
+    needs = "" if need is None else f" (a fit needs {_size(need)} of memory)"
+    limit = options.get(SIZE_OPTION)
+    if limit is not None and n > limit:
+        raise InputError(f"{spec.owner}: n_train={n} exceeds algorithm.{SIZE_OPTION}={limit}"
+                         f"{needs}; use a sparse algorithm, fewer training points "
+                         f"(dataset.n_train) or raise algorithm.{SIZE_OPTION}")
+    if need is None:
+        return
+    available = psutil.virtual_memory().available if available is None else available
+    if need > available:
+        raise InputError(f"{spec.owner}: a fit on n_train={n} needs {_size(need)} of memory but "
+                         f"{_size(available)} is available; use a sparse algorithm or fewer "
+                         "training points (dataset.n_train)")
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
 
 
 def options_of(spec: AlgorithmSpec, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,12 +2,14 @@
 
 Kernels (algorithms.md "Kernels"): Gaussian RBF exp(−‖x−x'‖²/(2ω²)) with the width given as
 2ω² like the papers, Laplacian exp(−‖x−x'‖/ω), Matérn-3/2 (1+h)e^{−h} with h = ‖x−x'‖/μ,
-linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p. RBF distances are formed with one GEMM
-(‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels of the
-unsquared distance use scipy's cdist, whose distances stay exact near zero.
+linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p with an integer p ≥ 1. RBF distances are formed with
+one GEMM (‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels
+of the unsquared distance use scipy's cdist, whose distances stay exact near zero.
 
 :data:`KERNELS` maps a name to a :class:`KernelSpec` (function, diagonal, declared parameters
-with their defaults); ``conf/kernel/<name>.yaml`` is tested against it.
+with their defaults); ``conf/kernel/<name>.yaml`` is tested against it. Every kernel value is
+computed by :class:`Kernel` and checked to be finite there: a kernel that overflows on the data
+(a large degree, a width of 1e-320) is bad input, refused before any algorithm sees a NaN.
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ def _linear(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return A @ B.T
 
 
-def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: float) -> np.ndarray:
+def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: int) -> np.ndarray:
     K = A @ B.T
     K += c
-    return K ** degree
+    return K ** float(degree)  # an integer power: defined for a negative base too
 
 
 def _unit_diag(A: np.ndarray, **_: float) -> np.ndarray:
@@ -66,8 +68,8 @@ def _linear_diag(A: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", A, A)
 
 
-def _polynomial_diag(A: np.ndarray, c: float, degree: float) -> np.ndarray:
-    return (np.einsum("ij,ij->i", A, A) + c) ** degree
+def _polynomial_diag(A: np.ndarray, c: float, degree: int) -> np.ndarray:
+    return (np.einsum("ij,ij->i", A, A) + c) ** float(degree)
 
 
 def _positive(default: float, doc: str) -> Option:
@@ -95,7 +97,7 @@ KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("linear", _linear, _linear_diag, {}, False),
     KernelSpec("polynomial", _polynomial, _polynomial_diag,
                {"c": Option(1.0, "float", "offset c in (⟨x,x'⟩ + c)^degree"),
-                "degree": Option(2.0, "float", "the power", lo=0.0, lo_open=True)}, False),
+                "degree": Option(2, "int", "the power, a positive integer", lo=1)}, False),
 )}
 
 
@@ -104,7 +106,7 @@ class Kernel:
     """A kernel from :data:`KERNELS` with its parameters (missing ones take their defaults)."""
 
     name: str
-    params: dict[str, float] = field(default_factory=dict)
+    params: dict[str, float | int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.name not in KERNELS:
@@ -112,21 +114,40 @@ class Kernel:
                              + ", ".join(KERNELS))
         full = validate(KERNELS[self.name].params, dict(self.params),
                         owner=f"kernel '{self.name}'", prefix="kernel.")
-        object.__setattr__(self, "params", {k: float(v) for k, v in full.items()})
+        object.__setattr__(self, "params", full)  # floats, and ints for integer parameters
 
     @property
     def spec(self) -> KernelSpec:
         return KERNELS[self.name]
 
+    def __str__(self) -> str:
+        """``name(param=value, ...)``, as the user spells the kernel in messages."""
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
+
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        """k(A, B), shape (len(A), len(B)), float64."""
+        """k(A, B), shape (len(A), len(B)), float64; raises :class:`InputError` if a value is
+        NaN/inf (every block, diagonal and prediction is computed here)."""
         A = np.asarray(A, dtype=np.float64)
         B = np.asarray(B, dtype=np.float64)
-        return self.spec.function(A, B, **self.params)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._finite(self.spec.function(A, B, **self.params))
 
     def diag(self, A: np.ndarray) -> np.ndarray:
-        """k(a, a) for each row a of A."""
-        return self.spec.diag(np.asarray(A, dtype=np.float64), **self.params)
+        """k(a, a) for each row a of A (checked like :meth:`__call__`)."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._finite(self.spec.diag(np.asarray(A, dtype=np.float64), **self.params))
+
+    def _finite(self, K: np.ndarray) -> np.ndarray:
+        """K itself if all finite (one pass over a block already in memory), else the
+        one-line error naming the kernel, its parameters and the fix."""
+        if np.isfinite(K).all():
+            return K
+        bad = int(K.size - np.isfinite(K).sum())
+        defaults = " ".join(f"kernel.{k}={opt.default}" for k, opt in self.spec.params.items())
+        raise InputError(f"kernel {self} is NaN/inf for {bad} of {K.size} values on these inputs "
+                         "(overflow); pass parameters of moderate size"
+                         + (f" (defaults: {defaults})" if defaults else "")
+                         + " or rescale the inputs (e.g. dataset.standardize_x=true)")
 
 
 class ArrayKernelBlocks:

@@ -28,6 +28,7 @@ import scipy.linalg as sla
 
 from algorithms.contract import Curve, CurveModel, check_lam
 from algorithms.errors import InputError
+from algorithms.evaluation import numerical_guard
 from algorithms.kernels import Kernel
 from algorithms.projected import (
     Density,
@@ -78,9 +79,20 @@ def learning_curve(name: str, model: CurveModel, kernel: Kernel, density: Densit
     Trace (per n): ``n_train``, ``xbar_error`` (the mean, E^g(n)), ``xbar_error_se`` (its
     standard error), ``n_basis``, ``seconds``; for m-dimensional predictors also ``plateau``
     (σ² + Σ_{i>m}λ_i) and ``bound7_u_optimal`` (eq. 7); with ``baseline`` = (name, model) the
-    paired mean and standard error of E_name − E_baseline over the same draws.
+    paired mean and standard error of E_name − E_baseline over the same draws. Non-finite
+    arithmetic is one InputError naming lam and the kernel
+    (:func:`~algorithms.evaluation.numerical_guard`).
     """
     sigma2 = check_lam(lam)
+    with numerical_guard(f"learning curve of {name}", kernel, sigma2,
+                         lambda: kernel.diag(density.nodes)):
+        return _learning_curve(name, model, kernel, density, sigma2, n_grid, draws, seed, m,
+                               baseline)
+
+
+def _learning_curve(name: str, model: CurveModel, kernel: Kernel, density: Density,
+                    sigma2: float, n_grid: Sequence[int], draws: int, seed: int, m: int | None,
+                    baseline: tuple[str, CurveModel] | None) -> Curve:
     grid = check_n_grid(n_grid)
     if not isinstance(draws, (int, np.integer)) or draws < 1:
         raise InputError(f"learning_curve.draws={draws!r} must be an integer ≥ 1")

@@ -121,7 +121,9 @@ def diag_moments(basis: MercerBasis) -> np.ndarray:
 def _pbr(Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, sigma2: float) -> np.ndarray:
     """b: L = β A⁻¹ Φᵀ, A = Λ⁻¹ + βΦᵀΦ, β = 1/σ²."""
     A = np.diag(1.0 / lam) + Phi.T @ Phi / sigma2
-    return sla.solve(A, Phi.T, assume_a="pos") / sigma2
+    # Cholesky without scipy's rcond warning: at σ² ≫ λ_i, A ≈ Λ⁻¹ is ill-conditioned but
+    # diagonal, and solved accurately
+    return sla.cho_solve(sla.cho_factor(A, lower=True, check_finite=False), Phi.T) / sigma2
 
 
 def _full(Phi: np.ndarray, lam: np.ndarray, H: np.ndarray, sigma2: float) -> np.ndarray:

@@ -207,34 +207,42 @@ class DualGreedy(_GreedySupport):
         self.chunk_bytes = chunk_bytes
 
     def step(self, kappa: int) -> float | None:
-        """Add the best of κ random candidates to S*; the FLOP estimate, or None when full."""
+        """Add the best of κ random candidates to S*; the FLOP estimate, or None when no
+        admissible candidate is left. As in the primal, a candidate whose Schur complement of
+        σ²I + K_SS is at round-off level (σ² → 0 with K_SS singular) is dropped from the pool."""
         t, y = self.t, self.y
-        if not self.pool.size:
-            return None
-        M = self.pool.sample(kappa)
-        width = max(1, min(len(M), self.chunk_bytes // (8 * (2 * t + 1))))
-        best = (-np.inf, None)
         flops = 0.0
-        for lo in range(0, len(M), width):
-            Mc = M[lo: lo + width]
-            g = self.lam + self.diag[Mc]
-            if t:
-                C = self.chol.solve_c(self.blocks.block(self.S, Mc))
-                num = y[Mc] - C.T @ self.chol.z[:t]
-                schur = g - np.einsum("ij,ij->j", C, C)
-            else:
-                C, num, schur = np.zeros((0, len(Mc))), y[Mc], g
-            flops += 2.0 * t * len(Mc) * (self.d + 1) + t * t * len(Mc)
-            scores = 0.5 * num**2 / schur
-            j = int(np.argmax(scores))
-            if scores[j] > best[0]:
-                best = (scores[j], (int(Mc[j]), C[:, j].copy(), float(schur[j]),
-                                    float(y[Mc[j]])))
-        i, c, schur_i, b_i = best[1]
-        self.chol.append(c, schur_i, b_i)
-        self.S.append(i)
-        self.pool.remove(i)
-        return flops
+        while self.pool.size:
+            M = self.pool.sample(kappa)
+            width = max(1, min(len(M), self.chunk_bytes // (8 * (2 * t + 1))))
+            best = (-np.inf, None)
+            for lo in range(0, len(M), width):
+                Mc = M[lo: lo + width]
+                g = self.lam + self.diag[Mc]
+                if t:
+                    C = self.chol.solve_c(self.blocks.block(self.S, Mc))
+                    num = y[Mc] - C.T @ self.chol.z[:t]
+                    schur = g - np.einsum("ij,ij->j", C, C)
+                else:
+                    C, num, schur = np.zeros((0, len(Mc))), y[Mc], g
+                flops += 2.0 * t * len(Mc) * (self.d + 1) + t * t * len(Mc)
+                ok = schur > DEGENERATE_RTOL * g
+                for i in Mc[~ok]:
+                    self.pool.remove(int(i))
+                if not ok.any():
+                    continue
+                scores = np.where(ok, 0.5 * num**2 / np.where(ok, schur, 1.0), -np.inf)
+                j = int(np.argmax(scores))
+                if scores[j] > best[0]:
+                    best = (scores[j], (int(Mc[j]), C[:, j].copy(), float(schur[j]),
+                                        float(y[Mc[j]])))
+            if best[1] is not None:
+                i, c, schur_i, b_i = best[1]
+                self.chol.append(c, schur_i, b_i)
+                self.S.append(i)
+                self.pool.remove(i)
+                return flops
+        return None
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,

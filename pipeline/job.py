@@ -24,14 +24,14 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
 from algorithms.errors import InputError
-from algorithms.evaluation import options_of, run
+from algorithms.evaluation import check_size, options_of, run
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from algorithms.registry import get
 from pipeline.blocks import open_blocks
 from pipeline.codeversion import code_version, module_of
 from pipeline.curves import run_curve
-from pipeline.datasets import ingest, normalise_spec, spec_hash
+from pipeline.datasets import ingest, spec_hash, train_shape
 from pipeline.results import write_job_result
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -127,10 +127,13 @@ def check_location(config: Mapping) -> None:
                          "store_root=outputs/stores")
 
 
-def check_config(config: Mapping) -> tuple[AlgorithmSpec, float, Kernel, dict]:
-    """Validate a resolved job config without touching data: the algorithm and its options,
-    ``lam``, ``kappa``, ``seed``, the kernel and the dataset spec. Returns (spec, lam, kernel,
-    options); raises InputError naming the first bad value."""
+def check_config(config: Mapping, available: float | None = None
+                 ) -> tuple[AlgorithmSpec, float, Kernel, dict]:
+    """Validate a resolved job config without building its data: the algorithm and its
+    options, ``lam``, ``kappa``, ``seed``, the kernel, the dataset spec, the certificate, and
+    whether the fit fits (``max_n``, and the algorithm's declared memory against ``available``
+    bytes, default what this machine has free). Returns (spec, lam, kernel, options); raises
+    InputError naming the first bad value."""
     spec = get(config["algorithm"]["name"])
     lam = check_lam(config["lam"])
     check_kappa(config["kappa"], 1)
@@ -140,7 +143,9 @@ def check_config(config: Mapping) -> tuple[AlgorithmSpec, float, Kernel, dict]:
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
-    normalise_spec(config["dataset"])
+    shape = train_shape(config["dataset"])  # validates the dataset spec
+    if shape is not None and not config.get("learning_curve"):
+        check_size(spec, *shape, options, available)  # too large for max_n or the memory
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
     check_location(config)

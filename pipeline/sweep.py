@@ -21,6 +21,7 @@ import copy
 import gc
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -260,6 +261,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
     checked: set[str] = set()
+    # the memory a fit may have is known here only when the workers run on this machine
+    here = None if cluster_cfg.get("kind") == "local" else math.inf
     for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
         config = job_config(cfg)
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *extra_dims)}
@@ -268,7 +271,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         config["store_root"] = str(Path(config["store_root"]).resolve())
         h = config_hash(config)
         if h not in checked:  # bad input stops the sweep before any cluster starts
-            check_config(config)
+            check_config(config, available=here)
             checked.add(h)
         with open_dict(cfg):
             cfg.algorithm = config["algorithm"]  # resolved, without the dropped options

@@ -151,6 +151,26 @@ def check_learning_curve(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) 
     assert np.isfinite(curve.trace["xbar_error"]).all() and curve.errors.shape == (2, 3)
 
 
+def check_extreme_lam(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """At lam = 1e-300, 1e-15 (just above float64 resolution) and 1e300 a fit succeeds with
+    finite numbers or is one InputError naming lam and the kernel (the evaluator's checks),
+    never a FloatingPointError, LinAlgError or TypeError."""
+    for lam in (1e-300, 1e-15, 1e300):
+        try:
+            result = run(spec, problem.memory, problem.y, lam=lam, kappa=7, rng=0,
+                         test=(problem.X_test, problem.y_test), **spec.check_options)
+        except InputError as err:
+            msg = str(err)
+            assert f"lam={lam:g}" in msg and f"kernel {KERNEL}" in msg and "\n" not in msg, msg
+            assert ("larger lam" if lam < 1 else "smaller lam") in msg, msg
+            continue
+        assert np.isfinite(result.coef).all(), lam
+        for key in SUMMARY_KEYS:
+            value = result.summary[key]
+            assert (key in result.not_applicable or not isinstance(value, float)
+                    or np.isfinite(value)), (lam, key, value)
+
+
 CHECKS = [check_yaml_matches_spec, check_result_schema, check_deterministic,
           check_store_blocks_equal_memory_blocks, check_exact_limit, check_bad_options,
-          check_learning_curve]
+          check_learning_curve, check_extreme_lam]

@@ -1,6 +1,7 @@
 import numpy as np
+import pytest
 
-from algorithms import ArrayKernelBlocks, Kernel
+from algorithms import ArrayKernelBlocks, InputError, Kernel
 from pipeline.blocks import open_blocks
 from pipeline.datasets import ingest, load_arrays
 
@@ -17,3 +18,14 @@ def test_store_blocks_equal_in_memory_blocks(tmp_path):
     lazy = blocks.lazy_matrix(row_chunk=64)
     assert lazy.shape == (300, 300) and lazy.chunks[0][0] == 64
     np.testing.assert_allclose(lazy[100:170].compute(), kernel(X[100:170], X), atol=1e-15)
+
+
+def test_store_blocks_refuse_a_kernel_that_overflows(tmp_path):
+    store = ingest({"name": "friedman1", "n_train": 30, "n_test": 5}, tmp_path)
+    kernel = Kernel("polynomial", {"degree": 800})  # (⟨x,x'⟩ + 1)^800 overflows on U(0,1)^10
+    blocks = open_blocks(store, kernel)
+    for compute in (lambda: blocks.block(slice(None), [0, 1]), blocks.diag,
+                    lambda: blocks.lazy_matrix(row_chunk=10)[:10].compute()):
+        with pytest.raises(InputError, match=r"kernel polynomial\(c=1\.0, degree=800\) is "
+                                             r"NaN/inf for \d+ of \d+ values"):
+            compute()

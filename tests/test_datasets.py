@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import warnings
 from pathlib import Path
 
 import dask.array as da
@@ -285,6 +287,72 @@ def test_csv_ragged_and_degenerate(tmp_path):
         build({"name": "csv", "path": str(ok), "test_fraction": 1.0})
 
 
+@pytest.mark.parametrize("column,option,named,trouble", [
+    ("1e308,-1e308,1e308,-1e308,5,6", "standardize_x", "input column 1 (file column 1)",
+     "is not finite"),
+    ("1e-320,2e-320,3e-320,4e-320,5e-320,6e-320", "standardize_x",
+     "input column 1 (file column 1)", "underflows to 0"),
+    ("1e308,-1e308,1e308,-1e308,5,6", "standardize_y", "the target y (file column 2)",
+     "is not finite"),
+])
+def test_standardisation_that_over_or_underflows_is_refused(tmp_path, column, option, named,
+                                                            trouble):
+    values = column.split(",")
+    rows = "\n".join(f"{i},{v},{i % 3}" if option == "standardize_x" else f"{i},{i % 3},{v}"
+                     for i, v in enumerate(values))
+    path = _write_csv(tmp_path / "huge.csv", rows)
+    spec = {"name": "csv", "path": str(path), "test_fraction": 0.0, option: True}
+    with pytest.raises(InputError) as err:
+        ingest(spec, tmp_path / "stores")
+    msg = str(err.value)
+    assert msg.startswith(f"dataset 'csv': cannot standardise {named}: its train std {trouble}")
+    assert msg.endswith(f"rescale that column in the source or pass dataset.{option}=false")
+    assert "\n" not in msg and not (tmp_path / "stores").exists()  # nothing written
+    build({**spec, option: False})  # without standardisation the same file is accepted
+
+
+def test_standardisation_names_a_builders_feature(monkeypatch):
+    def builder(spec):
+        X = np.array([[1.0, 1e308], [2.0, -1e308], [3.0, 1e308]])
+        return ({"X_train": X, "y_train": np.zeros(3), "X_test": X[:1], "y_test": np.zeros(1)},
+                {"feature_names": ["length", "weight"]})
+
+    monkeypatch.setitem(DATASETS, "abalone",
+                        DatasetSpec("abalone", builder, DATASETS["abalone"].options))
+    with pytest.raises(InputError, match=r"cannot standardise input column 1 \(weight\)"):
+        build({"name": "abalone"})
+
+
+def test_train_shape_is_known_without_building(tmp_path):
+    """Every dataset declares (n_train, d) from its spec alone (for the memory guard of a job
+    before ingest), and it is what build() returns."""
+    np.savetxt(tmp_path / "d.csv.gz", np.random.default_rng(0).normal(size=(37, 4)),
+               delimiter=",", header="a comment line")
+    specs = [{"name": name, **opts} for name, opts in SYNTHETIC.items()] + [
+        {"name": "abalone", "n_train": 3000}, {"name": "pumadyn32nm", "split": 2},
+        {"name": "kin40k", "n_train": 500},
+        {"name": "csv", "path": str(tmp_path / "d.csv.gz"), "test_fraction": 0.2}]
+    assert {spec["name"] for spec in specs} == set(DATASETS) - set(UCI) | {"pumadyn32nm",
+                                                                           "kin40k"}
+    for spec in specs:
+        _, attrs = build(spec)
+        assert datasets.train_shape(spec) == (attrs["n_train"], attrs["d"]), spec["name"]
+    assert datasets.train_shape({"name": "gaussian_bumps", "n_train": 2_000_000}) == (
+        2_000_000, 20)  # instantly: nothing is generated
+    _write_csv(tmp_path / "one.csv", "1,2,3\n")
+    assert datasets.train_shape({"name": "csv", "path": str(tmp_path / "one.csv")}) is None
+
+
+@pytest.mark.parametrize("text", ["", "# a comment and nothing else\n", "\n\n"])
+def test_empty_csv_is_one_error_without_a_warning(tmp_path, text):
+    path = tmp_path / "empty.csv"
+    path.write_text(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "input contained no data" would reach stderr
+        with pytest.raises(InputError, match=rf"^dataset 'csv': {path} has no data rows; pass"):
+            build({"name": "csv", "path": str(path)})
+
+
 def test_builder_with_mismatched_lengths_is_rejected(monkeypatch):
     def bad_builder(spec):
         x = np.zeros((5, 2))
@@ -313,7 +381,9 @@ def test_ingest_writes_verified_lazy_store(tmp_path):
         attrs = ds.attrs
         for key in datasets.REQUIRED_ATTRS:
             assert key in attrs
-        assert attrs["format_version"] == 1 and attrs["spec"]["n_train"] == 4000
+        assert attrs["format_version"] == datasets.FORMAT_VERSION == 2
+        assert attrs["spec"]["n_train"] == 4000
+        assert attrs["attrs_sha256"] == datasets.attrs_digest(attrs)
         assert attrs["spec"]["split_seed"] is None
         assert len(attrs["standardisation"]["x_std"]) == 10
     finally:
@@ -341,8 +411,30 @@ def test_changed_spec_hash_is_detected(tmp_path):
     path = ingest(SMALL, tmp_path)
     group = zarr.open_group(str(path), mode="r+")
     group.attrs["spec_hash"] = "0" * 64
+    # a consistent store of another spec: its attrs digest matches its attrs
+    group.attrs["attrs_sha256"] = datasets.attrs_digest(dict(group.attrs))
     with pytest.raises(StoreError, match="different spec.*delete .* and rerun to re-ingest"):
         ingest(SMALL, tmp_path)
+
+
+@pytest.mark.parametrize("key,value", [("provenance", "synthetic: made up"),
+                                       ("n_test", 9), ("standardisation", None),
+                                       ("content_sha256", None), ("attrs_sha256", "0" * 64)])
+def test_edited_attrs_are_refused_on_every_open(tmp_path, key, value):
+    path = ingest(SMALL, tmp_path)
+    group = zarr.open_group(str(path), mode="r+")
+    if value is None:
+        del group.attrs[key]
+        group.attrs[key + "_x"] = 1  # an added attr is an edit too
+    else:
+        group.attrs[key] = value
+    for attempt in (lambda: open_store(path, verify=False), lambda: ingest(SMALL, tmp_path)):
+        with pytest.raises(StoreError) as err:
+            attempt()
+        msg = str(err.value)
+        assert msg.startswith(f"store {path} ") and "\n" not in msg
+        assert msg.endswith(f"delete {path} and rerun to re-ingest")
+        assert "edited after ingest" in msg or f"lacks attrs {key}" in msg
 
 
 def test_overwritten_values_fail_checksum(tmp_path):
@@ -388,9 +480,47 @@ def test_failed_ingest_leaves_nothing(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(store.os, "rename", failing_rename)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StoreError, match=r"store_root=.*\(disk full\); pass store_root="):
         ingest(SMALL, root)
     assert not any(root.iterdir())
+
+
+def test_full_disk_during_ingest_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    real_write = store._write_store
+
+    def write_until_the_disk_is_full(path, arrays, attrs):
+        real_write(path, arrays, attrs)  # most of the store is on disk ...
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # ... when the disk fills up
+
+    monkeypatch.setattr(store, "_write_store", write_until_the_disk_is_full)
+    root = tmp_path / "stores"
+    with pytest.raises(StoreError) as err:
+        ingest(SMALL, root)
+    assert str(err.value) == (f"cannot write a dataset store under store_root={str(root)!r} (No "
+                              "space left on device); pass store_root=<a writable directory "
+                              "with free space>")
+    assert list(root.iterdir()) == []  # no partial store, no temporary directory
+
+
+def _unwritable_root(tmp_path: Path) -> tuple[Path, str]:
+    """A store_root that cannot be written, and the OS reason: a read-only directory, or (as
+    root, whom chmod does not stop) a directory under a regular file."""
+    if os.geteuid() != 0:
+        ro = tmp_path / "readonly"
+        ro.mkdir()
+        ro.chmod(0o555)
+        return ro / "stores", "Permission denied"
+    (tmp_path / "afile").write_text("not a directory\n")
+    return tmp_path / "afile" / "stores", "Not a directory"
+
+
+def test_unwritable_or_impossible_store_root_is_one_line(tmp_path):
+    root, reason = _unwritable_root(tmp_path)
+    with pytest.raises(StoreError, match=rf"store_root='{root}' \({reason}\); pass store_root="):
+        ingest(SMALL, root)
+    (tmp_path / "plain").write_text("x\n")
+    with pytest.raises(StoreError, match=r"store_root=.*plain' \((File exists|Not a directory)\)"):
+        ingest(SMALL, tmp_path / "plain")  # store_root is itself a file
 
 
 def test_ingest_race_uses_the_winners_store(tmp_path, monkeypatch):

@@ -3,7 +3,9 @@ import pytest
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern
 
-from algorithms import InputError, Kernel, run
+from algorithms import REGISTRY, ArrayKernelBlocks, InputError, Kernel, run
+from algorithms.evaluation import check_size
+from pipeline.job import run_job
 from tests.conftest import make_problem
 
 CASES = [
@@ -35,9 +37,50 @@ def test_exact_equals_sklearn(case, seed, lam):
 
 def test_exact_refuses_huge_n():
     blocks, y, _, _ = make_problem(n=50)
-    with pytest.raises(InputError, match="exact GP on n=50 needs"):
+    with pytest.raises(InputError, match=r"^algorithm exact: n_train=50 exceeds algorithm\.max_n="
+                                         r"10 \(a fit needs 0\.1 MiB of memory\); use a sparse "
+                                         r"algorithm, .* or raise algorithm\.max_n$"):
         run("exact", blocks, y, lam=0.1, max_n=10)
     with pytest.raises(InputError, match="algorithm exact has no option 'eps'; its options: "
                                          "max_n") as err:
         run("exact", blocks, y, lam=0.1, eps=0.1)
     assert "\n" not in str(err.value)
+
+
+def test_singular_k_plus_lam_is_one_line_naming_lam_and_kernel():
+    X = np.random.default_rng(0).uniform(size=(40, 1))  # K is numerically singular
+    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 10.0}))
+    y = np.sin(6 * X[:, 0])
+    with pytest.raises(InputError, match=r"^algorithm exact: the arithmetic broke down \(.*not "
+                                         r"positive definite\) with lam=3e-16 and kernel "
+                                         r"rbf\(width=10\.0\); pass a larger lam, e\.g\. "
+                                         r"lam=0\.001 \(max k\(x,x\) = 1\)$"):
+        run("exact", blocks, y, lam=3e-16)  # just above float64 resolution, Cholesky fails
+
+
+def test_memory_need_is_the_measured_three_matrices_and_is_checked_against_available():
+    spec = REGISTRY["exact"]
+    # K, K + σ²I and the Cholesky factor L (exact.py docstring: 3.00·n²·8 measured)
+    assert spec.memory_bytes(4000, 10, {}) == 8 * (3 * 4000**2 + 4000 * 10)
+    check_size(spec, 4000, 10, {"max_n": 20000}, available=4 * 4000**2 * 8)  # fits: no error
+    with pytest.raises(InputError, match=r"^algorithm exact: a fit on n_train=4000 needs "
+                                         r"366\.5 MiB of memory but 244\.1 MiB is available; "
+                                         r"use a sparse algorithm or fewer training points"):
+        check_size(spec, 4000, 10, {"max_n": 20000}, available=2 * 4000**2 * 8)
+    check_size(REGISTRY["sgma"], 10**7, 10, {})  # sparse: nothing declared, nothing refused
+
+
+@pytest.mark.parametrize("options,fragment", [
+    ({"max_n": 20000}, "n_train=2000000 exceeds algorithm.max_n=20000 (a fit needs 89407.3 GiB"),
+    ({"max_n": 10**8}, "a fit on n_train=2000000 needs 89407.3 GiB of memory but"),
+])
+def test_a_job_too_large_for_exact_is_refused_before_its_data_are_ingested(tmp_path, options,
+                                                                             fragment):
+    config = {"algorithm": {"name": "exact", **options},
+              "dataset": {"name": "gaussian_bumps", "n_train": 2_000_000},
+              "kernel": {"name": "rbf", "width": 10.0}, "lam": 0.1, "kappa": 5, "seed": 0,
+              "store_root": str(tmp_path / "stores")}
+    with pytest.raises(InputError) as err:
+        run_job(config, tmp_path / "result.nc")  # would generate 2e6 × 20 inputs first
+    assert str(err.value).startswith(f"algorithm exact: {fragment}")
+    assert not (tmp_path / "stores").exists() and not (tmp_path / "result.nc").exists()

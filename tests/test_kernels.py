@@ -55,3 +55,61 @@ def test_bad_kernel_is_one_line_error(name, params, match):
     with pytest.raises(InputError, match=match) as err:
         Kernel(name, params)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,key", [(name, key) for name in sorted(KERNELS)
+                                      for key in KERNELS[name].params])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "abc", None, True])
+def test_non_finite_and_non_numeric_parameters_are_refused(name, key, bad):
+    with pytest.raises(InputError, match=rf"kernel '{name}': kernel\.{key}=.* is invalid; it "
+                                         rf"must be .*e\.g\. kernel\.{key}=") as err:
+        Kernel(name, {key: bad})
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern32"])
+@pytest.mark.parametrize("bad", [0.0, -1.0])
+def test_scale_parameters_must_be_positive(name, bad):
+    (key,) = KERNELS[name].params
+    with pytest.raises(InputError, match=rf"kernel\.{key}=-?[01]\.0 is invalid; it must be a "
+                                         "number > 0"):
+        Kernel(name, {key: bad})
+
+
+def test_polynomial_degree_is_a_positive_integer():
+    assert Kernel("polynomial", {"degree": 3.0}).params == {"c": 1.0, "degree": 3}
+    assert isinstance(Kernel("polynomial").params["degree"], int)
+    for bad in (2.5, 0, -1):
+        with pytest.raises(InputError, match=rf"kernel\.degree={bad!r} is invalid; it must be "
+                                             r"an integer ≥ 1, e\.g\. kernel\.degree=2"):
+            Kernel("polynomial", {"degree": bad})
+    # an integer power of a negative base is defined (c < 0 no longer gives NaN)
+    k = Kernel("polynomial", {"c": -5.0, "degree": 3})
+    np.testing.assert_allclose(k(A, B), (A @ B.T - 5.0) ** 3, rtol=1e-12)
+
+
+OVERFLOWING = [  # (kernel, inputs): every kernel can be made to overflow on finite inputs
+    (Kernel("polynomial", {"degree": 400}), A),
+    (Kernel("polynomial", {"c": 1e300, "degree": 2}), A),
+    (Kernel("linear"), A * 1e200),
+    (Kernel("rbf", {"width": 1e-320}), A),
+    (Kernel("laplacian", {"omega": 1e-320}), A),
+    (Kernel("matern32", {"mu": 1e-320}), A),
+]
+
+
+@pytest.mark.parametrize("kernel,X", OVERFLOWING, ids=lambda v: str(v) if isinstance(v, Kernel)
+                         else "")
+def test_non_finite_kernel_values_are_refused_by_every_block(kernel, X):
+    blocks = ArrayKernelBlocks(X, kernel)
+    calls = [lambda: blocks.block(slice(None), slice(None)), lambda: blocks.cross(X, [0, 1, 2]),
+             lambda: blocks.block([0, 1], [0, 1])]
+    if kernel.name in ("polynomial", "linear"):  # the stationary kernels' diagonal is 1
+        calls.append(blocks.diag)
+    for call in calls:
+        with pytest.raises(InputError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"kernel {kernel} is NaN/inf for ") and "\n" not in msg
+        assert "pass parameters of moderate size" in msg and "rescale the inputs" in msg
+    assert str(Kernel("polynomial", {"degree": 400})) == "polynomial(c=1.0, degree=400)"

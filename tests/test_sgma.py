@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from algorithms import InputError, Kernel, run
+from algorithms import ArrayKernelBlocks, InputError, Kernel, run
 from algorithms.objectives import dual_objective, primal_objective
+from algorithms.sgma import DualGreedy
 from tests.conftest import make_problem
 
 
@@ -153,3 +154,37 @@ def test_bad_targets_are_one_line_errors(problem):
         sgma(blocks, y[:-1], lam=0.1, kappa=5, rng=np.random.default_rng(0))
     with pytest.raises(InputError, match="y has 59 entries but there are 60 inputs"):
         exact(blocks, y[:-1], lam=0.1)
+
+
+def test_a_kernel_that_overflows_is_named_not_a_type_error():
+    blocks, y, X_test, y_test = make_problem(kernel=Kernel("polynomial", {"degree": 400}))
+    with pytest.raises(InputError, match=r"^kernel polynomial\(c=1\.0, degree=400\) is NaN/inf "
+                                         r"for \d+ of \d+ values .*moderate size"):
+        sgma(blocks, y, lam=0.1, kappa=5, test=(X_test, y_test))
+
+
+def test_dual_greedy_drops_degenerate_candidates_at_tiny_lam():
+    """σ²I + K_SS is numerically singular at σ² = 1e-300: the dual (and with it the
+    certificate) stops with a finite objective instead of a NaN score and a TypeError."""
+    X = np.random.default_rng(0).uniform(size=(40, 1))
+    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 10.0}))
+    dual = DualGreedy(blocks, np.sin(6 * X[:, 0]), 1e-300, np.random.default_rng(0))
+    steps = 0
+    while dual.step(5) is not None:
+        steps += 1
+    assert 1 <= steps == dual.t < blocks.n and dual.pool.size == 0
+    assert np.isfinite(dual.objective) and np.isfinite(dual.chol.coef()).all()
+
+
+@pytest.mark.parametrize("lam,fragment", [
+    (1e-300, r"lam=1e-300 is below the float64 resolution of K \+ lam·I with kernel "
+             r"rbf\(width=2\.0\) \(max k\(x,x\) = 1\): it rounds to K; pass a larger lam "
+             r"\(≥ 2\.2e-16\), e\.g\. lam=0\.001$"),
+    (1e300, r"lam=1e\+300 swamps the kernel in K \+ lam·I with kernel rbf\(width=2\.0\) "
+            r"\(max k\(x,x\) = 1\): it rounds to lam·I; pass a smaller lam \(≤ 4\.5e\+15\), "
+            r"e\.g\. lam=1$"),
+])
+def test_lam_that_float64_cannot_add_to_the_kernel_is_refused_before_fitting(lam, fragment):
+    blocks, y, _, _ = make_problem()
+    with pytest.raises(InputError, match=fragment):
+        sgma(blocks, y, lam=lam, kappa=5)

@@ -101,17 +101,17 @@ def test_grid_sweep_resume_and_report(tmp_path):
 
 
 def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
-    # n_train=50 exceeds the exact GP's max_n: that job fails when it runs
-    proc = sweep(tmp_path, "algorithm=exact", "dataset=sine1d", "dataset.n_train=10,50",
-                 "algorithm.max_n=20", "cluster.n_workers=2", "cluster.dashboard_address=:0")
+    # at lam=3e-16 the exact GP's Cholesky breaks down: that job fails when it runs
+    proc = sweep(tmp_path, "algorithm=exact", "dataset=sine1d", "lam=3e-16,0.1",
+                 "cluster.n_workers=2", "cluster.dashboard_address=:0")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "2 distinct jobs: 0 already finished, 2 run, 1 failed" in proc.stdout
-    assert "failed: algorithm=exact dataset=sine1d dataset.n_train=50" in proc.stdout
-    assert "InputError: exact GP on n=50" in proc.stdout
+    assert "failed: algorithm=exact dataset=sine1d lam=3e-16" in proc.stdout
+    assert "InputError: algorithm exact: the arithmetic broke down" in proc.stdout
     ds = load(results_path(proc)).load()
-    failed = ds.sel({"dataset.n_train": 50})
-    assert failed["status"].item() == "failed" and "max_n" in failed["error"].item()
-    ok = ds.sel({"dataset.n_train": 10})
+    failed = ds.sel(lam=3e-16)
+    assert failed["status"].item() == "failed" and "larger lam" in failed["error"].item()
+    ok = ds.sel(lam=0.1)
     assert ok["status"].item() == "ok" and np.isfinite(ok["final_test_rmse"].item())
 
 

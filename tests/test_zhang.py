@@ -133,3 +133,12 @@ def test_streamed_cg_reference_equals_dense_cholesky(kernel):
     assert y @ cg == pytest.approx(y @ dense, rel=1e-10)
     fit = fit_greedy(blocks, y, lam=0.7, max_basis=3, reference="none")
     assert np.isnan(fit.trace["delta_R"]).all() and np.isfinite(fit.trace["zhang_R"]).all()
+
+
+@pytest.mark.parametrize("fit", [fit_greedy, fit_kappa_greedy, fit_random])
+def test_a_kernel_that_overflows_is_named_and_lam_is_not_blamed(fit):
+    blocks, y, _, _ = make_problem(kernel=Kernel("polynomial", {"degree": 400}))
+    with pytest.raises(InputError, match=r"^kernel polynomial\(c=1\.0, degree=400\) is NaN/inf")\
+            as err:
+        fit(blocks, y, lam=0.1, kappa=5)
+    assert "lam" not in str(err.value)

@@ -19,10 +19,19 @@ from pipeline.datasets.spec import (
     dataset_names,
     normalise_spec,
     spec_hash,
+    train_shape,
 )
-from pipeline.datasets.store import REQUIRED_ATTRS, ingest, load_arrays, open_store, store_path
+from pipeline.datasets.store import (
+    REQUIRED_ATTRS,
+    attrs_digest,
+    ingest,
+    load_arrays,
+    open_store,
+    store_path,
+)
 from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
-           "StoreError", "build", "dataset_names", "friedman1_mean", "gaussian_bumps_mean",
-           "ingest", "load_arrays", "normalise_spec", "open_store", "spec_hash", "store_path"]
+           "StoreError", "attrs_digest", "build", "dataset_names", "friedman1_mean",
+           "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec", "open_store",
+           "spec_hash", "store_path", "train_shape"]

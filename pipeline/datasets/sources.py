@@ -5,6 +5,8 @@ it is read."""
 from __future__ import annotations
 
 import functools
+import gzip
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +133,7 @@ _ABALONE_ROWS = 4177
     "split_seed": Option(None, "int", lo=0, none_ok=True, example=0),
     "standardize_x": Option(True, "bool"),
     "standardize_y": Option(False, "bool"),
-})
+}, train_shape=lambda spec: (spec["n_train"], 10))
 def _abalone(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Abalone (UCI): Sex one-hot (M, F, I) + 7 numeric = 10 inputs; target Rings.
 
@@ -184,6 +186,21 @@ def _uci(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     return arrays, attrs
 
 
+@functools.lru_cache(maxsize=16)
+def _uci_sizes(name: str) -> tuple[np.ndarray, int]:
+    """Training rows per split (from the mask file alone) and d (from the data's first line)."""
+    mask = np.loadtxt(_shipped(f"{name}_test_mask.csv.gz"), delimiter=",", dtype=bool, ndmin=2)
+    with gzip.open(_shipped(f"{name}.csv.gz"), "rt") as f:
+        d = len(f.readline().split(",")) - 1
+    return (~mask).sum(axis=0), d
+
+
+def _uci_shape(spec: Mapping[str, Any]) -> tuple[int, int]:
+    rows, d = _uci_sizes(spec["name"])
+    n = int(rows[spec["split"]])
+    return (n if spec["n_train"] is None else min(n, spec["n_train"])), d
+
+
 _UCI_OPTIONS = {
     "split": Option(0, "int", lo=0, hi=9),
     "n_train": Option(None, "int", lo=1, none_ok=True, example=2000),
@@ -191,7 +208,24 @@ _UCI_OPTIONS = {
     "standardize_y": Option(True, "bool"),
 }
 for _name in UCI_NAMES:
-    register(_name, _UCI_OPTIONS)(_uci)
+    register(_name, _UCI_OPTIONS, train_shape=_uci_shape)(_uci)
+
+
+def _csv_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(n_train, d) of a CSV file from its count of data lines and the fields of the first
+    (one pass, nothing parsed); None if the file cannot be read as text (build() says why)."""
+    path = Path(spec["path"])
+    try:
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+            lines = (line for line in f if line.strip() and not line.lstrip().startswith("#"))
+            first = next(lines, None)
+            n = (first is not None) + sum(1 for _ in lines)
+    except (OSError, UnicodeDecodeError, EOFError):
+        return None
+    cols = 0 if first is None else len(first.split(spec["delimiter"]))
+    if n < 2 or cols < 2:
+        return None
+    return n - int(round(spec["test_fraction"] * n)), cols - 1
 
 
 @register("csv", {
@@ -202,17 +236,22 @@ for _name in UCI_NAMES:
     "standardize_x": Option(True, "bool"),
     "standardize_y": Option(False, "bool"),
     "delimiter": Option(",", "str", none_ok=True),
-})
+}, train_shape=_csv_shape)
 def _csv(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """A user file: numeric, no header, one sample per row (``.gz`` is decompressed)."""
     path = Path(spec["path"])
     try:
-        data = np.loadtxt(path, delimiter=spec["delimiter"], dtype=np.float64, ndmin=2)
+        with warnings.catch_warnings():  # an empty file is reported below, not as a warning
+            warnings.filterwarnings("ignore", "loadtxt: input contained no data")
+            data = np.loadtxt(path, delimiter=spec["delimiter"], dtype=np.float64, ndmin=2)
     except (ValueError, OSError) as exc:
         raise InputError(f"dataset 'csv': cannot read {path} ({one_line(exc)}); make it a "
                          f"numeric table without header, delimiter {spec['delimiter']!r}, the "
                          "same number of columns in every row") from None
     n, cols = data.shape
+    if data.size == 0:
+        raise InputError(f"dataset 'csv': {path} has no data rows; pass a file with one numeric "
+                         "row per sample (inputs + target)")
     if cols < 2 or n < 2:
         raise InputError(f"dataset 'csv': {path} has shape ({n}, {cols}); it needs at least 2 "
                          "rows and 2 columns (inputs + target)")
@@ -230,5 +269,7 @@ def _csv(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     tr, te = split_rows(n, n - n_test, spec["split_seed"])
     arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
     return arrays, {"provenance": f"user file {path} (column {target} is the target)",
-                    "source_sha256": {path.name: sha256_file(path)}}
+                    "source_sha256": {path.name: sha256_file(path)},
+                    "feature_names": [f"file column {j}" for j in range(cols) if j != target],
+                    "target_name": f"file column {target}"}
 

@@ -23,11 +23,12 @@ from algorithms.errors import InputError
 from algorithms.options import Option, validate
 from pipeline.codeversion import code_version
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: attrs carry attrs_sha256 (format-1 stores get a new name, re-ingested)
 _MISSING = "???"  # OmegaConf's marker for a mandatory value
 
 Arrays = dict[str, np.ndarray]
 Builder = Callable[[Mapping[str, Any]], tuple[Arrays, dict[str, Any]]]
+Shape = Callable[[Mapping[str, Any]], tuple[int, int] | None]
 
 
 class StoreError(InputError):
@@ -36,12 +37,16 @@ class StoreError(InputError):
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A dataset: its builder (normalised spec -> raw split arrays + provenance attrs) and
-    its options."""
+    """A dataset: its builder (normalised spec -> raw split arrays + provenance attrs), its
+    options and, optionally, ``train_shape`` (normalised spec -> (n_train, d) of what the
+    builder would return, computed cheaply from the options or a file's line count without
+    building; None where that is not possible), which lets a job refuse a fit that is too large
+    before the dataset is ingested."""
 
     name: str
     build: Builder
     options: Mapping[str, Option]
+    train_shape: Shape | None = None
 
     def source_files(self, norm: Mapping[str, Any]) -> list[Path]:
         """The user files this spec reads (its ``path`` options): hashed into the spec hash."""
@@ -51,13 +56,23 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {}
 
 
-def register(name: str, options: Mapping[str, Option]) -> Callable[[Builder], Builder]:
-    """Decorator: register ``builder`` as dataset ``name`` with ``options``."""
+def register(name: str, options: Mapping[str, Option], train_shape: Shape | None = None
+             ) -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder`` as dataset ``name`` with ``options`` (and, optionally,
+    its cheap ``train_shape``; see :class:`DatasetSpec`)."""
     def deco(fn: Builder) -> Builder:
-        DATASETS[name] = DatasetSpec(name, fn, options)
+        DATASETS[name] = DatasetSpec(name, fn, options, train_shape)
         return fn
 
     return deco
+
+
+def train_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(n_train, d) of the dataset ``spec`` names, without building it; None when the dataset
+    does not declare a cheap way to tell. Raises InputError for a bad spec."""
+    norm = normalise_spec(spec)
+    shape = DATASETS[norm["name"]].train_shape
+    return None if shape is None else shape(norm)
 
 
 def dataset_names() -> list[str]:
@@ -204,22 +219,68 @@ def _validate(name: str, arrays: Mapping[str, np.ndarray]) -> Arrays:
     return out
 
 
-def _standardise(arrays: Arrays, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Standardise in place with TRAIN statistics (std 0 -> 1); return what was used."""
+def _train_scale(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Column means and standard deviations of ``values`` (train rows), without numpy's
+    overflow warnings, and a mask of the columns they cannot standardise: a NaN/inf mean or std
+    (values near ±1.8e308 overflow the sum of squares) or a std that underflows to 0 although
+    the values differ (subnormal spreads)."""
+    with np.errstate(all="ignore"):
+        mean, std = values.mean(axis=0), values.std(axis=0)
+    differ = values.max(axis=0) > values.min(axis=0)
+    bad = ~np.isfinite(mean) | ~np.isfinite(std) | ((std == 0.0) & differ)
+    return mean, std, bad
+
+
+def _scale_error(name: str, what: str, values: np.ndarray, mean: float, std: float,
+                 option: str) -> InputError:
+    trouble = "underflows to 0" if std == 0.0 else "is not finite"
+    return InputError(f"dataset {name!r}: cannot standardise {what}: its train std {trouble} "
+                      f"(mean {mean:.3g}, std {std:.3g}, values in [{values.min():.3g}, "
+                      f"{values.max():.3g}]); rescale that column in the source or pass "
+                      f"dataset.{option}=false")
+
+
+def _standardise(arrays: Arrays, spec: Mapping[str, Any],
+                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Standardise in place with TRAIN statistics (a constant column keeps scale 1); return what
+    was used. ``extra`` (the builder's attrs) may name the columns: ``feature_names`` (one per
+    input column) and ``target_name``.
+
+    Raises
+    ------
+    InputError
+        A column (or y) whose mean or std over/underflows, named by index and name; nothing is
+        changed.
+    """
+    name, extra = spec["name"], extra or {}
     info: dict[str, Any] = {"x_mean": None, "x_std": None, "y_mean": None, "y_std": None}
     if spec.get("standardize_x", False):
-        mean = arrays["X_train"].mean(axis=0)
-        std = arrays["X_train"].std(axis=0)
+        X = arrays["X_train"]
+        mean, std, bad = _train_scale(X)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            names = extra.get("feature_names")
+            label = f" ({names[j]})" if names is not None and len(names) == X.shape[1] else ""
+            raise _scale_error(name, f"input column {j}{label}", X[:, j], mean[j], std[j],
+                               "standardize_x")
         std[std == 0.0] = 1.0
-        for key in ("X_train", "X_test"):
-            arrays[key] = (arrays[key] - mean) / std
-        info["x_mean"], info["x_std"] = mean.tolist(), std.tolist()
     if spec.get("standardize_y", False):
-        mean_y = float(arrays["y_train"].mean())
-        std_y = float(arrays["y_train"].std()) or 1.0
-        for key in ("y_train", "y_test"):
-            arrays[key] = (arrays[key] - mean_y) / std_y
-        info["y_mean"], info["y_std"] = mean_y, std_y
+        y = arrays["y_train"]
+        mean_y, std_y, bad_y = (v[0] for v in _train_scale(y[:, None]))
+        mean_y, std_y = float(mean_y), float(std_y)
+        if bad_y:
+            label = f" ({extra['target_name']})" if extra.get("target_name") else ""
+            raise _scale_error(name, f"the target y{label}", y, mean_y, std_y, "standardize_y")
+        std_y = std_y or 1.0
+    with np.errstate(all="ignore"):  # both checked: only now is anything changed
+        if spec.get("standardize_x", False):
+            for key in ("X_train", "X_test"):
+                arrays[key] = (arrays[key] - mean) / std
+            info["x_mean"], info["x_std"] = mean.tolist(), std.tolist()
+        if spec.get("standardize_y", False):
+            for key in ("y_train", "y_test"):
+                arrays[key] = (arrays[key] - mean_y) / std_y
+            info["y_mean"], info["y_std"] = mean_y, std_y
     return info
 
 
@@ -250,8 +311,8 @@ def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     name = norm["name"]
     raw, extra = DATASETS[name].build(norm)
     arrays = _validate(name, raw)
-    standardisation = _standardise(arrays, norm)
-    for key in VARIABLES:  # standardisation may overflow on absurd inputs
+    standardisation = _standardise(arrays, norm, extra)
+    for key in VARIABLES:  # a test value far outside the train range may still overflow
         check_finite(arrays[key], f"dataset {name!r}: standardised {key}")
     attrs: dict[str, Any] = {
         "name": name,

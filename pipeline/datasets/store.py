@@ -2,13 +2,17 @@
 ``<store_root>/<name>-<12 hex of the spec hash>.zarr`` (atomically, idempotently);
 :func:`open_store` reopens a store lazily (dask-backed) after checking every array's sha256.
 
-Store layout (``format_version`` 1): variables ``X_train (train, feature)``, ``y_train (train)``,
-``X_test (test, feature)``, ``y_test (test)``, float64, row-chunked to about 32 MB per chunk.
+Store layout (``format_version`` 2): variables ``X_train (train, feature)``, ``y_train (train)``,
+``X_test (test, feature)``, ``y_test (test)``, float64, row-chunked to about 32 MB per chunk;
+attrs with the provenance, the per-array ``content_sha256`` and ``attrs_sha256``, the sha256 of
+all the other attrs (:func:`attrs_digest`), so that an edited attr is detected like an edited
+array.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import uuid
@@ -36,9 +40,10 @@ _DIMS = {
     "X_test": ("test", "feature"),
     "y_test": ("test",),
 }
+ATTRS_DIGEST = "attrs_sha256"
 REQUIRED_ATTRS = (
     "name", "spec", "spec_hash", "provenance", "source_sha256", "standardisation",
-    "content_sha256", "n_train", "n_test", "d", "format_version",
+    "content_sha256", "n_train", "n_test", "d", "format_version", ATTRS_DIGEST,
 )
 _CHUNK_ELEMENTS = 2**22  # 4 Mi float64 = 32 MB per chunk
 
@@ -53,8 +58,16 @@ def _rows_per_chunk(n: int, d: int) -> int:
     return max(1, min(max(n, 1), _CHUNK_ELEMENTS // max(d, 1)))
 
 
+def attrs_digest(attrs: Mapping[str, Any]) -> str:
+    """sha256 of the store attrs other than ``attrs_sha256`` itself, as canonical JSON."""
+    body = {key: value for key, value in attrs.items() if key != ATTRS_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False).encode()).hexdigest()
+
+
 def _write_store(path: Path, arrays: Arrays, attrs: Mapping[str, Any]) -> None:
-    ds = xr.Dataset({key: (_DIMS[key], arrays[key]) for key in VARIABLES}, attrs=dict(attrs))
+    attrs = {**attrs, ATTRS_DIGEST: attrs_digest(attrs)}
+    ds = xr.Dataset({key: (_DIMS[key], arrays[key]) for key in VARIABLES}, attrs=attrs)
     d = int(attrs["d"])
     encoding = {}
     for key in VARIABLES:
@@ -93,7 +106,8 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> xr.Datas
     ------
     StoreError
         Missing path, unreadable metadata, missing variables/attrs, wrong ``format_version``,
-        shapes that disagree with the attrs, an unreadable chunk or a checksum mismatch.
+        attrs edited after ingest (``attrs_sha256``), shapes that disagree with the attrs, an
+        unreadable chunk or a checksum mismatch.
     """
     path = Path(path).expanduser()
     if not path.exists():
@@ -127,6 +141,13 @@ def _check_structure(path: Path, ds: xr.Dataset) -> None:
     if ds.attrs["format_version"] != FORMAT_VERSION:
         raise _corrupt(path, f"has format_version={ds.attrs['format_version']!r} but this code "
                              f"reads {FORMAT_VERSION}")
+    try:
+        digest = attrs_digest(ds.attrs)
+    except (TypeError, ValueError):  # not JSON any more
+        digest = None
+    if digest != ds.attrs[ATTRS_DIGEST]:
+        raise _corrupt(path, f"has attrs that were edited after ingest ({ATTRS_DIGEST} "
+                             "mismatch)")
     if not isinstance(ds.attrs["content_sha256"], Mapping):
         raise _corrupt(path, "has a malformed content_sha256 attr")
     want = {"train": ds.attrs["n_train"], "test": ds.attrs["n_test"], "feature": ds.attrs["d"]}
@@ -167,19 +188,25 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     InputError
         Bad spec or data (nothing is written).
     StoreError
-        The existing store is corrupt or was built from another spec.
+        The existing store is corrupt or was built from another spec; or ``store_root`` cannot
+        be created or written (read-only, under a file, disk full): the OS reason is named and
+        no partial store is left behind.
     """
     norm = normalise_spec(spec)
     expected = spec_hash(norm)
     path = store_path(norm, store_root)
-    if path.exists():
+    try:
+        exists = path.exists()
+    except OSError as err:  # e.g. a store_root that may not be searched
+        raise _unusable_root(store_root, err) from None
+    if exists:
         _check_existing(path, expected)
         return path
     arrays, attrs = build(norm)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
     published = False
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         _write_store(tmp, arrays, attrs)
         open_store(tmp).close()  # read back what was written before publishing it
         if not path.exists():
@@ -189,12 +216,20 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
             except OSError:
                 if not path.exists():
                     raise
+    except OSError as err:
+        raise _unusable_root(store_root, err) from None
     finally:
         if tmp.exists():  # failed, or another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
     if not published:  # another process published first: use theirs if it is sound
         _check_existing(path, expected)
     return path
+
+
+def _unusable_root(store_root: str | os.PathLike[str], err: OSError) -> StoreError:
+    reason = err.strerror or one_line(err) or type(err).__name__
+    return StoreError(f"cannot write a dataset store under store_root={str(store_root)!r} "
+                      f"({reason}); pass store_root=<a writable directory with free space>")
 
 
 def load_arrays(path: str | os.PathLike[str], *, verify: bool = True

@@ -51,7 +51,8 @@ def friedman1_mean(X: np.ndarray) -> np.ndarray:
 
 
 @register("friedman1", {"data_seed": _seed(), "n_train": _count(1000),
-                        "n_test": _count(1000, 0), "noise_var": _var(1.0)})
+                        "n_test": _count(1000, 0), "noise_var": _var(1.0)},
+          train_shape=lambda spec: (spec["n_train"], 10))
 def _friedman1(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Friedman #1 (Csató & Opper 2002, Figs. 3.2/3.4). Draws: X (n, 10), then noise (n)."""
     rng = _rng(spec)
@@ -65,7 +66,8 @@ def _friedman1(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
 
 
 @register("zhang_sparse_linear", {"data_seed": _seed(), "n_train": _count(1000),
-                                  "n_test": _count(1000, 0), "d": _count(1000)})
+                                  "n_test": _count(1000, 0), "d": _count(1000)},
+          train_shape=lambda spec: (spec["n_train"], spec["d"]))
 def _sparse_linear(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Zhang (2001) §4. Draws: w̄ (d), then X zero mask and values (n, d), then noise (n)."""
     rng = _rng(spec)
@@ -96,7 +98,7 @@ def gaussian_bumps_mean(X: np.ndarray, centres: np.ndarray, coef: np.ndarray,
 @register("gaussian_bumps", {
     "data_seed": _seed(), "n_train": _count(10000), "n_test": _count(1000, 0), "d": _count(20),
     "n_bumps": _count(200), "bump_width": Option(40.0, "float", lo=0.0, lo_open=True),
-    "noise_var": _var(0.1)})
+    "noise_var": _var(0.1)}, train_shape=lambda spec: (spec["n_train"], spec["d"]))
 def _gaussian_bumps(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Smola & Bartlett (2000) §5. Draws: centres (m, d), coef (m), X (n, d), noise (n)."""
     rng = _rng(spec)
@@ -113,7 +115,7 @@ def _gaussian_bumps(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
 
 
 @register("sine1d", {"data_seed": _seed(), "n_train": _count(200), "n_test": _count(200, 0),
-                     "noise_var": _var(0.01)})
+                     "noise_var": _var(0.01)}, train_shape=lambda spec: (spec["n_train"], 1))
 def _sine1d(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """1-D toy problem. Draws: x (n), then noise (n)."""
     rng = _rng(spec)
@@ -132,7 +134,7 @@ _MATERN_JITTER = 1e-10
 @register("matern1d", {"data_seed": _seed(), "n_train": _count(200),
                        "n_test": _count(200, 0),
                        "mu": Option(0.1, "float", lo=0.0, lo_open=True),
-                       "noise_var": _var(1.0)})
+                       "noise_var": _var(1.0)}, train_shape=lambda spec: (spec["n_train"], 1))
 def _matern1d(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Ferrari-Trecate et al. (1999) §5. Draws: x (n), z (n) for f = L z, noise (n)."""
     rng = _rng(spec)
