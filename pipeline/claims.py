@@ -14,6 +14,7 @@ that a job was fitted once, and of every attempt that died.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -57,8 +58,8 @@ def _read(path: Path) -> tuple[dict, float] | None:
         return {}, mtime
 
 
-def _stale(info: dict, mtime: float) -> bool:
-    return time.time() - mtime > LEASE_SECONDS or (bool(info) and not _alive_here(info))
+def _dead_here(info: dict) -> bool:
+    return bool(info) and not _alive_here(info)
 
 
 def _try_create(path: Path, token: str) -> bool:
@@ -89,17 +90,25 @@ def _break(path: Path, seen: dict) -> None:
 
 
 @contextmanager
-def claim_job(job_dir: str | os.PathLike) -> Iterator[None]:
-    """Hold the claim on ``job_dir`` for the duration of the block (waits while another live
-    process holds it)."""
-    job_dir = Path(job_dir)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    path = job_dir / CLAIM_FILE
+def claim(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the claim file ``path`` for the duration of the block; waits while another live
+    process holds it. A claim is stale when its heartbeat (the file's mtime) has not changed
+    for :data:`LEASE_SECONDS` as timed here (no clock is compared with another host's), or at
+    once when its process is gone on this host."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
+    seen: tuple[float, float] | None = None  # (heartbeat seen, when it was first seen here)
     while not _try_create(path, token):
         held = _read(path)
-        if held is not None and _stale(*held):
-            _break(path, held[0])
+        if held is None:
+            continue
+        info, mtime = held
+        if seen is None or seen[0] != mtime:
+            seen = (mtime, time.monotonic())
+        if _dead_here(info) or time.monotonic() - seen[1] > LEASE_SECONDS:
+            _break(path, info)
+            seen = None
         else:
             time.sleep(POLL_SECONDS)
     stop = threading.Event()
@@ -108,8 +117,8 @@ def claim_job(job_dir: str | os.PathLike) -> Iterator[None]:
         while not stop.wait(HEARTBEAT_SECONDS):
             try:
                 os.utime(path)
-            except OSError:
-                return
+            except OSError:  # e.g. moved aside for a moment by a process judging it: go on
+                continue
 
     beat = threading.Thread(target=heartbeat, name="claim-heartbeat", daemon=True)
     beat.start()
@@ -121,6 +130,11 @@ def claim_job(job_dir: str | os.PathLike) -> Iterator[None]:
         held = _read(path)
         if held is not None and held[0].get("token") == token:
             path.unlink(missing_ok=True)
+
+
+def claim_job(job_dir: str | os.PathLike) -> contextlib.AbstractContextManager[None]:
+    """Hold the claim on a job's directory (:func:`claim` on ``<job_dir>/claim.json``)."""
+    return claim(Path(job_dir) / CLAIM_FILE)
 
 
 def record_fit(job_dir: str | os.PathLike, worker: str) -> None:

@@ -65,8 +65,10 @@ def check_override_syntax(argv: list[str]) -> str | None:
                     "pipeline --cfg job)")
         prefix, head = match.group(1), match.group(2)
         known = known if known is not None else top_level_keys()
-        if head == "sweep" and not match.group(3):  # checked before Hydra makes the directory
-            check_location({"sweep": match.group(4), "store_root": "-"})
+        value = match.group(4)
+        if head == "sweep" and not match.group(3) and "${" not in value \
+                and not value.startswith(("'", '"')):  # checked before Hydra makes the directory
+            check_location({"sweep": value, "store_root": "-"})
         if not prefix and head not in known:
             return (f"unknown key {head!r} in {arg!r}; the keys are: {', '.join(sorted(known))}"
                     " (see python -m pipeline --cfg job)")
@@ -111,6 +113,10 @@ def _error(message: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
+        sys.argv = [sys.argv[0], *argv]  # Hydra's own flags (--cfg job, --help, ...)
+        app.hydra_main()
+        return 0
     try:
         error = check_override_syntax(argv) or check_group_choices(argv)
     except InputError as err:
@@ -118,10 +124,6 @@ def main(argv: list[str]) -> int:
     if error:
         return _error(error)
     overrides = force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
-    if any(a.startswith("-") for a in overrides):  # Hydra's own flags (--cfg, --help, ...)
-        sys.argv = [sys.argv[0], *argv]
-        app.hydra_main()
-        return 0
     try:
         if not any(a in MULTIRUN_FLAGS for a in argv):
             record = app.run(overrides).return_value

@@ -39,7 +39,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
 # Modules whose code computes every result (beside the algorithm's own module)
 SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "pipeline.blocks",
-                   "pipeline.curves")
+                   "pipeline.curves", "pipeline.job")
 
 
 def job_config(cfg: DictConfig) -> dict:
@@ -73,6 +73,13 @@ def algorithm_version(spec: AlgorithmSpec) -> str:
     (evaluator, certificate, kernel blocks, learning curves) with everything they import
     (:func:`pipeline.codeversion.code_version`; comments and docstrings do not count)."""
     return code_version(module_of(spec.fit), *SHARED_NUMERICS)
+
+
+def setting_hash(config: Mapping) -> str:
+    """Hash of a job's settings: its identity without the data content and code version (the
+    same settings on edited data or code are the same sweep point, rerun)."""
+    ident = {k: v for k, v in job_identity(config).items() if k not in ("data", "code_version")}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def config_hash(config: Mapping) -> str:

@@ -8,7 +8,11 @@ after one ingest task per dataset. Each task runs Hydra's task function through 
 do: the launcher runs whatever task function the Hydra app gives it. Workers read the dataset
 from its zarr store path; only configs and paths travel through the task graph. A job that
 raises is recorded as failed; a worker that dies is replaced by Dask and its job rerun (results
-are written atomically under the job's hash, so a rerun never duplicates one). The sweep ends with
+are written atomically under the job's hash, so a rerun never duplicates one). Each task claims
+its job's directory (:mod:`pipeline.claims`) and looks at the disk before fitting, so sweeps
+sharing a directory, and tasks Dask reruns, never fit a finished job again. A directory holds one
+sweep: its points are claimed in ``manifest.json`` (under a lock) before the jobs run, and a
+sweep with other points or settings is refused unless ``merge=true``. The sweep ends with
 :func:`pipeline.results.consolidate` into ``<sweep dir>/results.zarr``, and every sweep point's
 JobReturn carries a record (status, job hash, error, results path) that the caller summarises
 with :meth:`SweepOutcome.from_returns`.
@@ -16,7 +20,7 @@ with :meth:`SweepOutcome.from_returns`.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import copy
 import gc
 import json
@@ -32,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
-from distributed import KilledWorker, progress, wait
+from distributed import KilledWorker, as_completed
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, JobStatus, run_job
@@ -41,10 +45,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from algorithms.errors import InputError
 from algorithms.registry import get
-from pipeline.claims import claim_job, record_fit
+from pipeline.claims import claim, claim_job, record_fit
 from pipeline.cluster import check, connect, job_script, memory_hint, worker_name
 from pipeline.datasets import ingest
-from pipeline.job import check_config, config_hash, drop_inapplicable_options, job_config
+from pipeline.job import (
+    check_config,
+    config_hash,
+    drop_inapplicable_options,
+    job_config,
+    setting_hash,
+)
 from pipeline.results import (
     FIXED_DIMS,
     JOB_FILE,
@@ -98,6 +108,7 @@ class _Job:
     config: dict      # the resolved job config
     hash: str
     coords: dict
+    setting: str      # hash of the job's settings (its identity without data and code)
 
 
 def _parse_override(text: str) -> tuple[str, str]:
@@ -184,6 +195,12 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictC
     is never fitted again."""
     out_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
     h = out_dir.name
+    here = config_hash(job_config(cfg))
+    if here != h:  # the job would be filed under a name the client never looks up
+        return {"status": "failed", "config_hash": h,
+                "error": f"the worker names this job {here}, the client {h}: they run different "
+                         "code or data (restart workers started before a change; give them the "
+                         "client's Python, package and files)"}
     with claim_job(out_dir):
         done = _finished(out_dir / JOB_FILE, h, since)
         if done is not None:
@@ -222,21 +239,11 @@ def _execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: Dict
     return {"status": "failed", "error": error, "config_hash": h}
 
 
-class _DropShutdownCancellation(logging.Filter):
-    """The in-process scheduler logs the progress bar's feed being cancelled at shutdown."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and record.exc_info[0] is asyncio.CancelledError)
-
-
 def _quiet_dask_logging() -> None:
     # Hydra configures the root logger at INFO: keep Dask's connection chatter out of the console
     for name in ("distributed", "dask", "tornado"):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("bokeh").setLevel(logging.ERROR)  # the dashboard's host-wildcard notice
-    scheduler_log = logging.getLogger("distributed.scheduler")
-    if not any(isinstance(f, _DropShutdownCancellation) for f in scheduler_log.filters):
-        scheduler_log.addFilter(_DropShutdownCancellation())
 
 
 def _dry_run(cluster_cfg: Mapping) -> None:
@@ -251,44 +258,18 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     """Run a batch of Hydra multirun jobs on Dask; see the module docstring."""
     t_start = time.perf_counter()
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
-    cluster_cfg = job_config(master)["cluster"]
-    check(cluster_cfg)  # bad cluster options stop the sweep even when every job is cached
-    if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
-        _dry_run(cluster_cfg)
-
-    extra_dims = [k for k in swept_keys(job_overrides) if k not in FIXED_DIMS]
-    jobs: list[_Job] = []
-    sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
-    ignored: dict[str, set[str]] = {}
-    checked: set[str] = set()
-    # the memory a fit may have is known here only when the workers run on this machine
-    here = None if cluster_cfg.get("kind") == "local" else math.inf
-    for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
-        config = job_config(cfg)
-        coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *extra_dims)}
-        dropped = drop_inapplicable_options(config)
-        ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
-        config["store_root"] = str(Path(config["store_root"]).resolve())
-        h = config_hash(config)
-        if h not in checked:  # bad input stops the sweep before any cluster starts
-            check_config(config, available=here)
-            checked.add(h)
-        with open_dict(cfg):
-            cfg.algorithm = config["algorithm"]  # resolved, without the dropped options
-            cfg.store_root = config["store_root"]
-            cfg.hydra.sweep.dir = str(sweep_dir)
-            cfg.hydra.sweep.subdir = f"jobs/{h}"
-            cfg.hydra.job.num = initial_job_idx + idx
-            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{initial_job_idx + idx}"
-        jobs.append(_Job(list(overrides), cfg, config, h, coords))
-    _check_options_taken(ignored)
-    for name, keys in sorted(ignored.items()):
-        if keys:
-            print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
-                  "jobs, which are repeated along those dims", flush=True)
-    _check_distinct_coordinates(jobs)
-
-    kept = _entries_kept(sweep_dir, jobs, extra_dims, bool(master.get("merge", False)))
+    try:
+        cluster_cfg, jobs, dims = _prepare(master, hydra_context, job_overrides,
+                                           initial_job_idx, sweep_dir)
+        manifest = sweep_dir / "manifest.json"
+        with _sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
+            kept = _entries_kept(sweep_dir, jobs, dims, bool(master.get("merge", False)))
+            before = manifest.read_bytes() if manifest.exists() else None
+            _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, {}, 0,
+                            only_if_changed=True)
+    except BaseException:
+        _restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
+        raise
     unique: dict[str, _Job] = {}
     for job in jobs:
         unique.setdefault(job.hash, job)
@@ -297,17 +278,24 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     print(f"sweep {sweep_dir}: {len(jobs)} points, {len(unique)} distinct jobs, "
           f"{len(cached)} already finished, {len(to_run)} to run", flush=True)
     timings = {"compose_seconds": time.perf_counter() - t_start}
-    records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
-                                      task_function, retries, timings)
+    try:
+        records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
+                                          task_function, retries, timings)
+    except InputError:  # the cluster did not start: no job ran, leave the directory as it was
+        with _sweep_lock(sweep_dir):
+            _put_back(manifest, before)
+            _restore_hydra_record(sweep_dir)
+        raise
     timings["wall_seconds"] = time.perf_counter() - t_start
 
-    _write_manifest(sweep_dir, master, jobs, kept, extra_dims, job_overrides, timings,
-                    n_workers)
-    results_path = consolidate(sweep_dir)
-    if (sweep_dir / "report").exists():  # a report describes the results beside it: refresh it
-        from pipeline.report import render
+    with _sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
+        kept = _entries_kept(sweep_dir, jobs, dims, merge=True)
+        _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
+        results_path = consolidate(sweep_dir)
+        if (sweep_dir / "report").exists():  # a report describes the results beside it
+            from pipeline.report import render
 
-        print(f"report: {render(results_path)}", flush=True)
+            print(f"report: {render(results_path)}", flush=True)
     returns = []
     for job in jobs:
         record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
@@ -322,6 +310,52 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                                  task_name=str(master.hydra.job.name),
                                  status=JobStatus.COMPLETED, _return_value=record))
     return returns
+
+
+def _prepare(master: DictConfig, hydra_context: HydraContext,
+             job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+             sweep_dir: Path) -> tuple[dict, list[_Job], list[str]]:
+    """Check the cluster options and every job's config, and name the jobs: (cluster config,
+    jobs, the swept dims beside the fixed ones). Raises InputError before anything runs."""
+    cluster_cfg = job_config(master)["cluster"]
+    check(cluster_cfg)  # bad cluster options stop the sweep even when every job is cached
+    if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
+        _dry_run(cluster_cfg)
+
+    extra_dims = [k for k in swept_keys(job_overrides) if k not in FIXED_DIMS]
+    # a rerun of part of a sweep is expressed in that sweep's dims (a dim it sweeps, fixed now)
+    dims = extra_dims + [d for d in _old_dims(sweep_dir) if d not in extra_dims]
+    jobs: list[_Job] = []
+    sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
+    ignored: dict[str, set[str]] = {}
+    checked: set[str] = set()
+    # the memory a fit may have is known here only when the workers run on this machine
+    here = None if cluster_cfg.get("kind") == "local" else math.inf
+    for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
+        config = job_config(cfg)
+        coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
+        dropped = drop_inapplicable_options(config)
+        ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
+        config["store_root"] = str(Path(config["store_root"]).resolve())
+        h = config_hash(config)
+        if h not in checked:  # bad input stops the sweep before any cluster starts
+            check_config(config, available=here)
+            checked.add(h)
+        with open_dict(cfg):
+            cfg.algorithm = config["algorithm"]  # resolved, without the dropped options
+            cfg.store_root = config["store_root"]
+            cfg.hydra.sweep.dir = str(sweep_dir)
+            cfg.hydra.sweep.subdir = f"jobs/{h}"
+            cfg.hydra.job.num = initial_job_idx + idx
+            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{initial_job_idx + idx}"
+        jobs.append(_Job(list(overrides), cfg, config, h, coords, setting_hash(config)))
+    _check_options_taken(ignored)
+    for name, keys in sorted(ignored.items()):
+        if keys:
+            print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
+                  "jobs, which are repeated along those dims", flush=True)
+    _check_distinct_coordinates(jobs)
+    return cluster_cfg, jobs, dims
 
 
 def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
@@ -354,9 +388,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
             futures[job.hash] = client.submit(
                 execute, task, context, job.cfg, stores[key], since,
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
-        progress(list(futures.values()), notebook=False, interval="1s")
-        print(flush=True)
-        wait(list(futures.values()))  # the bar can stop early when a worker is restarted
+        _show_progress(list(futures.values()))
         for job in to_run:
             store = stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)]
             records[job.hash] = _collect(futures[job.hash], store, job, sweep_dir, cluster_cfg)
@@ -367,6 +399,17 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
+
+
+def _show_progress(futures: list, width: int = 40) -> None:
+    """A text bar over the jobs, advanced as each finishes (or fails) on the client's side;
+    returns when every future is done."""
+    start, n = time.perf_counter(), len(futures)
+    for done, _ in enumerate(as_completed(futures), start=1):
+        filled = width * done // n
+        print(f"\r[{'#' * filled}{' ' * (width - filled)}] | {100 * done // n:3d}% Completed | "
+              f"{time.perf_counter() - start:.1f}s", end="", flush=True)
+    print(flush=True)
 
 
 def _same(value):
@@ -425,44 +468,84 @@ def _point(coords: Mapping) -> str:
     return json.dumps({k: str(v) for k, v in coords.items()}, sort_keys=True)
 
 
-def _entries_kept(sweep_dir: Path, jobs: list[_Job], extra_dims: list[str],
+def _read_manifest(sweep_dir: Path) -> dict | None:
+    path = sweep_dir / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        old = json.loads(path.read_text())
+        for entry in old["entries"]:
+            _point(entry["coords"])
+        list(old["extra_dims"])
+        return old
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path} is unreadable ({type(exc).__name__}); pass sweep=<new name> "
+                         "for a new sweep directory, or delete that file to start this one "
+                         "afresh") from None
+
+
+def _old_dims(sweep_dir: Path) -> list[str]:
+    old = _read_manifest(sweep_dir)
+    return [] if old is None else list(old["extra_dims"])
+
+
+def _entries_kept(sweep_dir: Path, jobs: list[_Job], dims: list[str],
                   merge: bool) -> list[dict]:
     """The entries of the sweep already in ``sweep_dir`` that this one keeps in its manifest.
 
     The same sweep points again, or some of them (a rerun: resume, or new results after data or
     code changed), keep the others; new points are refused unless ``merge=true`` adds them to
-    the old ones (same dims only). Nothing is ever silently replaced."""
-    path = sweep_dir / "manifest.json"
-    if not path.exists():
+    the old ones (same dims only), and points whose settings changed (a value that is not
+    swept) are refused. Nothing is ever silently replaced."""
+    old = _read_manifest(sweep_dir)
+    if old is None:
         return []
-    try:
-        old = json.loads(path.read_text())
-        old_entries, old_dims = old["entries"], list(old["extra_dims"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        _restore_hydra_record(sweep_dir)
-        raise InputError(f"{path} is unreadable ({type(exc).__name__}); pass sweep=<new name> "
-                         "for a new sweep directory, or delete that file to start this one "
-                         "afresh") from None
-    new_points = {_point(job.coords) for job in jobs}
-    old_points = {_point(e["coords"]) for e in old_entries}
-    if old_dims == extra_dims and new_points <= old_points:  # a rerun of all or some of it
-        return [e for e in old_entries if _point(e["coords"]) not in new_points]
+    old_entries, old_dims = old["entries"], list(old["extra_dims"])
+    new_points = {_point(job.coords): job.setting for job in jobs}
+    old_points = {_point(e["coords"]): e.get("setting") for e in old_entries}
     command = " ".join(a.removeprefix("++") for a in old.get("command", [])) or "(unknown)"
     what = (f"{sweep_dir} holds another sweep ({len(old_points)} points over "
             f"{', '.join(list(FIXED_DIMS) + old_dims)}; started with: {command})")
-    if not merge or old_dims != extra_dims:
-        _restore_hydra_record(sweep_dir)
+    changed = [p for p, s in new_points.items() if old_points.get(p) not in (None, s)]
+    if set(old_dims) == set(dims) and not changed and set(new_points) <= set(old_points):
+        return [e for e in old_entries if _point(e["coords"]) not in new_points]  # a rerun
+    if changed:
+        raise InputError(f"{what}; this sweep has the same points with other settings (a changed "
+                         "value that is not swept); pass sweep=<new name> for a new sweep "
+                         "directory, or rerun that command to resume it")
     if not merge:
         raise InputError(f"{what}; pass sweep=<new name> for a new sweep directory, rerun that "
                          "command to resume it, or add merge=true to add these points to it")
-    if old_dims != extra_dims:
+    if set(old_dims) != set(dims):
         raise InputError(f"{what}; merge=true needs the same swept dims, but this sweep has "
-                         f"{', '.join(list(FIXED_DIMS) + extra_dims)}; pass sweep=<new name>")
+                         f"{', '.join(list(FIXED_DIMS) + dims)}; pass sweep=<new name>")
     return [e for e in old_entries if _point(e["coords"]) not in new_points]
 
 
+@contextlib.contextmanager
+def _sweep_lock(sweep_dir: Path):
+    """Held while a sweep reads and writes its directory's manifest and results."""
+    with claim(sweep_dir / SWEEP_LOCK):
+        yield
+
+
+def _entry_set(entries: list[dict]) -> set[tuple[str, str]]:
+    return {(_point(e["coords"]), e["hash"]) for e in entries}
+
+
+SWEEP_LOCK = "sweep.lock"
 HYDRA_RECORD = "multirun.yaml"  # Hydra's record of the sweep, written before the launcher runs
 HYDRA_RECORD_KEPT = "manifest.multirun.yaml"  # that of the sweep the manifest describes
+
+
+def _put_back(path: Path, content: bytes | None) -> None:
+    """Restore ``path`` to ``content`` (None: it did not exist)."""
+    if content is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_bytes(content)
+    os.replace(tmp, path)
 
 
 def _restore_hydra_record(sweep_dir: Path) -> None:
@@ -477,15 +560,20 @@ def _restore_hydra_record(sweep_dir: Path) -> None:
 
 def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], kept: list[dict],
                     extra_dims: list[str], job_overrides: Sequence[Sequence[str]], timings: dict,
-                    n_workers: int) -> None:
+                    n_workers: int, only_if_changed: bool = False) -> None:
+    entries = kept + [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash,
+                       "setting": j.setting} for j in jobs]
+    if only_if_changed:  # before the jobs run: claim the points, but never rewrite for nothing
+        old = _read_manifest(sweep_dir)
+        if old is not None and _entry_set(old["entries"]) == _entry_set(entries):
+            return
     manifest = {
         "sweep": sweep_dir.name,
         "command": list(master.hydra.overrides.task),
         "config": job_config(master),
         "swept_keys": swept_keys(job_overrides),
         "extra_dims": extra_dims,
-        "entries": kept + [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash}
-                           for j in jobs],
+        "entries": entries,
         "timings": timings,
         "n_workers": n_workers,
     }

@@ -79,6 +79,12 @@ CASES = [
          ("same swept dims", "kernel.width")),
     Case("garbled-manifest", SEED_SWEEP, ("manifest.json", "sweep=<new name>"),
          setup=garble_manifest),
+    Case("same-points-other-settings", (*SEED_SWEEP, "kernel.width=3"),
+         ("holds another sweep", "other settings", "sweep=<new name>")),
+    Case("merge-same-points-other-settings", (*SEED_SWEEP, "kernel.width=3", "merge=true"),
+         ("other settings",)),
+    Case("dry-run-into-existing-sweep", (*SEED_SWEEP[:2], "cluster=slurm", "cluster.dry_run=1",
+                                         "sweep=seed", "seed=0,1"), ("cluster.dry_run=1",)),
 ]
 
 

@@ -185,3 +185,35 @@ def test_worker_killed_for_memory_is_reported_with_its_limit(tmp_path):
     assert "KilledWorker" in failed and "cluster.memory_limit=400MB" in failed
     assert "raise cluster.memory_limit" in failed
     assert "Traceback" not in proc.stderr
+
+
+def test_two_different_sweeps_started_together_never_mix(tmp_path):
+    base = ("dataset=sine1d", "seed=0", "sweep=one_dir", *LOCAL)
+    a, b = start(tmp_path, "lam=0.1,0.2", *base), start(tmp_path, "lam=0.3,0.4", *base)
+    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=600), b.communicate(timeout=600)
+    codes = sorted([a.returncode, b.returncode])
+    assert codes == [0, 2], out_a[-1500:] + err_a[-1500:] + out_b[-1500:] + err_b[-1500:]
+    refused = err_a if a.returncode == 2 else err_b
+    assert "holds another sweep" in refused and refused.count("\n") == 1
+    ds = load(tmp_path / "outputs/one_dir/results.zarr")
+    kept = ds["lam"].values.tolist()
+    assert kept in ([0.1, 0.2], [0.3, 0.4]) and set(ds["status"].values.ravel()) == {"ok"}
+
+
+def test_rerunning_part_of_a_sweep_resumes_it(tmp_path):
+    grid = ("algorithm=sgma", "dataset=sine1d", "lam=0.1,0.2", "kernel.width=1,2", *LOCAL)
+    first, _ = finish(start(tmp_path, *grid))
+    assert counts(first) == (0, 4)
+    # a swept key fixed to one of its values, and the keys in another order: the same sweep
+    part, _ = finish(start(tmp_path, "kernel.width=1", "algorithm=sgma", "dataset=sine1d",
+                           "lam=0.2,0.1", *LOCAL))
+    assert counts(part) == (2, 0)
+    ds = load(tmp_path / "outputs/multirun/results.zarr")
+    assert ds.sizes["kernel.width"] == 2 and set(ds["status"].values.ravel()) == {"ok"}
+
+
+def test_hydra_flags_with_values_still_work(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--cfg", "job", "lam=0.5"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "lam: 0.5" in proc.stdout and "algorithm:" in proc.stdout
