@@ -239,6 +239,18 @@ def _execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: Dict
     return {"status": "failed", "error": error, "config_hash": h}
 
 
+@contextlib.contextmanager
+def _silent_on_interrupt():
+    """On Ctrl-C the cluster is torn down mid-conversation; what Dask and asyncio log about
+    the broken connections is noise beside the one line the CLI prints."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        for name in ("distributed", "tornado", "asyncio"):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        raise
+
+
 def _quiet_dask_logging() -> None:
     # Hydra configures the root logger at INFO: keep Dask's connection chatter out of the console
     for name in ("distributed", "dask", "tornado"):
@@ -367,7 +379,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         return records, 0
     _quiet_dask_logging()
     t0 = time.perf_counter()
-    with connect(cluster_cfg) as client:
+    with connect(cluster_cfg) as client, _silent_on_interrupt():
         timings["cluster_start_seconds"] = time.perf_counter() - t0
         n_workers = len(client.scheduler_info().get("workers", {}))
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
