@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from algorithms import ArrayKernelBlocks, Kernel
+from tests.bad_input import make_seed_dir
 
 
 def make_problem(n=60, d=3, n_test=25, seed=0, kernel=None, noise=0.1):
@@ -20,3 +21,10 @@ def make_problem(n=60, d=3, n_test=25, seed=0, kernel=None, noise=0.1):
 @pytest.fixture
 def problem():
     return make_problem()
+
+
+@pytest.fixture(scope="session")
+def seed_dir(tmp_path_factory):
+    """A finished tiny sweep and its report, copied into each bad-input case's workdir
+    (``tests/bad_input.py``); built once for every case table."""
+    return make_seed_dir(tmp_path_factory.mktemp("seed"))

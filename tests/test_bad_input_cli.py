@@ -5,12 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import Case, make_seed_dir, run_case
-
-
-@pytest.fixture(scope="session")
-def seed_dir(tmp_path_factory):
-    return make_seed_dir(tmp_path_factory.mktemp("seed"))
+from tests.bad_input import Case, run_case
 
 
 def garble_manifest(workdir: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import Case, make_seed_dir, run_case
+from tests.bad_input import Case, run_case
 
 SWEEP = ("pipeline", "-m", "seed=0,1", "dataset=sine1d")
 # PATH without a batch system's submit commands (this machine has none anyway)
@@ -17,11 +17,6 @@ NO_BATCH_PATH = os.pathsep.join(
     d for d in os.environ.get("PATH", "").split(os.pathsep)
     if d and not any((Path(d) / c).exists() for c in ("sbatch", "qsub")))
 FAKE_BIN = Path(tempfile.gettempdir()) / f"sgp-fake-sbatch-{os.getpid()}"
-
-
-@pytest.fixture(scope="session")
-def seed_dir(tmp_path_factory):
-    return make_seed_dir(tmp_path_factory.mktemp("seed"))
 
 
 @pytest.fixture(scope="module", autouse=True)

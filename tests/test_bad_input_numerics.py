@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 import zarr
 
-from tests.bad_input import Case, make_seed_dir, run_case
-
-
-@pytest.fixture(scope="session")
-def seed_dir(tmp_path_factory):
-    return make_seed_dir(tmp_path_factory.mktemp("seed"))
-
+from tests.bad_input import Case, run_case
 
 # the dataset of the seed sweep: its store exists, so these jobs ingest nothing
 SEED_DATA = ("dataset=sine1d", "dataset.n_train=40", "dataset.n_test=20")

@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import Case, make_seed_dir, run_case
+from tests.bad_input import Case, run_case
 
 RESULTS = "outputs/seed/results.zarr"
 REBUILD = "rerunning the sweep command that wrote it (sweep=seed)"
-
-
-@pytest.fixture(scope="session")
-def seed_dir(tmp_path_factory):
-    return make_seed_dir(tmp_path_factory.mktemp("seed"))
 
 
 def _store(workdir: Path) -> Path:
