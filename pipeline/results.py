@@ -43,6 +43,7 @@ import xarray as xr
 from algorithms.contract import Result
 from algorithms.errors import InputError
 from pipeline.datasets.spec import StoreError
+from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
@@ -294,13 +295,13 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     ds = xr.Dataset(data_vars, coords={**coords, "step": np.arange(1, n_step + 1)}, attrs=attrs)
     ds.attrs["content_sha256"] = json.dumps(
         {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
-    ds.attrs["attrs_sha256"] = _hash_attrs(ds.attrs)
+    ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store
     return _write_atomically(ds, sweep_dir / "results.zarr", check=_read_back)
 
 
 # ---------------------------------------------------------------------------- loading, checks
 
-HASH_ATTRS = ("content_sha256", "attrs_sha256")
+HASH_ATTRS = ("content_sha256", ATTRS_DIGEST)
 JSON_ATTRS = ("config", "versions", "swept_keys", "timings", "content_sha256")
 
 
@@ -318,11 +319,6 @@ def _hash_values(values: np.ndarray) -> str:
     else:
         h.update(b"str" + json.dumps([str(v) for v in values.ravel().tolist()]).encode())
     return h.hexdigest()
-
-
-def _hash_attrs(attrs: Mapping) -> str:
-    rest = {k: v for k, v in attrs.items() if k != "attrs_sha256"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _read_back(tmp: Path) -> None:
@@ -420,7 +416,7 @@ def _verify(path: Path, ds: xr.Dataset) -> None:
     if not all(key in attrs for key in HASH_ATTRS):
         raise _damaged(path, "has no content hashes (consolidated by an older version; "
                              "load(path, verify=False) opens it unchecked)")
-    if _hash_attrs(attrs) != attrs["attrs_sha256"]:
+    if attrs_digest(attrs) != attrs[ATTRS_DIGEST]:
         raise _damaged(path, "has attrs that differ from what consolidation wrote (edited: "
                              "attrs_sha256 does not match)")
     try:

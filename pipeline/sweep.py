@@ -27,7 +27,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 import traceback
@@ -275,10 +274,11 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                                            initial_job_idx, sweep_dir)
         manifest = sweep_dir / "manifest.json"
         with _sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
-            kept = _entries_kept(sweep_dir, jobs, dims, bool(master.get("merge", False)))
             before = manifest.read_bytes() if manifest.exists() else None
-            _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, {}, 0,
-                            only_if_changed=True)
+            old = _read_manifest(sweep_dir)
+            kept = _entries_kept(sweep_dir, old, jobs, dims, bool(master.get("merge", False)))
+            if old is None or _entry_set(old["entries"]) != _entry_set(kept + _entries(jobs)):
+                _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, {}, 0)
     except BaseException:
         _restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
         raise
@@ -295,13 +295,13 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                                           task_function, retries, timings)
     except InputError:  # the cluster did not start: no job ran, leave the directory as it was
         with _sweep_lock(sweep_dir):
-            _put_back(manifest, before)
+            _write_bytes(manifest, before)
             _restore_hydra_record(sweep_dir)
         raise
     timings["wall_seconds"] = time.perf_counter() - t_start
 
     with _sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
-        kept = _entries_kept(sweep_dir, jobs, dims, merge=True)
+        kept = _entries_kept(sweep_dir, _read_manifest(sweep_dir), jobs, dims, merge=True)
         _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
         results_path = consolidate(sweep_dir)
         if (sweep_dir / "report").exists():  # a report describes the results beside it
@@ -501,15 +501,15 @@ def _old_dims(sweep_dir: Path) -> list[str]:
     return [] if old is None else list(old["extra_dims"])
 
 
-def _entries_kept(sweep_dir: Path, jobs: list[_Job], dims: list[str],
+def _entries_kept(sweep_dir: Path, old: dict | None, jobs: list[_Job], dims: list[str],
                   merge: bool) -> list[dict]:
-    """The entries of the sweep already in ``sweep_dir`` that this one keeps in its manifest.
+    """The entries of the sweep already in ``sweep_dir`` (its manifest ``old``) that this one
+    keeps in its manifest.
 
     The same sweep points again, or some of them (a rerun: resume, or new results after data or
     code changed), keep the others; new points are refused unless ``merge=true`` adds them to
     the old ones (same dims only), and points whose settings changed (a value that is not
     swept) are refused. Nothing is ever silently replaced."""
-    old = _read_manifest(sweep_dir)
     if old is None:
         return []
     old_entries, old_dims = old["entries"], list(old["extra_dims"])
@@ -541,6 +541,11 @@ def _sweep_lock(sweep_dir: Path):
         yield
 
 
+def _entries(jobs: list[_Job]) -> list[dict]:
+    return [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash, "setting": j.setting}
+            for j in jobs]
+
+
 def _entry_set(entries: list[dict]) -> set[tuple[str, str]]:
     return {(_point(e["coords"]), e["hash"]) for e in entries}
 
@@ -550,8 +555,8 @@ HYDRA_RECORD = "multirun.yaml"  # Hydra's record of the sweep, written before th
 HYDRA_RECORD_KEPT = "manifest.multirun.yaml"  # that of the sweep the manifest describes
 
 
-def _put_back(path: Path, content: bytes | None) -> None:
-    """Restore ``path`` to ``content`` (None: it did not exist)."""
+def _write_bytes(path: Path, content: bytes | None) -> None:
+    """Make ``path`` hold ``content`` (None: remove it), atomically."""
     if content is None:
         path.unlink(missing_ok=True)
         return
@@ -565,34 +570,24 @@ def _restore_hydra_record(sweep_dir: Path) -> None:
     ``multirun.yaml``, so put back that of the sweep the directory holds."""
     kept = sweep_dir / HYDRA_RECORD_KEPT
     if kept.exists():
-        tmp = sweep_dir / f"{HYDRA_RECORD}.tmp"
-        shutil.copyfile(kept, tmp)
-        os.replace(tmp, sweep_dir / HYDRA_RECORD)
+        _write_bytes(sweep_dir / HYDRA_RECORD, kept.read_bytes())
 
 
 def _write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[_Job], kept: list[dict],
                     extra_dims: list[str], job_overrides: Sequence[Sequence[str]], timings: dict,
-                    n_workers: int, only_if_changed: bool = False) -> None:
-    entries = kept + [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash,
-                       "setting": j.setting} for j in jobs]
-    if only_if_changed:  # before the jobs run: claim the points, but never rewrite for nothing
-        old = _read_manifest(sweep_dir)
-        if old is not None and _entry_set(old["entries"]) == _entry_set(entries):
-            return
+                    n_workers: int) -> None:
     manifest = {
         "sweep": sweep_dir.name,
         "command": list(master.hydra.overrides.task),
         "config": job_config(master),
         "swept_keys": swept_keys(job_overrides),
         "extra_dims": extra_dims,
-        "entries": entries,
+        "entries": kept + _entries(jobs),
         "timings": timings,
         "n_workers": n_workers,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    tmp = sweep_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, sweep_dir / "manifest.json")
+    _write_bytes(sweep_dir / "manifest.json",
+                 json.dumps(manifest, indent=1, sort_keys=True, default=str).encode())
     if (sweep_dir / HYDRA_RECORD).exists():
-        shutil.copyfile(sweep_dir / HYDRA_RECORD, sweep_dir / f"{HYDRA_RECORD_KEPT}.tmp")
-        os.replace(sweep_dir / f"{HYDRA_RECORD_KEPT}.tmp", sweep_dir / HYDRA_RECORD_KEPT)
+        _write_bytes(sweep_dir / HYDRA_RECORD_KEPT, (sweep_dir / HYDRA_RECORD).read_bytes())
