@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,31 @@ def metrics(prediction: Prediction, y: np.ndarray) -> dict[str, float]:
     return out
 
 
+class MemoryProfile:
+    """Peak bytes allocated through Python's allocators (numpy arrays included) above the
+    level at the last :meth:`reset`, by :mod:`tracemalloc`; a context manager that starts and
+    stops tracing (unless it was already running). BLAS/LAPACK workspace outside numpy is not
+    counted; it is O(block) for every algorithm here."""
+
+    def __enter__(self) -> MemoryProfile:
+        self.started = not tracemalloc.is_tracing()
+        if self.started:
+            tracemalloc.start()
+        self.reset()
+        return self
+
+    def reset(self) -> None:
+        tracemalloc.reset_peak()
+        self.base = tracemalloc.get_traced_memory()[0]
+
+    def peak(self) -> float:
+        return float(tracemalloc.get_traced_memory()[1] - self.base)
+
+    def __exit__(self, *exc) -> None:
+        if self.started:
+            tracemalloc.stop()
+
+
 class Recorder:
     """Trace rows of one run; see the module docstring. ``test`` is (X_test, y_test) or None."""
 
@@ -112,13 +138,44 @@ class Recorder:
         return {k: np.array([row.get(k, math.nan) for row in self.rows], dtype=np.float64)
                 for k in keys}
 
-    def finish(self, name: str, solution: Solution) -> Fit:
+    def _evaluate_final(self, solution: Solution, memory: MemoryProfile | None
+                        ) -> tuple[dict[str, float], dict[str, float]]:
+        """Test metrics of the final predictor, and the cost of predicting on the test set:
+        seconds (and, profiled, peak bytes) of the mean and of the error bars separately
+        (004 Table 1 rows "Prediction: Mean / Error Bars")."""
+        X, y = self.test
+        costs: dict[str, float] = {}
+        if memory is not None:
+            memory.reset()
+        t0 = time.perf_counter()
+        mean = solution.mean(X)
+        costs["predict_mean_seconds"] = time.perf_counter() - t0
+        if memory is not None:
+            costs["predict_mean_peak_bytes"] = memory.peak()
+        var = None
+        if solution.variance_bounds is not None:
+            if memory is not None:
+                memory.reset()
+            t0 = time.perf_counter()
+            var = solution.variance_bounds(X)[1]
+            costs["predict_var_seconds"] = time.perf_counter() - t0
+            if memory is not None:
+                costs["predict_var_peak_bytes"] = memory.peak()
+        return metrics(Prediction(mean, var), y), costs
+
+    def finish(self, name: str, solution: Solution,
+               memory: MemoryProfile | None = None) -> Fit:
         """The immutable Fit: the final predictor scored on the test set (also the metrics of
-        the last trace step, whose state it is), reasons for what does not apply."""
+        the last trace step, whose state it is), reasons for what does not apply. With
+        ``memory`` (a running :class:`MemoryProfile`), the fit's peak is read first."""
         final: dict[str, float] = dict.fromkeys(METRICS, math.nan)
+        costs: dict[str, float] = {}
+        if memory is not None:
+            costs["fit_peak_bytes"] = memory.peak()
         reasons = dict(solution.not_applicable)
         if self.test is not None and len(solution.coef):
-            final = self._evaluate(solution.predict)
+            final, more = self._evaluate_final(solution, memory)
+            costs.update(more)
             if self.rows:  # the last step's state is the final one: score it in full
                 self.rows[-1].update(final)
         if self.test is None:
@@ -133,7 +190,7 @@ class Recorder:
         for key in TRACE_KEYS:
             trace.setdefault(key, np.full(n_steps, np.nan))
         summary = {"seconds": float(trace["seconds"][-1]) if n_steps else 0.0,
-                   **solution.summary, **final}
+                   **solution.summary, **final, **costs}
         _check_finite(solution, summary, reasons)
         return Fit(name, trace, summary, reasons, solution)
 
@@ -208,7 +265,8 @@ def numerical_error(owner: str, kernel: Kernel, lam: float, diag: Callable[[], n
 
 def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
         kappa: int | None = None, rng: np.random.Generator | int | None = None,
-        test: tuple[np.ndarray, np.ndarray] | None = None, **options: Any) -> Fit:
+        test: tuple[np.ndarray, np.ndarray] | None = None, profile_memory: bool = False,
+        **options: Any) -> Fit:
     """Fit a registered algorithm (by name or spec) and evaluate it.
 
     Parameters
@@ -220,6 +278,11 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     kappa : candidate-subset size κ (algorithms with ``uses_kappa``; ignored otherwise).
     rng : random generator or seed (default seed 0).
     test : optional (X_test (n_test, d), y_test (n_test,)) for the test metrics.
+    profile_memory : also record the peak memory of the fit (``fit_peak_bytes``, trace
+        evaluations included) and of predicting the test mean and error bars
+        (``predict_mean_peak_bytes``, ``predict_var_peak_bytes``) with :class:`MemoryProfile`.
+        The seconds of predicting (``predict_mean_seconds``, ``predict_var_seconds``) are
+        always recorded when there is a test set.
     **options : the algorithm's options (``algorithm.<option>``); others take their defaults.
 
     Raises
@@ -239,9 +302,10 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)
     recorder = Recorder(test, **{k: opts.pop(k) for k in EVALUATOR_OPTIONS if k in opts})
-    with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag):
+    with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag), \
+            (MemoryProfile() if profile_memory else nullcontext()) as memory:
         solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
-        return recorder.finish(spec.name, solution)
+        return recorder.finish(spec.name, solution, memory)
 
 
 def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],

@@ -155,6 +155,10 @@ def check_config(config: Mapping, available: float | None = None
         check_size(spec, *shape, options, available)  # too large for max_n or the memory
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
+    profile = config.get("profile_memory", False)
+    if not isinstance(profile, bool):
+        raise InputError(f"profile_memory={profile!r} must be true or false; pass "
+                         "profile_memory=true to record the peak memory of fit and prediction")
     check_location(config)
     return spec, lam, kernel, options
 
@@ -184,7 +188,8 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
         result: Result = run_curve(config, spec, kernel, blocks, options)
     else:
         result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
-                     rng=np.random.default_rng(seed), test=(X_test, y_test), **options)
+                     rng=np.random.default_rng(seed), test=(X_test, y_test),
+                     profile_memory=config.get("profile_memory", False), **options)
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
     job_hash = config_hash(config)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),

@@ -63,7 +63,7 @@ def _same(a: Fit, b: Fit) -> None:
     np.testing.assert_array_equal(a.coef, b.coef)
     for key, value in a.summary.items():
         other = b.summary[key]
-        if key != "seconds":
+        if not key.endswith("seconds"):  # timings differ between runs
             assert value == other or (value != value and other != other), key
 
 
