@@ -142,6 +142,7 @@ class LowRankSolve:
         self.z = np.zeros(cap)                          # R⁻¹Fᵀy
         self.R_dual = np.zeros((cap, cap), order="F")  # chol(σ²I + K_PP)
         self.z_dual = np.zeros(cap)                     # R_dual⁻¹y_P
+        self.L_PP = np.zeros((cap, cap), order="F")    # F[P, :], lower triangular
 
     def _extend(self, R: np.ndarray, z: np.ndarray, cross: np.ndarray, block: np.ndarray,
                 rhs: np.ndarray) -> None:
@@ -161,18 +162,21 @@ class LowRankSolve:
             return
         if t1 > self.R.shape[0]:
             cap = chol.F.shape[1]
-            self.R, self.R_dual = _grow(self.R, cap, cap), _grow(self.R_dual, cap, cap)
+            self.R, self.R_dual, self.L_PP = (_grow(a, cap, cap)
+                                              for a in (self.R, self.R_dual, self.L_PP))
             self.z, self.z_dual = (np.concatenate([v, np.zeros(cap - len(v))])
                                    for v in (self.z, self.z_dual))
         F_old, F_new = chol.F[:, :t], chol.F[:, t:t1]
         eye = self.lam * np.eye(t1 - t)
         self._extend(self.R, self.z, F_old.T @ F_new, eye + F_new.T @ F_new,
                      F_new.T @ self.y)
-        P = np.asarray(chol.pivots)
-        L_new = np.tril(chol.F[P[t:t1], :t1], k=t)  # rows t..t1 of L_PP = F[P, :]
-        K_cross = np.tril(chol.F[P[:t], :t]) @ L_new[:, :t].T  # K[P_old, P_new]
+        P_new = np.asarray(chol.pivots[t:t1])
+        # rows t..t1 of L_PP = F[P, :]; above the diagonal F[P, :] is round-off, taken as 0
+        L_new = np.tril(chol.F[P_new, :t1], k=t)
+        self.L_PP[t:t1, :t1] = L_new
+        K_cross = self.L_PP[:t, :t] @ L_new[:, :t].T  # K[P_old, P_new] = L_old L_newᵀ
         self._extend(self.R_dual, self.z_dual, K_cross, eye + L_new @ L_new.T,
-                     self.y[P[t:t1]])
+                     self.y[P_new])
         self.t = t1
 
     def objectives(self) -> tuple[np.ndarray, np.ndarray]:
@@ -188,8 +192,7 @@ class LowRankSolve:
         return -self.half_yy - self.lam * L_dual
 
     def _factors(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        P = np.asarray(self.chol.pivots[:t], dtype=np.int64)
-        return P, np.tril(self.chol.F[P, :t])
+        return np.asarray(self.chol.pivots[:t], dtype=np.int64), self.L_PP[:t, :t]
 
     def coef(self, t: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(pivots, α_P) of the solution on the first ``t`` pivots (default all)."""
@@ -208,7 +211,7 @@ class LowRankSolve:
         """The DTC predictive variance of y as (lower, upper) = (var, var)."""
         t, lam = self.t, self.lam
         P, L_PP = self._factors(t)
-        R = self.R[:t, :t].copy()
+        L_PP, R = L_PP.copy(), self.R[:t, :t].copy()
         kernel, X_P = self.chol.blocks.kernel, self.chol.blocks.inputs(P)
 
         def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -250,7 +253,8 @@ def record(recorder: Recorder, solve: LowRankSolve, evaluate: bool = True) -> No
     chol, t = solve.chol, solve.t
     L, L_dual = (float(v[-1]) for v in solve.objectives())
     lower = solve.lower_bound(L_dual)
-    recorder.step(solve.predictor() if evaluate else None, n_basis=t, objective=L,
+    predict = (lambda X_new: solve.predictor()(X_new)) if evaluate else None
+    recorder.step(predict, n_basis=t, objective=L,
                   dual_objective=L_dual, gap=solve.gap(L, L_dual),
                   gap_certified_pivots=(L - lower) / abs(L) if L < 0 else np.inf,
                   residual_trace=chol.residual_trace(), n_dropped=chol.n_dropped)
