@@ -48,6 +48,7 @@ from scipy import stats  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
 from pipeline.results import load  # noqa: E402
+from pipeline.scaling import scaling_figure, scaling_table  # noqa: E402
 
 DEFAULT_FIGURES = [
     {"metric": "gap", "logy": True, "title": "relative duality gap"},
@@ -148,6 +149,8 @@ def _marks(ax, sub: xr.Dataset, spec: dict, color) -> None:
 
 
 def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+    if "against" in spec:
+        return frontier_figure(ds, spec, out_dir, name)
     if "x" in spec:
         return sweep_figure(ds, spec, out_dir, name)
     metric = spec["metric"]
@@ -207,6 +210,58 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
             ax.set_xscale("log")
         ax.legend(fontsize=7)
     return _save(fig, out_dir / f"{name}.png")
+
+
+def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+    """A final metric against a final cost (``against``, e.g. ``final_seconds``), one panel per
+    dataset and one line per algorithm through its settings along ``over`` (e.g. the basis
+    size), means over the seeds: which method is best at equal time."""
+    metric, against, over = spec["metric"], spec["against"], spec["over"]
+    if metric not in ds or against not in ds or over not in ds.dims:
+        return None
+    datasets = ds["dataset"].values.tolist()
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        for algorithm in ds["algorithm"].values.tolist():
+            sub = ds.sel(dataset=dataset, algorithm=algorithm)
+            ok = sub["status"] == "ok"
+            other = [d for d in sub[metric].dims if d != over]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                x = sub[against].where(ok).mean(other, skipna=True).values
+                y = sub[metric].where(ok).mean(other, skipna=True).values
+            keep = np.isfinite(x) & np.isfinite(y)
+            if not keep.any():
+                continue
+            line = ax.plot(x[keep], y[keep], "o-", label=algorithm, ms=4)[0]
+            if np.unique(sub["job_hash"].values).size == 1:  # one job along `over`: a reference
+                line.set(linestyle="none", marker="*", ms=12)
+                continue
+            for xi, yi, size in zip(x[keep], y[keep], ds[over].values[keep], strict=True):
+                ax.annotate(str(size), (xi, yi), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set(xscale="log", xlabel=spec.get("xlabel", against), ylabel=metric,
+               title=f"{spec.get('title', metric)}: {dataset}")
+        if spec.get("logy"):
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out_dir / f"{name}.png")
+
+
+def failures(ds: xr.Dataset) -> str:
+    """One line per distinct failed job: its setting and its one-line error."""
+    lines, seen = [], set()
+    failed = ds["status"] == "failed"
+    for index in zip(*np.nonzero(failed.values), strict=True):
+        point = {d: ds[d].values[i] for d, i in zip(failed.dims, index, strict=True)}
+        h = str(ds["job_hash"].values[index])
+        if h in seen:
+            continue
+        seen.add(h)
+        where = " ".join(f"{d}={v}" for d, v in point.items() if ds.sizes[d] > 1)
+        lines.append(f"- {where}: {ds['error'].values[index]}")
+    return "\n".join(lines)
 
 
 def _mean_sd(values: np.ndarray) -> str:
@@ -326,8 +381,16 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
              f"{', '.join(ds.attrs['swept_keys'])})", "", table, ""]
     if report_cfg.get("paired"):
         lines += ["Paired t-tests:", "", paired_tests(ds, report_cfg["paired"]), ""]
+    if report_cfg.get("scaling"):
+        figures.append(scaling_figure(ds, report_cfg["scaling"], out_dir,
+                                      f"fig{len(figures) + 1}_scaling"))
+        lines += ["Log-log slopes of the costs (004 Table 1 in this product's notation: n "
+                  "training points, m basis functions):", "",
+                  scaling_table(ds, report_cfg["scaling"]), ""]
     if report_cfg.get("paper"):
         lines += [f"Paper: {report_cfg['paper']}", ""]
+    if (ds["status"] == "failed").any():
+        lines += ["Failed jobs:", "", failures(ds), ""]
     lines += [overhead_line(ds), ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
     report = out_dir / "report.md"

@@ -1,0 +1,145 @@
+"""Cost scaling of a sweep over data size and basis size, against 004's Table 1.
+
+A sweep over ``size`` (e.g. ``dataset.n_train``) and ``basis`` (e.g. ``algorithm.max_basis``)
+gives, per algorithm and cost quantity (training seconds, peak memory, seconds to predict the
+mean and the error bars), two lines: against the data size at the fixed basis size
+``at_basis``, and against the basis size at the fixed data size ``at_size``. The log-log slope
+of each line, fitted over its ``fit_last`` largest points, is the measured exponent; the
+experiment's ``paper`` mapping gives Table 1's. An algorithm whose basis size is not an option
+but a trace variable (CG's iteration count: ``trace_basis``) has its basis slope fitted to its
+trace (cumulative seconds against that variable) at ``at_size``.
+
+Configured by ``report.scaling`` (see conf/experiment/smola2001_table1.yaml); used by
+:mod:`pipeline.report`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+
+QUANTITIES = {"final_seconds": "training seconds",
+              "final_fit_peak_bytes": "training peak memory (bytes)",
+              "final_predict_mean_seconds": "seconds to predict the mean",
+              "final_predict_var_seconds": "seconds to predict the error bars"}
+
+
+def _line(ds: xr.Dataset, algorithm: str, quantity: str, along: str, fixed: dict
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """(x, mean over seeds) of ``quantity`` along the dim ``along`` at ``fixed``, ok jobs only."""
+    sel = {"algorithm": algorithm, **{k: v for k, v in fixed.items() if k in ds.dims}}
+    sub = ds.sel(sel)
+    values = sub[quantity].where(sub["status"] == "ok")
+    other = [d for d in values.dims if d != along]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = values.mean(other, skipna=True).values
+    x = ds[along].values.astype(float)
+    keep = np.isfinite(mean) & (mean > 0)
+    return x[keep], mean[keep]
+
+
+def slope(x: np.ndarray, y: np.ndarray, last: int) -> tuple[float, str]:
+    """Least-squares slope of log y on log x over the ``last`` largest x, and the x range."""
+    if len(x) < 2:
+        return np.nan, "–"
+    x, y = x[-last:], y[-last:]
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0]), f"{x[0]:g}–{x[-1]:g}"
+
+
+def _trace_line(ds: xr.Dataset, algorithm: str, variable: str, at_size: dict
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative seconds against a trace variable (e.g. CG iterations), first ok run."""
+    sub = ds.sel({"algorithm": algorithm, **{k: v for k, v in at_size.items() if k in ds.dims}})
+    x = sub[variable].values.reshape(-1, ds.sizes["step"])
+    y = sub["seconds"].values.reshape(-1, ds.sizes["step"])
+    rows = np.flatnonzero(np.isfinite(x).any(axis=1))
+    if not len(rows):
+        return np.array([]), np.array([])
+    x, y = x[rows[0]], y[rows[0]]
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    return x[keep], y[keep]
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def scaling_table(ds: xr.Dataset, cfg: dict) -> str:
+    """Markdown: measured log-log slopes next to Table 1's exponents, per algorithm and
+    quantity."""
+    size, basis = cfg["size"], cfg["basis"]
+    at_basis, at_size = {basis: cfg["at_basis"]}, {size: cfg["at_size"]}
+    last, paper = int(cfg.get("fit_last", 4)), cfg.get("paper", {})
+    trace_basis = cfg.get("trace_basis", {})
+    header = ["algorithm", "quantity", f"slope vs {size} (at {basis}={cfg['at_basis']})",
+              "Table 1", f"slope vs basis size (at {size}={cfg['at_size']})", "Table 1"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for algorithm in ds["algorithm"].values.tolist():
+        for quantity, label in QUANTITIES.items():
+            if quantity not in ds:
+                continue
+            exponents = paper.get(algorithm, {}).get(quantity.removeprefix("final_"), [None] * 2)
+            s_n, range_n = slope(*_line(ds, algorithm, quantity, size, at_basis), last)
+            if basis in ds.dims and ds.sizes[basis] > 1 and algorithm not in trace_basis:
+                s_m, range_m = slope(*_line(ds, algorithm, quantity, basis, at_size), last)
+            elif algorithm in trace_basis and quantity == "final_seconds":
+                x, y = _trace_line(ds, algorithm, trace_basis[algorithm], at_size)
+                s_m, range_m = slope(x[x >= 4], y[x >= 4], len(x))
+                range_m = f"{trace_basis[algorithm]} {range_m}"
+            else:
+                s_m, range_m = np.nan, "–"
+            cells = [f"{s_n:.2f} ({range_n})" if np.isfinite(s_n) else "–", _fmt(exponents[0]),
+                     f"{s_m:.2f} ({range_m})" if np.isfinite(s_m) else "–", _fmt(exponents[1])]
+            rows.append("| " + " | ".join([algorithm, label, *cells]) + " |")
+    return "\n".join(rows)
+
+
+def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Path:
+    """Log-log cost against data size (left) and basis size (right), one line per algorithm;
+    rows: training seconds, training peak memory, prediction seconds (mean solid, error bars
+    dashed)."""
+    size, basis = cfg["size"], cfg["basis"]
+    at_basis, at_size = {basis: cfg["at_basis"]}, {size: cfg["at_size"]}
+    trace_basis = cfg.get("trace_basis", {})
+    rows = [("final_seconds", None), ("final_fit_peak_bytes", None),
+            ("final_predict_mean_seconds", "final_predict_var_seconds")]
+    rows = [r for r in rows if r[0] in ds]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(12, 3.8 * len(rows)), squeeze=False)
+    colours = {a: f"C{i}" for i, a in enumerate(ds["algorithm"].values.tolist())}
+    for (quantity, dashed), (ax_n, ax_m) in zip(rows, axes, strict=True):
+        for algorithm, colour in colours.items():
+            for q, style in ((quantity, "o-"), (dashed, "s--")):
+                if q is None or q not in ds:
+                    continue
+                label = algorithm if q == quantity else f"{algorithm} (error bars)"
+                x, y = _line(ds, algorithm, q, size, at_basis)
+                if len(x):
+                    ax_n.plot(x, y, style, color=colour, label=label, ms=4)
+                if algorithm in trace_basis and q == "final_seconds":
+                    x, y = _trace_line(ds, algorithm, trace_basis[algorithm], at_size)
+                    ax_m.plot(x, y, "-", color=colour, label=f"{algorithm} (per iteration)")
+                elif basis in ds.dims and ds.sizes[basis] > 1:
+                    x, y = _line(ds, algorithm, q, basis, at_size)
+                    if len(x) > 1:
+                        ax_m.plot(x, y, style, color=colour, label=label, ms=4)
+        title = QUANTITIES[quantity] + (" (dashed: error bars)" if dashed else "")
+        ax_n.set(xscale="log", yscale="log", xlabel=f"training points ({size})",
+                 title=f"{title}\nagainst n at {basis} = {cfg['at_basis']}")
+        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size ({basis}; CG: iterations)",
+                 title=f"{title}\nagainst basis size at {size} = {cfg['at_size']}")
+        for ax in (ax_n, ax_m):
+            ax.grid(True, which="major", alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / f"{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
