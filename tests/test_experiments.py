@@ -141,3 +141,54 @@ def test_ferrari1999_real_data_reduced(tmp_path):
     assert (xbar.sel(algorithm="finite_optimal") <= xbar.sel(algorithm="pbr") + 1e-9).all()
     report = render(path)
     assert (report.parent / "fig1_final_test_rmse.png").stat().st_size > 5000
+
+
+def test_smola2001_table1_reduced(tmp_path):
+    """Table 1 at reduced size: every method's costs are recorded, the report fits slopes next
+    to the paper's exponents, and exact/CG above algorithm.max_n fail with their reason."""
+    path = run_experiment(tmp_path, "experiment=smola2001_table1", "dataset.n_test=20",
+                          "algorithm.max_n=1000", "cluster.memory_limit=auto",
+                          "dataset.n_train=500,1000,2000", "algorithm.max_basis=16,32,64",
+                          "report.scaling.at_size=1000", "report.scaling.at_basis=32")
+    ds = load(path).load()
+    ok = ds["status"] == "ok"
+    for algorithm in ("incomplete_cholesky", "nystrom", "sgma"):
+        assert bool(ok.sel(algorithm=algorithm).all()), algorithm
+    for algorithm in ("exact", "cg"):
+        status = ds["status"].sel(algorithm=algorithm)
+        assert bool((status.sel({"dataset.n_train": [500, 1000]}) == "ok").all())
+        assert bool((status.sel({"dataset.n_train": 2000}) == "failed").all())
+        assert "exceeds algorithm.max_n=1000" in str(
+            ds["error"].sel(algorithm=algorithm, **{"dataset.n_train": 2000}).values.ravel()[0])
+    for key in ("final_seconds", "final_fit_peak_bytes", "final_predict_mean_seconds",
+                "final_predict_var_seconds"):
+        assert bool((ds[key].where(ok) > 0).where(ok, True).all()), key
+    # low-rank memory grows with m, never like n²: far below one n×n matrix at n = 2000
+    peak = ds["final_fit_peak_bytes"].sel(algorithm="nystrom", **{"dataset.n_train": 2000})
+    assert float(peak.max()) < 2000**2 * 8 / 4
+    report = render(path)
+    text = report.read_text()
+    assert "slope vs dataset.n_train" in text and "Failed jobs:" in text
+    assert "exceeds algorithm.max_n=1000" in text
+    assert next(report.parent.glob("fig*_scaling.png")).stat().st_size > 20000
+
+
+def test_toolbox_accuracy_reduced(tmp_path):
+    path = run_experiment(tmp_path, "experiment=toolbox_accuracy", "dataset=abalone,pumadyn32nm",
+                          "dataset.n_train=300", "algorithm.max_basis=8,32",
+                          "seed=range(0,2)", "cluster.memory_limit=auto")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    width = ds.attrs["config"]["toolbox_width"]
+    assert width == {"abalone": 16.0, "kin40k": 4.0, "pumadyn32nm": 32.0}
+    objective = ds["final_objective"]  # a larger basis never fits the training data worse
+    for algorithm in ("nystrom", "incomplete_cholesky", "sgma"):
+        larger = objective.sel(algorithm=algorithm, **{"algorithm.max_basis": 32})
+        smaller = objective.sel(algorithm=algorithm, **{"algorithm.max_basis": 8})
+        assert bool((larger < smaller).all()), algorithm
+    assert np.isfinite(ds["final_test_nlpd"]).all()
+    report = render(path)
+    text = report.read_text()
+    assert "final_test_nlpd" in text
+    for i in (1, 2, 3):
+        assert next(report.parent.glob(f"fig{i}_*.png")).stat().st_size > 10000
