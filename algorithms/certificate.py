@@ -17,17 +17,23 @@ import math
 
 import numpy as np
 
-from algorithms.contract import KernelBlocks
+from algorithms.contract import KernelBlocks, block_rows
 from algorithms.evaluation import numerical_guard
 from algorithms.sgma import DualGreedy
 
 
 def primal_value(blocks: KernelBlocks, y: np.ndarray, lam: float, basis: np.ndarray,
                  coef: np.ndarray) -> float:
-    """L(α) for α supported on ``basis``: O(n·t) kernel values, never n×n unless t = n."""
+    """L(α) for α supported on ``basis`` (002 eq. 5): Kα = K[:, basis] @ coef in blocks of rows
+    (:func:`~algorithms.contract.block_rows`, ≈ 32 MiB of kernel values each), so O(n) memory
+    beyond one block even when the basis is all n points (the exact GP)."""
     if len(basis) == 0:
         return 0.0
-    Ka = blocks.block(slice(None), basis) @ coef
+    n = blocks.n
+    Ka = np.empty(n)
+    rows = block_rows(len(basis))
+    for lo in range(0, n, rows):
+        Ka[lo: lo + rows] = blocks.block(slice(lo, lo + rows), basis) @ coef
     return float(-y @ Ka + 0.5 * (lam * (coef @ Ka[basis]) + Ka @ Ka))
 
 

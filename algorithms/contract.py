@@ -30,6 +30,14 @@ from algorithms.options import Option
 
 # ----------------------------------------------------------------------------- kernel blocks
 
+BLOCK_BYTES = 2**25  # ≈ 32 MiB of float64 kernel values per block of rows (streamed products)
+
+
+def block_rows(n_cols: int, block_bytes: int = BLOCK_BYTES) -> int:
+    """Rows per block of a row-streamed kernel product with ``n_cols`` columns: ≈
+    ``block_bytes`` of float64 values per block, at least one row."""
+    return max(1, block_bytes // (8 * max(n_cols, 1)))
+
 
 @runtime_checkable
 class KernelBlocks(Protocol):
@@ -135,7 +143,14 @@ class Solution:
     not_applicable: Mapping[str, str] = field(default_factory=dict)
 
     def mean(self, X_new: np.ndarray) -> np.ndarray:
-        return self.kernel(np.asarray(X_new, dtype=np.float64), self.X_basis) @ self.coef
+        """k(X_new, X_basis) @ coef in blocks of X_new rows (:func:`block_rows`): ≈
+        :data:`BLOCK_BYTES` of kernel values at a time, never all len(X_new) × len(coef)."""
+        X_new = np.asarray(X_new, dtype=np.float64)
+        out = np.empty(len(X_new))
+        rows = block_rows(len(self.coef))
+        for lo in range(0, len(X_new), rows):
+            out[lo: lo + rows] = self.kernel(X_new[lo: lo + rows], self.X_basis) @ self.coef
+        return out
 
     def predict(self, X_new: np.ndarray) -> Prediction:
         var = None if self.variance_bounds is None else self.variance_bounds(X_new)[1]

@@ -38,7 +38,7 @@ def test_exact_equals_sklearn(case, seed, lam):
 def test_exact_refuses_huge_n():
     blocks, y, _, _ = make_problem(n=50)
     with pytest.raises(InputError, match=r"^algorithm exact: n_train=50 exceeds algorithm\.max_n="
-                                         r"10 \(a fit needs 0\.1 MiB of memory\); use a sparse "
+                                         r"10 \(a fit needs 64\.0 MiB of memory\); use a sparse "
                                          r"algorithm, .* or raise algorithm\.max_n$"):
         run("exact", blocks, y, lam=0.1, max_n=10)
     with pytest.raises(InputError, match="algorithm exact has no option 'eps'; its options: "
@@ -58,21 +58,22 @@ def test_singular_k_plus_lam_is_one_line_naming_lam_and_kernel():
         run("exact", blocks, y, lam=3e-16)  # just above float64 resolution, Cholesky fails
 
 
-def test_memory_need_is_the_measured_three_matrices_and_is_checked_against_available():
+def test_memory_need_is_the_measured_one_matrix_and_is_checked_against_available():
     spec = REGISTRY["exact"]
-    # K, K + σ²I and the Cholesky factor L (exact.py docstring: 3.00·n²·8 measured)
-    assert spec.memory_bytes(4000, 10, {}) == 8 * (3 * 4000**2 + 4000 * 10)
-    check_size(spec, 4000, 10, {"max_n": 20000}, available=4 * 4000**2 * 8)  # fits: no error
+    # L, factored in place over K + σ²I, plus X and one streamed block of kernel values
+    # (exact.py docstring: n²·8 + 37 MiB measured; 64 MiB declared for the block)
+    assert spec.memory_bytes(4000, 10, {}) == 8 * (4000**2 + 4000 * 10) + 2 * 2**25
+    check_size(spec, 4000, 10, {"max_n": 20000}, available=2 * 4000**2 * 8)  # fits: no error
     with pytest.raises(InputError, match=r"^algorithm exact: a fit on n_train=4000 needs "
-                                         r"366\.5 MiB of memory but 244\.1 MiB is available; "
+                                         r"186\.4 MiB of memory but 122\.1 MiB is available; "
                                          r"use a sparse algorithm or fewer training points"):
-        check_size(spec, 4000, 10, {"max_n": 20000}, available=2 * 4000**2 * 8)
+        check_size(spec, 4000, 10, {"max_n": 20000}, available=4000**2 * 8)
     check_size(REGISTRY["sgma"], 10**7, 10, {})  # sparse: nothing declared, nothing refused
 
 
 @pytest.mark.parametrize("options,fragment", [
-    ({"max_n": 20000}, "n_train=2000000 exceeds algorithm.max_n=20000 (a fit needs 89407.3 GiB"),
-    ({"max_n": 10**8}, "a fit on n_train=2000000 needs 89407.3 GiB of memory but"),
+    ({"max_n": 20000}, "n_train=2000000 exceeds algorithm.max_n=20000 (a fit needs 29802.7 GiB"),
+    ({"max_n": 10**8}, "a fit on n_train=2000000 needs 29802.7 GiB of memory but"),
 ])
 def test_a_job_too_large_for_exact_is_refused_before_its_data_are_ingested(tmp_path, options,
                                                                              fragment):
