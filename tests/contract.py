@@ -57,7 +57,7 @@ def fit(spec: AlgorithmSpec, problem: Problem, *, blocks=None, seed: int = 3, **
 
 def _same(a: Fit, b: Fit) -> None:
     for key in a.trace:
-        if key != "seconds":
+        if not key.endswith("seconds"):  # timings (seconds, *_seconds) differ run to run
             np.testing.assert_array_equal(a.trace[key], b.trace[key], err_msg=key)
     np.testing.assert_array_equal(a.basis, b.basis)
     np.testing.assert_array_equal(a.coef, b.coef)

@@ -1,0 +1,315 @@
+"""Conjugate gradient on (K + σ²I)α = y, matrix-free (Gibbs & MacKay 1997; 004 Table 1, column 2).
+
+Gibbs & MacKay's "efficient implementation of Gaussian processes" solves the GP's linear system
+by (preconditioned) conjugate gradients instead of a Cholesky factorisation; 004 (Table 1,
+column 2, reference [18]) lists it between the exact solution and the sparse methods. Table 1
+stores K (memory O(m²) for m training points); here K is never formed: every product K·V, for
+V of shape (n,) or (n, b), is computed over row blocks K[lo:hi, :] of about ``block_bytes`` of
+kernel values (:func:`kernel_matmul`), so memory is O(n·block) and each iteration costs one pass
+over the n² kernel values (recomputed, as a matrix-free method must), O(n²·(d + b)) time.
+
+Iteration (preconditioned CG; ``preconditioner=none`` is the plain CG of Table 1), from α = 0:
+    r = y, z = M⁻¹r, p = z;  repeat: a = rᵀz / pᵀ(K+σ²I)p, α += a·p, r −= a·(K+σ²I)p,
+    stop if ‖r‖ ≤ tol·‖y‖, z = M⁻¹r, p = z + (rᵀz / r_oldᵀz_old)·p.
+Preconditioners M ≈ K + σ²I: ``jacobi`` M = diag(K) + σ²I (a multiple of I, hence no help, for
+kernels with a constant diagonal such as rbf); ``pivoted_cholesky`` M = FFᵀ + σ²I with F the
+rank-``precond_rank`` pivoted partial Cholesky factor of K (greedy pivots, largest residual
+diagonal; :class:`algorithms.lowrank.PartialCholesky`), applied by Woodbury
+M⁻¹v = (v − F(σ²I + FᵀF)⁻¹Fᵀv)/σ² = (v − GGᵀv)/σ² with G = F R⁻ᵀ and R the Cholesky factor of
+σ²I + FᵀF (triangular solves, never an explicit inverse).
+
+The trace has one row per iteration: ``residual`` ‖r‖/‖y‖ (the recursively updated CG residual),
+and the primal and dual objectives of Smola & Bartlett, L(α) (004 eq. 78) and L*(α) (eq. 79),
+with their relative gap. Both come without an extra kernel pass from Kα = y − r − σ²α, r the
+recursively updated residual (it drifts from the true y − (K+σ²I)α only at the round-off level;
+the summary's ``residual_true`` is the true one, from one extra pass after the last iteration).
+
+Error bars (``error_bars=true``). The predictive variance of y at x is k(x,x) + σ² − q with
+q = kᵀ(K+σ²I)⁻¹k, k = k(X, x). A chunk of test points is solved at once, (K+σ²I)A = K[:, X_new],
+by a batched preconditioned CG whose columns are independent (each has its own step sizes and
+stops at ‖r_j‖ ≤ tol·‖k_j‖), so every kernel row block is computed once per iteration for the
+whole chunk. For any iterate a with true residual r = k − (K+σ²I)a (one extra pass per chunk),
+Theorem 2 of 004 (Theorem 1 of Smola & Bartlett 002), eqs. 80–83 with y = k, gives honest bounds
+    q ≥ q_lo = −2L*_k(a) = 2kᵀa − aᵀ(K+σ²I)a = kᵀa + aᵀr,
+    q ≤ q_hi = (‖k‖² + 2L_k(a))/σ² = ‖k − Ka‖²/σ² + aᵀKa,
+with L_k(a) = −kᵀKa + ½(σ²aᵀKa + ‖Ka‖²) and Ka = k − r − σ²a (the second form of q_hi is the
+same number as a sum of non-negative terms). The variance bounds are
+(max(prior − q_hi, σ²), prior − q_lo) with prior = k(x,x) + σ²; the evaluator scores the upper.
+This is Gibbs & MacKay's idea of bracketing kᵀC⁻¹k by two CG-computable bounds, in the form of
+004 eq. 83.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
+from algorithms.evaluation import Recorder
+from algorithms.lowrank import PartialCholesky
+from algorithms.objectives import dual_objective, primal_objective, relative_gap
+from algorithms.options import Option
+
+PRECONDITIONERS = ("none", "jacobi", "pivoted_cholesky")
+# n×chunk float64 arrays alive at once in the batched error-bar CG (K[:, X_new], A, R, P,
+# (K+σ²I)P, Z and the active-column copies): a chunk of test points takes about block_bytes.
+ERROR_BAR_ARRAYS = 8
+NO_VARIANCE = ("algorithm.error_bars=false: each test point needs its own CG solve; set "
+               "algorithm.error_bars=true")
+
+
+def block_rows(n: int, block_bytes: int) -> int:
+    """Rows of K per block so that a block K[rows, :] holds about ``block_bytes`` bytes."""
+    return max(1, int(block_bytes) // (8 * max(n, 1)))
+
+
+def kernel_matmul(blocks: KernelBlocks, V: np.ndarray, block_bytes: int) -> np.ndarray:
+    """K·V for V of shape (n,) or (n, b), over row blocks K[lo:hi, :] of about ``block_bytes``
+    of kernel values each (K is never formed)."""
+    n = blocks.n
+    rows = block_rows(n, block_bytes)
+    out = np.empty(V.shape)
+    for lo in range(0, n, rows):
+        hi = min(n, lo + rows)
+        out[lo:hi] = blocks.block(slice(lo, hi), slice(None)) @ V
+    return out
+
+
+@dataclass
+class Preconditioner:
+    """M ≈ K + σ²I and how to apply M⁻¹ to (n,) or (n, b) arrays; ``rank`` is the rank of the
+    low-rank part FFᵀ (0 for none and jacobi), ``seconds`` the time to build it."""
+
+    name: str
+    apply: Callable[[np.ndarray], np.ndarray]
+    rank: int = 0
+    seconds: float = 0.0
+
+
+def make_preconditioner(name: str, blocks: KernelBlocks, lam: float,
+                        rank: int) -> Preconditioner:
+    """Build preconditioner ``name`` (one of :data:`PRECONDITIONERS`) for K + ``lam``·I."""
+    start = time.perf_counter()
+    if name == "none":
+        return Preconditioner(name, lambda V: V)
+    if name == "jacobi":
+        inv = 1.0 / (np.asarray(blocks.diag(), dtype=np.float64) + lam)
+
+        def jacobi(V: np.ndarray) -> np.ndarray:
+            return V * (inv if V.ndim == 1 else inv[:, None])
+
+        return Preconditioner(name, jacobi, 0, time.perf_counter() - start)
+    chol = PartialCholesky(blocks, min(rank, blocks.n))
+    while chol.t < min(rank, blocks.n):
+        pivot = chol.greedy_pivot()
+        if pivot is None:  # every residual is degenerate: K has numerical rank chol.t
+            break
+        chol.add([pivot])
+    F = chol.factor()
+    t = F.shape[1]
+    R = sla.cholesky(lam * np.eye(t) + F.T @ F, lower=True, check_finite=False)
+    G = sla.solve_triangular(R, F.T, lower=True, check_finite=False).T  # F R⁻ᵀ, (n, t)
+
+    def woodbury(V: np.ndarray) -> np.ndarray:
+        return (V - G @ (G.T @ V)) / lam
+
+    return Preconditioner(name, woodbury, t, time.perf_counter() - start)
+
+
+class BatchedPCG:
+    """Preconditioned CG on (K + σ²I)X = B for B of shape (n, b), its columns independent.
+
+    Each column has its own step sizes and stops once ‖r_j‖ ≤ tol·‖b_j‖; an iteration
+    (:meth:`step`) multiplies K by the search directions of the still active columns only, in
+    one pass over the kernel row blocks. ``R`` is the recursively updated residual."""
+
+    def __init__(self, blocks: KernelBlocks, B: np.ndarray, lam: float,
+                 precond: Preconditioner, tol: float, block_bytes: int) -> None:
+        self.blocks, self.lam, self.precond = blocks, lam, precond
+        self.tol, self.block_bytes = tol, block_bytes
+        self.B = B
+        self.X = np.zeros(B.shape)
+        self.R = B.copy()
+        self.b_norm = np.linalg.norm(B, axis=0)
+        self.r_norm = self.b_norm.copy()
+        Z = precond.apply(self.R)
+        self.rz = np.einsum("ij,ij->j", self.R, Z)
+        self.P = np.array(Z, copy=True)
+        self.active = self.r_norm > tol * self.b_norm
+        self.iterations = 0
+
+    def operator(self, V: np.ndarray) -> np.ndarray:
+        """(K + σ²I)V over kernel row blocks."""
+        out = kernel_matmul(self.blocks, V, self.block_bytes)
+        out += self.lam * V
+        return out
+
+    @property
+    def done(self) -> bool:
+        return not self.active.any()
+
+    def step(self) -> None:
+        """One CG iteration on the active columns."""
+        idx = slice(None) if self.active.all() else np.flatnonzero(self.active)
+        P = self.P[:, idx]
+        AP = self.operator(P)
+        pAp = np.einsum("ij,ij->j", P, AP)
+        if not (pAp > 0).all():
+            raise FloatingPointError("CG breakdown: pᵀ(K + σ²I)p ≤ 0 (K + σ²I is numerically "
+                                     "not positive definite)")
+        a = self.rz[idx] / pAp
+        X, R = self.X[:, idx] + a * P, self.R[:, idx] - a * AP
+        self.X[:, idx], self.R[:, idx] = X, R
+        self.r_norm[idx] = np.linalg.norm(R, axis=0)
+        still = self.r_norm[idx] > self.tol * self.b_norm[idx]
+        Z = self.precond.apply(R)
+        rz = np.einsum("ij,ij->j", R, Z)
+        beta = np.divide(rz, self.rz[idx], out=np.zeros_like(rz), where=still)
+        self.P[:, idx] = Z + beta * P
+        self.rz[idx] = rz
+        self.active[idx] = still
+        self.iterations += 1
+
+
+def _mean(blocks: KernelBlocks, X_new: np.ndarray, coef: np.ndarray,
+          block_bytes: int) -> np.ndarray:
+    """k(X_new, X)·coef over chunks of test rows of about ``block_bytes`` of kernel values."""
+    X_new = np.asarray(X_new, dtype=np.float64)
+    rows = block_rows(blocks.n, block_bytes)
+    return np.concatenate([blocks.cross(X_new[lo: lo + rows], slice(None)) @ coef
+                           for lo in range(0, len(X_new), rows)] or [np.zeros(0)])
+
+
+def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
+                     precond: Preconditioner, tol: float, max_iter: int,
+                     block_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(q_lo, q_hi) bracketing q = kᵀ(K+σ²I)⁻¹k at each row of X_new (module docstring):
+    batched CG per chunk of test points, then the true residual in one more pass."""
+    X_new = np.asarray(X_new, dtype=np.float64)
+    n, m = blocks.n, len(X_new)
+    chunk = max(1, int(block_bytes) // (8 * n * ERROR_BAR_ARRAYS))
+    n_chunks = max(1, math.ceil(m / chunk))
+    chunk = max(1, math.ceil(m / n_chunks))  # balanced chunks
+    q_lo, q_hi = np.empty(m), np.empty(m)
+    for lo in range(0, m, chunk):
+        Kx = np.ascontiguousarray(blocks.cross(X_new[lo: lo + chunk], slice(None)).T)  # (n, c)
+        cg = BatchedPCG(blocks, Kx, lam, precond, tol, block_bytes)
+        while not cg.done and cg.iterations < max_iter:
+            cg.step()
+        A = cg.X
+        del cg
+        KA = kernel_matmul(blocks, A, block_bytes)  # the true K·a, for honest bounds
+        R = Kx - KA - lam * A  # the true residual k − (K+σ²I)a
+        q_lo[lo: lo + chunk] = np.einsum("ij,ij->j", Kx, A) + np.einsum("ij,ij->j", A, R)
+        Kx -= KA  # k − Ka
+        q_hi[lo: lo + chunk] = (np.einsum("ij,ij->j", Kx, Kx) / lam
+                                + np.einsum("ij,ij->j", A, KA))
+    return q_lo, q_hi
+
+
+def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+        recorder: Recorder, tol: float, max_iter: int, preconditioner: str,
+        precond_rank: int, block_bytes: int, error_bars: bool) -> Solution:
+    """Conjugate gradient on (K + σ²I)α = y with σ² = ``lam`` (Gibbs & MacKay 1997; 004
+    Table 1, column 2), matrix-free over kernel row blocks. Deterministic: ``rng`` is unused.
+
+    Parameters
+    ----------
+    blocks : kernel-block provider over the n training inputs.
+    y : (n,) targets.
+    lam : noise variance σ² > 0.
+    recorder : the evaluator; each CG iteration is one step (its test mean k(x)ᵀα).
+    tol : stop when the (recursively updated) residual ‖y − (K+σ²I)α‖ ≤ tol·‖y‖.
+    max_iter : or after this many iterations.
+    preconditioner : ``none`` (plain CG), ``jacobi`` or ``pivoted_cholesky`` (module docstring).
+    precond_rank : rank of the pivoted-Cholesky preconditioner (clipped to n and to the
+        numerical rank of K).
+    block_bytes : bytes of kernel values per row block (and per error-bar chunk).
+    error_bars : give the predictive variance as the Theorem 2 bounds of the batched CG
+        (module docstring); otherwise the fit has no variance.
+    """
+    n = blocks.n
+    precond = make_preconditioner(preconditioner, blocks, lam, precond_rank)
+    cg = BatchedPCG(blocks, y[:, None], lam, precond, tol, block_bytes)
+    y_norm = float(cg.b_norm[0])
+    start = recorder.elapsed()
+
+    def record() -> tuple[float, float, float, float]:
+        alpha, r = cg.X[:, 0], cg.R[:, 0]
+        K_alpha = y - r - lam * alpha  # no kernel pass: the recursive residual r
+        L = primal_objective(K_alpha, alpha, y, lam)
+        L_dual = dual_objective(K_alpha, alpha, y, lam)
+        gap = relative_gap(L, L_dual, y, lam)
+        residual = float(cg.r_norm[0]) / y_norm if y_norm else 0.0
+        coef = alpha.copy()
+        recorder.step(lambda X_new: Prediction(_mean(blocks, X_new, coef, block_bytes)),
+                      n_basis=n, iteration=cg.iterations, residual=residual, objective=L,
+                      dual_objective=L_dual, gap=gap)
+        return L, L_dual, gap, residual
+
+    if cg.done:  # y = 0 (or tol large enough): α = 0 already solves it; one row, iteration 0
+        L, L_dual, gap, residual = record()
+    while not cg.done and cg.iterations < max_iter:
+        cg.step()
+        L, L_dual, gap, residual = record()
+    solve_seconds = recorder.elapsed() - start
+    alpha = cg.X[:, 0].copy()
+    if cg.done:
+        stop_reason = f"residual ≤ tol = {tol:g}"
+    else:
+        stop_reason = f"max_iter = {max_iter} reached with residual {residual:.3g} > tol = {tol:g}"
+    iterations = cg.iterations
+    true_r = y - kernel_matmul(blocks, alpha, block_bytes) - lam * alpha
+    summary = {
+        "n_basis": n, "objective": L, "dual_objective": L_dual, "gap": gap,
+        "objective_lower_bound": -0.5 * y_norm ** 2 - lam * L_dual,  # 004 eq. 80
+        "iterations": iterations,
+        "residual": residual,
+        "residual_true": float(np.linalg.norm(true_r)) / y_norm if y_norm else 0.0,
+        "stop_reason": stop_reason, "jitter": 0.0,
+        "preconditioner": precond.name, "precond_rank": precond.rank,
+        "precond_seconds": precond.seconds,
+        "iteration_seconds": solve_seconds / max(1, iterations),
+    }
+    X = blocks.inputs(slice(None))
+    kernel = blocks.kernel
+    variance_bounds = None
+    reasons = {}
+    if error_bars:
+        def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
+            X_new = np.asarray(X_new, dtype=np.float64)
+            q_lo, q_hi = error_bar_bounds(blocks, X_new, lam, precond, tol, max_iter,
+                                          block_bytes)
+            prior = kernel.diag(X_new) + lam
+            # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
+            return np.maximum(prior - q_hi, lam), prior - q_lo
+    else:
+        reasons["variance"] = NO_VARIANCE
+    return Solution(np.arange(n), alpha, X, kernel, lam, summary, variance_bounds,
+                    not_applicable=reasons)
+
+
+SPECS = [AlgorithmSpec(
+    "cg", fit,
+    "conjugate gradient on (K + σ²I)α = y, matrix-free (Gibbs & MacKay; 004 Table 1)",
+    options={
+        "tol": Option(1e-6, "float", "stop when ‖y − (K+σ²I)α‖ ≤ tol·‖y‖", lo=0.0),
+        "max_iter": Option(1000, "int", "or after this many iterations", lo=1),
+        "preconditioner": Option("none", "choice", "M ≈ K + σ²I (none = plain CG)",
+                                 choices=PRECONDITIONERS, example="pivoted_cholesky"),
+        "precond_rank": Option(100, "int", "rank of the pivoted-Cholesky preconditioner", lo=1),
+        "block_bytes": Option(2**25, "int", "bytes of kernel values per row block of K", lo=1),
+        "eval_every": Option(10, "int", "trace test metrics every this many iterations", lo=1),
+        "error_bars": Option(False, "bool", "predictive variance bounds by a batched CG per "
+                             "chunk of test points"),
+    },
+    seed_free=True, has_variance=True,
+    exact_limit=ExactLimit({"tol": 1e-12, "error_bars": True}, variance=True),
+    check_options={"error_bars": True, "max_iter": 60},
+)]
