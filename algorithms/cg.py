@@ -214,7 +214,7 @@ def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
         recorder: Recorder, tol: float, max_iter: int, preconditioner: str,
-        precond_rank: int, block_bytes: int, error_bars: bool) -> Solution:
+        precond_rank: int, block_bytes: int, error_bars: bool, max_n: int) -> Solution:
     """Conjugate gradient on (K + σ²I)α = y with σ² = ``lam`` (Gibbs & MacKay 1997; 004
     Table 1, column 2), matrix-free over kernel row blocks. Deterministic: ``rng`` is unused.
 
@@ -232,6 +232,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     block_bytes : bytes of kernel values per row block (and per error-bar chunk).
     error_bars : give the predictive variance as the Theorem 2 bounds of the batched CG
         (module docstring); otherwise the fit has no variance.
+    max_n : checked before the fit (:func:`algorithms.evaluation.check_size`).
     """
     n = blocks.n
     precond = make_preconditioner(preconditioner, blocks, lam, precond_rank)
@@ -308,6 +309,8 @@ SPECS = [AlgorithmSpec(
         "eval_every": Option(10, "int", "trace test metrics every this many iterations", lo=1),
         "error_bars": Option(False, "bool", "predictive variance bounds by a batched CG per "
                              "chunk of test points"),
+        "max_n": Option(50000, "int", "refuse larger n (every iteration computes n² kernel "
+                        "values)", lo=1),
     },
     seed_free=True, has_variance=True,
     exact_limit=ExactLimit({"tol": 1e-12, "error_bars": True}, variance=True),

@@ -40,7 +40,7 @@ from algorithms.contract import (
     check_targets,
     check_test,
 )
-from algorithms.errors import InputError
+from algorithms.errors import InputError, TooLarge
 from algorithms.kernels import Kernel
 from algorithms.options import validate
 from algorithms.registry import get
@@ -319,14 +319,14 @@ def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],
     needs = "" if need is None else f" (a fit needs {_size(need)} of memory)"
     limit = options.get(SIZE_OPTION)
     if limit is not None and n > limit:
-        raise InputError(f"{spec.owner}: n_train={n} exceeds algorithm.{SIZE_OPTION}={limit}"
+        raise TooLarge(f"{spec.owner}: n_train={n} exceeds algorithm.{SIZE_OPTION}={limit}"
                          f"{needs}; use a sparse algorithm, fewer training points "
                          f"(dataset.n_train) or raise algorithm.{SIZE_OPTION}")
     if need is None:
         return
     available = psutil.virtual_memory().available if available is None else available
     if need > available:
-        raise InputError(f"{spec.owner}: a fit on n_train={n} needs {_size(need)} of memory but "
+        raise TooLarge(f"{spec.owner}: a fit on n_train={n} needs {_size(need)} of memory but "
                          f"{_size(available)} is available; use a sparse algorithm or fewer "
                          "training points (dataset.n_train)")
 

@@ -151,8 +151,6 @@ def check_config(config: Mapping, available: float | None = None
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
     shape = train_shape(config["dataset"])  # validates the dataset spec
-    if shape is not None and not config.get("learning_curve"):
-        check_size(spec, *shape, options, available)  # too large for max_n or the memory
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
     profile = config.get("profile_memory", False)
@@ -160,6 +158,9 @@ def check_config(config: Mapping, available: float | None = None
         raise InputError(f"profile_memory={profile!r} must be true or false; pass "
                          "profile_memory=true to record the peak memory of fit and prediction")
     check_location(config)
+    if shape is not None and not config.get("learning_curve"):
+        # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
+        check_size(spec, *shape, options, available)
     return spec, lam, kernel, options
 
 

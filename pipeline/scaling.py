@@ -87,7 +87,10 @@ def scaling_table(ds: xr.Dataset, cfg: dict) -> str:
                 continue
             exponents = paper.get(algorithm, {}).get(quantity.removeprefix("final_"), [None] * 2)
             s_n, range_n = slope(*_line(ds, algorithm, quantity, size, at_basis), last)
-            if basis in ds.dims and ds.sizes[basis] > 1 and algorithm not in trace_basis:
+            along_basis = ds["job_hash"].sel(algorithm=algorithm, **{
+                k: v for k, v in at_size.items() if k in ds.dims})
+            varies = basis in ds.dims and np.unique(along_basis.values).size > 1
+            if varies and algorithm not in trace_basis:
                 s_m, range_m = slope(*_line(ds, algorithm, quantity, basis, at_size), last)
             elif algorithm in trace_basis and quantity == "final_seconds":
                 x, y = _trace_line(ds, algorithm, trace_basis[algorithm], at_size)

@@ -42,7 +42,7 @@ from hydra.core.utils import JobReturn, JobStatus, run_job
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from algorithms.errors import InputError
+from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
 from pipeline.claims import claim, claim_job, record_fit
 from pipeline.cluster import check, connect, job_script, memory_hint, worker_name
@@ -79,23 +79,31 @@ class SweepOutcome:
     n_cached: int
     n_run: int
     failed: list[tuple[str, str]] = field(default_factory=list)  # (overrides, error)
+    too_large: list[tuple[str, str]] = field(default_factory=list)  # refused, not failed
 
     @classmethod
     def from_returns(cls, returns: Sequence[JobReturn]) -> SweepOutcome:
         records = [ret.return_value for ret in returns]
         jobs = {r["config_hash"]: r["status"] for r in records}
-        failed = [(" ".join(o.removeprefix("++") for o in ret.overrides), r["error"])
-                  for ret, r in zip(returns, records, strict=True) if r["status"] != "ok"
-                  and r["status"] != "cached"]
+
+        def points(keep) -> list[tuple[str, str]]:
+            return [(" ".join(o.removeprefix("++") for o in ret.overrides), r["error"])
+                    for ret, r in zip(returns, records, strict=True) if keep(r["status"])]
+
         return cls(Path(records[0]["results"]), len(records), len(jobs),
                    sum(s == "cached" for s in jobs.values()),
-                   sum(s != "cached" for s in jobs.values()), failed)
+                   sum(s not in ("cached", "too_large") for s in jobs.values()),
+                   points(lambda s: s not in ("ok", "cached", "too_large")),
+                   points(lambda s: s == "too_large"))
 
     def text(self) -> str:
         lines = [f"{self.n_points} sweep points, {self.n_jobs} distinct jobs: "
                  f"{self.n_cached} already finished, {self.n_run} run, "
-                 f"{len(self.failed)} failed"]
+                 f"{len(self.failed)} failed"
+                 + (f", {len(self.too_large)} too large" if self.too_large else "")]
         lines += [f"failed: {overrides}: {error}" for overrides, error in self.failed]
+        lines += [f"too large (not run): {overrides}: {error}"
+                  for overrides, error in self.too_large]
         lines.append(f"results: {self.results_path}")
         return "\n".join(lines)
 
@@ -270,8 +278,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     t_start = time.perf_counter()
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
     try:
-        cluster_cfg, jobs, dims = _prepare(master, hydra_context, job_overrides,
-                                           initial_job_idx, sweep_dir)
+        cluster_cfg, jobs, dims, too_large = _prepare(master, hydra_context, job_overrides,
+                                                      initial_job_idx, sweep_dir)
         manifest = sweep_dir / "manifest.json"
         with _sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
             before = manifest.read_bytes() if manifest.exists() else None
@@ -286,9 +294,13 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     for job in jobs:
         unique.setdefault(job.hash, job)
     cached = {h for h in unique if job_status(job_path(sweep_dir, h)) == ("ok", h)}
-    to_run = [job for h, job in unique.items() if h not in cached]
+    refused = {h: f"TooLarge: {why}" for h, why in too_large.items() if h not in cached}
+    to_run = [job for h, job in unique.items() if h not in cached and h not in refused]
     print(f"sweep {sweep_dir}: {len(jobs)} points, {len(unique)} distinct jobs, "
-          f"{len(cached)} already finished, {len(to_run)} to run", flush=True)
+          f"{len(cached)} already finished, {len(to_run)} to run"
+          + (f", {len(refused)} too large (recorded as failed)" if refused else ""), flush=True)
+    for why in refused.values():
+        print(f"  {why}", flush=True)
     timings = {"compose_seconds": time.perf_counter() - t_start}
     try:
         records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
@@ -298,6 +310,10 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             _write_bytes(manifest, before)
             _restore_hydra_record(sweep_dir)
         raise
+    for h, why in refused.items():  # no result of theirs exists: record why there is none
+        write_job_failure(unique[h].config, why, job_path(sweep_dir, h),
+                          {"config_hash": h, "worker": ""})
+        records[h] = {"status": "too_large", "error": why}
     timings["wall_seconds"] = time.perf_counter() - t_start
 
     with _sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
@@ -326,9 +342,12 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
 
 def _prepare(master: DictConfig, hydra_context: HydraContext,
              job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-             sweep_dir: Path) -> tuple[dict, list[_Job], list[str]]:
+             sweep_dir: Path) -> tuple[dict, list[_Job], list[str], dict[str, str]]:
     """Check the cluster options and every job's config, and name the jobs: (cluster config,
-    jobs, the swept dims beside the fixed ones). Raises InputError before anything runs."""
+    jobs, the swept dims beside the fixed ones, the jobs too large to fit with the reason).
+    Raises InputError before anything runs; a job too large for its ``max_n`` or the memory
+    (e.g. the exact GP at the largest n of a scaling sweep) is only refused when every job
+    of the sweep is."""
     cluster_cfg = job_config(master)["cluster"]
     check(cluster_cfg)  # bad cluster options stop the sweep even when every job is cached
     if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
@@ -341,6 +360,7 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
     sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
     checked: set[str] = set()
+    too_large: dict[str, str] = {}
     # the memory a fit may have is known here only when the workers run on this machine
     here = None if cluster_cfg.get("kind") == "local" else math.inf
     for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
@@ -351,7 +371,10 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
         config["store_root"] = str(Path(config["store_root"]).resolve())
         h = config_hash(config)
         if h not in checked:  # bad input stops the sweep before any cluster starts
-            check_config(config, available=here)
+            try:
+                check_config(config, available=here)
+            except TooLarge as err:
+                too_large[h] = str(err)
             checked.add(h)
         with open_dict(cfg):
             cfg.algorithm = config["algorithm"]  # resolved, without the dropped options
@@ -367,7 +390,9 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
             print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
                   "jobs, which are repeated along those dims", flush=True)
     _check_distinct_coordinates(jobs)
-    return cluster_cfg, jobs, dims
+    if too_large and len(too_large) == len(checked):
+        raise TooLarge(next(iter(too_large.values())))
+    return cluster_cfg, jobs, dims, too_large
 
 
 def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
