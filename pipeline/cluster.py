@@ -486,7 +486,12 @@ def connect(cfg: Mapping) -> Iterator[Client]:
     if kind == "local":
         n_workers = opts["n_workers"] or os.cpu_count() or 1
         try:
-            with _quiet("distributed.deploy.spec"):
+            # A job holding the GIL for minutes (a long LAPACK call, e.g. the exact GP on
+            # kin40k) misses the workers' heartbeats; Dask's default 5-minute worker-ttl then
+            # restarts a healthy worker and kills the job. A local worker that really dies is
+            # seen by its nanny, so the ttl is off here.
+            with _quiet("distributed.deploy.spec"), \
+                    dask.config.set({"distributed.scheduler.worker-ttl": None}):
                 cluster = LocalCluster(n_workers=n_workers,
                                        threads_per_worker=opts["threads_per_worker"],
                                        processes=True, memory_limit=opts["memory_limit"],
