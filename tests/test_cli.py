@@ -54,7 +54,7 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path):
 
 
 @pytest.mark.parametrize("args,fragments", [
-    (["algorithm=nope"], ["unknown algorithm 'nope'", "choose one of: exact", "sgma"]),
+    (["algorithm=nope"], ["unknown algorithm 'nope'", "choose one of: cg, exact", "sgma"]),
     (["algorithm=exact,nope"], ["unknown algorithm 'nope'"]),
     (["dataset=iris"], ["unknown dataset 'iris'", "abalone"]),
     (["kernel=gauss"], ["unknown kernel 'gauss'", "rbf"]),
