@@ -56,8 +56,8 @@ from algorithms.objectives import dual_objective, primal_objective, relative_gap
 from algorithms.options import Option
 
 PRECONDITIONERS = ("none", "jacobi", "pivoted_cholesky")
-# n×chunk float64 arrays alive at once in the batched error-bar CG (K[:, X_new], A, R, P,
-# (K+σ²I)P, Z and the active-column copies): a chunk of test points takes about block_bytes.
+# n×batch float64 arrays alive at once in the batched error-bar CG (K[:, X_new], A, R, P,
+# (K+σ²I)P, Z and the active-column copies): a batch of b test points holds 8·n·b·8 bytes.
 ERROR_BAR_ARRAYS = 8
 NO_VARIANCE = ("algorithm.error_bars=false: each test point needs its own CG solve; set "
                "algorithm.error_bars=true")
@@ -187,13 +187,14 @@ def _mean(blocks: KernelBlocks, X_new: np.ndarray, coef: np.ndarray,
 
 def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
                      precond: Preconditioner, tol: float, max_iter: int,
-                     block_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+                     block_bytes: int, var_batch: int) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) bracketing q = kᵀ(K+σ²I)⁻¹k at each row of X_new (module docstring):
-    batched CG per chunk of test points, then the true residual in one more pass."""
+    batched CG per chunk of at most ``var_batch`` test points, then the true residual in one
+    more pass. Every iteration of a chunk is one pass over the n² kernel values, whatever the
+    chunk's width, so fewer, wider chunks are cheaper (memory: 8·n·var_batch float64)."""
     X_new = np.asarray(X_new, dtype=np.float64)
-    n, m = blocks.n, len(X_new)
-    chunk = max(1, int(block_bytes) // (8 * n * ERROR_BAR_ARRAYS))
-    n_chunks = max(1, math.ceil(m / chunk))
+    m = len(X_new)
+    n_chunks = max(1, math.ceil(m / max(1, int(var_batch))))
     chunk = max(1, math.ceil(m / n_chunks))  # balanced chunks
     q_lo, q_hi = np.empty(m), np.empty(m)
     for lo in range(0, m, chunk):
@@ -214,7 +215,8 @@ def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
         recorder: Recorder, tol: float, max_iter: int, preconditioner: str,
-        precond_rank: int, block_bytes: int, error_bars: bool, max_n: int) -> Solution:
+        precond_rank: int, block_bytes: int, error_bars: bool, var_batch: int,
+        max_n: int) -> Solution:
     """Conjugate gradient on (K + σ²I)α = y with σ² = ``lam`` (Gibbs & MacKay 1997; 004
     Table 1, column 2), matrix-free over kernel row blocks. Deterministic: ``rng`` is unused.
 
@@ -229,9 +231,11 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     preconditioner : ``none`` (plain CG), ``jacobi`` or ``pivoted_cholesky`` (module docstring).
     precond_rank : rank of the pivoted-Cholesky preconditioner (clipped to n and to the
         numerical rank of K).
-    block_bytes : bytes of kernel values per row block (and per error-bar chunk).
+    block_bytes : bytes of kernel values per row block.
     error_bars : give the predictive variance as the Theorem 2 bounds of the batched CG
         (module docstring); otherwise the fit has no variance.
+    var_batch : test points per batched error-bar CG (each batch costs one kernel pass per
+        iteration; memory 8·n·var_batch float64).
     max_n : checked before the fit (:func:`algorithms.evaluation.check_size`).
     """
     n = blocks.n
@@ -286,7 +290,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
             """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
             X_new = np.asarray(X_new, dtype=np.float64)
             q_lo, q_hi = error_bar_bounds(blocks, X_new, lam, precond, tol, max_iter,
-                                          block_bytes)
+                                          block_bytes, var_batch)
             prior = kernel.diag(X_new) + lam
             # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
             return np.maximum(prior - q_hi, lam), prior - q_lo
@@ -309,6 +313,9 @@ SPECS = [AlgorithmSpec(
         "eval_every": Option(10, "int", "trace test metrics every this many iterations", lo=1),
         "error_bars": Option(False, "bool", "predictive variance bounds by a batched CG per "
                              "chunk of test points"),
+        "var_batch": Option(256, "int", "test points per batched error-bar CG (memory "
+                            "8·n·var_batch float64; one kernel pass per iteration per batch)",
+                            lo=1),
         "max_n": Option(50000, "int", "refuse larger n (every iteration computes n² kernel "
                         "values)", lo=1),
     },

@@ -82,7 +82,8 @@ def test_matrix_free_never_forms_n_by_n():
     rows = 16
     CountingBlocks.largest = 0
     fit = run("cg", blocks, y, lam=0.1, block_bytes=8 * blocks.n * rows, error_bars=True,
-              preconditioner="pivoted_cholesky", precond_rank=10, test=(X_test, y_test))
+              var_batch=8, preconditioner="pivoted_cholesky", precond_rank=10,
+              test=(X_test, y_test))
     assert fit.summary["stop_reason"] == "residual ≤ tol = 1e-06"
     assert 0 < CountingBlocks.largest <= rows * blocks.n
 
@@ -108,6 +109,15 @@ def test_error_bars_equal_the_exact_variance_at_tight_tolerance():
     lower, upper = fit.variance_bounds(X_test)
     np.testing.assert_allclose(upper, exact.predict_var(X_test), rtol=1e-8)
     np.testing.assert_allclose(lower, exact.predict_var(X_test), rtol=1e-8)
+
+
+def test_error_bar_batches_are_independent_columns():
+    blocks, y, X_test, _ = make_problem(n=200, d=3)
+    one = run("cg", blocks, y, lam=0.1, error_bars=True, tol=1e-10).variance_bounds(X_test)
+    split = run("cg", blocks, y, lam=0.1, error_bars=True, tol=1e-10,
+                var_batch=4).variance_bounds(X_test)
+    for a, b in zip(one, split, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
 
 
 def test_preconditioners_are_the_dense_inverses():
