@@ -21,11 +21,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
 QUANTITIES = {"final_seconds": "training seconds",
               "final_fit_peak_bytes": "training peak memory (bytes)",
               "final_predict_mean_seconds": "seconds to predict the mean",
-              "final_predict_var_seconds": "seconds to predict the error bars"}
+              "final_predict_var_seconds": "seconds to predict the error bars",
+              "final_iteration_seconds": "training seconds per iteration"}
 
 
 def _line(ds: xr.Dataset, algorithm: str, quantity: str, along: str, fixed: dict
@@ -98,50 +101,72 @@ def scaling_table(ds: xr.Dataset, cfg: dict) -> str:
                 range_m = f"{trace_basis[algorithm]} {range_m}"
             else:
                 s_m, range_m = np.nan, "–"
+            if not (np.isfinite(s_n) or np.isfinite(s_m)):
+                continue  # a quantity the algorithm does not have (CG's time per iteration)
             cells = [f"{s_n:.2f} ({range_n})" if np.isfinite(s_n) else "–", _fmt(exponents[0]),
                      f"{s_m:.2f} ({range_m})" if np.isfinite(s_m) else "–", _fmt(exponents[1])]
             rows.append("| " + " | ".join([algorithm, label, *cells]) + " |")
     return "\n".join(rows)
 
 
+def _plain_log_ticks(ax, values) -> None:
+    """Log axis ticked at the swept values, labelled plainly (no overlapping 3×10³ minors)."""
+    values = sorted({float(v) for v in values})
+    ax.xaxis.set_major_locator(FixedLocator(values))
+    ax.xaxis.set_major_formatter(FixedFormatter([f"{v:g}" for v in values]))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Path:
-    """Log-log cost against data size (left) and basis size (right), one line per algorithm;
-    rows: training seconds, training peak memory, prediction seconds (mean solid, error bars
-    dashed)."""
+    """Log-log cost against data size (left) and basis size (right), one colour per algorithm
+    (one legend for the figure); rows: training seconds, training peak memory, prediction
+    seconds (mean solid, error bars dashed)."""
     size, basis = cfg["size"], cfg["basis"]
     at_basis, at_size = {basis: cfg["at_basis"]}, {size: cfg["at_size"]}
     trace_basis = cfg.get("trace_basis", {})
     rows = [("final_seconds", None), ("final_fit_peak_bytes", None),
             ("final_predict_mean_seconds", "final_predict_var_seconds")]
     rows = [r for r in rows if r[0] in ds]
-    fig, axes = plt.subplots(len(rows), 2, figsize=(12, 3.8 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(12, 3.6 * len(rows) + 0.8), squeeze=False)
     colours = {a: f"C{i}" for i, a in enumerate(ds["algorithm"].values.tolist())}
     for (quantity, dashed), (ax_n, ax_m) in zip(rows, axes, strict=True):
         for algorithm, colour in colours.items():
             for q, style in ((quantity, "o-"), (dashed, "s--")):
                 if q is None or q not in ds:
                     continue
-                label = algorithm if q == quantity else f"{algorithm} (error bars)"
                 x, y = _line(ds, algorithm, q, size, at_basis)
                 if len(x):
-                    ax_n.plot(x, y, style, color=colour, label=label, ms=4)
+                    ax_n.plot(x, y, style, color=colour, ms=4)
                 if algorithm in trace_basis and q == "final_seconds":
                     x, y = _trace_line(ds, algorithm, trace_basis[algorithm], at_size)
-                    ax_m.plot(x, y, "-", color=colour, label=f"{algorithm} (per iteration)")
+                    ax_m.plot(x, y, ":", color=colour, lw=2)
                 elif basis in ds.dims and ds.sizes[basis] > 1:
                     x, y = _line(ds, algorithm, q, basis, at_size)
                     if len(x) > 1:
-                        ax_m.plot(x, y, style, color=colour, label=label, ms=4)
+                        ax_m.plot(x, y, style, color=colour, ms=4)
         title = QUANTITIES[quantity] + (" (dashed: error bars)" if dashed else "")
         ax_n.set(xscale="log", yscale="log", xlabel=f"training points ({size})",
                  title=f"{title}\nagainst n at {basis} = {cfg['at_basis']}")
-        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size ({basis}; CG: iterations)",
+        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size ({basis})"
+                 + (" or CG iterations" if trace_basis and quantity == "final_seconds" else ""),
                  title=f"{title}\nagainst basis size at {size} = {cfg['at_size']}")
+        _plain_log_ticks(ax_n, ds[size].values)
+        if basis in ds.dims:
+            low = min(ds[basis].values)
+            traced = [x for line in ax_m.lines for x in line.get_xdata() if x < low]
+            # a trace line (CG's iterations) reaches below the swept basis sizes: 1, 4, 16, …
+            extra = [4.0 ** k for k in range(8) if traced and min(traced) <= 4.0 ** k < low]
+            _plain_log_ticks(ax_m, [*ds[basis].values, *extra])
         for ax in (ax_n, ax_m):
             ax.grid(True, which="major", alpha=0.3)
-            if ax.lines:
-                ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles = [Line2D([], [], color=c, marker="o", label=a) for a, c in colours.items()]
+    handles += [Line2D([], [], color="grey", ls="--", marker="s", label="error bars"),
+                *(Line2D([], [], color=colours.get(a, "grey"), ls=":", lw=2,
+                         label=f"{a}: cumulative seconds per {v}")
+                  for a, v in trace_basis.items() if a in colours)]
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 4), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
     path = out_dir / f"{name}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)

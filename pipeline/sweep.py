@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
-from distributed import KilledWorker, as_completed
+from distributed import KilledWorker, WorkerPlugin, as_completed
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn, JobStatus, run_job
@@ -258,6 +258,17 @@ def _silent_on_interrupt():
         raise
 
 
+class _QuietCancellations(WorkerPlugin):
+    """On the workers: the state machine's warning for each task cancelled by Ctrl-C ("Async
+    instruction ... ended with CancelledError", one per running task) would follow the CLI's
+    one error line on the terminal the workers share; only its errors are kept."""
+
+    name = "sgp-quiet-cancellations"
+
+    def setup(self, worker) -> None:
+        logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
+
+
 def _quiet_dask_logging() -> None:
     # Hydra configures the root logger at INFO: keep Dask's connection chatter out of the console
     for name in ("distributed", "dask", "tornado"):
@@ -408,6 +419,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         timings["cluster_start_seconds"] = time.perf_counter() - t0
         n_workers = len(client.scheduler_info().get("workers", {}))
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
+        client.register_plugin(_QuietCancellations())
         t1 = time.perf_counter()
         # as tasks, not scattered data: a task's result is recomputed if the worker holding
         # it dies, where scattered data would be lost with it (and every job with it)
@@ -416,14 +428,18 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         since = time.time()
         stores: dict[str, object] = {}
         futures = {}
+        # every ingest first and at a higher priority: a worker's queue holding an ingest
+        # behind a long job would keep the jobs of that dataset waiting while others idle
         for job in to_run:
             spec = job.config["dataset"]
             key = json.dumps(spec, sort_keys=True, default=str)
             if key not in stores:
                 stores[key] = client.submit(ingest, spec, job.config["store_root"],
-                                            retries=retries, pure=False)
+                                            retries=retries, pure=False, priority=1)
+        for job in to_run:
+            store = stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)]
             futures[job.hash] = client.submit(
-                execute, task, context, job.cfg, stores[key], since,
+                execute, task, context, job.cfg, store, since,
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
         _show_progress(list(futures.values()))
         for job in to_run:

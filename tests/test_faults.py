@@ -107,6 +107,7 @@ def test_client_killed_then_rerun_loses_and_repeats_nothing(tmp_path, sig):
     if sig == signal.SIGINT:
         assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
         assert "Traceback" not in stderr and "rerun the same command" in stderr
+        assert "CancelledError" not in stderr, stderr[-2000:]
     finished = {h for h in finished if load_job_result(jobs_dir / h / "result.nc")
                 .attrs["status"] == "ok"}
     rerun, _ = finish(start(tmp_path, *args))
