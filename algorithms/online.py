@@ -75,6 +75,88 @@ def scores(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, K: np.ndarray | None
     return out
 
 
+# Rows of C or Q updated at once by a rank-1 or rank-2 update: the temporary (rows × t) stays
+# small (no fresh t×t array, hence no page faults, per processed point).
+UPDATE_ROWS = 64
+
+
+def _add_low_rank(A: np.ndarray, U: np.ndarray, V: np.ndarray) -> None:
+    """A += U Vᵀ in place, in blocks of :data:`UPDATE_ROWS` rows (U, V: (t, k), k ≤ 2)."""
+    for lo in range(0, A.shape[0], UPDATE_ROWS):
+        A[lo: lo + UPDATE_ROWS] += U[lo: lo + UPDATE_ROWS] @ V.T
+
+
+class _Posterior:
+    """α, C, Q on the t current BVs, held in buffers of ``capacity`` rows and updated in place
+    (the updates of the module docstring; a removal moves the last BV into the freed slot, so
+    the BV order is a permutation of the order of insertion)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.t = 0
+        self._alpha = np.zeros(capacity)
+        self._C = np.zeros((capacity, capacity))
+        self._Q = np.zeros((capacity, capacity))
+
+    @property
+    def capacity(self) -> int:
+        return len(self._alpha)
+
+    @property
+    def alpha(self) -> np.ndarray:
+        return self._alpha[: self.t]
+
+    @property
+    def C(self) -> np.ndarray:
+        return self._C[: self.t, : self.t]
+
+    @property
+    def Q(self) -> np.ndarray:
+        return self._Q[: self.t, : self.t]
+
+    def update(self, s: np.ndarray, q: float, r: float) -> None:
+        """α += q s; C += r s sᵀ (s over the current BVs, or one longer after :meth:`add`)."""
+        t = len(s)
+        self._alpha[:t] += q * s
+        _add_low_rank(self._C[:t, :t], (r * s)[:, None], s[:, None])
+
+    def add(self, Ck: np.ndarray, e_hat: np.ndarray, gamma: float, q: float, r: float) -> None:
+        """A new BV: s = [Ck; 1], α = [α; 0] + q s, C = [C 0; 0 0] + r s sᵀ,
+        Q = [Q 0; 0 0] + γ⁻¹ [ê; −1][ê; −1]ᵀ."""
+        t = self.t
+        if t == self.capacity:  # grows only without sparsity: doubling keeps it O(t²) amortised
+            cap = 2 * t
+            self._alpha = np.pad(self._alpha, (0, cap - t))
+            self._C = np.pad(self._C, (0, cap - t))
+            self._Q = np.pad(self._Q, (0, cap - t))
+        self._alpha[t] = 0.0
+        for M in (self._C, self._Q):
+            M[t, : t + 1] = 0.0
+            M[: t + 1, t] = 0.0
+        self.t = t + 1
+        self.update(np.append(Ck, 1.0), q, r)
+        u = np.append(e_hat, -1.0)
+        _add_low_rank(self.Q, (u / gamma)[:, None], u[:, None])
+
+    def remove(self, i: int) -> int:
+        """KL-optimal removal of BV i (the projection of the module docstring, applied as a
+        rank-2 update of the whole t×t state, row and column i included, which are then
+        overwritten by the last BV's); returns the index of that last BV."""
+        t = self.t
+        a_s, c_s, q_s = self._alpha[i], self._C[i, i], self._Q[i, i]
+        Q_s, C_s = self._Q[:t, i].copy(), self._C[:t, i].copy()
+        self._alpha[:t] -= a_s * Q_s / q_s
+        _add_low_rank(self.C, np.column_stack([c_s / q_s**2 * Q_s - C_s / q_s, -Q_s / q_s]),
+                      np.column_stack([Q_s, C_s]))
+        _add_low_rank(self.Q, (-Q_s / q_s)[:, None], Q_s[:, None])
+        last = t - 1
+        self._alpha[i] = self._alpha[last]
+        for M in (self._C, self._Q):
+            M[i, :t] = M[last, :t]
+            M[:t, i] = M[:t, last]
+        self.t = last
+        return last
+
+
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
         recorder: Recorder, max_basis: int | str, tol: float, score: str, passes: int,
         n_points: int | None, compare_scores: bool, trace_kl: bool,
@@ -104,55 +186,57 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     kernel = blocks.kernel
     compared, differ = 0, 0
     BV: list[int] = []
-    alpha, C, Q = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
+    post = _Posterior(min(max_basis, n_points or n) + 1)
     removals = 0
 
     def predict(X_new: np.ndarray) -> Prediction:
         Kx = blocks.cross(X_new, BV)
-        return Prediction(Kx @ alpha, _variance(kernel, X_new, Kx, C, sigma2))
+        return Prediction(Kx @ post.alpha, _variance(kernel, X_new, Kx, post.C, sigma2))
 
     for _ in range(passes):
         order = rng.permutation(n)[:n_points]
         for lo in range(0, len(order), chunk_rows):
             chunk = order[lo: lo + chunk_rows]
-            # k(x, BV) for the whole chunk in one block; columns follow BV as it changes
-            K_chunk = blocks.block(chunk, BV) if BV else np.zeros((len(chunk), 0))
+            # k(x, BV) for the whole chunk in one block, in a buffer whose columns follow BV
+            K_chunk = np.zeros((len(chunk), post.capacity))
+            K_chunk[:, : len(BV)] = blocks.block(chunk, BV) if BV else 0.0
             for row, j in enumerate(chunk):
-                previous = (list(BV), alpha, C) if trace_kl else None
-                k = K_chunk[row]
-                Ck = C @ k
+                previous = (list(BV), post.alpha.copy(), post.C.copy()) if trace_kl else None
+                t = len(BV)
+                k = K_chunk[row, :t]
+                Ck = post.C @ k
                 denom = sigma2 + diag[j] + k @ Ck
-                q, r = (y[j] - alpha @ k) / denom, -1.0 / denom
-                e_hat = Q @ k
+                q, r = (y[j] - post.alpha @ k) / denom, -1.0 / denom
+                e_hat = post.Q @ k
                 gamma = diag[j] - k @ e_hat
                 if gamma < tol:
-                    s = Ck + e_hat
-                    alpha = alpha + q * s
-                    C = C + r * np.outer(s, s)
+                    post.update(Ck + e_hat, q, r)
                 else:
-                    s = np.append(Ck, 1.0)
-                    alpha = np.append(alpha, 0.0) + q * s
-                    C = np.pad(C, (0, 1)) + r * np.outer(s, s)
-                    u = np.append(e_hat, -1.0)
-                    Q = np.pad(Q, (0, 1)) + np.outer(u, u) / gamma
+                    post.add(Ck, e_hat, gamma, q, r)
                     BV.append(int(j))
-                    K_chunk = np.column_stack([K_chunk, blocks.block(chunk, [j])[:, 0]])
+                    if post.capacity > K_chunk.shape[1]:  # only without sparsity ("none")
+                        K_chunk = np.pad(K_chunk, ((0, 0), (0, post.capacity - K_chunk.shape[1])))
+                    K_chunk[:, t] = blocks.block(chunk, [j])[:, 0]
                     if len(BV) > max_basis:
+                        alpha, C, Q = post.alpha, post.C, post.Q
                         K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None
                         worst = int(np.argmin(scores(alpha, C, Q, K_BV, score)))
                         if compare_scores:
                             other = "exact" if score == "approx" else "approx"
                             compared += 1
                             differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
-                        alpha, C, Q = remove(alpha, C, Q, worst)
-                        del BV[worst]
-                        K_chunk = np.delete(K_chunk, worst, axis=1)
+                        last = post.remove(worst)  # the last BV moves into slot ``worst``
+                        BV[worst] = BV[last]
+                        del BV[last]
+                        K_chunk[:, worst] = K_chunk[:, last]
                         removals += 1
                 kl = {}
                 if trace_kl:
-                    forward, backward = _successive_kl(blocks, previous, (BV, alpha, C))
+                    forward, backward = _successive_kl(blocks, previous,
+                                                       (BV, post.alpha, post.C))
                     kl = {"kl_forward": forward, "kl_backward": backward}
                 recorder.step(predict, n_basis=len(BV), removals=removals, **kl)
+    alpha, C, Q = post.alpha.copy(), post.C.copy(), post.Q.copy()
     if not np.all(np.isfinite(alpha)):
         raise FloatingPointError("sparse online GP produced non-finite coefficients; raise lam "
                                  "or tol")
