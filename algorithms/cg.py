@@ -56,9 +56,6 @@ from algorithms.objectives import dual_objective, primal_objective, relative_gap
 from algorithms.options import Option
 
 PRECONDITIONERS = ("none", "jacobi", "pivoted_cholesky")
-# n×batch float64 arrays alive at once in the batched error-bar CG (K[:, X_new], A, R, P,
-# (K+σ²I)P, Z and the active-column copies): a batch of b test points holds 8·n·b·8 bytes.
-ERROR_BAR_ARRAYS = 8
 NO_VARIANCE = ("algorithm.error_bars=false: each test point needs its own CG solve; set "
                "algorithm.error_bars=true")
 
@@ -191,7 +188,8 @@ def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
     """(q_lo, q_hi) bracketing q = kᵀ(K+σ²I)⁻¹k at each row of X_new (module docstring):
     batched CG per chunk of at most ``var_batch`` test points, then the true residual in one
     more pass. Every iteration of a chunk is one pass over the n² kernel values, whatever the
-    chunk's width, so fewer, wider chunks are cheaper (memory: 8·n·var_batch float64)."""
+    chunk's width, so fewer, wider chunks are cheaper. Memory: about 8 n×var_batch float64
+    arrays alive at once (K[:, X_new], A, R, P, (K+σ²I)P, Z and the active-column copies)."""
     X_new = np.asarray(X_new, dtype=np.float64)
     m = len(X_new)
     n_chunks = max(1, math.ceil(m / max(1, int(var_batch))))

@@ -123,7 +123,9 @@ class _Posterior:
         """A new BV: s = [Ck; 1], α = [α; 0] + q s, C = [C 0; 0 0] + r s sᵀ,
         Q = [Q 0; 0 0] + γ⁻¹ [ê; −1][ê; −1]ᵀ."""
         t = self.t
-        if t == self.capacity:  # grows only without sparsity: doubling keeps it O(t²) amortised
+        # full only when a later pass re-adds a point (tol = 0) and max_basis exceeds the
+        # points: doubling keeps the copies O(t²) amortised
+        if t == self.capacity:
             cap = 2 * t
             self._alpha = np.pad(self._alpha, (0, cap - t))
             self._C = np.pad(self._C, (0, cap - t))
@@ -214,7 +216,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                 else:
                     post.add(Ck, e_hat, gamma, q, r)
                     BV.append(int(j))
-                    if post.capacity > K_chunk.shape[1]:  # only without sparsity ("none")
+                    if post.capacity > K_chunk.shape[1]:  # the state grew (see _Posterior.add)
                         K_chunk = np.pad(K_chunk, ((0, 0), (0, post.capacity - K_chunk.shape[1])))
                     K_chunk[:, t] = blocks.block(chunk, [j])[:, 0]
                     if len(BV) > max_basis:

@@ -431,20 +431,18 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         # every ingest first and at a higher priority: a worker's queue holding an ingest
         # behind a long job would keep the jobs of that dataset waiting while others idle
         for job in to_run:
-            spec = job.config["dataset"]
-            key = json.dumps(spec, sort_keys=True, default=str)
-            if key not in stores:
-                stores[key] = client.submit(ingest, spec, job.config["store_root"],
-                                            retries=retries, pure=False, priority=1)
+            if _dataset_key(job) not in stores:
+                stores[_dataset_key(job)] = client.submit(
+                    ingest, job.config["dataset"], job.config["store_root"], retries=retries,
+                    pure=False, priority=1)
         for job in to_run:
-            store = stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)]
             futures[job.hash] = client.submit(
-                execute, task, context, job.cfg, store, since,
+                execute, task, context, job.cfg, stores[_dataset_key(job)], since,
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
         _show_progress(list(futures.values()))
         for job in to_run:
-            store = stores[json.dumps(job.config["dataset"], sort_keys=True, default=str)]
-            records[job.hash] = _collect(futures[job.hash], store, job, sweep_dir, cluster_cfg)
+            records[job.hash] = _collect(futures[job.hash], stores[_dataset_key(job)], job,
+                                         sweep_dir, cluster_cfg)
         # release every future (and the errors that reference them) while the client is open
         futures.clear()
         stores.clear()
@@ -452,6 +450,11 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
+
+
+def _dataset_key(job: _Job) -> str:
+    """Jobs with equal dataset specs share one ingest task."""
+    return json.dumps(job.config["dataset"], sort_keys=True, default=str)
 
 
 def _show_progress(futures: list, width: int = 40) -> None:
