@@ -2,7 +2,14 @@
 
 Kernels (algorithms.md "Kernels"): Gaussian RBF exp(−‖x−x'‖²/(2ω²)) with the width given as
 2ω² like the papers, Laplacian exp(−‖x−x'‖/ω), Matérn-3/2 (1+h)e^{−h} with h = ‖x−x'‖/μ,
-linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p with an integer p ≥ 1. RBF distances are formed with
+linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p with an integer p ≥ 1. Every kernel is multiplied by
+a signal variance ``variance`` (default 1, the papers' unit amplitude). The stationary kernels
+also take ``lengthscales``, one length scale ℓ_j per input dimension (ARD): the inputs are
+divided by ℓ and the isotropic form is evaluated at unit scale, so the RBF becomes
+exp(−½ Σ_j (x_j−x'_j)²/ℓ_j²) (width 2ω² = 2 on the scaled inputs), the Laplacian
+exp(−‖(x−x')/ℓ‖) and the Matérn-3/2 (1+h)e^{−h} with h = ‖(x−x')/ℓ‖. With ``lengthscales`` set the
+isotropic scale (``width``, ``omega``, ``mu``) is not used and is recorded as null, so a
+kernel's parameters always say which form it is. RBF distances are formed with
 one GEMM (‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels
 of the unsquared distance use scipy's cdist, whose distances stay exact near zero.
 
@@ -14,8 +21,9 @@ computed by :class:`Kernel` and checked to be finite there: a kernel that overfl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.spatial.distance import cdist
@@ -72,8 +80,27 @@ def _polynomial_diag(A: np.ndarray, c: float, degree: int) -> np.ndarray:
     return (np.einsum("ij,ij->i", A, A) + c) ** float(degree)
 
 
-def _positive(default: float, doc: str) -> Option:
-    return Option(default, "float", doc, lo=0.0, lo_open=True)
+def _positive(default: float, doc: str, none_ok: bool = False) -> Option:
+    return Option(default, "float", doc, lo=0.0, lo_open=True, none_ok=none_ok)
+
+
+def _lengthscales(kernel: str) -> Option:
+    """The ARD option of ``kernel``: null, or a non-empty list of finite numbers > 0."""
+    def parse(value: Any) -> tuple[float, ...]:
+        unit = Option(1.0, "float", lo=0.0, lo_open=True)
+        checked = ([] if isinstance(value, (str, bytes)) or not isinstance(value, Iterable)
+                   else [unit.check(v) for v in value])
+        if not checked or not all(ok for ok, _ in checked):
+            raise InputError(f"kernel '{kernel}': kernel.lengthscales={value!r} is invalid; it "
+                             "must be a list of numbers > 0, one per input dimension, or null, "
+                             "e.g. kernel.lengthscales=[1.0, 2.0]")
+        return tuple(v for _, v in checked)
+
+    return Option(None, "any", "a list of length scales > 0, one per input dimension (ARD)",
+                  none_ok=True, example=[1.0, 2.0], parse=parse)
+
+
+VARIANCE = _positive(1.0, "signal variance: the kernel is multiplied by it")
 
 
 @dataclass(frozen=True)
@@ -85,19 +112,33 @@ class KernelSpec:
     diag: Callable[..., np.ndarray]
     params: Mapping[str, Option]
     stationary: bool
+    # ARD: (name of the isotropic scale, its value at unit length scale), or None
+    unit_scale: tuple[str, float] | None = None
+
+    @property
+    def shape_params(self) -> tuple[str, ...]:
+        """The parameters of the function itself (not ``variance`` and ``lengthscales``)."""
+        return tuple(k for k in self.params if k not in ("variance", "lengthscales"))
 
 
 KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("rbf", _rbf, _unit_diag,
-               {"width": _positive(10.0, "2ω² in exp(−‖x−x'‖²/(2ω²))")}, True),
+               {"width": _positive(10.0, "2ω² in exp(−‖x−x'‖²/(2ω²))", none_ok=True),
+                "variance": VARIANCE, "lengthscales": _lengthscales("rbf")},
+               True, ("width", 2.0)),
     KernelSpec("laplacian", _laplacian, _unit_diag,
-               {"omega": _positive(1.0, "ω in exp(−‖x−x'‖/ω)")}, True),
+               {"omega": _positive(1.0, "ω in exp(−‖x−x'‖/ω)", none_ok=True),
+                "variance": VARIANCE, "lengthscales": _lengthscales("laplacian")},
+               True, ("omega", 1.0)),
     KernelSpec("matern32", _matern32, _unit_diag,
-               {"mu": _positive(1.0, "μ in (1+h)e^{−h}, h = ‖x−x'‖/μ")}, True),
-    KernelSpec("linear", _linear, _linear_diag, {}, False),
+               {"mu": _positive(1.0, "μ in (1+h)e^{−h}, h = ‖x−x'‖/μ", none_ok=True),
+                "variance": VARIANCE, "lengthscales": _lengthscales("matern32")},
+               True, ("mu", 1.0)),
+    KernelSpec("linear", _linear, _linear_diag, {"variance": VARIANCE}, False),
     KernelSpec("polynomial", _polynomial, _polynomial_diag,
                {"c": Option(1.0, "float", "offset c in (⟨x,x'⟩ + c)^degree"),
-                "degree": Option(2, "int", "the power, a positive integer", lo=1)}, False),
+                "degree": Option(2, "int", "the power, a positive integer", lo=1),
+                "variance": VARIANCE}, False),
 )}
 
 
@@ -112,30 +153,69 @@ class Kernel:
         if self.name not in KERNELS:
             raise InputError(f"unknown kernel '{self.name}'; choose one of: "
                              + ", ".join(KERNELS))
-        full = validate(KERNELS[self.name].params, dict(self.params),
-                        owner=f"kernel '{self.name}'", prefix="kernel.")
+        spec = KERNELS[self.name]
+        full = validate(spec.params, dict(self.params), owner=f"kernel '{self.name}'",
+                        prefix="kernel.")
+        if spec.unit_scale is not None:
+            scale = spec.unit_scale[0]
+            if full["lengthscales"] is not None:
+                full[scale] = None  # not used: recorded as null (module docstring)
+            elif full[scale] is None:
+                raise InputError(f"kernel '{self.name}': kernel.{scale} is null and no "
+                                 f"kernel.lengthscales are given; pass e.g. kernel.{scale}="
+                                 f"{spec.params[scale].default} or kernel.lengthscales=[1.0, 2.0]")
         object.__setattr__(self, "params", full)  # floats, and ints for integer parameters
+        shape = {k: full[k] for k in spec.shape_params}
+        if full.get("lengthscales") is not None:
+            shape[spec.unit_scale[0]] = spec.unit_scale[1]
+        object.__setattr__(self, "_shape", shape)
+
+    @property
+    def variance(self) -> float:
+        return self.params["variance"]
+
+    @property
+    def lengthscales(self) -> np.ndarray | None:
+        ls = self.params.get("lengthscales")
+        return None if ls is None else np.asarray(ls, dtype=np.float64)
+
+    def _scaled(self, A: np.ndarray) -> np.ndarray:
+        """The inputs divided by the ARD length scales (unchanged without them)."""
+        ls = self.lengthscales
+        if ls is None:
+            return A
+        if A.ndim != 2 or A.shape[1] != len(ls):
+            raise InputError(f"kernel {self} has {len(ls)} length scales but the inputs have "
+                             f"{A.shape[-1]} dimensions; pass one length scale per dimension")
+        return A / ls
 
     @property
     def spec(self) -> KernelSpec:
         return KERNELS[self.name]
 
     def __str__(self) -> str:
-        """``name(param=value, ...)``, as the user spells the kernel in messages."""
-        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
+        """``name(param=value, ...)``, as the user spells the kernel in messages (a unit
+        variance and absent length scales left out)."""
+        shown = {k: list(v) if isinstance(v, tuple) else v for k, v in self.params.items()
+                 if v is not None and not (k == "variance" and v == 1.0)}  # the papers' form
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         """k(A, B), shape (len(A), len(B)), float64; raises :class:`InputError` if a value is
         NaN/inf (every block, diagonal and prediction is computed here)."""
-        A = np.asarray(A, dtype=np.float64)
-        B = np.asarray(B, dtype=np.float64)
+        A = self._scaled(np.asarray(A, dtype=np.float64))
+        B = self._scaled(np.asarray(B, dtype=np.float64))
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return self._finite(self.spec.function(A, B, **self.params))
+            K = self.spec.function(A, B, **self._shape)
+            if self.variance != 1.0:
+                K *= self.variance
+            return self._finite(K)
 
     def diag(self, A: np.ndarray) -> np.ndarray:
         """k(a, a) for each row a of A (checked like :meth:`__call__`)."""
+        A = self._scaled(np.asarray(A, dtype=np.float64))
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return self._finite(self.spec.diag(np.asarray(A, dtype=np.float64), **self.params))
+            return self._finite(self.variance * self.spec.diag(A, **self._shape))
 
     def _finite(self, K: np.ndarray) -> np.ndarray:
         """K itself if all finite (one pass over a block already in memory), else the
@@ -143,7 +223,8 @@ class Kernel:
         if np.isfinite(K).all():
             return K
         bad = int(K.size - np.isfinite(K).sum())
-        defaults = " ".join(f"kernel.{k}={opt.default}" for k, opt in self.spec.params.items())
+        defaults = " ".join(f"kernel.{k}={self.spec.params[k].default}"
+                            for k in self.spec.shape_params)
         raise InputError(f"kernel {self} is NaN/inf for {bad} of {K.size} values on these inputs "
                          "(overflow); pass parameters of moderate size"
                          + (f" (defaults: {defaults})" if defaults else "")

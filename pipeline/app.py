@@ -93,7 +93,7 @@ def _value(s: dict, reasons: dict, key: str, spec: str = ".6g") -> str:
 def fit_text(ds) -> str:
     """One screen for a fit: basis size, gap, objective, certificate, test metrics, seconds."""
     c, s, why = ds.attrs["config"], ds.attrs["summary"], ds.attrs.get("not_applicable", {})
-    kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name")
+    kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name" and v is not None)
     kappa = f", kappa={c['kappa']}" if get(ds.attrs["algorithm"]).uses_kappa else ""
     lines = [
         f"{ds.attrs['algorithm']} on {c['dataset']['name']} (n_train={ds.attrs['n_train']}, "
@@ -104,6 +104,10 @@ def fit_text(ds) -> str:
         f"  gap              {_value(s, why, 'gap', '.4g')}  (stopped: {s['stop_reason']})",
         f"  objective L      {_value(s, why, 'objective')}",
     ]
+    if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ
+        lines[1:1] = [f"  learned (ML)     kernel {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
+                      f"(log marg. lik. {_fmt(s['hyper_log_marginal_likelihood'])} on "
+                      f"{s['hyper_n_subset']} points, {_fmt(s['hyper_seconds'], '.1f')} s)"]
     if "gap_certified" in s:
         lines.append(f"  certified gap    {_fmt(s['gap_certified'], '.4g')}  (Theorem 1: relative "
                      "suboptimality ≤ this)")

@@ -15,7 +15,7 @@ from pipeline import app
 from pipeline.job import CONF_DIR, check_location
 from pipeline.sweep import SweepOutcome
 
-GROUPS = ("algorithm", "dataset", "kernel", "cluster", "experiment")
+GROUPS = ("algorithm", "dataset", "kernel", "hyper", "cluster", "experiment")
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 

@@ -32,6 +32,7 @@ from pipeline.blocks import open_blocks
 from pipeline.codeversion import code_version, module_of
 from pipeline.curves import run_curve
 from pipeline.datasets import ingest, spec_hash, train_shape
+from pipeline.hyper import check_hyper, hyper_options, learned
 from pipeline.results import write_job_result
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -61,6 +62,11 @@ def job_identity(config: Mapping) -> dict:
     if spec is not None and spec.seed_free and not config.get("learning_curve"):
         ident["seed"] = None
     ident["code_version"] = algorithm_version(spec) if spec is not None else None
+    try:
+        if hyper_options(config) is not None:  # the fit depends on the learning code too
+            ident["hyper_code"] = code_version("algorithms.hyper", "pipeline.hyper")
+    except InputError:
+        pass  # a bad hyper block: the job reports it
     try:
         ident["data"] = spec_hash(config["dataset"])
     except (InputError, KeyError, TypeError):
@@ -137,7 +143,8 @@ def check_location(config: Mapping) -> None:
 def check_config(config: Mapping, available: float | None = None
                  ) -> tuple[AlgorithmSpec, float, Kernel, dict]:
     """Validate a resolved job config without building its data: the algorithm and its
-    options, ``lam``, ``kappa``, ``seed``, the kernel, the dataset spec, the certificate, and
+    options, ``lam``, ``kappa``, ``seed``, the kernel, the ``hyper`` block, the dataset spec,
+    the certificate, and
     whether the fit fits (``max_n``, and the algorithm's declared memory against ``available``
     bytes, default what this machine has free). Returns (spec, lam, kernel, options); raises
     InputError naming the first bad value."""
@@ -151,6 +158,7 @@ def check_config(config: Mapping, available: float | None = None
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
     shape = train_shape(config["dataset"])  # validates the dataset spec
+    check_hyper(config, kernel)
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
     profile = config.get("profile_memory", False)
@@ -162,6 +170,14 @@ def check_config(config: Mapping, available: float | None = None
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
         check_size(spec, *shape, options, available)
     return spec, lam, kernel, options
+
+
+def blas_threads() -> int:
+    """Threads the BLAS of this process may use (a Dask worker pins them to 1)."""
+    from threadpoolctl import threadpool_info
+
+    return max((int(info.get("num_threads", 1)) for info in threadpool_info()
+                if info.get("user_api") == "blas"), default=1)
 
 
 @dataclass(frozen=True)
@@ -182,6 +198,9 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     seed = config["seed"]
 
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
+    hyper = learned(config, store) if hyper_options(config) is not None else None
+    if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.hyper)
+        kernel, lam = hyper.kernel, hyper.lam
     blocks = open_blocks(store, kernel, verify=False)
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
@@ -191,13 +210,17 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
         result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
                      rng=np.random.default_rng(seed), test=(X_test, y_test),
                      profile_memory=config.get("profile_memory", False), **options)
+        result = result.with_summary(blas_threads=blas_threads())
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
+        if hyper is not None:
+            result = result.with_summary(**hyper.summary)
     job_hash = config_hash(config)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
              "store": store.name,
              "job_seconds": time.perf_counter() - start,
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
-    path = write_job_result(result, config, result_path, attrs)
+    path = write_job_result(result, config, result_path, attrs,
+                            hyper.variables() if hyper is not None else None)
     return JobOutcome(result, dict(config), job_hash, path)
 
 

@@ -10,7 +10,8 @@ sweeps of many small jobs; xarray opens both the same way.
 
 :func:`consolidate` turns a sweep directory (``manifest.json`` + ``jobs/<hash>.nc``) into
 ``results.zarr`` with dims ``algorithm, dataset, lam, kappa, seed`` (+ one per other swept key)
-and ``step``; :func:`load` opens it. Every file is written to a temporary sibling and renamed into
+and ``step`` (and ``hyper_eval`` when hyperparameters were learned); :func:`load` opens
+it. Every file is written to a temporary sibling and renamed into
 place, so a failing job never leaves a half-written result and never damages an earlier one; a
 write that fails (a full disk, an unwritable directory) is an InputError naming the path and the
 OS's reason. ``results.zarr`` uses zarr format 2, which every zarr reader understands, strings
@@ -47,6 +48,9 @@ from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
+# 1-d job variables gathered into the sweep Dataset, NaN-padded: a fit's trace over ``step``,
+# the hyperparameter optimiser's over ``hyper_eval`` (every evaluation of every run)
+PADDED_DIMS = ("step", "hyper_eval")
 
 
 @functools.cache
@@ -102,12 +106,15 @@ def _base_attrs(config: Mapping, attrs: Mapping) -> dict:
     }
 
 
-def result_to_dataset(result: Result, config: Mapping, attrs: Mapping) -> xr.Dataset:
+def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
+                      extra_vars: Mapping | None = None) -> xr.Dataset:
     """A finished job's result as an xarray Dataset: trace variables over ``step``, the
-    result's own arrays (a fit's basis and coefficients), the summary and the reasons for
-    quantities that do not apply as JSON attrs."""
+    result's own arrays (a fit's basis and coefficients), ``extra_vars`` (name -> (dims,
+    values), e.g. the hyperparameter optimiser's trace over ``hyper_eval``), the summary and the
+    reasons for quantities that do not apply as JSON attrs."""
     data_vars = {name: ("step", np.asarray(values)) for name, values in result.trace.items()}
     data_vars.update(result.variables())
+    data_vars.update(extra_vars or {})
     summary = {k: _jsonable(v) for k, v in result.summary.items()}
     all_attrs = {"algorithm": result.algorithm, "kind": result.kind, "status": "ok", "error": "",
                  "summary": json.dumps(summary, sort_keys=True),
@@ -173,9 +180,9 @@ def _open_job(path: str | os.PathLike) -> xr.Dataset:
 
 
 def write_job_result(result: Result, config: Mapping, path: str | os.PathLike,
-                     attrs: Mapping) -> Path:
+                     attrs: Mapping, extra_vars: Mapping | None = None) -> Path:
     """Write a finished job's result file (``result.nc``) atomically."""
-    return _write_atomically(result_to_dataset(result, config, attrs), path)
+    return _write_atomically(result_to_dataset(result, config, attrs, extra_vars), path)
 
 
 def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
@@ -242,14 +249,15 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
             except (OSError, ValueError):  # not run, or unreadable: status "missing"
                 jobs[h] = None
     loaded = [ds for ds in jobs.values() if ds is not None]
-    n_step = max([ds.sizes.get("step", 0) for ds in loaded] + [1])
-    trace_vars = sorted({v for ds in loaded for v, da in ds.data_vars.items()
-                         if da.dims == ("step",)})
+    lengths = {dim: max([ds.sizes.get(dim, 0) for ds in loaded] + [1]) for dim in PADDED_DIMS}
+    trace_dims = {v: da.dims[0] for ds in loaded for v, da in ds.data_vars.items()
+                  if len(da.dims) == 1 and da.dims[0] in PADDED_DIMS}
+    trace_vars = sorted(trace_dims)
     summaries = {h: json.loads(ds.attrs["summary"]) for h, ds in jobs.items() if ds is not None}
     final_keys = sorted({k for s in summaries.values() for k, v in s.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
 
-    traces = {v: np.full(shape + (n_step,), np.nan) for v in trace_vars}
+    traces = {v: np.full(shape + (lengths[trace_dims[v]],), np.nan) for v in trace_vars}
     finals = {k: np.full(shape, np.nan) for k in final_keys}
     job_seconds = np.full(shape, np.nan)
     status = np.full(shape, "missing", dtype=object)
@@ -275,7 +283,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
             if k in finals and isinstance(value, (int, float)):
                 finals[k][index] = value
 
-    data_vars = {v: (dims + ["step"], a) for v, a in traces.items()}
+    data_vars = {v: (dims + [trace_dims[v]], a) for v, a in traces.items()}
     data_vars.update({f"final_{k}": (dims, a) for k, a in finals.items()})
     data_vars["job_seconds"] = (dims, job_seconds)
     for name, values in (("status", status), ("error", error), ("worker", worker),
@@ -292,7 +300,9 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "n_workers": manifest.get("n_workers", 0),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
     }
-    ds = xr.Dataset(data_vars, coords={**coords, "step": np.arange(1, n_step + 1)}, attrs=attrs)
+    padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
+              if dim == "step" or dim in trace_dims.values()}
+    ds = xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs)
     ds.attrs["content_sha256"] = json.dumps(
         {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
     ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store

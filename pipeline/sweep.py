@@ -47,6 +47,7 @@ from algorithms.registry import get
 from pipeline.claims import claim, claim_job, record_fit
 from pipeline.cluster import check, connect, job_script, memory_hint, worker_name
 from pipeline.datasets import ingest
+from pipeline.hyper import cache_key, hyper_options, learned
 from pipeline.job import (
     check_config,
     config_hash,
@@ -64,7 +65,7 @@ from pipeline.results import (
     write_job_failure,
 )
 
-CONFIG_GROUPS = ("algorithm", "dataset", "kernel", "cluster", "experiment")
+CONFIG_GROUPS = ("algorithm", "dataset", "kernel", "hyper", "cluster", "experiment")
 # Hydra's job context (HydraConfig) is process-global: a worker process runs one job at a time
 _HYDRA_JOB = threading.Lock()
 
@@ -427,29 +428,54 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         context = client.submit(_same, hydra_context, pure=False)
         since = time.time()
         stores: dict[str, object] = {}
+        needs: dict[str, object] = {}  # per job: what it waits for (ingest, or learning)
         futures = {}
-        # every ingest first and at a higher priority: a worker's queue holding an ingest
-        # behind a long job would keep the jobs of that dataset waiting while others idle
+        # every ingest (and hyperparameter learning) first and at a higher priority: a
+        # worker's queue holding one behind a long job would keep the jobs needing it waiting
         for job in to_run:
             if _dataset_key(job) not in stores:
                 stores[_dataset_key(job)] = client.submit(
                     ingest, job.config["dataset"], job.config["store_root"], retries=retries,
                     pure=False, priority=1)
+        learnings: dict[str, object] = {}
+        for job in to_run:
+            store = stores[_dataset_key(job)]
+            key = _hyper_key(job)
+            if key is not None and key not in learnings:
+                learnings[key] = client.submit(_learn, job.config, store, retries=retries,
+                                               pure=False, priority=1)
+            needs[job.hash] = learnings[key] if key is not None else store
         for job in to_run:
             futures[job.hash] = client.submit(
-                execute, task, context, job.cfg, stores[_dataset_key(job)], since,
+                execute, task, context, job.cfg, needs[job.hash], since,
                 key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
         _show_progress(list(futures.values()))
         for job in to_run:
-            records[job.hash] = _collect(futures[job.hash], stores[_dataset_key(job)], job,
-                                         sweep_dir, cluster_cfg)
+            records[job.hash] = _collect(futures[job.hash], needs[job.hash], job, sweep_dir,
+                                         cluster_cfg)
         # release every future (and the errors that reference them) while the client is open
         futures.clear()
         stores.clear()
+        learnings.clear()
+        needs.clear()
         del task, context
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
+
+
+def _hyper_key(job: _Job) -> str | None:
+    """Jobs learning the same hyperparameters share one learning task (None: none learned)."""
+    try:
+        return cache_key(job.config) if hyper_options(job.config) is not None else None
+    except InputError:
+        return None  # a bad hyper block: the job itself reports it
+
+
+def _learn(config: Mapping, store: str) -> str:
+    """A sweep's hyperparameter-learning task: learn (or find cached) and return the store."""
+    learned(config, store)
+    return store
 
 
 def _dataset_key(job: _Job) -> str:
@@ -472,13 +498,13 @@ def _same(value):
     return value
 
 
-def _collect(future, store, job: _Job, sweep_dir: Path, cluster_cfg: Mapping) -> dict:
-    """The job's record; an error raised outside the job (its dataset's ingest ``store``, lost
-    workers) is recorded."""
+def _collect(future, need, job: _Job, sweep_dir: Path, cluster_cfg: Mapping) -> dict:
+    """The job's record; an error raised outside the job (in the ingest or hyperparameter
+    learning it needed, ``need``; lost workers) is recorded."""
     if future.status == "finished":
         return future.result()
-    if store.status == "error":  # the job never ran: say why its data could not be ingested
-        future = store
+    if need.status == "error":  # the job never ran: say why its data or learning failed
+        future = need
     try:
         exc = future.exception()
         error = f"{type(exc).__name__}: {exc}"

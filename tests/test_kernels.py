@@ -33,7 +33,48 @@ def test_rbf_width_is_two_omega_squared():
     assert k(x, z)[0, 0] == pytest.approx(np.exp(-4.0 / 10.0), rel=1e-15)
     # the default width comes from the KERNELS table (10.0, as conf/kernel/rbf.yaml)
     assert KERNELS["rbf"].params["width"].default == 10.0
-    assert Kernel("rbf").params == {"width": 10.0}
+    assert Kernel("rbf").params == {"width": 10.0, "variance": 1.0, "lengthscales": None}
+
+
+@pytest.mark.parametrize("name,scale,unit", [("rbf", "width", 2.0), ("laplacian", "omega", 1.0),
+                                             ("matern32", "mu", 1.0)])
+def test_ard_lengthscales_scale_each_input_dimension(name, scale, unit):
+    ls = np.array([0.5, 2.0, 3.0, 1.2])
+    ard = Kernel(name, {"lengthscales": list(ls), "variance": 2.5})
+    assert ard.params[scale] is None and ard.params["lengthscales"] == tuple(ls)
+    iso = Kernel(name, {scale: unit})
+    np.testing.assert_allclose(ard(A, B), 2.5 * iso(A / ls, B / ls), rtol=1e-13)
+    np.testing.assert_allclose(ard.diag(A), np.full(len(A), 2.5))
+    # equal length scales are the isotropic kernel (the RBF's width 2ω² = 2ℓ²)
+    iso_scale = {"rbf": 2 * 1.7 ** 2}.get(name, 1.7)
+    np.testing.assert_allclose(Kernel(name, {"lengthscales": [1.7] * 4})(A, B),
+                               Kernel(name, {scale: iso_scale})(A, B), rtol=1e-13)
+
+
+def test_rbf_ard_is_the_explicit_formula():
+    ls = np.array([0.5, 2.0, 3.0, 1.2])
+    K = Kernel("rbf", {"lengthscales": ls.tolist(), "variance": 0.3})(A, B)
+    ref = 0.3 * np.exp(-0.5 * (((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1))
+    np.testing.assert_allclose(K, ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_variance_multiplies_every_kernel(name):
+    one, two = Kernel(name), Kernel(name, {"variance": 2.0})
+    np.testing.assert_allclose(two(A, B), 2.0 * one(A, B), rtol=1e-14)
+    np.testing.assert_allclose(two.diag(A), 2.0 * one.diag(A), rtol=1e-14)
+
+
+def test_bad_lengthscales_are_one_line_errors():
+    for bad in ([], [1.0, -1.0], "abc", [float("nan")], 3.0):
+        with pytest.raises(InputError, match=r"kernel 'rbf': kernel\.lengthscales=.* is invalid; "
+                                             r"it must be a list of numbers > 0"):
+            Kernel("rbf", {"lengthscales": bad})
+    with pytest.raises(InputError, match=r"kernel rbf.* has 2 length scales but the inputs "
+                                         r"have 4 dimensions"):
+        Kernel("rbf", {"lengthscales": [1.0, 2.0]})(A, B)
+    with pytest.raises(InputError, match=r"kernel\.width is null and no kernel\.lengthscales"):
+        Kernel("rbf", {"width": None})
 
 
 def test_blocks_are_submatrices():
@@ -48,7 +89,8 @@ def test_blocks_are_submatrices():
 
 @pytest.mark.parametrize("name,params,match", [
     ("gauss", {}, "unknown kernel 'gauss'"),
-    ("rbf", {"sigma": 1.0}, "kernel 'rbf' has no option 'sigma'; its options: width"),
+    ("rbf", {"sigma": 1.0},
+     "kernel 'rbf' has no option 'sigma'; its options: lengthscales, variance, width"),
     ("rbf", {"width": -1.0}, r"kernel\.width=-1\.0 is invalid; it must be a number > 0"),
 ])
 def test_bad_kernel_is_one_line_error(name, params, match):
@@ -57,9 +99,11 @@ def test_bad_kernel_is_one_line_error(name, params, match):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("name,key", [(name, key) for name in sorted(KERNELS)
-                                      for key in KERNELS[name].params])
-@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "abc", None, True])
+@pytest.mark.parametrize("name,key,bad", [
+    (name, key, bad) for name in sorted(KERNELS) for key in KERNELS[name].params
+    if key != "lengthscales"  # a list: test_bad_lengthscales_are_one_line_errors
+    for bad in (float("inf"), float("-inf"), float("nan"), "abc", True)
+    + (() if KERNELS[name].params[key].none_ok else (None,))])  # null scale: ARD
 def test_non_finite_and_non_numeric_parameters_are_refused(name, key, bad):
     with pytest.raises(InputError, match=rf"kernel '{name}': kernel\.{key}=.* is invalid; it "
                                          rf"must be .*e\.g\. kernel\.{key}=") as err:
@@ -70,14 +114,14 @@ def test_non_finite_and_non_numeric_parameters_are_refused(name, key, bad):
 @pytest.mark.parametrize("name", ["rbf", "laplacian", "matern32"])
 @pytest.mark.parametrize("bad", [0.0, -1.0])
 def test_scale_parameters_must_be_positive(name, bad):
-    (key,) = KERNELS[name].params
+    (key, *_) = KERNELS[name].shape_params
     with pytest.raises(InputError, match=rf"kernel\.{key}=-?[01]\.0 is invalid; it must be a "
                                          "number > 0"):
         Kernel(name, {key: bad})
 
 
 def test_polynomial_degree_is_a_positive_integer():
-    assert Kernel("polynomial", {"degree": 3.0}).params == {"c": 1.0, "degree": 3}
+    assert Kernel("polynomial", {"degree": 3.0}).params == {"c": 1.0, "degree": 3, "variance": 1.0}
     assert isinstance(Kernel("polynomial").params["degree"], int)
     for bad in (2.5, 0, -1):
         with pytest.raises(InputError, match=rf"kernel\.degree={bad!r} is invalid; it must be "

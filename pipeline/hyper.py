@@ -1,0 +1,137 @@
+"""Learned hyperparameters for jobs (``hyper=ml``): computed once per dataset and setting, cached.
+
+``hyper: {name: fixed}`` (the default) fits with the configured kernel and ``lam``.
+``hyper=ml`` first maximises the log marginal likelihood over the kernel's variance, length
+scale(s) and σ² (:func:`algorithms.hyper.learn`, on a random subset of ``hyper.subset``
+training points), starting from the configured kernel and ``lam``; the job then fits with the
+learned kernel and λ = learned σ². Every job of a sweep on the same dataset store, kernel,
+``lam`` and ``hyper`` options shares one learning: its outcome is cached as
+``<store_root>/hyper/<key>.json``, the key being the hash of those settings, of the store's
+identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version, so edited
+data or code learns again. A sweep runs each learning as its own task before the jobs that
+need it (:mod:`pipeline.sweep`); a single job learns (or reads the cache) itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.errors import InputError
+from algorithms.hyper import OPTIONS, Parameters, learn
+from algorithms.kernels import Kernel
+from algorithms.options import Option, validate
+from pipeline.codeversion import code_version
+from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
+
+HYPER_OPTIONS: dict[str, Option] = {
+    "name": Option("fixed", "choice", "fixed: the configured kernel and lam; ml: learn them "
+                   "by maximum marginal likelihood", choices=("fixed", "ml")),
+    **OPTIONS,
+}
+CACHE_DIR = "hyper"
+
+
+def hyper_options(config: Mapping) -> dict[str, Any] | None:
+    """The validated ``hyper`` block of a job config, or None for fixed hyperparameters."""
+    given = dict(config.get("hyper") or {"name": "fixed"})
+    name = given.get("name", "fixed")
+    if name == "fixed":
+        extra = sorted(set(given) - {"name"})
+        if extra:
+            raise InputError(f"hyper.{extra[0]} is set but hyper=fixed learns nothing; pass "
+                             "hyper=ml to learn hyperparameters, or drop the option")
+        return None
+    return validate(HYPER_OPTIONS, given, owner="hyper", prefix="hyper.")
+
+
+def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:
+    """Validate ``hyper`` against the job's kernel and data dimension (before any data is read)."""
+    options = hyper_options(config)
+    if options is not None:
+        shape = train_shape(config["dataset"])
+        Parameters.of(kernel, shape[1] if shape else 1, options["ard"])
+    return options
+
+
+def cache_key(config: Mapping) -> str:
+    """Hash of what determines a learning: dataset store, kernel, lam, hyper options, code."""
+    blob = {"data": spec_hash(config["dataset"]), "kernel": dict(config["kernel"]),
+            "lam": config["lam"], "hyper": hyper_options(config),
+            "code": code_version("algorithms.hyper", "pipeline.hyper")}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LearnedRecord:
+    """A cached learning: the learned kernel and σ², scalars for the result summary and the
+    optimiser trace (one row per marginal-likelihood evaluation of every L-BFGS-B run)."""
+
+    kernel: Kernel
+    lam: float
+    summary: Mapping[str, Any]
+    trace: Mapping[str, np.ndarray]
+    names: list[str]
+    runs: list[dict]
+
+    def variables(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+        """The trace as arrays over dim ``hyper_eval`` (θ split by parameter name)."""
+        out = {"hyper_run": (("hyper_eval",), np.asarray(self.trace["run"], dtype=np.int32)),
+               "hyper_lml": (("hyper_eval",), np.asarray(self.trace["log_marginal_likelihood"]))}
+        theta = np.asarray(self.trace["theta"]).reshape(len(out["hyper_lml"][1]), -1)
+        for j, name in enumerate(self.names):
+            out[f"hyper_{name}"] = (("hyper_eval",), theta[:, j])
+        return out
+
+
+def _record_from_json(data: Mapping) -> LearnedRecord:
+    kernel = Kernel(data["kernel"]["name"], {k: v for k, v in data["kernel"].items()
+                                             if k != "name"})
+    trace = {k: np.asarray(v) for k, v in data["trace"].items()}
+    return LearnedRecord(kernel, float(data["lam"]), data["summary"], trace, data["names"],
+                         data["runs"])
+
+
+def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedRecord:
+    """The learned hyperparameters of a job with ``hyper=ml``: read from the cache, or learned
+    on the job's training data (ingested if ``store`` is not given) and cached atomically."""
+    options = hyper_options(config)
+    if options is None:
+        raise ValueError("learned() needs hyper=ml")
+    root = Path(config["store_root"]).expanduser() / CACHE_DIR
+    path = root / f"{cache_key(config)}.json"
+    if path.exists():
+        try:
+            return _record_from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError, InputError):
+            pass  # damaged or from another format: learn again and overwrite
+    store = store if store is not None else ingest(config["dataset"], config["store_root"])
+    X, y, _, _ = load_arrays(store, verify=False)
+    kernel_cfg = dict(config["kernel"])
+    kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
+    settings = {k: v for k, v in options.items() if k not in ("name", "seed")}
+    result = learn(X, y, kernel, float(config["lam"]),
+                   rng=np.random.default_rng([options["seed"], 7]), **settings)
+    data = {"kernel": {"name": result.kernel.name,
+                       **{k: list(v) if isinstance(v, tuple) else v
+                          for k, v in result.kernel.params.items()}},
+            "lam": result.lam, "summary": result.summary(), "names": result.names,
+            "runs": result.runs,
+            "trace": {k: np.asarray(v).tolist() for k, v in result.trace.items()}}
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{path.name}.tmp-{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"cannot write learned hyperparameters to {path}: "
+                         f"{err.strerror or err}; pass a writable store_root") from None
+    return _record_from_json(data)
