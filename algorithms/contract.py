@@ -333,6 +333,17 @@ N_MARK = "n"  # in ExactLimit.options: "the number of training points"
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """An optional library a fit function imports: ``module`` is its import name (checked with
+    :func:`importlib.util.find_spec`), ``library`` the name users know it by, ``extra`` the
+    optional-dependency group of pyproject.toml that installs it."""
+
+    module: str
+    library: str
+    extra: str
+
+
+@dataclass(frozen=True)
 class AlgorithmSpec:
     """Everything the pipeline may know about an algorithm.
 
@@ -347,6 +358,14 @@ class AlgorithmSpec:
     dimension d (None: not declared, e.g. the O(n·t) of a sparse method). With it and an
     option named :data:`SIZE_OPTION`, :func:`~algorithms.evaluation.check_size` refuses a fit
     that is too large from n and d alone, so the pipeline can do so before ingesting the data.
+    ``certifiable``: Theorem 1's certificate (:func:`algorithms.certificate.certify`) applies to
+    the final solution, i.e. its predictor is k(x, X[basis]) @ coef on training rows with the
+    job's kernel and λ; a callable decides from the validated options (a peer library that
+    learns its kernel, noise or inducing inputs is not certifiable then), and the pipeline
+    skips the certificate where it does not apply (:meth:`certifies`).
+    ``requires``: optional libraries the fit imports (:class:`Requirement`); one that is not
+    installed is a one-line error when the options are validated
+    (:func:`~algorithms.evaluation.options_of`), before any data are read.
     """
 
     name: str
@@ -361,10 +380,16 @@ class AlgorithmSpec:
     exact_limit: ExactLimit | None = None
     check_options: Mapping[str, Any] = field(default_factory=dict)
     memory_bytes: Callable[[int, int, Mapping[str, Any]], float] | None = None
+    certifiable: bool | Callable[[Mapping[str, Any]], bool] = True
+    requires: tuple[Requirement, ...] = ()
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"{self.name}: task {self.task!r} is not one of {TASKS}")
+
+    def certifies(self, options: Mapping[str, Any]) -> bool:
+        """Whether Theorem 1's certificate applies to a fit with these (validated) options."""
+        return bool(self.certifiable(options) if callable(self.certifiable) else self.certifiable)
 
     @property
     def owner(self) -> str:

@@ -15,6 +15,7 @@ coefficient or applicable summary value counts as the same breakdown, and each b
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 import tracemalloc
@@ -336,5 +337,21 @@ def _size(n_bytes: float) -> str:
 
 
 def options_of(spec: AlgorithmSpec, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The validated options of ``spec`` (defaults filled in)."""
+    """The validated options of ``spec`` (defaults filled in). First, every optional library
+    the spec requires must be installed (:func:`check_requires`): the pipeline validates the
+    options before it reads any data, so a missing one stops a job before its ingest."""
+    check_requires(spec)
     return validate(spec.options, given, owner=spec.owner, prefix="algorithm.")
+
+
+def check_requires(spec: AlgorithmSpec) -> None:
+    """One-line InputError naming the first library of ``spec.requires`` that is not installed
+    and the extra that installs it (found with importlib, without importing it)."""
+    for need in spec.requires:
+        try:
+            found = importlib.util.find_spec(need.module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a broken entry
+            found = False
+        if not found:
+            raise InputError(f"{spec.owner} needs {need.library}: pip install -e "
+                             f"'.[{need.extra}]'")

@@ -226,9 +226,14 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
 
 def _certified(fit: Fit, spec: AlgorithmSpec, config: Mapping, blocks, y: np.ndarray,
                lam: float, seed: int) -> Fit:
-    """Theorem 1's certificate of a regression fit (``certificate.*`` in the config)."""
+    """Theorem 1's certificate of a regression fit (``certificate.*`` in the config); none
+    (no certificate keys in the summary, as for classification) where the spec says it does not
+    apply to a fit with these options (:meth:`~algorithms.contract.AlgorithmSpec.certifies`:
+    a basis off the training rows, a learned kernel or λ)."""
     cert_cfg = config.get("certificate") or {}
-    if spec.task != "regression" or not cert_cfg.get("enabled", False):
+    options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
+    if spec.task != "regression" or not cert_cfg.get("enabled", False) \
+            or not spec.certifies(options):
         return fit
     certificate = certify(blocks, y, lam, fit.basis, fit.coef,
                           rng=np.random.default_rng([seed, 1]),

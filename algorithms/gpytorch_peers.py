@@ -1,0 +1,217 @@
+"""GPyTorch as a peer: Titsias's sparse GP regression (SGPR) as GPyTorch implements it.
+
+``gpytorch_sgpr``: an :class:`gpytorch.models.ExactGP` with zero mean, a
+:class:`gpytorch.likelihoods.GaussianLikelihood` and the covariance
+``InducingPointKernel(ScaleKernel(RBFKernel / MaternKernel), Z)`` (Titsias 2009), in float64
+throughout (every tensor and module made float64 explicitly; torch's global default dtype and
+thread count are left as the process has them). The ``max_basis`` = m inducing inputs Z start
+at random training rows drawn from the job's generator, the kernel and the noise at the job's
+kernel (:mod:`algorithms.peers` translates it) and λ.
+
+- ``steps`` = 0: nothing is trained; kernel, noise and Z are the job's, so the solution is a
+  kernel expansion on training rows with the job's kernel and λ and the certificate applies.
+- ``steps`` > 0: Adam (learning rate ``lr``) on the negative of GPyTorch's
+  ``ExactMarginalLogLikelihood`` with the InducingPointKernel's added loss term, which is
+  Titsias's collapsed bound log N(y | 0, Q + σ²I) − tr(K − Q)/(2σ²), Q = K_XZ K_ZZ⁻¹ K_ZX
+  (divided by n), over the kernel's variance and length scale(s), the noise and Z. The learned
+  kernel is translated back into ours; Z is no longer on training rows (``basis`` then holds
+  the rows each inducing input started from) and there is no certificate.
+
+The trace has a row per Adam step, 0 (the start) to ``steps``: ``elbo`` (n × GPyTorch's MLL,
+i.e. Titsias's bound), ``noise`` and the basis size. Prediction is GPyTorch's own,
+``likelihood(model(x))`` (noise included). With ``diagonal_correction`` (GPyTorch's default,
+``gpytorch.settings.sgpr_diagonal_correction``) GPyTorch adds diag(K − Q) to the training
+covariance when it predicts, so its mean is Q_*X (Q + Λ)⁻¹y with Λ = diag(K − Q) + σ²I and its
+variance k** − Q_*X (Q + Λ)⁻¹ Q_X* + σ² (FITC's predictive with Titsias's hyperparameters);
+without it the mean is Titsias's DTC mean Q_*X (Q + σ²I)⁻¹y and the variance the
+subset-of-regressors one, Q** − Q_*X (Q + σ²I)⁻¹ Q_X* + σ² (tests/test_peers.py checks both
+against dense formulas). With Z = X (m = n) and no training either is the exact GP.
+
+The mean is held exactly as k(x, Z) @ c (our kernel, the learned one translated back), with c
+from GPyTorch's own factors: GPyTorch predicts (K_*Z R)((K_XZ R)ᵀ a), where R = K_ZZ^{-1/2} is
+the InducingPointKernel's inverse Cholesky root (``_inducing_inv_root``, jitter included if
+GPyTorch had to add any) and a = (Q + Λ)⁻¹y is its prediction strategy's ``mean_cache``; so
+c = R (K_XZ R)ᵀ a, and our mean equals GPyTorch's to round-off (≤ 1e-8 in the tests; no
+predictor override is needed). The variance is GPyTorch's, computed in blocks of test rows.
+Cost O(n·m²) per step and per prediction, O(n·m) memory beyond X.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+import numpy as np
+
+from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Solution, block_rows
+from algorithms.errors import InputError
+from algorithms.evaluation import Recorder
+from algorithms.options import Option
+from algorithms.peers import (
+    GPYTORCH,
+    TORCH,
+    check_translatable,
+    gpytorch_kernel,
+    import_gpytorch,
+    kernel_from_gpytorch,
+    library_warnings,
+    torch_linalg_errors,
+)
+
+NOISE_FLOOR = 1e-4  # GaussianLikelihood's default lower bound on the noise, lowered for a lam below
+JITTER = re.compile(r"added jitter of ([0-9.eE+-]+)")
+
+
+@functools.cache
+def sgpr_model() -> type:
+    """The GPyTorch model class (built on first use: GPyTorch is imported only then)."""
+    _, gpytorch = import_gpytorch()
+
+    class SGPR(gpytorch.models.ExactGP):
+        """Zero mean, InducingPointKernel covariance (GPyTorch's SGPR example)."""
+
+        def __init__(self, X, y, likelihood, base, Z) -> None:
+            super().__init__(X, y, likelihood)
+            self.mean_module = gpytorch.means.ZeroMean()
+            self.covar_module = gpytorch.kernels.InducingPointKernel(
+                base, inducing_points=Z, likelihood=likelihood)
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                             self.covar_module(x))
+
+    return SGPR
+
+
+def _library() -> str:
+    torch, gpytorch = import_gpytorch()
+    return f"GPyTorch {gpytorch.__version__}, PyTorch {torch.__version__}"
+
+
+def _jitter(caught: list[str]) -> float:
+    """The largest jitter GPyTorch reports adding to a diagonal (0 if none)."""
+    return max((float(m.group(1)) for text in caught if (m := JITTER.search(text))),
+               default=0.0)
+
+
+def fit_sgpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+             recorder: Recorder, max_basis: int, steps: int, lr: float,
+             diagonal_correction: bool) -> Solution:
+    """GPyTorch's SGPR on ``max_basis`` inducing inputs at random training rows, trained for
+    ``steps`` Adam steps at learning rate ``lr`` (module docstring)."""
+    owner = "algorithm gpytorch_sgpr"
+    check_translatable(blocks.kernel, owner)
+    try:
+        return _fit_sgpr(blocks, y, lam, rng, recorder, max_basis, steps, lr,
+                         diagonal_correction, owner)
+    except torch_linalg_errors() as err:  # the evaluator's one-line error for a breakdown
+        raise np.linalg.LinAlgError(" ".join(str(err).split())[:100]) from None
+
+
+def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
+              recorder: Recorder, max_basis: int, steps: int, lr: float,
+              diagonal_correction: bool, owner: str) -> Solution:
+    torch, gpytorch = import_gpytorch()
+
+    f64 = torch.float64
+    n = blocks.n
+    m = min(max_basis, n)
+    rows = np.sort(rng.choice(n, m, replace=False))
+    X = blocks.inputs(slice(None))
+    tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
+    caught: list[str] = []
+    with library_warnings(caught):
+        likelihood = gpytorch.likelihoods.GaussianLikelihood(
+            noise_constraint=gpytorch.constraints.GreaterThan(min(NOISE_FLOOR, lam / 10))
+        ).double()
+        likelihood.noise = torch.tensor(lam, dtype=f64)
+        base = gpytorch_kernel(blocks.kernel, X.shape[1], owner)
+        model = sgpr_model()(tX, ty, likelihood, base, tX[rows].clone()).double()
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr) if steps else None
+        model.train()
+        likelihood.train()
+        for step in range(steps + 1):
+            with torch.set_grad_enabled(step < steps):
+                value = mll(model(tX), ty)
+            bound = float(value.detach()) * n
+            if not math.isfinite(bound):
+                if step == 0:
+                    raise FloatingPointError("GPyTorch's marginal likelihood is NaN/inf")
+                raise InputError(f"{owner}: GPyTorch's marginal likelihood became NaN/inf at "
+                                 f"Adam step {step} with algorithm.lr={lr:g}; pass a smaller "
+                                 "algorithm.lr or fewer algorithm.steps")
+            recorder.step(n_basis=m, objective=math.nan, gap=math.nan, elbo=bound,
+                          noise=float(likelihood.noise.detach()))
+            if step < steps:
+                optimizer.zero_grad()
+                (-value).backward()
+                optimizer.step()
+        model.eval()
+        likelihood.eval()
+        setting = gpytorch.settings.sgpr_diagonal_correction(diagonal_correction)
+        with torch.no_grad(), setting:
+            likelihood(model(tX[:1]))  # builds GPyTorch's prediction caches
+            inducing = model.covar_module
+            a = model.prediction_strategy.mean_cache  # (Q + Λ)⁻¹ y
+            R = inducing._inducing_inv_root  # K_ZZ^{-1/2}, the factor GPyTorch predicts with
+            K_XZ = inducing.base_kernel(tX, inducing.inducing_points).to_dense()
+            coef = (R @ ((K_XZ @ R).mT @ a)).numpy()
+            Z = inducing.inducing_points.detach().numpy().copy()
+    noise = float(likelihood.noise.detach())
+    if steps:
+        kernel, lam_fit = kernel_from_gpytorch(blocks.kernel.name, base), noise
+    else:
+        kernel, lam_fit = blocks.kernel, lam  # untrained: the job's, GPyTorch's to round-off
+    batch = block_rows(max(m, 1))
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``."""
+        X_new = np.asarray(X_new, dtype=np.float64)
+        var = np.empty(len(X_new))
+        with library_warnings([]), torch.no_grad(), \
+                gpytorch.settings.sgpr_diagonal_correction(diagonal_correction):
+            for lo in range(0, len(X_new), batch):
+                x = torch.as_tensor(X_new[lo: lo + batch], dtype=f64)
+                var[lo: lo + batch] = likelihood(model(x)).variance.numpy()
+        if not np.isfinite(var).all():
+            raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
+        return var, var
+
+    reasons = {"objective": "GPyTorch optimises Titsias's bound (elbo), not L(α)",
+               "gap": "GPyTorch solves no dual problem (no duality gap)"}
+    if steps:
+        reasons["gap_certified"] = ("no certificate: the kernel, noise and inducing inputs "
+                                    "were trained")
+        stop = f"{steps} Adam steps (lr={lr:g}) on Titsias's bound"
+    else:
+        stop = "no training (steps = 0): the job's kernel, lam and inducing rows"
+    summary = {"n_basis": m, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+               "jitter": _jitter(caught), "elbo": bound, "learned_kernel": str(kernel),
+               "learned_lam": noise, "inducing_moved": bool(steps), "library": _library(),
+               "library_warnings": len(caught), "first_warning": caught[0] if caught else ""}
+    return Solution(rows, coef, Z, kernel, lam_fit, summary, variance_bounds,
+                    not_applicable=reasons)
+
+
+SPECS: list[AlgorithmSpec] = [
+    AlgorithmSpec(
+        "gpytorch_sgpr", fit_sgpr,
+        "GPyTorch's SGPR (Titsias; InducingPointKernel, optional Adam training)",
+        options={
+            "max_basis": Option(256, "int", "inducing points m (start at random training rows)",
+                                lo=1),
+            "steps": Option(0, "int", "Adam steps on Titsias's bound (0: the job's kernel, lam "
+                            "and inducing rows, untrained)", lo=0),
+            "lr": Option(0.1, "float", "Adam learning rate", lo=0.0, lo_open=True),
+            "diagonal_correction": Option(True, "bool", "GPyTorch's sgpr_diagonal_correction "
+                                          "when predicting (its default; false: Titsias's DTC "
+                                          "mean, subset-of-regressors variance)"),
+        },
+        has_variance=True,
+        exact_limit=ExactLimit({"max_basis": "n", "steps": 0}, variance=True),
+        check_options={"max_basis": 20},
+        certifiable=lambda options: options["steps"] == 0, requires=(TORCH, GPYTORCH),
+    ),
+]

@@ -1,0 +1,168 @@
+"""The peer libraries (scikit-learn, GPyTorch): what they need and how our kernels read in them.
+
+The peers are algorithms that call another library (:mod:`algorithms.sklearn_peers`,
+:mod:`algorithms.gpytorch_peers`); the libraries are the optional extra ``peers`` of
+pyproject.toml, declared on each spec as :class:`~algorithms.contract.Requirement` s and
+imported only inside the fit functions, so the registry loads without them.
+
+Kernel translations, ours ↔ scikit-learn ↔ GPyTorch, all in this module. Both libraries write
+the stationary kernels with a length scale ℓ dividing the inputs, so one table does for both:
+
+==============  ===================================  ==========================================
+ours            scikit-learn                          GPyTorch
+==============  ===================================  ==========================================
+rbf, width      ConstantKernel(v) * RBF(ℓ),           ScaleKernel(RBFKernel), ℓ = √(width/2)
+                ℓ = √(width/2): exp(−‖x−x'‖²/width)
+matern32, μ     ConstantKernel(v) * Matern(ν=1.5,     ScaleKernel(MaternKernel(ν=1.5)), ℓ = √3·μ
+                ℓ = √3·μ): (1+h)e^{−h}, h = ‖x−x'‖/μ
+laplacian, ω    ConstantKernel(v) * Matern(ν=0.5,     ScaleKernel(MaternKernel(ν=0.5)), ℓ = ω
+                ℓ = ω): exp(−‖x−x'‖/ω)
+==============  ===================================  ==========================================
+
+The signal variance v is ``ConstantKernel`` / ``ScaleKernel.outputscale``. ARD
+``lengthscales`` ℓ_j become a vector length scale (``RBF(ℓ)`` / ``ard_num_dims = d``), times
+√3 for the Matérn-3/2 (our (1+h)e^{−h} has h = ‖(x−x')/ℓ‖, the libraries' √3·‖(x−x')/ℓ‖).
+The linear and polynomial kernels have no translation here: a one-line InputError.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from algorithms.contract import Requirement
+from algorithms.errors import InputError
+from algorithms.kernels import KERNELS, Kernel
+
+EXTRA = "peers"
+SKLEARN = Requirement("sklearn", "scikit-learn", EXTRA)
+TORCH = Requirement("torch", "PyTorch", EXTRA)
+GPYTORCH = Requirement("gpytorch", "GPyTorch", EXTRA)
+
+# ℓ in the libraries = FACTOR × our length (√(width/2) for the RBF's width, μ, ω or ARD ℓ_j)
+FACTOR = {"rbf": 1.0, "matern32": math.sqrt(3.0), "laplacian": 1.0}
+MATERN_NU = {"matern32": 1.5, "laplacian": 0.5}  # the RBF is the libraries' own class
+DEFAULT_BOUNDS = (1e-5, 1e5)  # scikit-learn's default hyperparameter bounds
+
+
+def check_translatable(kernel: Kernel, owner: str) -> None:
+    """A one-line InputError unless ``kernel`` is one the peers can translate."""
+    if kernel.name not in FACTOR:
+        raise InputError(f"{owner} supports kernels {', '.join(FACTOR)}, not kernel "
+                         f"'{kernel.name}' (no translation to the peer library); pass e.g. "
+                         "kernel=rbf")
+
+
+def library_lengths(kernel: Kernel) -> tuple[np.ndarray, bool]:
+    """(ℓ as the libraries write it, one entry or one per dimension; whether it is ARD)."""
+    ls = kernel.lengthscales
+    if ls is not None:
+        return FACTOR[kernel.name] * ls, True
+    scale = kernel.spec.unit_scale[0]
+    ours = math.sqrt(kernel.params[scale] / 2.0) if kernel.name == "rbf" else kernel.params[scale]
+    return np.array([FACTOR[kernel.name] * ours]), False
+
+
+def our_kernel(name: str, variance: float, lengths: np.ndarray, ard: bool) -> Kernel:
+    """The inverse of :func:`library_lengths`: our Kernel with signal variance ``variance`` and
+    library length scales ``lengths`` (a learned kernel translated back)."""
+    ours = np.asarray(lengths, dtype=np.float64).ravel() / FACTOR[name]
+    if ard:
+        return Kernel(name, {"variance": float(variance), "lengthscales": ours.tolist()})
+    scale = 2.0 * ours[0] ** 2 if name == "rbf" else ours[0]
+    return Kernel(name, {"variance": float(variance), KERNELS[name].unit_scale[0]: scale})
+
+
+def hyper_bounds(values: np.ndarray) -> tuple[float, float]:
+    """scikit-learn's default bounds, widened to hold the starting values."""
+    return (min(DEFAULT_BOUNDS[0], float(np.min(values))),
+            max(DEFAULT_BOUNDS[1], float(np.max(values))))
+
+
+def sklearn_kernel(kernel: Kernel, owner: str) -> Any:
+    """``ConstantKernel(v) * RBF/Matern(ℓ)``, scikit-learn's form of ``kernel`` (module
+    docstring); its bounds are scikit-learn's defaults widened to hold the values."""
+    from sklearn.gaussian_process import kernels as sk
+
+    check_translatable(kernel, owner)
+    lengths, ard = library_lengths(kernel)
+    length = lengths if ard else float(lengths[0])
+    bounds = hyper_bounds(lengths)
+    if kernel.name == "rbf":
+        base = sk.RBF(length, length_scale_bounds=bounds)
+    else:
+        base = sk.Matern(length, length_scale_bounds=bounds, nu=MATERN_NU[kernel.name])
+    variance = kernel.variance
+    return sk.ConstantKernel(variance, hyper_bounds(np.array([variance]))) * base
+
+
+def kernel_from_sklearn(name: str, product: Any) -> Kernel:
+    """Our Kernel from scikit-learn's ``ConstantKernel * RBF/Matern`` (e.g. a learned one)."""
+    lengths = np.atleast_1d(np.asarray(product.k2.length_scale, dtype=np.float64))
+    return our_kernel(name, product.k1.constant_value, lengths,
+                      ard=np.ndim(product.k2.length_scale) > 0)
+
+
+def import_gpytorch() -> tuple[Any, Any]:
+    """(torch, gpytorch), imported on first use without the DeprecationWarnings their imports
+    raise (e.g. torch.jit's), so that a fit's recorded library warnings are its own."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import gpytorch
+        import torch
+    return torch, gpytorch
+
+
+def gpytorch_kernel(kernel: Kernel, d: int, owner: str) -> Any:
+    """``ScaleKernel(RBFKernel / MaternKernel)`` in float64 holding ``kernel``'s values (module
+    docstring); ARD length scales give ``ard_num_dims = d``."""
+    torch, gpytorch = import_gpytorch()
+
+    check_translatable(kernel, owner)
+    lengths, ard = library_lengths(kernel)
+    dims = d if ard else None
+    if kernel.name == "rbf":
+        base = gpytorch.kernels.RBFKernel(ard_num_dims=dims)
+    else:
+        base = gpytorch.kernels.MaternKernel(nu=MATERN_NU[kernel.name], ard_num_dims=dims)
+    scaled = gpytorch.kernels.ScaleKernel(base).double()  # float64 before any value is set
+    scaled.outputscale = torch.tensor(kernel.variance, dtype=torch.float64)
+    base.lengthscale = torch.tensor(lengths, dtype=torch.float64).reshape(1, -1)
+    return scaled
+
+
+def kernel_from_gpytorch(name: str, scaled: Any) -> Kernel:
+    """Our Kernel from a (learned) ``ScaleKernel(RBFKernel / MaternKernel)``."""
+    base = scaled.base_kernel
+    lengths = base.lengthscale.detach().cpu().numpy().ravel()
+    return our_kernel(name, float(scaled.outputscale.detach()), lengths,
+                      ard=base.ard_num_dims is not None)
+
+
+def seed_from(rng: np.random.Generator) -> int:
+    """An integer seed for a library's own random state, drawn from the job's generator."""
+    return int(rng.integers(2**31 - 1))
+
+
+@contextmanager
+def library_warnings(record: list[str]) -> Iterator[None]:
+    """Collect the library's warnings (convergence, added jitter) into ``record`` instead of
+    printing them: the fit reports their number and first text in its summary."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    record.extend(" ".join(str(w.message).split()) for w in caught)
+
+
+def torch_linalg_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions torch and linear_operator raise for a failed factorisation (converted
+    to numpy's LinAlgError, which the evaluator turns into its one-line error)."""
+    import torch
+    from linear_operator.utils.errors import NotPSDError
+
+    return (torch.linalg.LinAlgError, NotPSDError)

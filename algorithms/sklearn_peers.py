@@ -1,0 +1,185 @@
+"""scikit-learn as a peer: its exact GP and its Nyström features with ridge regression.
+
+- ``sklearn_gpr``: :class:`sklearn.gaussian_process.GaussianProcessRegressor` (Rasmussen &
+  Williams Alg. 2.1: Cholesky of K + αI) with our kernel translated to scikit-learn's
+  (:mod:`algorithms.peers`). ``optimize=false``: the kernel is fixed (``optimizer=None``) and
+  the noise is ``alpha = lam``: the exact GP, to round-off (tests/test_peers.py: ≤ 1e-8 from
+  our ``exact``). ``optimize=true``: scikit-learn maximises the log marginal likelihood by
+  L-BFGS-B over the kernel's parameters and a ``WhiteKernel(lam)`` noise term (then
+  ``alpha = 1e-10``, recorded as ``jitter``), from the job's kernel and λ and from
+  ``n_restarts`` further log-uniform random starts seeded from the job's generator; the
+  learned kernel (translated back) and noise are the solution's. The predictor is
+  k(x, X) @ α with scikit-learn's own α (``alpha_``), its variance scikit-learn's
+  ``predict(return_std=True)`` squared, plus λ for the fixed kernel (the WhiteKernel already
+  holds the noise otherwise).
+- ``sklearn_nystroem``: :class:`sklearn.kernel_approximation.Nystroem` (Williams & Seeger
+  2001: features φ(x) = N k(landmarks, x), N = K_SS^{-1/2} from an SVD with eigenvalues
+  clipped at 1e-12) on ``max_basis`` landmarks drawn by scikit-learn with a random state from
+  the job's generator, then ``Ridge(alpha=lam, fit_intercept=False, solver="cholesky")``. Its
+  prediction φ(x)ᵀw = k(x, X_S) (Nᵀw) is held exactly as k(x, X[basis]) @ coef with basis the
+  landmarks' training rows (``component_indices_``) and coef = ``normalization_.T @ coef_``.
+  Ridge has no predictive variance. On the same landmarks the mean equals our ``nystrom``'s.
+
+Both take every training input into memory (the libraries need X): O(n·d), and scikit-learn's
+GPR O(n²) more (see :func:`gpr_memory_bytes`). Their libraries' warnings are counted in the
+summary (``library_warnings``, the first in ``first_warning``), not printed. The certificate
+applies except to a GPR whose hyperparameters were learned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Solution, block_rows
+from algorithms.evaluation import Recorder
+from algorithms.options import Option
+from algorithms.peers import (
+    SKLEARN,
+    hyper_bounds,
+    kernel_from_sklearn,
+    library_warnings,
+    seed_from,
+    sklearn_kernel,
+)
+
+OPTIMIZE_ALPHA = 1e-10  # GPR's alpha when a WhiteKernel holds the noise (scikit-learn's default)
+NO_GAP = "scikit-learn solves no dual problem (no duality gap)"
+
+
+def _library() -> str:
+    import sklearn
+
+    return f"scikit-learn {sklearn.__version__}"
+
+
+def _warnings_summary(caught: list[str]) -> dict[str, Any]:
+    return {"library_warnings": len(caught), "first_warning": caught[0] if caught else ""}
+
+
+def gpr_memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
+    """Peak memory of a ``sklearn_gpr`` fit: 3 n×n float64 arrays with the kernel fixed (its
+    kernel matrix with temporaries and the Cholesky copy; tracemalloc, n = 2000: 3.00·n²·8);
+    optimising, 3 per hyperparameter, at most d length scales, the variance and the noise
+    (the gradient K_gradient, its stacked copies and the inner term; n = 1000, d = 5:
+    9.0·n²·8 isotropic, 21.0·n²·8 ARD); plus X and 64 MiB."""
+    factor = 3 * (d + 2) if options.get("optimize") else 3
+    return 8.0 * (factor * n * n + n * d) + 2**26
+
+
+def fit_gpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+            recorder: Recorder, optimize: bool, n_restarts: int) -> Solution:
+    """scikit-learn's GaussianProcessRegressor (module docstring) with noise variance ``lam``;
+    ``optimize``: learn the kernel and the noise (``n_restarts`` random restarts)."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import WhiteKernel
+
+    owner = "algorithm sklearn_gpr"
+    n = blocks.n
+    X = blocks.inputs(slice(None))
+    kernel = sklearn_kernel(blocks.kernel, owner)
+    seed = seed_from(rng)
+    if optimize:
+        gpr = GaussianProcessRegressor(kernel + WhiteKernel(lam, hyper_bounds(np.array([lam]))),
+                                       alpha=OPTIMIZE_ALPHA, n_restarts_optimizer=n_restarts,
+                                       random_state=seed, copy_X_train=False)
+    else:
+        gpr = GaussianProcessRegressor(kernel, alpha=lam, optimizer=None, random_state=seed,
+                                       copy_X_train=False)
+    caught: list[str] = []
+    with library_warnings(caught):
+        gpr.fit(X, y)
+    alpha = np.asarray(gpr.alpha_, dtype=np.float64).ravel()
+    if optimize:  # kernel_ = ConstantKernel * base + WhiteKernel
+        fitted, noise = kernel_from_sklearn(blocks.kernel.name, gpr.kernel_.k1), \
+            float(gpr.kernel_.k2.noise_level)
+        added = 0.0  # scikit-learn's predictive variance holds the WhiteKernel's noise
+    else:
+        fitted, noise, added = blocks.kernel, lam, lam
+    log_ml = float(gpr.log_marginal_likelihood_value_)
+    recorder.step(n_basis=n, objective=math.nan, gap=math.nan, log_marginal_likelihood=log_ml)
+    rows = block_rows(n)
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """scikit-learn's predictive variance of f (+ the noise), in blocks of test rows."""
+        X_new = np.asarray(X_new, dtype=np.float64)
+        var = np.empty(len(X_new))
+        with library_warnings([]):
+            for lo in range(0, len(X_new), rows):
+                var[lo: lo + rows] = gpr.predict(X_new[lo: lo + rows], return_std=True)[1] ** 2
+        var += added
+        return var, var
+
+    reasons = {"gap": NO_GAP}
+    if optimize:
+        reasons["objective"] = ("hyperparameters learned by scikit-learn: L(α) of the job's "
+                                "kernel and lam does not describe this predictor")
+        reasons["gap_certified"] = "no certificate: the kernel and noise were learned"
+        stop = f"L-BFGS-B on the log marginal likelihood from {1 + n_restarts} starts"
+    else:
+        reasons["objective"] = "not computed by scikit-learn (the certificate computes L(α))"
+        stop = "fixed kernel (optimizer=None)"
+    summary = {"n_basis": n, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+               "jitter": OPTIMIZE_ALPHA if optimize else 0.0,
+               "log_marginal_likelihood": log_ml, "learned_kernel": str(fitted),
+               "learned_lam": noise, "library": _library(), **_warnings_summary(caught)}
+    return Solution(np.arange(n), alpha, X, fitted, noise, summary, variance_bounds,
+                    not_applicable=reasons)
+
+
+def fit_nystroem(blocks: KernelBlocks, y: np.ndarray, *, lam: float,
+                 rng: np.random.Generator, recorder: Recorder, max_basis: int) -> Solution:
+    """scikit-learn's Nystroem features on ``max_basis`` random landmarks and Ridge with
+    ``alpha = lam`` (module docstring)."""
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.linear_model import Ridge
+
+    owner = "algorithm sklearn_nystroem"
+    n = blocks.n
+    m = min(max_basis, n)
+    X = blocks.inputs(slice(None))
+    features = Nystroem(kernel=sklearn_kernel(blocks.kernel, owner), n_components=m,
+                        random_state=seed_from(rng))
+    ridge = Ridge(alpha=lam, fit_intercept=False, solver="cholesky")
+    caught: list[str] = []
+    with library_warnings(caught):
+        ridge.fit(features.fit_transform(X), y)
+    basis = np.asarray(features.component_indices_, dtype=np.int64)
+    # φ(x)ᵀw = k(x, X_S) Nᵀ w: the same predictor as a kernel expansion on the landmarks
+    coef = features.normalization_.T @ np.asarray(ridge.coef_, dtype=np.float64).ravel()
+    recorder.step(n_basis=m, objective=math.nan, gap=math.nan)
+    reasons = {"variance": "scikit-learn's Ridge has no predictive variance",
+               "objective": "not computed by scikit-learn (the certificate computes L(α))",
+               "gap": NO_GAP}
+    stop = f"max_basis = {m} landmarks" + (f" (every point: n = {n})" if m < max_basis else "")
+    summary = {"n_basis": m, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+               "jitter": 0.0, "library": _library(), **_warnings_summary(caught)}
+    return Solution(basis, coef, X[basis], blocks.kernel, lam, summary, None,
+                    not_applicable=reasons)
+
+
+SPECS = [
+    AlgorithmSpec(
+        "sklearn_gpr", fit_gpr,
+        "scikit-learn's GaussianProcessRegressor (exact GP; optionally learns kernel and noise)",
+        options={
+            "optimize": Option(False, "bool", "learn the kernel and a WhiteKernel noise by "
+                               "scikit-learn's L-BFGS-B (false: the job's kernel and lam)"),
+            "n_restarts": Option(0, "int", "further random starts of the optimiser", lo=0),
+        },
+        has_variance=True, memory_bytes=gpr_memory_bytes,
+        exact_limit=ExactLimit({"optimize": False}, variance=True),
+        certifiable=lambda options: not options["optimize"], requires=(SKLEARN,),
+    ),
+    AlgorithmSpec(
+        "sklearn_nystroem", fit_nystroem,
+        "scikit-learn's Nystroem features + Ridge (random landmarks; no variance)",
+        options={"max_basis": Option(256, "int", "landmarks m (Nystroem's n_components)",
+                                     lo=1)},
+        has_variance=False, exact_limit=ExactLimit({"max_basis": "n"}),
+        check_options={"max_basis": 20}, requires=(SKLEARN,),
+    ),
+]

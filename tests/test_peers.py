@@ -1,0 +1,347 @@
+"""The peer libraries as algorithms (algorithms/sklearn_peers.py, algorithms/gpytorch_peers.py)
+against the libraries called directly on the same data, against our own algorithms and
+against dense closed forms; the missing-extra error; the pipeline with and without a
+certificate. Every reference here is written out in the test (its own kernel translation, its
+own GPyTorch model), not taken from algorithms/peers.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from algorithms import REGISTRY, ArrayKernelBlocks, Kernel, run
+from algorithms.errors import InputError
+from algorithms.lowrank import LowRankSolve, PartialCholesky, solution
+from tests.contract import CHECKS, CONF_DIR
+from tests.contract import make_problem as contract_problem
+from tests.test_cli import result_path, run_cli
+
+LAM = 0.1
+TOL = 1e-8
+SQRT3 = math.sqrt(3.0)
+KERNELS = {  # ours, and its length scale(s) as scikit-learn and GPyTorch write them
+    "rbf": (Kernel("rbf", {"width": 2.0, "variance": 1.5}), 1.0),
+    "matern32_ard": (Kernel("matern32", {"lengthscales": [0.7, 1.2, 2.0], "variance": 0.8}),
+                     SQRT3 * np.array([0.7, 1.2, 2.0])),
+    "laplacian": (Kernel("laplacian", {"omega": 1.5}), 1.5),
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(300, 3))
+    y = np.sin(X).sum(axis=1) + 0.3 * rng.normal(size=300)
+    X_test = rng.uniform(-2.5, 2.5, size=(100, 3))
+    return X, y, X_test, np.sin(X_test).sum(axis=1)
+
+
+def report(label: str, ours: np.ndarray, theirs: np.ndarray) -> float:
+    """max |ours − theirs|, printed (the figures quoted in the README) and checked ≤ TOL."""
+    delta = float(np.abs(np.asarray(ours) - np.asarray(theirs)).max())
+    print(f"\n{label}: max |Δ| = {delta:.2e}")
+    assert delta <= TOL, (label, delta)
+    return delta
+
+
+def library_seed(seed: int) -> int:
+    """The random state a peer draws from the job's generator default_rng(seed)."""
+    return int(np.random.default_rng(seed).integers(2**31 - 1))
+
+
+# ----------------------------------------------------------------------------- scikit-learn
+
+def sk_kernel(name: str):
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern
+
+    kernel, length = KERNELS[name]
+    base = {"rbf": lambda: RBF(length), "matern32_ard": lambda: Matern(length, nu=1.5),
+            "laplacian": lambda: Matern(length, nu=0.5)}[name]()
+    return ConstantKernel(kernel.variance) * base
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_sklearn_gpr_is_sklearn_and_the_exact_gp(data, name):
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    X, y, X_test, y_test = data
+    blocks = ArrayKernelBlocks(X, KERNELS[name][0])
+    fit = run("sklearn_gpr", blocks, y, lam=LAM, rng=1, test=(X_test, y_test))
+    gpr = GaussianProcessRegressor(sk_kernel(name), alpha=LAM, optimizer=None).fit(X, y)
+    mean, std = gpr.predict(X_test, return_std=True)
+    report(f"sklearn_gpr {name} mean vs scikit-learn", fit.predict(X_test), mean)
+    report(f"sklearn_gpr {name} var vs scikit-learn", fit.predict_var(X_test), std**2 + LAM)
+    exact = run("exact", blocks, y, lam=LAM)
+    report(f"sklearn_gpr {name} mean vs exact", fit.predict(X_test), exact.predict(X_test))
+    report(f"sklearn_gpr {name} var vs exact", fit.predict_var(X_test),
+           exact.predict_var(X_test))
+    assert fit.summary["log_marginal_likelihood"] == pytest.approx(
+        exact.summary["log_marginal_likelihood"], rel=1e-10)
+
+
+def test_sklearn_gpr_optimize_is_sklearn_with_a_white_kernel(data):
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import WhiteKernel
+
+    X, y, X_test, y_test = data
+    X, y = X[:150], y[:150]
+    blocks = ArrayKernelBlocks(X, KERNELS["matern32_ard"][0])
+    fit = run("sklearn_gpr", blocks, y, lam=LAM, rng=7, optimize=True, n_restarts=1)
+    gpr = GaussianProcessRegressor(sk_kernel("matern32_ard") + WhiteKernel(LAM), alpha=1e-10,
+                                   n_restarts_optimizer=1, random_state=library_seed(7))
+    gpr.fit(X, y)
+    mean, std = gpr.predict(X_test, return_std=True)
+    # our mean uses the learned kernel translated back into ours (ARD Matérn: ℓ_ours = ℓ/√3)
+    report("sklearn_gpr optimize mean vs scikit-learn", fit.predict(X_test), mean)
+    report("sklearn_gpr optimize var vs scikit-learn", fit.predict_var(X_test), std**2)
+    learned = gpr.kernel_
+    assert fit.lam == learned.k2.noise_level == fit.summary["learned_lam"]
+    np.testing.assert_allclose(fit.kernel.lengthscales, learned.k1.k2.length_scale / SQRT3,
+                               rtol=1e-14)
+    assert fit.kernel.variance == pytest.approx(learned.k1.k1.constant_value, rel=1e-14)
+    fixed = run("sklearn_gpr", blocks, y, lam=LAM)
+    assert fit.summary["log_marginal_likelihood"] > fixed.summary["log_marginal_likelihood"]
+    assert fit.summary["jitter"] == 1e-10 and "objective" in fit.not_applicable
+
+
+def test_sklearn_nystroem_is_nystroem_plus_ridge_and_our_nystrom(data):
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.linear_model import Ridge
+
+    X, y, X_test, y_test = data
+    blocks = ArrayKernelBlocks(X, KERNELS["rbf"][0])
+    fit = run("sklearn_nystroem", blocks, y, lam=LAM, rng=2, max_basis=40,
+              test=(X_test, y_test))
+    features = Nystroem(kernel=sk_kernel("rbf"), n_components=40,
+                        random_state=library_seed(2)).fit(X)
+    ridge = Ridge(alpha=LAM, fit_intercept=False, solver="cholesky")
+    ridge.fit(features.transform(X), y)
+    np.testing.assert_array_equal(fit.basis, features.component_indices_)
+    report("sklearn_nystroem mean vs scikit-learn", fit.predict(X_test),
+           ridge.predict(features.transform(X_test)))
+    assert fit.predict_var(X_test) is None and "test_nlpd" in fit.not_applicable
+    # our Nyström (algorithms/lowrank.py, as `nystrom` runs it) on the same landmarks
+    chol = PartialCholesky(blocks, 40)
+    chol.add(fit.basis)
+    solve = LowRankSolve(chol, y, LAM)
+    solve.update()
+    report("sklearn_nystroem mean vs our nystrom", fit.predict(X_test),
+           solution(solve, "same landmarks").mean(X_test))
+
+
+# ----------------------------------------------------------------------------- GPyTorch
+
+def gpytorch_reference(X, y, X_test, name, rows, steps, lr, correction):
+    """GPyTorch's SGPR written out here: (mean, variance incl. noise, n × final MLL)."""
+    import gpytorch
+    import torch
+
+    f64 = torch.float64
+    kernel, length = KERNELS[name]
+    ard = kernel.lengthscales is not None
+    dims = X.shape[1] if ard else None
+    base_k = (gpytorch.kernels.RBFKernel(ard_num_dims=dims) if name == "rbf" else
+              gpytorch.kernels.MaternKernel(nu=1.5 if name == "matern32_ard" else 0.5,
+                                            ard_num_dims=dims))
+    base = gpytorch.kernels.ScaleKernel(base_k).double()
+    base.outputscale = torch.tensor(kernel.variance, dtype=f64)
+    base_k.lengthscale = torch.tensor(np.atleast_1d(length), dtype=f64).reshape(1, -1)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood(
+        noise_constraint=gpytorch.constraints.GreaterThan(1e-4)).double()
+    likelihood.noise = torch.tensor(LAM, dtype=f64)
+    tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)
+
+    class SGPR(gpytorch.models.ExactGP):
+        def __init__(self):
+            super().__init__(tX, ty, likelihood)
+            self.mean_module = gpytorch.means.ZeroMean()
+            self.covar_module = gpytorch.kernels.InducingPointKernel(
+                base, inducing_points=tX[rows].clone(), likelihood=likelihood)
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                             self.covar_module(x))
+
+    model = SGPR().double()
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+    model.train()
+    likelihood.train()
+    if steps:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        for _ in range(steps):
+            optimizer.zero_grad()
+            (-mll(model(tX), ty)).backward()
+            optimizer.step()
+    with torch.no_grad():
+        bound = float(mll(model(tX), ty)) * len(y)
+    model.eval()
+    likelihood.eval()
+    with torch.no_grad(), gpytorch.settings.sgpr_diagonal_correction(correction):
+        out = likelihood(model(torch.tensor(X_test, dtype=f64)))
+        return out.mean.numpy(), out.variance.numpy(), bound
+
+
+@pytest.mark.parametrize("name,steps,correction", [
+    ("rbf", 0, True), ("rbf", 0, False), ("laplacian", 0, True),
+    ("rbf", 10, True), ("matern32_ard", 10, False),
+])
+def test_gpytorch_sgpr_is_gpytorch(data, name, steps, correction):
+    X, y, X_test, y_test = data
+    m = 30
+    fit = run("gpytorch_sgpr", ArrayKernelBlocks(X, KERNELS[name][0]), y, lam=LAM, rng=4,
+              test=(X_test, y_test), max_basis=m, steps=steps, lr=0.05,
+              diagonal_correction=correction)
+    rows = np.sort(np.random.default_rng(4).choice(len(y), m, replace=False))
+    np.testing.assert_array_equal(fit.basis, rows)
+    mean, var, bound = gpytorch_reference(X, y, X_test, name, rows, steps, 0.05, correction)
+    label = f"gpytorch_sgpr {name} steps={steps} correction={correction}"
+    report(f"{label} mean vs GPyTorch", fit.predict(X_test), mean)
+    report(f"{label} var vs GPyTorch", fit.predict_var(X_test), var)
+    assert fit.summary["elbo"] == pytest.approx(bound, rel=1e-12)
+    assert len(fit.trace["elbo"]) == steps + 1
+    if steps:  # trained: learned kernel translated back, inducing inputs moved, no certificate
+        assert fit.summary["inducing_moved"] and fit.trace["elbo"][-1] > fit.trace["elbo"][0]
+        assert not np.array_equal(fit.solution.X_basis, X[rows])
+        assert "gap_certified" in fit.not_applicable
+    else:
+        assert fit.kernel == KERNELS[name][0] and fit.lam == LAM
+        np.testing.assert_array_equal(fit.solution.X_basis, X[rows])
+
+
+def test_untrained_gpytorch_sgpr_is_the_titsias_closed_form(data):
+    """steps = 0 against dense formulas: Titsias's bound; without the diagonal correction the
+    DTC mean and subset-of-regressors variance, with it (GPyTorch's default) the FITC-form
+    predictive Q_*X (Q + Λ)⁻¹ with Λ = diag(K − Q) + σ²I."""
+    X, y, X_test, y_test = data
+    kernel, m, n = KERNELS["rbf"][0], 30, len(y)
+    rows = np.sort(np.random.default_rng(4).choice(n, m, replace=False))
+    Z = X[rows]
+    K_ZZ, K_ZX, K_sZ = kernel(Z, Z), kernel(Z, X), kernel(X_test, Z)
+    Q = K_ZX.T @ np.linalg.solve(K_ZZ, K_ZX)
+    Q_sX = K_sZ @ np.linalg.solve(K_ZZ, K_ZX)
+    Q_ss = np.einsum("ij,ji->i", K_sZ, np.linalg.solve(K_ZZ, K_sZ.T))
+    S = Q + LAM * np.eye(n)
+    bound = (-0.5 * y @ np.linalg.solve(S, y) - 0.5 * np.linalg.slogdet(S)[1]
+             - 0.5 * n * math.log(2 * math.pi) - 0.5 / LAM * np.trace(kernel(X, X) - Q))
+    # Titsias's DTC mean in its m×m form, σ²K_ZZ + K_ZX K_XZ
+    mean_dtc = K_sZ @ np.linalg.solve(LAM * K_ZZ + K_ZX @ K_ZX.T, K_ZX @ y)
+    var_sor = Q_ss - np.einsum("ij,ji->i", Q_sX, np.linalg.solve(S, Q_sX.T)) + LAM
+    Lam = np.diag(kernel.diag(X) - np.diag(Q)) + LAM * np.eye(n)
+    mean_fitc = Q_sX @ np.linalg.solve(Q + Lam, y)
+    var_fitc = (kernel.diag(X_test) - np.einsum("ij,ji->i", Q_sX, np.linalg.solve(Q + Lam, Q_sX.T))
+                + LAM)
+    blocks = ArrayKernelBlocks(X, kernel)
+    for correction, mean, var in ((False, mean_dtc, var_sor), (True, mean_fitc, var_fitc)):
+        fit = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=m,
+                  diagonal_correction=correction)
+        report(f"gpytorch_sgpr correction={correction} mean vs closed form",
+               fit.predict(X_test), mean)
+        report(f"gpytorch_sgpr correction={correction} var vs closed form",
+               fit.predict_var(X_test), var)
+        assert fit.summary["elbo"] == pytest.approx(bound, rel=1e-10)
+
+
+# ----------------------------------------------------------------------------- contract
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,options", [("sklearn_gpr", {"optimize": True, "n_restarts": 1}),
+                                          ("gpytorch_sgpr", {"max_basis": 10, "steps": 3})])
+def test_the_learning_modes_follow_the_contract(tmp_path, name, options):
+    """The contract suite runs each spec's check_options; here the same checks with the
+    hyperparameters learned."""
+    spec = dataclasses.replace(REGISTRY[name], check_options=options)
+    problem = contract_problem(tmp_path)
+    for check in CHECKS:
+        check(spec, problem, CONF_DIR)
+
+
+def test_unsupported_kernel_is_a_one_line_error(data):
+    X, y = data[0][:50], data[1][:50]
+    for name in ("sklearn_gpr", "sklearn_nystroem", "gpytorch_sgpr"):
+        with pytest.raises(InputError, match=f"algorithm {name} supports kernels rbf, "
+                           "matern32, laplacian, not kernel 'linear'.*kernel=rbf") as err:
+            run(name, ArrayKernelBlocks(X, Kernel("linear")), y, lam=LAM)
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,module,library", [
+    ("gpytorch_sgpr", "gpytorch", "GPyTorch"), ("gpytorch_sgpr", "torch", "PyTorch"),
+    ("sklearn_gpr", "sklearn", "scikit-learn"), ("sklearn_nystroem", "sklearn", "scikit-learn"),
+])
+def test_a_missing_extra_is_one_line_before_any_data(tmp_path, monkeypatch, data, name, module,
+                                                     library):
+    from pipeline.job import run_job
+
+    monkeypatch.setitem(sys.modules, module, None)  # importlib.util.find_spec: not installed
+    message = f"algorithm {name} needs {library}: pip install -e '.[peers]'"
+    X, y = data[0][:50], data[1][:50]
+    with pytest.raises(InputError) as err:
+        run(name, ArrayKernelBlocks(X, KERNELS["rbf"][0]), y, lam=LAM)
+    assert str(err.value) == message
+    config = {"algorithm": {"name": name}, "dataset": {"name": "sine1d", "n_train": 50},
+              "kernel": {"name": "rbf"}, "lam": 0.1, "kappa": 5, "seed": 0,
+              "store_root": str(tmp_path / "stores")}
+    with pytest.raises(InputError) as err:
+        run_job(config, tmp_path / "result.nc")
+    assert str(err.value) == message
+    assert not (tmp_path / "stores").exists()  # refused before the ingest
+
+
+def test_the_certificate_only_where_it_applies(tmp_path):
+    """Untrained peers on training rows are certified; learned hyperparameters are not (no
+    certificate keys, as for a spec without one, and the reason in not_applicable)."""
+    from pipeline.job import run_job
+    from pipeline.results import load_job_result
+
+    base = {"dataset": {"name": "sine1d", "n_train": 80, "n_test": 40},
+            "kernel": {"name": "rbf", "width": 0.1}, "lam": 0.1, "kappa": 5, "seed": 0,
+            "store_root": str(tmp_path / "stores"), "certificate": {"enabled": True}}
+    for algorithm, certified in (({"name": "sklearn_gpr"}, True),
+                                 ({"name": "gpytorch_sgpr", "max_basis": 20}, True),
+                                 ({"name": "sklearn_gpr", "optimize": True}, False),
+                                 ({"name": "gpytorch_sgpr", "max_basis": 20, "steps": 2},
+                                  False)):
+        outcome = run_job({**base, "algorithm": algorithm},
+                          tmp_path / f"{len(list(tmp_path.iterdir()))}.nc")
+        ds = load_job_result(outcome.result_path)
+        summary, reasons = ds.attrs["summary"], ds.attrs["not_applicable"]
+        assert ("gap_certified" in summary) == certified, algorithm
+        if certified:
+            assert summary["gap_certified"] >= 0 and np.isfinite(summary["objective"])
+        else:
+            assert "gap_certified" in reasons and "certified_lower_bound" not in summary
+
+
+@pytest.mark.slow
+def test_sklearn_nystroem_job_through_the_cli(tmp_path):
+    proc = run_cli(tmp_path, "algorithm=sklearn_nystroem", "dataset=abalone", "lam=0.1",
+                   "algorithm.max_basis=64", "seed=0", "certificate.max_dual=100")
+    assert proc.returncode == 0, proc.stderr
+    assert "certified gap" in proc.stdout and "test NLPD" in proc.stdout
+    from pipeline.results import load_job_result
+
+    ds = load_job_result(result_path(proc))
+    summary = ds.attrs["summary"]
+    assert summary["n_basis"] == 64 and ds["coef"].shape == (64,)
+    assert summary["library"].startswith("scikit-learn ")
+    assert 0 < summary["test_rmse"] < 3 and np.isnan(summary["test_nlpd"])
+    assert "no predictive variance" in ds.attrs["not_applicable"]["test_nlpd"]
+    assert summary["gap_certified"] >= 0
+
+
+def test_exact_limit_of_sgpr_is_the_exact_gp(data):
+    """m = n, untrained: GPyTorch's SGPR is the exact GP (mean and variance)."""
+    X, y, X_test, _ = data
+    X, y = X[:120], y[:120]
+    blocks = ArrayKernelBlocks(X, KERNELS["laplacian"][0])
+    fit = run("gpytorch_sgpr", blocks, y, lam=LAM, max_basis=len(y))
+    exact = run("exact", blocks, y, lam=LAM)
+    report("gpytorch_sgpr m=n mean vs exact", fit.predict(X_test), exact.predict(X_test))
+    report("gpytorch_sgpr m=n var vs exact", fit.predict_var(X_test), exact.predict_var(X_test))
+    np.testing.assert_array_equal(fit.basis, np.arange(len(y)))
+    assert sla.norm(fit.coef - exact.coef) <= 1e-6 * sla.norm(exact.coef)
