@@ -1,4 +1,5 @@
-"""GPyTorch as a peer: Titsias's sparse GP regression (SGPR) as GPyTorch implements it.
+"""GPyTorch as a peer: Titsias's sparse GP regression (SGPR) and Hensman et al.'s stochastic
+variational GP (SVGP), as GPyTorch implements them.
 
 ``gpytorch_sgpr``: an :class:`gpytorch.models.ExactGP` with zero mean, a
 :class:`gpytorch.likelihoods.GaussianLikelihood` and the covariance
@@ -34,6 +35,16 @@ GPyTorch had to add any) and a = (Q + Λ)⁻¹y is its prediction strategy's ``m
 c = R (K_XZ R)ᵀ a, and our mean equals GPyTorch's to round-off (≤ 1e-8 in the tests; no
 predictor override is needed). The variance is GPyTorch's, computed in blocks of test rows.
 Cost O(n·m²) per step and per prediction, O(n·m) memory beyond X.
+
+``gpytorch_svgp``: GPyTorch's SVGP example in float64: an :class:`gpytorch.models.ApproximateGP`
+with a whitened ``VariationalStrategy`` (learned inducing locations) and a
+``CholeskyVariationalDistribution`` q(u) = N(m, S) started at the prior (``mean_init_std = 0``,
+so torch's global generator is not used), trained by ``steps`` Adam steps (``lr``) on
+GPyTorch's ``VariationalELBO`` over minibatches of ``batch_size`` rows drawn from the job's
+generator: q(u), Z, kernel and noise together. GPyTorch predicts k(x, Z) L⁻ᵀ m with
+L Lᵀ = K_ZZ + jitter·I (its ``variational_cholesky_jitter``, 1e-6 in float64, recorded as
+``jitter``), so c = L⁻ᵀ m; its predictive variance (the same jitter added to k(x, x)) is
+GPyTorch's. The trace has the minibatch ELBO (times n/batch, ``elbo_batch``) per step.
 """
 
 from __future__ import annotations
@@ -82,6 +93,32 @@ def sgpr_model() -> type:
                                                              self.covar_module(x))
 
     return SGPR
+
+
+@functools.cache
+def svgp_model() -> type:
+    """GPyTorch's SVGP model class: ApproximateGP, whitened VariationalStrategy with learned
+    inducing locations, CholeskyVariationalDistribution (GPyTorch's SVGP example)."""
+    _, gpytorch = import_gpytorch()
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        """Zero mean; q(u) = N(m, S) whitened by the Cholesky factor of K_ZZ + jitter."""
+
+        def __init__(self, base, Z) -> None:
+            # mean_init_std = 0: q(u) starts at the prior without torch's global generator
+            q = gpytorch.variational.CholeskyVariationalDistribution(Z.size(0),
+                                                                     mean_init_std=0.0)
+            strategy = gpytorch.variational.VariationalStrategy(self, Z, q,
+                                                                learn_inducing_locations=True)
+            super().__init__(strategy)
+            self.mean_module = gpytorch.means.ZeroMean()
+            self.covar_module = base
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                             self.covar_module(x))
+
+    return SVGP
 
 
 def _library() -> str:
@@ -195,6 +232,103 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
                     not_applicable=reasons)
 
 
+def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+             recorder: Recorder, max_basis: int, steps: int, lr: float,
+             batch_size: int) -> Solution:
+    """GPyTorch's SVGP (Hensman et al. 2013) on ``max_basis`` inducing inputs at random
+    training rows: ``steps`` Adam steps at learning rate ``lr`` on GPyTorch's VariationalELBO
+    over minibatches of ``batch_size`` rows drawn from the job's generator, training q(u), the
+    inducing inputs, the kernel and the noise (module docstring)."""
+    owner = "algorithm gpytorch_svgp"
+    check_translatable(blocks.kernel, owner)
+    try:
+        return _fit_svgp(blocks, y, lam, rng, recorder, max_basis, steps, lr, batch_size, owner)
+    except torch_linalg_errors() as err:
+        raise np.linalg.LinAlgError(" ".join(str(err).split())[:100]) from None
+
+
+def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
+              recorder: Recorder, max_basis: int, steps: int, lr: float, batch_size: int,
+              owner: str) -> Solution:
+    torch, gpytorch = import_gpytorch()
+    f64 = torch.float64
+    n = blocks.n
+    m, batch = min(max_basis, n), min(batch_size, n)
+    rows = np.sort(rng.choice(n, m, replace=False))
+    X = blocks.inputs(slice(None))
+    tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
+    caught: list[str] = []
+    with library_warnings(caught):
+        likelihood = gpytorch.likelihoods.GaussianLikelihood(
+            noise_constraint=gpytorch.constraints.GreaterThan(min(NOISE_FLOOR, lam / 10))
+        ).double()
+        likelihood.noise = torch.tensor(lam, dtype=f64)
+        base = gpytorch_kernel(blocks.kernel, X.shape[1], owner)
+        model = svgp_model()(base, tX[rows].clone()).double()
+        elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
+        optimizer = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=lr)
+        model.train()
+        likelihood.train()
+        recorder.step(n_basis=m, objective=math.nan, gap=math.nan, elbo_batch=math.nan,
+                      noise=float(likelihood.noise.detach()))
+        for step in range(1, steps + 1):
+            take = torch.as_tensor(rng.choice(n, batch, replace=False))
+            optimizer.zero_grad()
+            value = elbo(model(tX[take]), ty[take])
+            if not math.isfinite(float(value.detach())):
+                raise InputError(f"{owner}: GPyTorch's ELBO became NaN/inf at Adam step {step} "
+                                 f"with algorithm.lr={lr:g}; pass a smaller algorithm.lr or "
+                                 "fewer algorithm.steps")
+            (-value).backward()
+            optimizer.step()
+            recorder.step(n_basis=m, objective=math.nan, gap=math.nan,
+                          elbo_batch=float(value.detach()) * n,
+                          noise=float(likelihood.noise.detach()))
+        model.eval()
+        likelihood.eval()
+        with torch.no_grad():
+            strategy = model.variational_strategy
+            Z = strategy.inducing_points
+            # GPyTorch predicts k(x, Z) L⁻ᵀ m with L L^T = K_ZZ + jitter·I (whitened q(u))
+            K_ZZ = base(Z, Z).to_dense()
+            K_ZZ = K_ZZ + strategy.jitter_val * torch.eye(m, dtype=f64)
+            L = torch.linalg.cholesky(K_ZZ)
+            mean_u = strategy._variational_distribution.variational_mean
+            coef = torch.linalg.solve_triangular(L.mT, mean_u.unsqueeze(-1),
+                                                 upper=True).squeeze(-1).numpy()
+            Z = Z.detach().numpy().copy()
+    noise = float(likelihood.noise.detach())
+    kernel = kernel_from_gpytorch(blocks.kernel.name, base) if steps else blocks.kernel
+    rows_per_batch = block_rows(max(m, 1))
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``."""
+        X_new = np.asarray(X_new, dtype=np.float64)
+        var = np.empty(len(X_new))
+        with library_warnings([]), torch.no_grad():
+            for lo in range(0, len(X_new), rows_per_batch):
+                x = torch.as_tensor(X_new[lo: lo + rows_per_batch], dtype=f64)
+                var[lo: lo + rows_per_batch] = likelihood(model(x)).variance.numpy()
+        if not np.isfinite(var).all():
+            raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
+        return var, var
+
+    reasons = {"objective": "GPyTorch optimises the variational ELBO, not L(α)",
+               "gap": "GPyTorch solves no dual problem (no duality gap)"}
+    if steps:
+        reasons["gap_certified"] = ("no certificate: the kernel, noise and inducing inputs "
+                                    "were trained")
+        stop = f"{steps} Adam steps (lr={lr:g}, batches of {batch}) on the ELBO"
+    else:
+        stop = "no training (steps = 0): q(u) is the prior, the mean is 0"
+    summary = {"n_basis": m, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+               "jitter": float(strategy.jitter_val), "learned_kernel": str(kernel),
+               "learned_lam": noise, "inducing_moved": bool(steps), "library": _library(),
+               "library_warnings": len(caught), "first_warning": caught[0] if caught else ""}
+    return Solution(rows, coef, Z, kernel, noise if steps else lam, summary, variance_bounds,
+                    not_applicable=reasons)
+
+
 SPECS: list[AlgorithmSpec] = [
     AlgorithmSpec(
         "gpytorch_sgpr", fit_sgpr,
@@ -212,6 +346,20 @@ SPECS: list[AlgorithmSpec] = [
         has_variance=True,
         exact_limit=ExactLimit({"max_basis": "n", "steps": 0}, variance=True),
         check_options={"max_basis": 20},
+        certifiable=lambda options: options["steps"] == 0, requires=(TORCH, GPYTORCH),
+    ),
+    AlgorithmSpec(
+        "gpytorch_svgp", fit_svgp,
+        "GPyTorch's SVGP (Hensman et al.; variational inducing points, Adam on minibatches)",
+        options={
+            "max_basis": Option(256, "int", "inducing points m (start at random training rows)",
+                                lo=1),
+            "steps": Option(200, "int", "Adam steps on the minibatch ELBO (q(u), inducing "
+                            "inputs, kernel and noise)", lo=0),
+            "lr": Option(0.01, "float", "Adam learning rate", lo=0.0, lo_open=True),
+            "batch_size": Option(256, "int", "training rows per minibatch", lo=1),
+        },
+        has_variance=True, check_options={"max_basis": 10, "steps": 5, "batch_size": 20},
         certifiable=lambda options: options["steps"] == 0, requires=(TORCH, GPYTORCH),
     ),
 ]

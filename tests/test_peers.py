@@ -246,11 +246,64 @@ def test_untrained_gpytorch_sgpr_is_the_titsias_closed_form(data):
         assert fit.summary["elbo"] == pytest.approx(bound, rel=1e-10)
 
 
+def test_gpytorch_svgp_is_gpytorch(data):
+    """SVGP written out here (its own model class, same minibatches from default_rng(4))."""
+    import gpytorch
+    import torch
+
+    X, y, X_test, y_test = data
+    n, m, steps, batch = len(y), 20, 30, 64
+    fit = run("gpytorch_svgp", ArrayKernelBlocks(X, KERNELS["rbf"][0]), y, lam=LAM, rng=4,
+              test=(X_test, y_test), max_basis=m, steps=steps, lr=0.05, batch_size=batch)
+    f64 = torch.float64
+    rng = np.random.default_rng(4)
+    rows = np.sort(rng.choice(n, m, replace=False))
+    base = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel()).double()
+    base.outputscale = torch.tensor(1.5, dtype=f64)
+    base.base_kernel.lengthscale = torch.tensor([[1.0]], dtype=f64)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood(
+        noise_constraint=gpytorch.constraints.GreaterThan(1e-4)).double()
+    likelihood.noise = torch.tensor(LAM, dtype=f64)
+    tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self):
+            q = gpytorch.variational.CholeskyVariationalDistribution(m, mean_init_std=0.0)
+            super().__init__(gpytorch.variational.VariationalStrategy(
+                self, tX[rows].clone(), q, learn_inducing_locations=True))
+            self.mean_module = gpytorch.means.ZeroMean()
+            self.covar_module = base
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
+                                                             self.covar_module(x))
+
+    model = SVGP().double()
+    elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
+    optimizer = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=0.05)
+    model.train()
+    likelihood.train()
+    for _ in range(steps):
+        take = torch.as_tensor(rng.choice(n, batch, replace=False))
+        optimizer.zero_grad()
+        (-elbo(model(tX[take]), ty[take])).backward()
+        optimizer.step()
+    model.eval()
+    likelihood.eval()
+    with torch.no_grad():
+        out = likelihood(model(torch.tensor(X_test, dtype=f64)))
+    report("gpytorch_svgp mean vs GPyTorch", fit.predict(X_test), out.mean.numpy())
+    report("gpytorch_svgp var vs GPyTorch", fit.predict_var(X_test), out.variance.numpy())
+    assert len(fit.trace["elbo_batch"]) == steps + 1 and fit.summary["inducing_moved"]
+    assert fit.summary["test_rmse"] < np.std(y_test)  # it learned something
+
+
 # ----------------------------------------------------------------------------- contract
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,options", [("sklearn_gpr", {"optimize": True, "n_restarts": 1}),
-                                          ("gpytorch_sgpr", {"max_basis": 10, "steps": 3})])
+                                          ("gpytorch_sgpr", {"max_basis": 10, "steps": 3}),
+                                          ("gpytorch_svgp", {"max_basis": 10, "steps": 0})])
 def test_the_learning_modes_follow_the_contract(tmp_path, name, options):
     """The contract suite runs each spec's check_options; here the same checks with the
     hyperparameters learned."""
@@ -262,7 +315,7 @@ def test_the_learning_modes_follow_the_contract(tmp_path, name, options):
 
 def test_unsupported_kernel_is_a_one_line_error(data):
     X, y = data[0][:50], data[1][:50]
-    for name in ("sklearn_gpr", "sklearn_nystroem", "gpytorch_sgpr"):
+    for name in ("sklearn_gpr", "sklearn_nystroem", "gpytorch_sgpr", "gpytorch_svgp"):
         with pytest.raises(InputError, match=f"algorithm {name} supports kernels rbf, "
                            "matern32, laplacian, not kernel 'linear'.*kernel=rbf") as err:
             run(name, ArrayKernelBlocks(X, Kernel("linear")), y, lam=LAM)
@@ -271,6 +324,7 @@ def test_unsupported_kernel_is_a_one_line_error(data):
 
 @pytest.mark.parametrize("name,module,library", [
     ("gpytorch_sgpr", "gpytorch", "GPyTorch"), ("gpytorch_sgpr", "torch", "PyTorch"),
+    ("gpytorch_svgp", "gpytorch", "GPyTorch"),
     ("sklearn_gpr", "sklearn", "scikit-learn"), ("sklearn_nystroem", "sklearn", "scikit-learn"),
 ])
 def test_a_missing_extra_is_one_line_before_any_data(tmp_path, monkeypatch, data, name, module,
