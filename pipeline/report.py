@@ -22,7 +22,8 @@ An experiment config may define ``report``:
   ``paper``: text quoted under the table (the published numbers to compare with);
   ``paired``: a list of ``{metric, a, b, over}``: paired t-tests of algorithm a vs b along the
   dim ``over`` (e.g. ``dataset.split_seed``); ``average_over``: dims aggregated like the seed
-  (e.g. data splits) in figures and table.
+  (e.g. data splits) in figures and table; ``frontier``: metrics against wall time with the
+  Pareto frontier and the best setting per time budget (:mod:`pipeline.frontier`).
 
 The table gives, per setting, mean ± sd over distinct jobs of the final basis size, gap, test
 RMSE and job time (plus the extras), and the job status counts. Everything is written beside
@@ -47,6 +48,7 @@ import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
+from pipeline.frontier import budget_table, frontier_figures  # noqa: E402
 from pipeline.results import load  # noqa: E402
 from pipeline.scaling import scaling_figure, scaling_table  # noqa: E402
 
@@ -387,6 +389,9 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
         lines += ["Log-log slopes of the costs (004 Table 1 in this product's notation: n "
                   "training points, m basis functions):", "",
                   scaling_table(ds, report_cfg["scaling"]), ""]
+    if report_cfg.get("frontier"):
+        figures += frontier_figures(ds, report_cfg["frontier"], out_dir, len(figures) + 1)
+        lines += [budget_table(ds, report_cfg["frontier"]), ""]
     if report_cfg.get("paper"):
         lines += [f"Paper: {report_cfg['paper']}", ""]
     if (ds["status"] == "failed").any():

@@ -131,6 +131,16 @@ def test_abalone_paper_split_one_hot_and_standardisation():
     assert attrs_y["standardisation"]["y_mean"] == pytest.approx(raw["y_train"].mean())
 
 
+def test_abalone_split_is_split_seed():
+    """``split`` k (the UCI sets' sweep key) is ``split_seed`` k; both at once are refused."""
+    a, _ = build({"name": "abalone", "split": 3})
+    b, _ = build({"name": "abalone", "split_seed": 3})
+    np.testing.assert_array_equal(a["y_test"], b["y_test"])
+    with pytest.raises(StoreError, match=r"dataset\.split=3 and dataset\.split_seed=3 both "
+                                         r"choose the split; pass one of them"):
+        build({"name": "abalone", "split": 3, "split_seed": 3})
+
+
 def test_abalone_random_generalisation_splits():
     a, _ = build({"name": "abalone", "n_train": 3000, "split_seed": 1, "standardize_x": False})
     b, _ = build({"name": "abalone", "n_train": 3000, "split_seed": 2, "standardize_x": False})
@@ -232,7 +242,8 @@ def test_unknown_name_and_option():
     with pytest.raises(InputError, match=r"unknown dataset 'foo'; choose one of: abalone, "):
         build({"name": "foo"})
     with pytest.raises(InputError, match="dataset 'abalone' has no option 'n_tran'; its options: "
-                                         "n_train, split_seed, standardize_x, standardize_y$"):
+                                         "n_train, split, split_seed, standardize_x, "
+                                         "standardize_y$"):
         build({"name": "abalone", "n_tran": 5})
     with pytest.raises(InputError, match="n_train=0 is invalid"):
         build({"name": "friedman1", "n_train": 0})

@@ -192,3 +192,34 @@ def test_toolbox_accuracy_reduced(tmp_path):
     assert "final_test_nlpd" in text
     for i in (1, 2, 3):
         assert next(report.parent.glob(f"fig{i}_*.png")).stat().st_size > 10000
+
+
+def test_uci_frontier_reduced(tmp_path):
+    """Learned hyperparameters once per dataset and split, every algorithm and peer with
+    them, the frontier figures and the best-per-budget table."""
+    path = run_experiment(tmp_path, "experiment=uci_frontier", "dataset=abalone,pol",
+                          "dataset.n_train=300", "algorithm.max_basis=16,64", "dataset.split=0,1",
+                          "hyper.subset=200", "cluster.memory_limit=auto")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    assert set(ds["algorithm"].values) == {"exact", "cg", "nystrom", "incomplete_cholesky", "sgma",
+                                           "zhang_kappa_greedy", "sklearn_nystroem",
+                                           "gpytorch_sgpr"}
+    # one learning per dataset and split, shared by every job on it
+    assert len(list((tmp_path / "outputs" / "stores" / "hyper").glob("*.json"))) == 4
+    lam = ds["final_hyper_lam"]
+    spread = lam.max([d for d in lam.dims if d not in ("dataset", "dataset.split")]) - lam.min(
+        [d for d in lam.dims if d not in ("dataset", "dataset.split")])
+    assert float(spread.max()) == 0.0 and bool((lam > 0).all())
+    assert (ds["final_blas_threads"] == 1).all()  # Dask workers pin BLAS to one thread
+    assert np.isfinite(ds["final_hyper_seconds"]).all() and np.isfinite(ds["final_seconds"]).all()
+    for ard in range(10):  # abalone has 10 inputs: an ARD length scale each
+        assert f"hyper_log_lengthscale_{ard}" in ds
+    sgpr = ds["final_test_rmse"].sel(algorithm="gpytorch_sgpr")
+    assert not np.allclose(sgpr.sel({"algorithm.steps": 0}), sgpr.sel({"algorithm.steps": 50}))
+    report = render(path)
+    text = report.read_text()
+    assert "Best final_test_rmse within a time budget" in text
+    assert "| abalone |" in text and "| pol |" in text and "≤ 600 s" in text
+    for i, metric in enumerate(("final_test_rmse", "final_test_nlpd"), start=1):
+        assert (report.parent / f"fig{i}_frontier_{metric}.png").stat().st_size > 20000

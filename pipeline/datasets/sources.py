@@ -131,6 +131,8 @@ _ABALONE_ROWS = 4177
 @register("abalone", {
     "n_train": Option(4000, "int", lo=1, hi=_ABALONE_ROWS),
     "split_seed": Option(None, "int", lo=0, none_ok=True, example=0),
+    "split": Option(None, "int", "like the UCI sets' split index: split k is split_seed k",
+                    lo=0, none_ok=True, example=0),
     "standardize_x": Option(True, "bool"),
     "standardize_y": Option(False, "bool"),
 }, train_shape=lambda spec: (spec["n_train"], 10))
@@ -139,9 +141,15 @@ def _abalone(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
 
     ``split_seed`` null keeps the file order (first ``n_train`` rows train, as in Smola &
     Bartlett 2000 §5: 4000/177); an int draws a random permutation (the (3000, 1177) splits).
+    ``split`` k is the same as ``split_seed`` k, so that one sweep key ``dataset.split``
+    selects splits of abalone and of the UCI sets alike; setting both is refused.
     """
+    if spec["split"] is not None and spec["split_seed"] is not None:
+        raise StoreError(f"abalone: dataset.split={spec['split']} and dataset.split_seed="
+                         f"{spec['split_seed']} both choose the split; pass one of them")
     X, y = _load_abalone()
-    tr, te = split_rows(len(y), spec["n_train"], spec["split_seed"])
+    seed = spec["split"] if spec["split"] is not None else spec["split_seed"]
+    tr, te = split_rows(len(y), spec["n_train"], seed)
     arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
     attrs = {
         "provenance": _provenance(("abalone.data",)) + ". Inputs: Sex one-hot (M, F, I) + "

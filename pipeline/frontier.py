@@ -1,0 +1,159 @@
+"""Accuracy against wall time: Pareto frontiers and the best method at a time budget.
+
+A report's ``frontier`` block (``conf/experiment/uci_frontier.yaml``)::
+
+    frontier:
+      metrics: [final_test_rmse, final_test_nlpd]   # lower is better
+      cost: [final_seconds, final_hyper_seconds]    # summed: seconds end to end
+      over: algorithm.max_basis                     # one point per algorithm and value
+      series: [algorithm.steps]                     # settings told apart beside the algorithm
+      budgets: [10, 60, 600]                        # seconds
+
+A point is one algorithm at one value of ``over`` on one dataset: the mean metric and mean cost
+over the other dims (data splits, seeds) of its jobs that finished. Costs after the first that
+are NaN for a job (e.g. no hyperparameters learned) count as 0. The Pareto frontier is the
+set of points no other point beats in both cost and metric.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+
+Point = tuple[str, object, float, float, int]  # setting, over value, cost, metric, jobs
+
+
+def _varies(sub: xr.Dataset, dim: str) -> bool:
+    """Whether the jobs differ along ``dim`` (an algorithm that ignores a key has one job)."""
+    if dim not in sub.dims or sub.sizes[dim] < 2:
+        return False
+    hashes = sub["job_hash"]
+    return bool((hashes != hashes.isel({dim: 0})).any())
+
+
+def points(ds: xr.Dataset, dataset: str, metric: str, cost: Sequence[str], over: str,
+           series: Sequence[str] = ()) -> list[Point]:
+    """(setting, over value, mean cost, mean metric, jobs) of every finished setting. A
+    setting is an algorithm, plus the values of the ``series`` dims along which its jobs differ
+    (e.g. ``gpytorch_sgpr steps=50``); ``over`` is None for an algorithm that ignores it."""
+    if metric not in ds or cost[0] not in ds:
+        return []
+    sub = ds.sel(dataset=dataset)
+    total = sub[cost[0]]
+    for extra in cost[1:]:
+        if extra in sub:
+            total = total + sub[extra].fillna(0.0)
+    good = (sub["status"] == "ok") & np.isfinite(total) & np.isfinite(sub[metric])
+    out = []
+    for algorithm in ds["algorithm"].values.tolist():
+        mine = sub.sel(algorithm=algorithm)
+        dims = [d for d in series if _varies(mine, d)]
+        dims += [over] if _varies(mine, over) else []
+        for values in itertools.product(*(ds[d].values.tolist() for d in dims)):
+            sel = {"algorithm": algorithm, **dict(zip(dims, values, strict=True))}
+            keep = good.sel(sel).values
+            if not keep.any():
+                continue
+            x, y = total.sel(sel).values[keep], sub[metric].sel(sel).values[keep]
+            hashes = np.unique(sub["job_hash"].sel(sel).values[keep])
+            label = algorithm + "".join(f" {d.split('.')[-1]}={v}" for d, v in sel.items()
+                                        if d not in ("algorithm", over))
+            out.append((label, sel.get(over), float(np.mean(x)), float(np.mean(y)),
+                        len(hashes)))
+    return out
+
+
+def pareto(pts: Sequence[Point]) -> list[Point]:
+    """The points no other point beats in both cost and metric, by increasing cost."""
+    front, best = [], math.inf
+    for p in sorted(pts, key=lambda p: (p[2], p[3])):
+        if p[3] < best:
+            front.append(p)
+            best = p[3]
+    return front
+
+
+def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> list[Path]:
+    """One figure per metric: a panel per dataset, each algorithm's points joined along
+    ``over`` (labelled with its value), the Pareto frontier as a black step line and the time
+    budgets as dotted verticals."""
+    out = []
+    datasets = ds["dataset"].values.tolist()
+    settings = sorted({p[0] for dataset in datasets for metric in spec.get("metrics", [])
+                       for p in points(ds, dataset, metric, spec["cost"], spec["over"],
+                                       spec.get("series", ()))})
+    order = settings.index
+    colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(settings)}
+    markers = {a: "osD^vP*Xh<>"[i % 11] for i, a in enumerate(settings)}
+    for k, metric in enumerate(spec.get("metrics", ["final_test_rmse"])):
+        ncols = min(3, len(datasets))
+        nrows = math.ceil(len(datasets) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows),
+                                 squeeze=False)
+        for ax in axes.flat[len(datasets):]:
+            ax.set_visible(False)
+        drawn = {}
+        for ax, dataset in zip(axes.flat, datasets, strict=False):
+            pts = points(ds, dataset, metric, spec["cost"], spec["over"], spec.get("series", ()))
+            for algorithm in sorted({p[0] for p in pts}, key=order):
+                mine = sorted((p for p in pts if p[0] == algorithm), key=lambda p: p[2])
+                if not mine:
+                    continue
+                drawn[algorithm] = ax.plot([p[2] for p in mine], [p[3] for p in mine],
+                                           marker=markers[algorithm], color=colors[algorithm],
+                                           ms=5, lw=1, label=algorithm)[0]
+                for p in mine:
+                    if p[1] is not None and len(mine) > 1:
+                        ax.annotate(str(p[1]), (p[2], p[3]), fontsize=6, xytext=(3, 3),
+                                    textcoords="offset points", color=colors[algorithm])
+            front = pareto(pts)
+            if front:
+                xs = [p[2] for p in front] + [ax.get_xlim()[1]]
+                ys = [p[3] for p in front] + [front[-1][3]]
+                drawn["Pareto frontier"] = ax.step(xs, ys, where="post", color="k", lw=1.6,
+                                                   alpha=0.6, label="Pareto frontier")[0]
+            for budget in spec.get("budgets", []):
+                ax.axvline(budget, color="grey", ls=":", lw=0.8)
+            ax.set(xscale="log", xlabel="seconds (" + " + ".join(spec["cost"]) + ")",
+                   ylabel=metric, title=dataset)
+            ax.grid(True, alpha=0.3)
+        fig.legend(drawn.values(), drawn.keys(), loc="lower center",
+                   ncol=min(len(drawn), 6), fontsize=8, frameon=False)
+        fig.suptitle(f"{metric} against wall time (mean over splits/seeds; labels: "
+                     f"{spec['over']}; dotted: budgets)", fontsize=10)
+        fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+        path = out_dir / f"fig{start + k}_frontier_{metric}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out.append(path)
+    return out
+
+
+def budget_table(ds: xr.Dataset, spec: dict) -> str:
+    """Markdown: per dataset and budget, the setting with the lowest mean metric among those
+    whose mean cost is within the budget (metric, seconds, jobs)."""
+    metric = spec.get("metrics", ["final_test_rmse"])[0]
+    budgets = spec.get("budgets", [10, 60, 600])
+    head = "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |"
+    lines = [head, "|" + " --- |" * (len(budgets) + 1)]
+    for dataset in ds["dataset"].values.tolist():
+        pts = points(ds, dataset, metric, spec["cost"], spec["over"], spec.get("series", ()))
+        cells = []
+        for budget in budgets:
+            within = [p for p in pts if p[2] <= budget]
+            if not within:
+                cells.append("—")
+                continue
+            best = min(within, key=lambda p: p[3])
+            setting = best[0] + (f" ({spec['over'].split('.')[-1]}={best[1]})"
+                                 if best[1] is not None else "")
+            cells.append(f"{setting}: {best[3]:.4g} in {best[2]:.3g} s")
+        lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
+    return (f"Best {metric} within a time budget (seconds = "
+            + " + ".join(spec["cost"]) + ", means over splits/seeds):\n\n" + "\n".join(lines))
