@@ -94,7 +94,10 @@ class PartialCholesky:
         self.n_dropped += len(B) - len(kept)
         if not kept:
             return 0
-        new = sla.solve_triangular(L_B, C[:, kept].T, lower=True, check_finite=False).T
+        if len(kept) == 1:  # one pivot (incomplete Cholesky): a column scaled by 1/L_B
+            new = C[:, kept] / L_B[0, 0]
+        else:
+            new = sla.solve_triangular(L_B, C[:, kept].T, lower=True, check_finite=False).T
         if t + len(kept) > self.F.shape[1]:
             self.F = _grow(self.F, self.n, min(self.n, max(2 * self.F.shape[1], t + len(kept))))
         self.F[:, t: t + len(kept)] = new
@@ -250,14 +253,26 @@ def record(recorder: Recorder, solve: LowRankSolve, evaluate: bool = True) -> No
     """One trace row for the current pivots: basis size, primal and dual objectives, their
     gap, Theorem 1's certified suboptimality (L − ℓ)/|L|, the residual trace tr(K − FFᵀ), the
     dropped pivots, and (if ``evaluate``) the test metrics of the current mean."""
-    chol, t = solve.chol, solve.t
-    L, L_dual = (float(v[-1]) for v in solve.objectives())
-    lower = solve.lower_bound(L_dual)
-    predict = (lambda X_new: solve.predictor()(X_new)) if evaluate else None
-    recorder.step(predict, n_basis=t, objective=L,
-                  dual_objective=L_dual, gap=solve.gap(L, L_dual),
-                  gap_certified_pivots=(L - lower) / abs(L) if L < 0 else np.inf,
-                  residual_trace=chol.residual_trace(), n_dropped=chol.n_dropped)
+    chol = solve.chol
+    record_prefixes(recorder, solve, [(solve.t, chol.residual_trace(), chol.n_dropped)],
+                    evaluate)
+
+
+def record_prefixes(recorder: Recorder, solve: LowRankSolve,
+                    rows: list[tuple[int, float, int]], evaluate: bool = True) -> None:
+    """Trace rows for earlier prefixes of the pivots, each (t, residual trace, dropped) as
+    they were when the factor had t columns: the objectives of every prefix are cumulative
+    sums of the solve (module docstring), so the solve may be updated once for a block of
+    pivots and the block's rows recorded after it."""
+    L_all, L_dual_all = solve.objectives()
+    for t, residual_trace, n_dropped in rows:
+        L, L_dual = float(L_all[t - 1]), float(L_dual_all[t - 1])
+        lower = solve.lower_bound(L_dual)
+        predict = ((lambda X_new, t=t: solve.predictor(t)(X_new)) if evaluate else None)
+        recorder.step(predict, n_basis=t, objective=L,
+                      dual_objective=L_dual, gap=solve.gap(L, L_dual),
+                      gap_certified_pivots=(L - lower) / abs(L) if L < 0 else np.inf,
+                      residual_trace=residual_trace, n_dropped=n_dropped)
 
 
 def solution(solve: LowRankSolve, stop_reason: str) -> Solution:

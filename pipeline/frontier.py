@@ -120,6 +120,10 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
                                                    alpha=0.6, label="Pareto frontier")[0]
             for budget in spec.get("budgets", []):
                 ax.axvline(budget, color="grey", ls=":", lw=0.8)
+            if metric in (spec.get("target") or {}):
+                ax.axhline(spec["target"][metric], color="red", ls="--", lw=0.9)
+                drawn["target"] = ax.plot([], [], color="red", ls="--", lw=0.9,
+                                          label="target")[0]
             ax.set(xscale="log", xlabel="seconds (" + " + ".join(spec["cost"]) + ")",
                    ylabel=metric, title=dataset)
             ax.grid(True, alpha=0.3)
@@ -135,25 +139,57 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
     return out
 
 
+def _best(pts: Sequence[Point]) -> Point | None:
+    return min(pts, key=lambda p: p[3]) if pts else None
+
+
 def budget_table(ds: xr.Dataset, spec: dict) -> str:
     """Markdown: per dataset and budget, the setting with the lowest mean metric among those
-    whose mean cost is within the budget (metric, seconds, jobs)."""
+    whose mean cost is within the budget (metric, seconds); with ``per_setting``, a table per
+    dataset of every setting's best point within each budget; with ``target`` (metric →
+    value), the points within the largest budget that reach it."""
     metric = spec.get("metrics", ["final_test_rmse"])[0]
     budgets = spec.get("budgets", [10, 60, 600])
-    head = "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |"
-    lines = [head, "|" + " --- |" * (len(budgets) + 1)]
+    key = spec["over"].split(".")[-1]
+
+    def size(p: Point) -> str:
+        return f" ({key}={p[1]})" if p[1] is not None else ""
+
+    def cell(p: Point) -> str:
+        return f"{p[3]:.4g} in {p[2]:.3g} s"
+
+    head = "| {} | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |"
+    rule = "|" + " --- |" * (len(budgets) + 1)
+    lines = [head.format("dataset"), rule]
+    per_setting, reached = [], []
     for dataset in ds["dataset"].values.tolist():
         pts = points(ds, dataset, metric, spec["cost"], spec["over"], spec.get("series", ()))
         cells = []
         for budget in budgets:
             within = [p for p in pts if p[2] <= budget]
-            if not within:
-                cells.append("—")
-                continue
-            best = min(within, key=lambda p: p[3])
-            setting = best[0] + (f" ({spec['over'].split('.')[-1]}={best[1]})"
-                                 if best[1] is not None else "")
-            cells.append(f"{setting}: {best[3]:.4g} in {best[2]:.3g} s")
+            best = min(within, key=lambda p: p[3]) if within else None
+            cells.append(f"{best[0]}{size(best)}: {cell(best)}" if best else "—")
         lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
-    return (f"Best {metric} within a time budget (seconds = "
-            + " + ".join(spec["cost"]) + ", means over splits/seeds):\n\n" + "\n".join(lines))
+        if spec.get("per_setting"):
+            per_setting += ["", f"Each setting's best {metric} within the budget on {dataset}:",
+                            "", head.format("setting"), rule]
+            for setting in sorted({p[0] for p in pts}):
+                mine = [p for p in pts if p[0] == setting]
+                per_setting.append(f"| {setting} | " + " | ".join(
+                    f"{cell(q)}{size(q)}" if (q := _best([p for p in mine if p[2] <= b]))
+                    else f"— (fastest {min(p[2] for p in mine):.3g} s)" for b in budgets) + " |")
+        target = (spec.get("target") or {}).get(metric)
+        if target is not None:
+            hits = sorted((p for p in pts if p[3] <= target and p[2] <= max(budgets)),
+                          key=lambda p: p[2])
+            reached.append(f"{dataset}: {metric} ≤ {target:g} within {max(budgets):g} s: "
+                           + ("; ".join(f"{p[0]}{size(p)} {cell(p)}" for p in hits) if hits
+                              else "not reached; best point " + (
+                                  f"{q[0]}{size(q)} {cell(q)}" if (q := _best(pts)) else "none")))
+    out = (f"Best {metric} within a time budget (seconds = " + " + ".join(spec["cost"])
+           + ", means over splits/seeds):\n\n" + "\n".join(lines))
+    if per_setting:
+        out += "\n" + "\n".join(per_setting)
+    if reached:
+        out += "\n\nTarget: " + "\n\nTarget: ".join(reached)
+    return out

@@ -1,0 +1,45 @@
+"""The accuracy–time report: points per setting, the Pareto frontier, budgets and targets."""
+
+import numpy as np
+import xarray as xr
+
+from pipeline.frontier import budget_table, pareto, points
+
+
+def _sweep() -> xr.Dataset:
+    """Two algorithms × two basis sizes × two splits; ``b`` ignores max_basis (one job)."""
+    dims = ("algorithm", "dataset", "algorithm.max_basis", "dataset.split")
+    rmse = np.array([[[[0.5, 0.7], [0.3, 0.5]]], [[[0.45, 0.45], [0.45, 0.45]]]])
+    secs = np.array([[[[1.0, 3.0], [10.0, 30.0]]], [[[5.0, 5.0], [5.0, 5.0]]]])
+    hashes = np.array([[[["a1", "a2"], ["a3", "a4"]]], [[["b1", "b2"], ["b1", "b2"]]]])
+    return xr.Dataset(
+        {"final_test_rmse": (dims, rmse), "final_seconds": (dims, secs),
+         "final_hyper_seconds": (dims, np.full(rmse.shape, 1.0)),
+         "status": (dims, np.full(rmse.shape, "ok")), "job_hash": (dims, hashes)},
+        coords={"algorithm": ["a", "b"], "dataset": ["d"], "algorithm.max_basis": [8, 64],
+                "dataset.split": [0, 1]})
+
+
+SPEC = {"metrics": ["final_test_rmse"], "cost": ["final_seconds", "final_hyper_seconds"],
+        "over": "algorithm.max_basis", "budgets": [5, 60], "target": {"final_test_rmse": 0.41},
+        "per_setting": True}
+
+
+def test_points_average_the_splits_and_ignore_what_an_algorithm_ignores():
+    pts = points(_sweep(), "d", "final_test_rmse", SPEC["cost"], SPEC["over"])
+    assert sorted(pts) == [("a", 8, 3.0, 0.6, 2), ("a", 64, 21.0, 0.4, 2),
+                           ("b", None, 6.0, 0.45, 2)]
+
+
+def test_pareto_keeps_the_points_nothing_beats():
+    pts = points(_sweep(), "d", "final_test_rmse", SPEC["cost"], SPEC["over"])
+    assert [(p[0], p[1]) for p in pareto(pts)] == [("a", 8), ("b", None), ("a", 64)]
+
+
+def test_budget_table_names_the_best_setting_per_budget_and_the_target():
+    ds = _sweep()
+    ds["status"][0, 0, 1, 1] = "failed"  # a failed job is left out of its setting's mean
+    text = budget_table(ds, SPEC)
+    assert "| d | a (max_basis=8): 0.6 in 3 s | a (max_basis=64): 0.3 in 11 s |" in text
+    assert "| b | — (fastest 6 s) | 0.45 in 6 s |" in text
+    assert "Target: d: final_test_rmse ≤ 0.41 within 60 s: a (max_basis=64) 0.3 in 11 s" in text
