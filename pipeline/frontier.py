@@ -94,7 +94,7 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
     for k, metric in enumerate(spec.get("metrics", ["final_test_rmse"])):
         ncols = min(3, len(datasets))
         nrows = math.ceil(len(datasets) / ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows),
+        fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.2 * ncols, 9.0), 4.2 * nrows + 1),
                                  squeeze=False)
         for ax in axes.flat[len(datasets):]:
             ax.set_visible(False)
@@ -127,11 +127,13 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
             ax.set(xscale="log", xlabel="seconds (" + " + ".join(spec["cost"]) + ")",
                    ylabel=metric, title=dataset)
             ax.grid(True, alpha=0.3)
-        fig.legend(drawn.values(), drawn.keys(), loc="lower center",
-                   ncol=min(len(drawn), 6), fontsize=8, frameon=False)
-        fig.suptitle(f"{metric} against wall time (mean over splits/seeds; labels: "
-                     f"{spec['over']}; dotted: budgets)", fontsize=10)
-        fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+        ncol = min(len(drawn), 4)
+        fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
+                   frameon=False)
+        fig.suptitle(f"{metric} against wall time, mean over splits and seeds\n(point labels: "
+                     f"{spec['over']}; dotted: time budgets)", fontsize=10)
+        legend_rows = math.ceil(len(drawn) / ncol)
+        fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1, 0.95))
         path = out_dir / f"fig{start + k}_frontier_{metric}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
