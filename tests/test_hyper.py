@@ -193,3 +193,18 @@ def test_a_sweep_learns_once_per_setting_and_records_it(tmp_path):
     assert ds["hyper_lml"].dims[-1] == "hyper_eval"
     assert np.nanmax(ds["hyper_lml"].values) == pytest.approx(
         float(ds["final_hyper_log_marginal_likelihood"].values.flat[0]))
+
+
+def test_median_start_puts_every_length_scale_at_the_median_distance():
+    """init=median: the first evaluation has variance var(y), σ² = lam and every ARD length
+    scale at the median pairwise distance of the subset (the start for many inputs)."""
+    g = np.random.default_rng(2)
+    Xd = g.normal(size=(200, 12))
+    yd = np.sin(Xd[:, 0]) + 0.05 * g.normal(size=200)
+    res = learn(Xd, yd, Kernel("rbf", {"width": 2.0}), 0.1, rng=np.random.default_rng(0),
+                restarts=1, ard=True, init="median", subset=200)
+    first = res.trace["theta"][0]
+    assert math.exp(first[0]) == pytest.approx(np.var(yd))
+    assert math.exp(first[-1]) == pytest.approx(0.1)
+    assert np.allclose(first[1:-1], first[1]) and 3.0 < math.exp(first[1]) < 6.5  # ≈ √(2·12)
+    assert res.log_marginal_likelihood > res.trace["log_marginal_likelihood"][0]
