@@ -49,9 +49,12 @@ GPyTorch's. The trace has the minibatch ELBO (times n/batch, ``elbo_batch``) per
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -132,6 +135,48 @@ def _jitter(caught: list[str]) -> float:
                default=0.0)
 
 
+def _likelihood(torch, gpytorch, lam: float):
+    """GPyTorch's Gaussian likelihood in float64 with noise σ² = ``lam`` (its lower bound
+    lowered below a small lam)."""
+    likelihood = gpytorch.likelihoods.GaussianLikelihood(
+        noise_constraint=gpytorch.constraints.GreaterThan(min(NOISE_FLOOR, lam / 10))
+    ).double()
+    likelihood.noise = torch.tensor(lam, dtype=torch.float64)
+    return likelihood
+
+
+def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any]):
+    """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``, under
+    ``setting()`` (a GPyTorch settings context), in blocks of test rows."""
+    batch = block_rows(max(m, 1))
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        X_new = np.asarray(X_new, dtype=np.float64)
+        var = np.empty(len(X_new))
+        with library_warnings([]), torch.no_grad(), setting():
+            for lo in range(0, len(X_new), batch):
+                x = torch.as_tensor(X_new[lo: lo + batch], dtype=torch.float64)
+                var[lo: lo + batch] = likelihood(model(x)).variance.numpy()
+        if not np.isfinite(var).all():
+            raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
+        return var, var
+
+    return variance_bounds
+
+
+def _summary(m: int, stop: str, steps: int, kernel, noise: float, caught: list[str],
+             reasons: dict[str, str]) -> dict[str, Any]:
+    """The summary keys both GPyTorch peers share; adds the no-certificate reason to
+    ``reasons`` when anything was trained."""
+    if steps:
+        reasons["gap_certified"] = ("no certificate: the kernel, noise and inducing inputs "
+                                    "were trained")
+    return {"n_basis": m, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+            "learned_kernel": str(kernel), "learned_lam": noise, "inducing_moved": bool(steps),
+            "library": _library(), "library_warnings": len(caught),
+            "first_warning": caught[0] if caught else ""}
+
+
 def fit_sgpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
              recorder: Recorder, max_basis: int, steps: int, lr: float,
              diagonal_correction: bool) -> Solution:
@@ -159,10 +204,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
     caught: list[str] = []
     with library_warnings(caught):
-        likelihood = gpytorch.likelihoods.GaussianLikelihood(
-            noise_constraint=gpytorch.constraints.GreaterThan(min(NOISE_FLOOR, lam / 10))
-        ).double()
-        likelihood.noise = torch.tensor(lam, dtype=f64)
+        likelihood = _likelihood(torch, gpytorch, lam)
         base = gpytorch_kernel(blocks.kernel, X.shape[1], owner)
         model = sgpr_model()(tX, ty, likelihood, base, tX[rows].clone()).double()
         mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
@@ -201,33 +243,16 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
         kernel, lam_fit = kernel_from_gpytorch(blocks.kernel.name, base), noise
     else:
         kernel, lam_fit = blocks.kernel, lam  # untrained: the job's, GPyTorch's to round-off
-    batch = block_rows(max(m, 1))
-
-    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``."""
-        X_new = np.asarray(X_new, dtype=np.float64)
-        var = np.empty(len(X_new))
-        with library_warnings([]), torch.no_grad(), \
-                gpytorch.settings.sgpr_diagonal_correction(diagonal_correction):
-            for lo in range(0, len(X_new), batch):
-                x = torch.as_tensor(X_new[lo: lo + batch], dtype=f64)
-                var[lo: lo + batch] = likelihood(model(x)).variance.numpy()
-        if not np.isfinite(var).all():
-            raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
-        return var, var
+    variance_bounds = _variance_bounds(
+        torch, model, likelihood, m,
+        lambda: gpytorch.settings.sgpr_diagonal_correction(diagonal_correction))
 
     reasons = {"objective": "GPyTorch optimises Titsias's bound (elbo), not L(α)",
                "gap": "GPyTorch solves no dual problem (no duality gap)"}
-    if steps:
-        reasons["gap_certified"] = ("no certificate: the kernel, noise and inducing inputs "
-                                    "were trained")
-        stop = f"{steps} Adam steps (lr={lr:g}) on Titsias's bound"
-    else:
-        stop = "no training (steps = 0): the job's kernel, lam and inducing rows"
-    summary = {"n_basis": m, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
-               "jitter": _jitter(caught), "elbo": bound, "learned_kernel": str(kernel),
-               "learned_lam": noise, "inducing_moved": bool(steps), "library": _library(),
-               "library_warnings": len(caught), "first_warning": caught[0] if caught else ""}
+    stop = (f"{steps} Adam steps (lr={lr:g}) on Titsias's bound" if steps
+            else "no training (steps = 0): the job's kernel, lam and inducing rows")
+    summary = {**_summary(m, stop, steps, kernel, noise, caught, reasons),
+               "jitter": _jitter(caught), "elbo": bound}
     return Solution(rows, coef, Z, kernel, lam_fit, summary, variance_bounds,
                     not_applicable=reasons)
 
@@ -259,10 +284,7 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
     caught: list[str] = []
     with library_warnings(caught):
-        likelihood = gpytorch.likelihoods.GaussianLikelihood(
-            noise_constraint=gpytorch.constraints.GreaterThan(min(NOISE_FLOOR, lam / 10))
-        ).double()
-        likelihood.noise = torch.tensor(lam, dtype=f64)
+        likelihood = _likelihood(torch, gpytorch, lam)
         base = gpytorch_kernel(blocks.kernel, X.shape[1], owner)
         model = svgp_model()(base, tX[rows].clone()).double()
         elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n)
@@ -299,32 +321,14 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
             Z = Z.detach().numpy().copy()
     noise = float(likelihood.noise.detach())
     kernel = kernel_from_gpytorch(blocks.kernel.name, base) if steps else blocks.kernel
-    rows_per_batch = block_rows(max(m, 1))
-
-    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``."""
-        X_new = np.asarray(X_new, dtype=np.float64)
-        var = np.empty(len(X_new))
-        with library_warnings([]), torch.no_grad():
-            for lo in range(0, len(X_new), rows_per_batch):
-                x = torch.as_tensor(X_new[lo: lo + rows_per_batch], dtype=f64)
-                var[lo: lo + rows_per_batch] = likelihood(model(x)).variance.numpy()
-        if not np.isfinite(var).all():
-            raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
-        return var, var
+    variance_bounds = _variance_bounds(torch, model, likelihood, m, contextlib.nullcontext)
 
     reasons = {"objective": "GPyTorch optimises the variational ELBO, not L(α)",
                "gap": "GPyTorch solves no dual problem (no duality gap)"}
-    if steps:
-        reasons["gap_certified"] = ("no certificate: the kernel, noise and inducing inputs "
-                                    "were trained")
-        stop = f"{steps} Adam steps (lr={lr:g}, batches of {batch}) on the ELBO"
-    else:
-        stop = "no training (steps = 0): q(u) is the prior, the mean is 0"
-    summary = {"n_basis": m, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
-               "jitter": float(strategy.jitter_val), "learned_kernel": str(kernel),
-               "learned_lam": noise, "inducing_moved": bool(steps), "library": _library(),
-               "library_warnings": len(caught), "first_warning": caught[0] if caught else ""}
+    stop = (f"{steps} Adam steps (lr={lr:g}, batches of {batch}) on the ELBO" if steps
+            else "no training (steps = 0): q(u) is the prior, the mean is 0")
+    summary = {**_summary(m, stop, steps, kernel, noise, caught, reasons),
+               "jitter": float(strategy.jitter_val)}
     return Solution(rows, coef, Z, kernel, noise if steps else lam, summary, variance_bounds,
                     not_applicable=reasons)
 
