@@ -38,7 +38,7 @@ from scipy.optimize import minimize
 from scipy.spatial.distance import cdist
 
 from algorithms.errors import InputError
-from algorithms.kernels import Kernel
+from algorithms.kernels import KERNELS, Kernel
 from algorithms.options import Option
 
 LEARNABLE = ("rbf", "matern32", "laplacian")  # kernels whose length-scale gradient is here
@@ -62,10 +62,16 @@ OPTIONS: dict[str, Option] = {
 
 def _scale_of(kernel: Kernel) -> tuple[str, float]:
     """(name of the isotropic scale parameter, that scale as a length ℓ): the RBF's width is
-    2ℓ², the others' scale is ℓ."""
-    name = kernel.spec.unit_scale[0]
+    2ℓ² (its unit scale, width 2, is ℓ = 1), the others' scale is ℓ."""
+    name, unit = kernel.spec.unit_scale
     value = kernel.params[name]
-    return name, math.sqrt(value / 2.0) if kernel.name == "rbf" else value
+    return name, math.sqrt(value / unit) if kernel.name == "rbf" else value
+
+
+def _scale_from_length(name: str, ell: float) -> tuple[str, float]:
+    """The inverse of :func:`_scale_of`: (scale parameter, its value) for length ℓ."""
+    scale, unit = KERNELS[name].unit_scale
+    return scale, unit * ell * ell if name == "rbf" else ell
 
 
 @dataclass(frozen=True)
@@ -97,10 +103,8 @@ class Parameters:
         v, ls, lam = math.exp(theta[0]), np.exp(theta[1:-1]), math.exp(theta[-1])
         if self.n_lengths > 1:
             return Kernel(self.name, {"variance": v, "lengthscales": ls.tolist()}), lam
-        ell = float(ls[0])
-        scale = {"rbf": ("width", 2.0 * ell * ell)}.get(self.name)
-        scale = scale or ({"matern32": "mu", "laplacian": "omega"}[self.name], ell)
-        return Kernel(self.name, {"variance": v, scale[0]: scale[1]}), lam
+        scale, value = _scale_from_length(self.name, float(ls[0]))
+        return Kernel(self.name, {"variance": v, scale: value}), lam
 
     def names(self) -> list[str]:
         lengths = (["log_lengthscale"] if self.n_lengths == 1
