@@ -85,13 +85,15 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
     budgets as dotted verticals."""
     out = []
     datasets = ds["dataset"].values.tolist()
-    settings = sorted({p[0] for dataset in datasets for metric in spec.get("metrics", [])
-                       for p in points(ds, dataset, metric, spec["cost"], spec["over"],
-                                       spec.get("series", ()))})
+    metrics = spec.get("metrics", ["final_test_rmse"])
+    every = {(metric, dataset): points(ds, dataset, metric, spec["cost"], spec["over"],
+                                       spec.get("series", ()))
+             for metric in metrics for dataset in datasets}
+    settings = sorted({p[0] for pts in every.values() for p in pts})
     order = settings.index
     colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(settings)}
     markers = {a: "osD^vP*Xh<>"[i % 11] for i, a in enumerate(settings)}
-    for k, metric in enumerate(spec.get("metrics", ["final_test_rmse"])):
+    for k, metric in enumerate(metrics):
         ncols = min(3, len(datasets))
         nrows = math.ceil(len(datasets) / ncols)
         fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.2 * ncols, 9.0), 4.2 * nrows + 1),
@@ -100,11 +102,9 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
             ax.set_visible(False)
         drawn = {}
         for ax, dataset in zip(axes.flat, datasets, strict=False):
-            pts = points(ds, dataset, metric, spec["cost"], spec["over"], spec.get("series", ()))
+            pts = every[metric, dataset]
             for algorithm in sorted({p[0] for p in pts}, key=order):
                 mine = sorted((p for p in pts if p[0] == algorithm), key=lambda p: p[2])
-                if not mine:
-                    continue
                 drawn[algorithm] = ax.plot([p[2] for p in mine], [p[3] for p in mine],
                                            marker=markers[algorithm], color=colors[algorithm],
                                            ms=5, lw=1, label=algorithm)[0]
