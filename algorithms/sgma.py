@@ -260,7 +260,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
     rng : random generator (candidate subsets; primal and dual get independent streams).
     recorder : the evaluator; each iteration is one step (the test mean of the primal support).
     eps : stop when gap(α, α*) < eps (002 Algorithm 1).
-    max_basis : cap on the primal basis size (None: n).
+    max_basis : cap on the size of each support, primal and dual (None: n).
     chunk_bytes : memory budget for one block of candidate kernel columns.
     error_bar_eps : if set (and there is a test set), also count for every test point the
         basis size SGMA needs to pin down its error-bar quadratic to error_bar_eps (002 Table
@@ -295,11 +295,16 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
             stop_reason = "max_basis"
             break
         # Once every remaining column is numerically in span(K_{:S}) the primal is at its
-        # minimum; the dual goes on alone so that the gap can still close.
+        # minimum; the dual goes on alone so that the gap can still close, but never past
+        # max_basis (with eps = 0 it would otherwise grow towards n at O(t²) per step).
         before = (primal.t, dual.t)
-        flops = (primal.step(kappa) or 0.0) + (dual.step(kappa) or 0.0)
+        flops = primal.step(kappa) or 0.0
+        if dual.t < t_max:
+            flops += dual.step(kappa) or 0.0
         if (primal.t, dual.t) == before:
-            stop_reason = "no admissible candidate left"
+            stop_reason = ("no admissible candidate left" if dual.t < t_max else
+                           f"numerical rank: no admissible primal candidate after "
+                           f"{primal.t} basis functions, dual at max_basis")
             break
         gap = relative_gap(primal.objective, dual.objective, y, lam)
         gaps.append(gap)

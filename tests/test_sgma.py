@@ -56,6 +56,21 @@ def test_gap_nonnegative_objectives_monotone_and_gap_closes(kappa):
     assert tr["dual_objective"][-1] == pytest.approx(ref.summary["dual_objective"], rel=1e-9)
 
 
+def test_dual_alone_stops_at_max_basis_once_the_primal_reaches_numerical_rank():
+    # linear kernel on d = 3 inputs: K has rank 3, so the primal has no admissible candidate
+    # after 3 basis functions. With eps = 0 the gap never closes; the dual must still stop at
+    # max_basis instead of growing towards n (it once ran to n at O(t²) per step).
+    blocks, y, _, _ = make_problem(n=400, d=3, kernel=Kernel("linear"))
+    fit = sgma(blocks, y, lam=0.1, kappa=59, rng=np.random.default_rng(0), eps=0.0,
+               max_basis=20)
+    assert fit.summary["n_basis"] == 3
+    assert fit.summary["n_basis_dual"] == 20 == len(fit.trace["gap"])
+    assert fit.summary["stop_reason"].startswith("numerical rank: no admissible primal "
+                                                 "candidate after 3 basis functions")
+    ref = exact(blocks, y, lam=0.1)  # three basis functions span K: the primal is optimal
+    assert fit.summary["objective"] == pytest.approx(ref.summary["objective"], rel=1e-9)
+
+
 def test_objectives_in_trace_equal_dense_evaluation(problem):
     blocks, y, _, _ = problem
     K = blocks.block(slice(None), slice(None))
