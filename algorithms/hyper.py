@@ -18,8 +18,12 @@ Cholesky; α comes from two triangular solves and the K_y⁻¹ the trace needs f
 :func:`learn` runs scipy's L-BFGS-B on −log p from the given kernel and σ² and from
 ``restarts − 1`` random starts (each log-parameter moved uniformly by up to ±``spread``),
 within the bounds [1e-5, 1e5] of every parameter (scikit-learn's defaults); the first start
-may instead put every length scale at the median distance between points (``init="median"``:
-on many standardised inputs ℓ = 1 makes K ≈ I, where the gradient vanishes), on a random subset
+may instead put every length scale at half the median distance r̃ between points
+(``init="median"``: on many standardised inputs ℓ = 1 makes K ≈ I, where the gradient
+vanishes; at ℓ = r̃ the RBF is e^{−1/2} at the median pair, so flat over the data that the
+optimiser leaves it for white noise — on pumadyn32nm (d = 32, r̃ ≈ 8) ℓ = 8 and ℓ = 10 both
+end at the white-noise likelihood, ℓ = 1.5 … 4 all at the same optimum with four relevant
+inputs; ℓ = r̃/2 puts the median pair at e^{−2}), on a random subset
 of at most ``subset`` training points (the subset form of §3.6: O(subset³) per evaluation
 whatever n). It returns the best optimum with the whole optimiser trace.
 """
@@ -53,7 +57,7 @@ OPTIONS: dict[str, Option] = {
                      lo=0.0),
     "ard": Option(False, "bool", "one length scale per input dimension (else one for all)"),
     "init": Option("kernel", "choice", "first start: the configured kernel and lam (kernel), or "
-                   "every length scale at the median distance between subset points, the "
+                   "every length scale at half the median distance between subset points, the "
                    "variance at var(y) and σ² at lam (median)", choices=("kernel", "median")),
     "max_iter": Option(200, "int", "L-BFGS-B iterations per run", lo=1),
     "seed": Option(0, "int", "seeds the subset and the random starts", lo=0),
@@ -196,9 +200,9 @@ class Learned:
 
 
 def median_distance(X: np.ndarray, rng: np.random.Generator, pairs: int = 4000) -> float:
-    """The median distance between random pairs of rows of X (the usual length-scale start:
-    ℓ = 1 on d standardised inputs puts most pairs at r² ≈ 2d, where K ≈ 0 and the gradient
-    vanishes; at the median distance r² ≈ 1 for half the pairs)."""
+    """The median distance between random pairs of rows of X (ℓ = 1 on d standardised inputs
+    puts most pairs at r² ≈ 2d, where K ≈ 0 and the gradient vanishes; :func:`learn` starts
+    from half this distance)."""
     a, b = rng.integers(0, len(X), size=(2, pairs))
     d = np.sqrt(((X[a] - X[b]) ** 2).sum(1))
     d = d[d > 0]
@@ -222,7 +226,7 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     theta0 = params.theta(kernel, lam, d)
     if init == "median":
         theta0[0] = math.log(max(float(np.var(y)), BOUNDS[0]))
-        theta0[1:-1] = math.log(median_distance(X, rng))
+        theta0[1:-1] = math.log(0.5 * median_distance(X, rng))  # module docstring
     theta0 = np.clip(theta0, *np.log(BOUNDS))
     starts = [theta0] + [np.clip(theta0 + rng.uniform(-spread, spread, len(theta0)),
                                  *np.log(BOUNDS)) for _ in range(restarts - 1)]
