@@ -114,10 +114,12 @@ def check_test(test: tuple[np.ndarray, np.ndarray] | None, d: int | None) -> tup
 @dataclass(frozen=True)
 class Prediction:
     """Predictive mean of f and, where the algorithm has one, the predictive variance of y
-    (noise included) at some inputs."""
+    (noise included) at some inputs; for a binary classifier also the predictive probability
+    p(y = +1 | x) of each input (``prob``)."""
 
     mean: np.ndarray
     var: np.ndarray | None = None
+    prob: np.ndarray | None = None
 
 
 Predictor = Callable[[np.ndarray], Prediction]
@@ -129,7 +131,9 @@ class Solution:
     variance where one exists, final scalars and the reasons for quantities it cannot give.
 
     ``variance_bounds`` maps inputs to (lower, upper) bounds of the predictive variance of y;
-    an exact variance has lower == upper. The evaluator scores the upper bound.
+    an exact variance has lower == upper. The evaluator scores the upper bound. A binary
+    classifier's f is its latent function and ``probability`` maps inputs to p(y = +1 | x),
+    which the evaluator scores (:data:`CLASSIFICATION_METRICS`).
     """
 
     basis: np.ndarray
@@ -141,6 +145,7 @@ class Solution:
     variance_bounds: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
     not_applicable: Mapping[str, str] = field(default_factory=dict)
+    probability: Callable[[np.ndarray], np.ndarray] | None = None
 
     def mean(self, X_new: np.ndarray) -> np.ndarray:
         """k(X_new, X_basis) @ coef in blocks of X_new rows (:func:`block_rows`): ≈
@@ -154,15 +159,30 @@ class Solution:
 
     def predict(self, X_new: np.ndarray) -> Prediction:
         var = None if self.variance_bounds is None else self.variance_bounds(X_new)[1]
-        return Prediction(self.mean(X_new), var)
+        prob = None if self.probability is None else self.probability(X_new)
+        return Prediction(self.mean(X_new), var, prob)
 
 
 # ----------------------------------------------------------------------------- result schema
 
-TRACE_KEYS = ("n_basis", "objective", "gap", "seconds", "test_rmse", "test_nlpd",
-              "test_coverage_2sd")
-SUMMARY_KEYS = ("n_basis", "objective", "gap", "seconds", "stop_reason", "jitter",
-                "test_rmse", "test_nlpd", "test_coverage_2sd")
+REGRESSION_METRICS = ("test_rmse", "test_nlpd", "test_coverage_2sd")
+# binary classification: error rate of sign(p − ½), mean −log p(y | x), mean (p − [y = +1])²
+CLASSIFICATION_METRICS = ("test_error_rate", "test_log_loss", "test_brier")
+TASK_METRICS = {"regression": REGRESSION_METRICS, "classification": CLASSIFICATION_METRICS}
+_BASE_TRACE_KEYS = ("n_basis", "objective", "gap", "seconds")
+_BASE_SUMMARY_KEYS = ("n_basis", "objective", "gap", "seconds", "stop_reason", "jitter")
+TRACE_KEYS = _BASE_TRACE_KEYS + REGRESSION_METRICS
+SUMMARY_KEYS = _BASE_SUMMARY_KEYS + REGRESSION_METRICS
+
+
+def trace_keys(task: str) -> tuple[str, ...]:
+    """The trace variables every fit for ``task`` carries."""
+    return _BASE_TRACE_KEYS + TASK_METRICS[task]
+
+
+def summary_keys(task: str) -> tuple[str, ...]:
+    """The final scalars every fit for ``task`` carries."""
+    return _BASE_SUMMARY_KEYS + TASK_METRICS[task]
 
 
 class FrozenMap(Mapping):
@@ -206,18 +226,23 @@ class Result:
     trace_keys: ClassVar[tuple[str, ...]] = TRACE_KEYS
     summary_keys: ClassVar[tuple[str, ...]] = SUMMARY_KEYS
 
+    def required(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(trace keys, summary keys) this result must carry."""
+        return self.trace_keys, self.summary_keys
+
     def __post_init__(self) -> None:
         trace = {k: _frozen_array(v) for k, v in self.trace.items()}
         lengths = {k: len(v) for k, v in trace.items()}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{self.algorithm}: trace variables differ in length: {lengths}")
-        missing = [k for k in self.trace_keys if k not in trace]
-        missing += [k for k in self.summary_keys if k not in self.summary]
+        need_trace, need_summary = self.required()
+        missing = [k for k in need_trace if k not in trace]
+        missing += [k for k in need_summary if k not in self.summary]
         if missing:
             raise ValueError(f"{self.algorithm}: result lacks required {', '.join(missing)}")
-        unexplained = [k for k in self.summary_keys
+        unexplained = [k for k in need_summary
                        if _is_nan(self.summary[k]) and k not in self.not_applicable]
-        unexplained += [k for k in self.trace_keys if len(trace[k]) and np.isnan(trace[k]).all()
+        unexplained += [k for k in need_trace if len(trace[k]) and np.isnan(trace[k]).all()
                         and k not in self.not_applicable]
         if unexplained:
             raise ValueError(f"{self.algorithm}: {', '.join(sorted(set(unexplained)))} "
@@ -237,10 +262,15 @@ class Result:
 
 @dataclass(frozen=True)
 class Fit(Result):
-    """A fitted predictor f(x) = k(x, X_basis) @ coef with its per-step trace."""
+    """A fitted predictor f(x) = k(x, X_basis) @ coef with its per-step trace; its test
+    metrics are those of its ``task`` (:data:`TASK_METRICS`)."""
 
     solution: Solution | None = None
+    task: str = "regression"
     kind: ClassVar[str] = "fit"
+
+    def required(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return trace_keys(self.task), summary_keys(self.task)
 
     @property
     def basis(self) -> np.ndarray:
@@ -270,6 +300,11 @@ class Fit(Result):
         """Predictive mean k(X_new, X_basis) @ coef."""
         return self.solution.mean(X_new)
 
+    def predict_proba(self, X_new: np.ndarray) -> np.ndarray | None:
+        """p(y = +1 | x) of a classifier, or None."""
+        probability = self.solution.probability
+        return None if probability is None else probability(X_new)
+
     def predict_var(self, X_new: np.ndarray) -> np.ndarray | None:
         """Predictive variance of y (the upper bound where only bounds exist), or None."""
         bounds = self.solution.variance_bounds
@@ -279,7 +314,7 @@ class Fit(Result):
         """A copy with more final scalars (e.g. a certificate); this one is unchanged. The
         reasons stay: they also explain the trace."""
         return Fit(self.algorithm, self.trace, {**self.summary, **values},
-                   self.not_applicable, self.solution)
+                   self.not_applicable, self.solution, self.task)
 
     def variables(self) -> dict[str, tuple[str, np.ndarray]]:
         return {"basis": ("basis", np.asarray(self.basis, dtype=np.int32)),  # netCDF3: no i8
@@ -326,7 +361,7 @@ class CurveModel:
     basis_option: str = "m"
 
 
-TASKS = ("regression", "classification")
+TASKS = tuple(TASK_METRICS)
 EVALUATOR_OPTIONS = ("eval_every",)  # spec options the evaluator consumes, not the fit function
 SIZE_OPTION = "max_n"  # a spec option refusing n above it, checked before the data are read
 N_MARK = "n"  # in ExactLimit.options: "the number of training points"

@@ -29,8 +29,7 @@ import psutil
 from algorithms.contract import (
     EVALUATOR_OPTIONS,
     SIZE_OPTION,
-    SUMMARY_KEYS,
-    TRACE_KEYS,
+    TASK_METRICS,
     AlgorithmSpec,
     Fit,
     Prediction,
@@ -40,13 +39,16 @@ from algorithms.contract import (
     check_lam,
     check_targets,
     check_test,
+    summary_keys,
+    trace_keys,
 )
 from algorithms.errors import InputError, TooLarge
 from algorithms.kernels import Kernel
 from algorithms.options import validate
 from algorithms.registry import get
 
-METRICS = ("test_rmse", "test_nlpd", "test_coverage_2sd")
+METRICS = TASK_METRICS["regression"]
+PROB_FLOOR = float(np.finfo(np.float64).eps)  # log loss: p clipped to [eps, 1 − eps]
 
 
 def rmse(a: np.ndarray, b: np.ndarray) -> float:
@@ -63,9 +65,28 @@ def coverage_2sd(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> float:
     return float(np.mean(np.abs(y - mean) <= 2.0 * np.sqrt(var)))
 
 
-def metrics(prediction: Prediction, y: np.ndarray) -> dict[str, float]:
-    out = {"test_rmse": rmse(prediction.mean, y), "test_nlpd": math.nan,
-           "test_coverage_2sd": math.nan}
+def classification_metrics(prob: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Error rate of the decision p ≥ ½ ⇒ +1, log loss −mean log p(y_i | x_i) (p clipped to
+    [eps, 1 − eps], as scikit-learn's ``log_loss``) and Brier score mean (p − [y = +1])², for
+    labels y ∈ {−1, +1} and p = p(y = +1 | x)."""
+    prob = np.asarray(prob, dtype=np.float64)
+    positive = np.asarray(y) > 0
+    p_true = np.clip(np.where(positive, prob, 1.0 - prob), PROB_FLOOR, 1.0 - PROB_FLOOR)
+    return {"test_error_rate": float(np.mean((prob >= 0.5) != positive)),
+            "test_log_loss": float(-np.mean(np.log(p_true))),
+            "test_brier": float(np.mean((prob - positive) ** 2))}
+
+
+def metrics(prediction: Prediction, y: np.ndarray, task: str = "regression"
+            ) -> dict[str, float]:
+    """The test metrics of ``task`` (:data:`~algorithms.contract.TASK_METRICS`); NaN where the
+    prediction lacks what a metric needs (a variance, a probability)."""
+    out = dict.fromkeys(TASK_METRICS[task], math.nan)
+    if task == "classification":
+        if prediction.prob is not None:
+            out.update(classification_metrics(prediction.prob, y))
+        return out
+    out["test_rmse"] = rmse(prediction.mean, y)
     if prediction.var is not None:
         out["test_nlpd"] = gaussian_nlpd(y, prediction.mean, prediction.var)
         out["test_coverage_2sd"] = coverage_2sd(y, prediction.mean, prediction.var)
@@ -98,12 +119,15 @@ class MemoryProfile:
 
 
 class Recorder:
-    """Trace rows of one run; see the module docstring. ``test`` is (X_test, y_test) or None."""
+    """Trace rows of one run; see the module docstring. ``test`` is (X_test, y_test) or None;
+    ``task`` chooses the metrics (regression or classification)."""
 
     def __init__(self, test: tuple[np.ndarray, np.ndarray] | None = None,
-                 eval_every: int = 1) -> None:
+                 eval_every: int = 1, task: str = "regression") -> None:
         self.test = test
         self.eval_every = eval_every
+        self.task = task
+        self.metric_keys = TASK_METRICS[task]
         self.rows: list[dict[str, float]] = []
         self.eval_seconds = 0.0
         self.start = time.perf_counter()
@@ -122,7 +146,7 @@ class Recorder:
         """Record one step: its diagnostics (``n_basis``, ``objective``, ``gap``, ...) and,
         on evaluation steps, the test metrics of ``predict`` (the predictor of this step)."""
         row = {"seconds": self.elapsed(), **{k: float(v) for k, v in values.items()},
-               **dict.fromkeys(METRICS, math.nan)}
+               **dict.fromkeys(self.metric_keys, math.nan)}
         if (self.test is not None and predict is not None
                 and (len(self.rows) + 1) % self.eval_every == 0):
             row.update(self._evaluate(predict))
@@ -130,7 +154,7 @@ class Recorder:
 
     def _evaluate(self, predict: Predictor) -> dict[str, float]:
         t0 = time.perf_counter()
-        out = metrics(predict(self.test[0]), self.test[1])
+        out = metrics(predict(self.test[0]), self.test[1], self.task)
         self.eval_seconds += time.perf_counter() - t0
         return out
 
@@ -153,8 +177,12 @@ class Recorder:
         costs["predict_mean_seconds"] = time.perf_counter() - t0
         if memory is not None:
             costs["predict_mean_peak_bytes"] = memory.peak()
-        var = None
-        if solution.variance_bounds is not None:
+        var = prob = None
+        if solution.probability is not None:
+            t0 = time.perf_counter()
+            prob = solution.probability(X)
+            costs["predict_prob_seconds"] = time.perf_counter() - t0
+        elif solution.variance_bounds is not None:
             if memory is not None:
                 memory.reset()
             t0 = time.perf_counter()
@@ -162,14 +190,15 @@ class Recorder:
             costs["predict_var_seconds"] = time.perf_counter() - t0
             if memory is not None:
                 costs["predict_var_peak_bytes"] = memory.peak()
-        return metrics(Prediction(mean, var), y), costs
+        return metrics(Prediction(mean, var, prob), y, self.task), costs
 
     def finish(self, name: str, solution: Solution,
                memory: MemoryProfile | None = None) -> Fit:
         """The immutable Fit: the final predictor scored on the test set (also the metrics of
         the last trace step, whose state it is), reasons for what does not apply. With
         ``memory`` (a running :class:`MemoryProfile`), the fit's peak is read first."""
-        final: dict[str, float] = dict.fromkeys(METRICS, math.nan)
+        keys = self.metric_keys
+        final: dict[str, float] = dict.fromkeys(keys, math.nan)
         costs: dict[str, float] = {}
         if memory is not None:
             costs["fit_peak_bytes"] = memory.peak()
@@ -180,29 +209,32 @@ class Recorder:
             if self.rows:  # the last step's state is the final one: score it in full
                 self.rows[-1].update(final)
         if self.test is None:
-            reasons.update(dict.fromkeys(METRICS, "no test set"))
+            reasons.update(dict.fromkeys(keys, "no test set"))
         elif not len(solution.coef):
-            reasons.update(dict.fromkeys(METRICS, "the fit selected no basis function"))
+            reasons.update(dict.fromkeys(keys, "the fit selected no basis function"))
+        elif self.task == "classification":
+            if solution.probability is None:
+                reasons.update(dict.fromkeys(keys, f"{name} gives no class probabilities"))
         elif solution.variance_bounds is None:
             why = reasons.get("variance", f"{name} has no predictive variance")
             reasons.update({"test_nlpd": why, "test_coverage_2sd": why})
         trace = self.trace()
         n_steps = len(self.rows)
-        for key in TRACE_KEYS:
+        for key in trace_keys(self.task):
             trace.setdefault(key, np.full(n_steps, np.nan))
         summary = {"seconds": float(trace["seconds"][-1]) if n_steps else 0.0,
                    **solution.summary, **final, **costs}
-        _check_finite(solution, summary, reasons)
-        return Fit(name, trace, summary, reasons, solution)
+        _check_finite(solution, summary, reasons, self.task)
+        return Fit(name, trace, summary, reasons, solution, self.task)
 
 
 def _check_finite(solution: Solution, summary: Mapping[str, Any],
-                  reasons: Mapping[str, str]) -> None:
+                  reasons: Mapping[str, str], task: str) -> None:
     """FloatingPointError if the coefficients, or a required summary value that applies, are
     NaN/inf: the arithmetic broke down (converted by :func:`numerical_guard`)."""
     if not np.isfinite(solution.coef).all():
         raise FloatingPointError("the coefficients are NaN/inf")
-    for key in SUMMARY_KEYS:
+    for key in summary_keys(task):
         value = summary[key]
         if (isinstance(value, (float, np.floating)) and not math.isfinite(value)
                 and key not in reasons):
@@ -294,19 +326,34 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     """
     spec = get(algorithm) if isinstance(algorithm, str) else algorithm
     lam = check_lam(lam)
-    check_lam_scale(lam, blocks.kernel, blocks.diag())
+    if spec.task == "regression":  # a classifier has no noise variance: lam is not used
+        check_lam_scale(lam, blocks.kernel, blocks.diag())
     y = check_targets(y, blocks.n)
     test = check_test(test, getattr(blocks, "d", None))
+    if spec.task == "classification":
+        check_labels(y, "y")
+        if test is not None:
+            check_labels(test[1], "y_test")
     opts = options_of(spec, options)
     check_size(spec, blocks.n, getattr(blocks, "d", 0), opts)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)
-    recorder = Recorder(test, **{k: opts.pop(k) for k in EVALUATOR_OPTIONS if k in opts})
+    recorder = Recorder(test, **{k: opts.pop(k) for k in EVALUATOR_OPTIONS if k in opts},
+                        task=spec.task)
     with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag), \
             (MemoryProfile() if profile_memory else nullcontext()) as memory:
         solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
         return recorder.finish(spec.name, solution, memory)
+
+
+def check_labels(y: np.ndarray, name: str) -> None:
+    """A binary classifier's labels must be −1 and +1."""
+    bad = ~np.isin(y, (-1.0, 1.0))
+    if bad.any():
+        raise InputError(f"{name} has {int(bad.sum())} labels outside {{-1, +1}} (first "
+                         f"{float(y[bad][0])!r} at index {int(np.flatnonzero(bad)[0])}); a "
+                         "binary classifier needs labels -1 and +1 (a classification dataset)")
 
 
 def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],

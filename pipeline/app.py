@@ -94,15 +94,18 @@ def fit_text(ds) -> str:
     """One screen for a fit: basis size, gap, objective, certificate, test metrics, seconds."""
     c, s, why = ds.attrs["config"], ds.attrs["summary"], ds.attrs.get("not_applicable", {})
     kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name" and v is not None)
-    kappa = f", kappa={c['kappa']}" if get(ds.attrs["algorithm"]).uses_kappa else ""
+    spec = get(ds.attrs["algorithm"])
+    kappa = f", kappa={c['kappa']}" if spec.uses_kappa else ""
+    lam = f", lam={c['lam']}" if spec.task == "regression" else ""
     lines = [
         f"{ds.attrs['algorithm']} on {c['dataset']['name']} (n_train={ds.attrs['n_train']}, "
         f"n_test={ds.attrs['n_test']}, d={ds.attrs['d']}), kernel {c['kernel']['name']}"
-        f"({kernel}), lam={c['lam']}{kappa}, seed={c['seed']}",
+        f"({kernel}){lam}{kappa}, seed={c['seed']}",
         f"  basis size       {s['n_basis']}"
         + (f" (dual {s['n_basis_dual']})" if "n_basis_dual" in s else ""),
         f"  gap              {_value(s, why, 'gap', '.4g')}  (stopped: {s['stop_reason']})",
-        f"  objective L      {_value(s, why, 'objective')}",
+        f"  objective {'L   ' if spec.task == 'regression' else '−Ψ  '}   "
+        f"{_value(s, why, 'objective')}",
     ]
     if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ
         lines[1:1] = [f"  learned (ML)     kernel {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
@@ -113,11 +116,14 @@ def fit_text(ds) -> str:
                      "suboptimality ≤ this)")
     if "log_marginal_likelihood" in s:
         lines.append(f"  log marg. lik.   {_fmt(s['log_marginal_likelihood'])}")
-    lines += [
-        f"  test RMSE        {_value(s, why, 'test_rmse')}",
-        f"  test NLPD        {_value(s, why, 'test_nlpd')}",
-        f"  seconds          {_fmt(s['seconds'], '.3f')}",
-    ]
+    if spec.task == "classification":
+        lines += [f"  test error rate  {_value(s, why, 'test_error_rate', '.4g')}",
+                  f"  test log loss    {_value(s, why, 'test_log_loss')}",
+                  f"  test Brier       {_value(s, why, 'test_brier')}"]
+    else:
+        lines += [f"  test RMSE        {_value(s, why, 'test_rmse')}",
+                  f"  test NLPD        {_value(s, why, 'test_nlpd')}"]
+    lines.append(f"  seconds          {_fmt(s['seconds'], '.3f')}")
     return "\n".join(lines)
 
 

@@ -27,11 +27,11 @@ from algorithms.errors import InputError
 from algorithms.evaluation import check_size, options_of, run
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
-from algorithms.registry import get
+from algorithms.registry import REGISTRY, get
 from pipeline.blocks import open_blocks
 from pipeline.codeversion import code_version, module_of
 from pipeline.curves import run_curve
-from pipeline.datasets import ingest, spec_hash, train_shape
+from pipeline.datasets import DATASETS, ingest, spec_hash, task_of, train_shape
 from pipeline.hyper import check_hyper, hyper_options, learned
 from pipeline.results import write_job_result
 
@@ -51,16 +51,19 @@ def job_config(cfg: DictConfig) -> dict:
 
 def job_identity(config: Mapping) -> dict:
     """Everything that determines a job's result: its config without location keys (κ dropped
-    for algorithms that ignore it, the seed for deterministic ones; a learning curve depends on
-    the seed through its draws of training inputs), the identity of its dataset store
-    (:func:`pipeline.datasets.spec_hash`: spec, source-file content and builder code) and the
-    version of the code that computes the result (:func:`algorithm_version`)."""
+    for algorithms that ignore it, λ for classifiers, the seed for deterministic ones; a
+    learning curve depends on the seed through its draws of training inputs), the identity of
+    its dataset store (:func:`pipeline.datasets.spec_hash`: spec, source-file content and
+    builder code) and the version of the code that computes the result
+    (:func:`algorithm_version`)."""
     ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
     spec = _spec_or_none(config)
     if spec is not None and not spec.uses_kappa:
         ident["kappa"] = None
     if spec is not None and spec.seed_free and not config.get("learning_curve"):
         ident["seed"] = None
+    if spec is not None and spec.task == "classification":
+        ident["lam"] = None  # no noise variance: a classifier does not use lam
     ident["code_version"] = algorithm_version(spec) if spec is not None else None
     try:
         if hyper_options(config) is not None:  # the fit depends on the learning code too
@@ -158,6 +161,7 @@ def check_config(config: Mapping, available: float | None = None
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
     shape = train_shape(config["dataset"])  # validates the dataset spec
+    check_task(spec, config["dataset"])
     check_hyper(config, kernel)
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
@@ -170,6 +174,20 @@ def check_config(config: Mapping, available: float | None = None
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
         check_size(spec, *shape, options, available)
     return spec, lam, kernel, options
+
+
+def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
+    """The algorithm and the dataset must share a task (regression / binary classification):
+    a mismatch is one line naming the datasets of the algorithm's task and the algorithms of
+    the dataset's."""
+    task = task_of(dataset)
+    if task != spec.task:
+        datasets = sorted(name for name, d in DATASETS.items() if d.task == spec.task)
+        algorithms = sorted(name for name, s in REGISTRY.items() if s.task == task)
+        raise InputError(f"algorithm {spec.name} is a {spec.task} algorithm but dataset "
+                         f"{dataset['name']} is a {task} set; pass a {spec.task} dataset "
+                         f"({', '.join(datasets[:6])}) or a {task} algorithm "
+                         f"({', '.join(algorithms[:6])})")
 
 
 def blas_threads() -> int:

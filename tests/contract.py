@@ -16,10 +16,10 @@ from algorithms.contract import (
     CURVE_SUMMARY_KEYS,
     CURVE_TRACE_KEYS,
     N_MARK,
-    SUMMARY_KEYS,
-    TRACE_KEYS,
     AlgorithmSpec,
     Fit,
+    summary_keys,
+    trace_keys,
 )
 from algorithms.errors import InputError
 from algorithms.learning_curves import learning_curve
@@ -34,7 +34,7 @@ LAM = 0.5
 
 @dataclass
 class Problem:
-    """A small regression problem held twice: in memory and in a verified zarr store."""
+    """A small problem of one task held twice: in memory and in a verified zarr store."""
 
     memory: ArrayKernelBlocks
     store: ArrayKernelBlocks
@@ -43,9 +43,13 @@ class Problem:
     y_test: np.ndarray
 
 
-def make_problem(store_root: Path) -> Problem:
-    store = ingest({"name": "friedman1", "n_train": 60, "n_test": 25, "data_seed": 3},
-                   store_root)
+PROBLEM_DATA = {"regression": {"name": "friedman1", "n_train": 60, "n_test": 25, "data_seed": 3},
+                "classification": {"name": "two_moons", "n_train": 60, "n_test": 25,
+                                   "data_seed": 3}}
+
+
+def make_problem(store_root: Path, task: str = "regression") -> Problem:
+    store = ingest(PROBLEM_DATA[task], store_root)
     X, y, X_test, y_test = load_arrays(store)
     return Problem(ArrayKernelBlocks(X, KERNEL), open_blocks(store, KERNEL), y, X_test, y_test)
 
@@ -78,13 +82,22 @@ def check_result_schema(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -
     """Required trace and summary keys, equal trace lengths, reasons for NaNs, immutability,
     predictions of the right shape and every test metric where a variance exists."""
     result = fit(spec, problem)
-    assert set(TRACE_KEYS) <= set(result.trace) and set(SUMMARY_KEYS) <= set(result.summary)
+    assert result.task == spec.task
+    assert set(trace_keys(spec.task)) <= set(result.trace)
+    assert set(summary_keys(spec.task)) <= set(result.summary)
     lengths = {len(v) for v in result.trace.values()}
     assert len(lengths) == 1 and lengths.pop() >= 1
-    for key in SUMMARY_KEYS:
+    for key in summary_keys(spec.task):
         value = result.summary[key]
         assert value == value or key in result.not_applicable, key
-    assert np.isfinite(result.summary["test_rmse"])
+    if spec.task == "classification":
+        prob = result.predict_proba(problem.X_test)
+        assert prob.shape == (len(problem.X_test),) and ((prob >= 0) & (prob <= 1)).all()
+        assert 0 <= result.summary["test_error_rate"] <= 1
+        assert np.isfinite(result.summary["test_log_loss"])
+        assert 0 <= result.summary["test_brier"] <= 1
+    else:
+        assert np.isfinite(result.summary["test_rmse"])
     with pytest.raises(TypeError):
         result.summary["n_basis"] = 0  # type: ignore[index]
     with pytest.raises(ValueError):
@@ -92,6 +105,8 @@ def check_result_schema(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -
     mean = result.predict(problem.X_test)
     assert mean.shape == (len(problem.X_test),) and np.isfinite(mean).all()
     var = result.predict_var(problem.X_test)
+    if spec.task == "classification":
+        return
     if spec.has_variance:
         assert var.shape == mean.shape and (var > 0).all()
         assert np.isfinite(result.summary["test_nlpd"])
@@ -154,18 +169,20 @@ def check_learning_curve(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) 
 def check_extreme_lam(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
     """At lam = 1e-300, 1e-15 (just above float64 resolution) and 1e300 a fit succeeds with
     finite numbers or is one InputError naming lam and the kernel (the evaluator's checks),
-    never a FloatingPointError, LinAlgError or TypeError."""
+    never a FloatingPointError, LinAlgError or TypeError. A classifier has no noise variance:
+    it ignores lam and must succeed."""
     for lam in (1e-300, 1e-15, 1e300):
         try:
             result = run(spec, problem.memory, problem.y, lam=lam, kappa=7, rng=0,
                          test=(problem.X_test, problem.y_test), **spec.check_options)
         except InputError as err:
             msg = str(err)
+            assert spec.task == "regression", msg
             assert f"lam={lam:g}" in msg and f"kernel {KERNEL}" in msg and "\n" not in msg, msg
             assert ("larger lam" if lam < 1 else "smaller lam") in msg, msg
             continue
         assert np.isfinite(result.coef).all(), lam
-        for key in SUMMARY_KEYS:
+        for key in summary_keys(spec.task):
             value = result.summary[key]
             assert (key in result.not_applicable or not isinstance(value, float)
                     or np.isfinite(value)), (lam, key, value)

@@ -16,14 +16,21 @@ from tests.contract import CHECKS, CONF_DIR, make_problem
 
 
 @pytest.fixture(scope="module")
-def problem(tmp_path_factory):
-    return make_problem(tmp_path_factory.mktemp("stores"))
+def problems(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stores")
+    return {task: make_problem(root, task) for task in ("regression", "classification")}
+
+
+@pytest.fixture(scope="module")
+def problem(problems):
+    return problems["regression"]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_algorithm_follows_the_contract(name, check, problem):
-    check(REGISTRY[name], problem, CONF_DIR)
+def test_algorithm_follows_the_contract(name, check, problems):
+    spec = REGISTRY[name]
+    check(spec, problems[spec.task], CONF_DIR)
 
 
 def test_every_algorithm_yaml_has_a_spec():

@@ -19,6 +19,7 @@ from pipeline.datasets.spec import (
     dataset_names,
     normalise_spec,
     spec_hash,
+    task_of,
     train_shape,
 )
 from pipeline.datasets.store import (
@@ -34,4 +35,4 @@ from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
            "StoreError", "attrs_digest", "build", "dataset_names", "friedman1_mean",
            "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec", "open_store",
-           "spec_hash", "store_path", "train_shape"]
+           "spec_hash", "store_path", "task_of", "train_shape"]

@@ -61,6 +61,7 @@ _UCI_SHA256 = {
                     "5a70d06c54813712456b3631ef406094c121a20fdc68b2dd400a1045f45b3f43"),
 }
 UCI_NAMES = tuple(_UCI_SHA256)
+_SKLEARN = ("scikit-learn/scikit-learn", "1.9.1")  # the release tag the file was taken from
 
 SOURCES: dict[str, _Source] = {
     "abalone.data": _Source(
@@ -71,6 +72,11 @@ SOURCES: dict[str, _Source] = {
         "542eee5a2a0ee72db563de010dc3b5055b03c5dc624049ae1f2208fc66a14aac",
         _ABALONE_REPO[0], "abalone.names", _ABALONE_REPO[1], "UCI ML Repository"),
 }
+SOURCES["breast_cancer.csv"] = _Source(
+    "fed3eb72d0575ef6192293f5093c6e801b1476b577d0386bf4455504522172ed",
+    _SKLEARN[0], "sklearn/datasets/data/breast_cancer.csv", _SKLEARN[1],
+    "UCI ML Repository 'Breast Cancer Wisconsin (Diagnostic)' (Wolberg, Street & Mangasarian "
+    "1995), CC BY 4.0 at UCI")
 for _name, (_data_sha, _mask_sha) in _UCI_SHA256.items():
     SOURCES[f"{_name}.csv.gz"] = _Source(
         _data_sha, _UCI_REPO[0], f"uci_datasets/{_name}/data.csv.gz", _UCI_REPO[1],
@@ -159,6 +165,79 @@ def _abalone(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
                           "whole_weight", "shucked_weight", "viscera_weight", "shell_weight"],
     }
     return arrays, attrs
+
+
+def _split_seed(name: str, spec: Mapping[str, Any]) -> int | None:
+    """``split`` k is ``split_seed`` k (one sweep key selects splits of every set); both set
+    is refused."""
+    if spec["split"] is not None and spec["split_seed"] is not None:
+        raise StoreError(f"{name}: dataset.split={spec['split']} and dataset.split_seed="
+                         f"{spec['split_seed']} both choose the split; pass one of them")
+    return spec["split"] if spec["split"] is not None else spec["split_seed"]
+
+
+_SPLIT_OPTIONS = {
+    "split_seed": Option(None, "int", lo=0, none_ok=True, example=0),
+    "split": Option(None, "int", "like the UCI sets' split index: split k is split_seed k",
+                    lo=0, none_ok=True, example=0),
+}
+
+
+@register("abalone_binary", {
+    "n_train": Option(3000, "int", lo=1, hi=_ABALONE_ROWS - 1),
+    **_SPLIT_OPTIONS,
+    "threshold": Option(10, "int", "y = +1 where Rings ≥ threshold, else −1", lo=2, hi=29),
+    "standardize_x": Option(True, "bool"),
+}, train_shape=lambda spec: (spec["n_train"], 10), task="classification")
+def _abalone_binary(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """Abalone as a binary task: +1 where Rings ≥ ``threshold`` (10 by default: 2081 of 4177
+    rows, 50%; "young vs old" as in the kernel-classification literature), else −1. Inputs as
+    :func:`_abalone`; ``split`` k draws a random split seeded by k (default: split 0)."""
+    X, rings = _load_abalone()
+    y = np.where(rings >= spec["threshold"], 1.0, -1.0)
+    seed = _split_seed("abalone_binary", spec)
+    tr, te = split_rows(len(y), spec["n_train"], 0 if seed is None else seed)
+    arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
+    return arrays, {
+        "provenance": _provenance(("abalone.data",)) + f". Label +1: Rings ≥ "
+        f"{spec['threshold']}, else -1; inputs as dataset 'abalone'",
+        "source_sha256": {"abalone.data": SOURCES["abalone.data"].sha256}}
+
+
+_BREAST_CANCER_ROWS = 569
+
+
+@functools.lru_cache(maxsize=1)
+def _load_breast_cancer() -> tuple[np.ndarray, np.ndarray]:
+    path = _shipped("breast_cancer.csv")
+    data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64)
+    if data.shape != (_BREAST_CANCER_ROWS, 31):
+        raise StoreError(f"source file {path} has shape {data.shape}, not (569, 31); reinstall "
+                         "the package")
+    X, label = data[:, :30], data[:, 30]
+    y = np.where(label == 0, 1.0, -1.0)  # file: 0 malignant, 1 benign
+    X.flags.writeable = False
+    y.flags.writeable = False
+    return X, y
+
+
+@register("breast_cancer", {
+    "n_train": Option(400, "int", lo=1, hi=_BREAST_CANCER_ROWS - 1),
+    **_SPLIT_OPTIONS,
+    "standardize_x": Option(True, "bool"),
+}, train_shape=lambda spec: (spec["n_train"], 30), task="classification")
+def _breast_cancer(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """Wisconsin diagnostic breast cancer (UCI WDBC; 569 × 30, the copy scikit-learn ships):
+    +1 malignant (212 rows), −1 benign (357). ``split`` k draws a random split seeded by k
+    (default: split 0), ``n_train`` rows for training (400 by default) and the rest for test."""
+    X, y = _load_breast_cancer()
+    seed = _split_seed("breast_cancer", spec)
+    tr, te = split_rows(len(y), spec["n_train"], 0 if seed is None else seed)
+    arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
+    return arrays, {
+        "provenance": _provenance(("breast_cancer.csv",)) + ". 30 real-valued features of "
+        "cell nuclei; label +1 malignant, -1 benign",
+        "source_sha256": {"breast_cancer.csv": SOURCES["breast_cancer.csv"].sha256}}
 
 
 @functools.lru_cache(maxsize=16)

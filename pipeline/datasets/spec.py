@@ -41,12 +41,15 @@ class DatasetSpec:
     options and, optionally, ``train_shape`` (normalised spec -> (n_train, d) of what the
     builder would return, computed cheaply from the options or a file's line count without
     building; None where that is not possible), which lets a job refuse a fit that is too large
-    before the dataset is ingested."""
+    before the dataset is ingested. ``task``: ``regression`` (real targets) or
+    ``classification`` (binary labels y ∈ {−1, +1}), matched against the algorithm's task
+    before anything is read (:func:`task_of`)."""
 
     name: str
     build: Builder
     options: Mapping[str, Option]
     train_shape: Shape | None = None
+    task: str = "regression"
 
     def source_files(self, norm: Mapping[str, Any]) -> list[Path]:
         """The user files this spec reads (its ``path`` options): hashed into the spec hash."""
@@ -56,15 +59,20 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {}
 
 
-def register(name: str, options: Mapping[str, Option], train_shape: Shape | None = None
-             ) -> Callable[[Builder], Builder]:
+def register(name: str, options: Mapping[str, Option], train_shape: Shape | None = None,
+             task: str = "regression") -> Callable[[Builder], Builder]:
     """Decorator: register ``builder`` as dataset ``name`` with ``options`` (and, optionally,
-    its cheap ``train_shape``; see :class:`DatasetSpec`)."""
+    its cheap ``train_shape`` and its ``task``; see :class:`DatasetSpec`)."""
     def deco(fn: Builder) -> Builder:
-        DATASETS[name] = DatasetSpec(name, fn, options, train_shape)
+        DATASETS[name] = DatasetSpec(name, fn, options, train_shape, task)
         return fn
 
     return deco
+
+
+def task_of(spec: Mapping[str, Any]) -> str:
+    """The task of the dataset ``spec`` names (regression or classification)."""
+    return DATASETS[normalise_spec(spec)["name"]].task
 
 
 def train_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -311,6 +319,14 @@ def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     name = norm["name"]
     raw, extra = DATASETS[name].build(norm)
     arrays = _validate(name, raw)
+    task = DATASETS[name].task
+    if task == "classification":
+        for key in ("y_train", "y_test"):
+            bad = ~np.isin(arrays[key], (-1.0, 1.0))
+            if bad.any():
+                raise InputError(f"dataset {name!r}: {key} has {int(bad.sum())} labels outside "
+                                 f"{{-1, +1}} (first {arrays[key][bad][0]!r}); a binary "
+                                 "classification set codes its classes as -1 and +1")
     standardisation = _standardise(arrays, norm, extra)
     for key in VARIABLES:  # a test value far outside the train range may still overflow
         check_finite(arrays[key], f"dataset {name!r}: standardised {key}")
@@ -318,6 +334,7 @@ def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
         "name": name,
         "spec": norm,
         "spec_hash": spec_hash(norm),
+        "task": task,
         **extra,
         "standardisation": standardisation,
         "content_sha256": {key: sha256_array(arrays[key]) for key in VARIABLES},

@@ -127,6 +127,25 @@ def _sine1d(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
         f"N(0, {spec['noise_var']:g})", spec)
 
 
+@register("two_moons", {"data_seed": _seed(), "n_train": _count(300), "n_test": _count(300, 0),
+                        "noise": Option(0.2, "float", "sd of the Gaussian jitter", lo=0.0)},
+          train_shape=lambda spec: (spec["n_train"], 2), task="classification")
+def _two_moons(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
+    """Two interleaved half circles in 2-D (for pictures of classifiers). Draws: the class of
+    each point (n), its angle (n), then the jitter (n, 2)."""
+    rng = _rng(spec)
+    n = spec["n_train"] + spec["n_test"]
+    y = np.where(rng.uniform(size=n) < 0.5, 1.0, -1.0)
+    angle = rng.uniform(0.0, np.pi, size=n)
+    upper = np.column_stack([np.cos(angle), np.sin(angle)])
+    lower = np.column_stack([1.0 - np.cos(angle), 0.5 - np.sin(angle)])
+    X = np.where((y > 0)[:, None], upper, lower) + spec["noise"] * rng.standard_normal((n, 2))
+    return _split_generated(X, y, spec["n_train"]), _synthetic_attrs(
+        "two interleaved half circles: class +1 at (cos a, sin a), class −1 at "
+        f"(1 − cos a, 1/2 − sin a), a ~ U(0, π), classes equally likely, plus N(0, "
+        f"{spec['noise']:g}² I) jitter", spec)
+
+
 _MATERN_MAX_ROWS = 20000
 _MATERN_JITTER = 1e-10
 
