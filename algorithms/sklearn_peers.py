@@ -1,4 +1,5 @@
-"""scikit-learn as a peer: its exact GP and its Nyström features with ridge regression.
+"""scikit-learn as a peer: its exact GP, its Nyström features with ridge regression, and its
+Laplace GP classifier.
 
 - ``sklearn_gpr``: :class:`sklearn.gaussian_process.GaussianProcessRegressor` (Rasmussen &
   Williams Alg. 2.1: Cholesky of K + αI) with our kernel translated to scikit-learn's
@@ -20,7 +21,15 @@
   landmarks' training rows (``component_indices_``) and coef = ``normalization_.T @ coef_``.
   Ridge has no predictive variance. On the same landmarks the mean equals our ``nystrom``'s.
 
-Both take every training input into memory (the libraries need X): O(n·d), and scikit-learn's
+- ``sklearn_gpc``: :class:`sklearn.gaussian_process.GaussianProcessClassifier` (binary, the
+  Laplace approximation of Rasmussen & Williams Alg. 3.1–3.2) with our kernel fixed
+  (``optimizer=None``) or learned (``optimize=true``: L-BFGS-B on its approximate log marginal
+  likelihood, ``n_restarts`` random restarts). Latent mean k(x, X) @ (t − π(f̂)) with its own
+  mode ``f_cached``; probabilities are scikit-learn's ``predict_proba`` (its erf
+  approximation of ∫σ(z)N(z | f̄, V)dz). Equals our ``gp_laplace`` to round-off in the mode and
+  log marginal likelihood (tests/test_laplace.py).
+
+All take every training input into memory (the libraries need X): O(n·d), and scikit-learn's
 GPR O(n²) more (see :func:`gpr_memory_bytes`). Their libraries' warnings are counted in the
 summary (``library_warnings``, the first in ``first_warning``), not printed. The certificate
 applies except to a GPR whose hyperparameters were learned.
@@ -161,6 +170,55 @@ def fit_nystroem(blocks: KernelBlocks, y: np.ndarray, *, lam: float,
                     not_applicable=reasons)
 
 
+def gpc_memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
+    """Peak memory of a ``sklearn_gpc`` fit: K, W^½K, B and its factor (4 n×n), and when
+    optimising the kernel gradient (one n×n per hyperparameter); plus X and 64 MiB."""
+    factor = 4 + ((d + 1) if options.get("optimize") else 0)
+    return 8.0 * (factor * n * n + n * d) + 2**26
+
+
+def fit_gpc(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
+            recorder: Recorder, optimize: bool, n_restarts: int) -> Solution:
+    """scikit-learn's GaussianProcessClassifier on labels y ∈ {−1, +1} (module docstring);
+    ``lam`` is not used (no noise variance)."""
+    from sklearn.gaussian_process import GaussianProcessClassifier
+
+    owner = "algorithm sklearn_gpc"
+    n = blocks.n
+    X = blocks.inputs(slice(None))
+    gpc = GaussianProcessClassifier(sklearn_kernel(blocks.kernel, owner),
+                                    optimizer="fmin_l_bfgs_b" if optimize else None,
+                                    n_restarts_optimizer=n_restarts,
+                                    random_state=seed_from(rng), copy_X_train=False)
+    caught: list[str] = []
+    with library_warnings(caught):
+        gpc.fit(X, (y > 0).astype(int))
+    est = gpc.base_estimator_
+    fitted = kernel_from_sklearn(blocks.kernel.name, est.kernel_) if optimize else blocks.kernel
+    mode = np.asarray(est.f_cached, dtype=np.float64)
+    coef = 0.5 * (y + 1.0) - 1.0 / (1.0 + np.exp(-mode))  # t − π(f̂): latent mean k(x, X) @ coef
+    log_ml = float(est.log_marginal_likelihood_value_)
+    recorder.step(n_basis=n, objective=math.nan, gap=math.nan, log_marginal_likelihood=log_ml)
+    rows = block_rows(n)
+
+    def probability(X_new: np.ndarray) -> np.ndarray:
+        X_new = np.asarray(X_new, dtype=np.float64)
+        out = np.empty(len(X_new))
+        with library_warnings([]):
+            for lo in range(0, len(X_new), rows):
+                out[lo: lo + rows] = gpc.predict_proba(X_new[lo: lo + rows])[:, 1]
+        return out
+
+    reasons = {"gap": NO_GAP, "objective": "scikit-learn reports no log posterior"}
+    stop = ("L-BFGS-B on the approximate log marginal likelihood from "
+            f"{1 + n_restarts} starts" if optimize else "fixed kernel (optimizer=None)")
+    summary = {"n_basis": n, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+               "jitter": 0.0, "log_marginal_likelihood": log_ml, "learned_kernel": str(fitted),
+               "library": _library(), **_warnings_summary(caught)}
+    return Solution(np.arange(n), coef, X, fitted, lam, summary, extras={"latent_mode": mode},
+                    not_applicable=reasons, probability=probability)
+
+
 SPECS = [
     AlgorithmSpec(
         "sklearn_gpr", fit_gpr,
@@ -181,5 +239,17 @@ SPECS = [
                                      lo=1)},
         has_variance=False, exact_limit=ExactLimit({"max_basis": "n"}),
         check_options={"max_basis": 20}, requires=(SKLEARN,),
+    ),
+    AlgorithmSpec(
+        "sklearn_gpc", fit_gpc,
+        "scikit-learn's GaussianProcessClassifier (Laplace, binary; optionally learns the "
+        "kernel)",
+        options={
+            "optimize": Option(False, "bool", "learn the kernel by scikit-learn's L-BFGS-B "
+                               "(false: the job's kernel)"),
+            "n_restarts": Option(0, "int", "further random starts of the optimiser", lo=0),
+        },
+        task="classification", memory_bytes=gpc_memory_bytes, certifiable=False,
+        requires=(SKLEARN,),
     ),
 ]

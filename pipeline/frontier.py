@@ -9,6 +9,10 @@ A report's ``frontier`` block (``conf/experiment/uci_frontier.yaml``)::
       series: [algorithm.steps]                     # settings told apart beside the algorithm
       budgets: [10, 60, 600]                        # seconds
 
+The cost need not be time: with ``cost: [final_n_basis]``, ``cost_label: basis size`` and
+``unit: basis functions`` the same figures and table compare methods at a basis size (a
+budget is then a largest basis size; ``logx: false`` keeps a linear axis).
+
 A point is one algorithm at one value of ``over`` on one dataset: the mean metric and mean cost
 over the other dims (data splits, seeds) of its jobs that finished. Costs after the first that
 are NaN for a job (e.g. no hyperparameters learned) count as 0. The Pareto frontier is the
@@ -124,14 +128,15 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
                 ax.axhline(spec["target"][metric], color="red", ls="--", lw=0.9)
                 drawn["target"] = ax.plot([], [], color="red", ls="--", lw=0.9,
                                           label="target")[0]
-            ax.set(xscale="log", xlabel="seconds (" + " + ".join(spec["cost"]) + ")",
-                   ylabel=metric, title=dataset)
+            ax.set(xscale="log" if spec.get("logx", True) else "linear",
+                   xlabel=_cost_label(spec), ylabel=metric, title=dataset)
             ax.grid(True, alpha=0.3)
         ncol = min(len(drawn), 4)
         fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
                    frameon=False)
-        fig.suptitle(f"{metric} against wall time, mean over splits and seeds\n(point labels: "
-                     f"{spec['over']}; dotted: time budgets)", fontsize=10)
+        against = spec.get("cost_label", "wall time")
+        fig.suptitle(f"{metric} against {against}, mean over splits and seeds\n(point labels: "
+                     f"{spec['over']}; dotted: budgets)", fontsize=10)
         legend_rows = math.ceil(len(drawn) / ncol)
         fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1, 0.95))
         path = out_dir / f"fig{start + k}_frontier_{metric}.png"
@@ -139,6 +144,11 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
         plt.close(fig)
         out.append(path)
     return out
+
+
+def _cost_label(spec: dict) -> str:
+    """The x axis: ``cost_label`` (default "seconds") and the summed cost variables."""
+    return f"{spec.get('cost_label', 'seconds')} (" + " + ".join(spec["cost"]) + ")"
 
 
 def _best(pts: Sequence[Point]) -> Point | None:
@@ -157,10 +167,12 @@ def budget_table(ds: xr.Dataset, spec: dict) -> str:
     def size(p: Point) -> str:
         return f" ({key}={p[1]})" if p[1] is not None else ""
 
-    def cell(p: Point) -> str:
-        return f"{p[3]:.4g} in {p[2]:.3g} s"
+    unit = spec.get("unit", "s")
 
-    head = "| {} | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |"
+    def cell(p: Point) -> str:
+        return f"{p[3]:.4g} at {p[2]:.3g} {unit}" if unit != "s" else f"{p[3]:.4g} in {p[2]:.3g} s"
+
+    head = "| {} | " + " | ".join(f"≤ {b:g} {unit}" for b in budgets) + " |"
     rule = "|" + " --- |" * (len(budgets) + 1)
     lines = [head.format("dataset"), rule]
     per_setting, reached = [], []
@@ -179,17 +191,18 @@ def budget_table(ds: xr.Dataset, spec: dict) -> str:
                 mine = [p for p in pts if p[0] == setting]
                 per_setting.append(f"| {setting} | " + " | ".join(
                     f"{cell(q)}{size(q)}" if (q := _best([p for p in mine if p[2] <= b]))
-                    else f"— (fastest {min(p[2] for p in mine):.3g} s)" for b in budgets) + " |")
+                    else f"— (least {min(p[2] for p in mine):.3g} {unit})" for b in budgets)
+                    + " |")
         target = (spec.get("target") or {}).get(metric)
         if target is not None:
             hits = sorted((p for p in pts if p[3] <= target and p[2] <= max(budgets)),
                           key=lambda p: p[2])
-            reached.append(f"{dataset}: {metric} ≤ {target:g} within {max(budgets):g} s: "
+            reached.append(f"{dataset}: {metric} ≤ {target:g} within {max(budgets):g} {unit}: "
                            + ("; ".join(f"{p[0]}{size(p)} {cell(p)}" for p in hits) if hits
                               else "not reached; best point " + (
                                   f"{q[0]}{size(q)} {cell(q)}" if (q := _best(pts)) else "none")))
-    out = (f"Best {metric} within a time budget (seconds = " + " + ".join(spec["cost"])
-           + ", means over splits/seeds):\n\n" + "\n".join(lines))
+    out = (f"Best {metric} within a budget ({_cost_label(spec)}, means over splits/seeds):\n\n"
+           + "\n".join(lines))
     if per_setting:
         out += "\n" + "\n".join(per_setting)
     if reached:

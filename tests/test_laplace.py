@@ -164,3 +164,22 @@ def test_a_classification_sweep_consolidates_into_one_dataset(tmp_path):
                                               .glob("*/result.nc")), engine="scipy")
                          .attrs["summary"])
     assert summary["newton_iterations"] >= 2
+
+
+def test_sklearn_gpc_peer_equals_gp_laplace_and_its_library(cancer):
+    """The peer ``sklearn_gpc`` (scikit-learn's GaussianProcessClassifier through the contract)
+    has gp_laplace's latent mean and log marginal likelihood, and the library's probabilities."""
+    from sklearn.gaussian_process import GaussianProcessClassifier
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    X, y, X_test, y_test = cancer
+    peer = run("sklearn_gpc", ArrayKernelBlocks(X, KERNEL), y, lam=1.0, test=(X_test, y_test))
+    ours = laplace(X, y, (X_test, y_test))
+    np.testing.assert_allclose(peer.predict(X_test), ours.predict(X_test), atol=1e-10)
+    assert peer.summary["log_marginal_likelihood"] == pytest.approx(
+        ours.summary["log_marginal_likelihood"], rel=1e-12)
+    direct = GaussianProcessClassifier(ConstantKernel(VARIANCE, "fixed") * RBF(ELL, "fixed"),
+                                       optimizer=None).fit(X, (y > 0).astype(int))
+    np.testing.assert_allclose(peer.predict_proba(X_test), direct.predict_proba(X_test)[:, 1],
+                               rtol=0, atol=1e-12)
+    assert peer.summary["test_error_rate"] == ours.summary["test_error_rate"]
