@@ -265,7 +265,7 @@ NUMERICAL_ERRORS = (FloatingPointError, OverflowError, ZeroDivisionError, np.lin
 
 @contextmanager
 def numerical_guard(owner: str, kernel: Kernel, lam: float,
-                    diag: Callable[[], np.ndarray]) -> Iterator[None]:
+                    diag: Callable[[], np.ndarray], task: str = "regression") -> Iterator[None]:
     """Run numerics with numpy's overflow, invalid and divide-by-zero raising, and turn any
     breakdown of the arithmetic (:data:`NUMERICAL_ERRORS`) into one :class:`InputError` that
     names ``lam`` and ``kernel`` and says which way to move lam; ``diag`` gives the kernel's
@@ -274,6 +274,11 @@ def numerical_guard(owner: str, kernel: Kernel, lam: float,
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             yield
     except NUMERICAL_ERRORS as err:
+        if task == "classification":  # no noise variance: only the kernel can be at fault
+            why = " ".join(str(err).split())[:100]
+            raise InputError(f"{owner}: the arithmetic broke down ({why}) with kernel {kernel}; "
+                             "pass other kernel parameters (e.g. a smaller kernel.variance or "
+                             "a longer length scale)") from None
         raise numerical_error(owner, kernel, lam, diag, err) from None
 
 
@@ -341,7 +346,7 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)
     recorder = Recorder(test, **{k: opts.pop(k) for k in EVALUATOR_OPTIONS if k in opts},
                         task=spec.task)
-    with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag), \
+    with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag, spec.task), \
             (MemoryProfile() if profile_memory else nullcontext()) as memory:
         solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
         return recorder.finish(spec.name, solution, memory)

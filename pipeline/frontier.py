@@ -13,7 +13,8 @@ The cost need not be time: with ``cost: [final_n_basis]``, ``cost_label: basis s
 ``unit: basis functions`` the same figures and table compare methods at a basis size (a
 budget is then a largest basis size; ``logx: false`` keeps a linear axis).
 
-A point is one algorithm at one value of ``over`` on one dataset: the mean metric and mean cost
+A point is one algorithm at one value of ``over`` (optional: without it, one point per
+algorithm and series) on one dataset: the mean metric and mean cost
 over the other dims (data splits, seeds) of its jobs that finished. Costs after the first that
 are NaN for a job (e.g. no hyperparameters learned) count as 0. The Pareto frontier is the
 set of points no other point beats in both cost and metric.
@@ -90,7 +91,7 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
     out = []
     datasets = ds["dataset"].values.tolist()
     metrics = spec.get("metrics", ["final_test_rmse"])
-    every = {(metric, dataset): points(ds, dataset, metric, spec["cost"], spec["over"],
+    every = {(metric, dataset): points(ds, dataset, metric, spec["cost"], spec.get("over", ""),
                                        spec.get("series", ()))
              for metric in metrics for dataset in datasets}
     settings = sorted({p[0] for pts in every.values() for p in pts})
@@ -135,8 +136,9 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
         fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
                    frameon=False)
         against = spec.get("cost_label", "wall time")
-        fig.suptitle(f"{metric} against {against}, mean over splits and seeds\n(point labels: "
-                     f"{spec['over']}; dotted: budgets)", fontsize=10)
+        labels = f"point labels: {spec['over']}; " if spec.get("over") else ""
+        fig.suptitle(f"{metric} against {against}, mean over splits and seeds\n({labels}"
+                     "dotted: budgets)", fontsize=10)
         legend_rows = math.ceil(len(drawn) / ncol)
         fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1, 0.95))
         path = out_dir / f"fig{start + k}_frontier_{metric}.png"
@@ -162,7 +164,7 @@ def budget_table(ds: xr.Dataset, spec: dict) -> str:
     value), the points within the largest budget that reach it."""
     metric = spec.get("metrics", ["final_test_rmse"])[0]
     budgets = spec.get("budgets", [10, 60, 600])
-    key = spec["over"].split(".")[-1]
+    key = spec.get("over", "").split(".")[-1]
 
     def size(p: Point) -> str:
         return f" ({key}={p[1]})" if p[1] is not None else ""
@@ -177,7 +179,8 @@ def budget_table(ds: xr.Dataset, spec: dict) -> str:
     lines = [head.format("dataset"), rule]
     per_setting, reached = [], []
     for dataset in ds["dataset"].values.tolist():
-        pts = points(ds, dataset, metric, spec["cost"], spec["over"], spec.get("series", ()))
+        pts = points(ds, dataset, metric, spec["cost"], spec.get("over", ""),
+                     spec.get("series", ()))
         cells = []
         for budget in budgets:
             within = [p for p in pts if p[2] <= budget]

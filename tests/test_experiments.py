@@ -223,3 +223,49 @@ def test_uci_frontier_reduced(tmp_path):
     assert "| abalone |" in text and "| pol |" in text and "≤ 600 s" in text
     for i, metric in enumerate(("final_test_rmse", "final_test_nlpd"), start=1):
         assert (report.parent / f"fig{i}_frontier_{metric}.png").stat().st_size > 20000
+
+
+def test_smola2001_classification_reduced(tmp_path):
+    """Full and low-rank Laplace, RVM classification and scikit-learn's GPC on breast_cancer
+    (2 seeds = 2 splits, m = 8, 64): one Dataset, the error against basis size figures and
+    the best method per basis-size budget."""
+    path = run_experiment(tmp_path, "experiment=smola2001_classification",
+                          "dataset=breast_cancer", "algorithm.m=null,8,64",
+                          "hydra.sweeper.params.seed='range(0,2)'")
+    ds = load(path).load()
+    assert set(np.unique(ds["status"].values)) == {"ok"}
+    err = ds["final_test_error_rate"].squeeze("dataset", drop=True)
+    m, subset = "algorithm.m", "algorithm.subset"
+    full = err.sel(algorithm="gp_laplace").sel({m: "null"}).isel({subset: 0})
+    peer = err.sel(algorithm="sklearn_gpc").isel({m: 0, subset: 0})
+    assert np.allclose(full.values, peer.values)  # the same Laplace approximation
+    assert float(full.mean()) < 0.06
+    small = err.sel(algorithm="gp_laplace").sel({m: "8"})
+    assert float(small.mean()) > float(full.mean())  # 8 basis functions lose accuracy
+    rvm = ds["final_n_basis"].sel(algorithm="rvm_classifier").values
+    assert np.all(rvm < 400)
+    assert float(err.sel(algorithm="rvm_classifier").isel({m: 0, subset: 0}).mean()) < 0.1
+    report = render(path)
+    text = report.read_text()
+    assert "Best final_test_error_rate within a budget (basis size (final_n_basis)" in text
+    assert "≤ 64 basis functions" in text
+    for i, metric in enumerate(("final_test_error_rate", "final_test_log_loss"), start=1):
+        assert (report.parent / f"fig{i}_frontier_{metric}.png").stat().st_size > 20000
+
+
+def test_smola2001_sparsity_reduced(tmp_path):
+    """RVM, Laplacian process, SGMA and the exact GP on abalone (300 training rows, 2
+    splits): the sparse methods end with fewer basis functions than n at comparable RMSE."""
+    path = run_experiment(tmp_path, "experiment=smola2001_sparsity", "dataset.n_train=300",
+                          "dataset.split=0,1")
+    ds = load(path).load()
+    assert set(np.unique(ds["status"].values)) == {"ok"}
+    basis = ds["final_n_basis"].mean("dataset.split").squeeze()
+    rmse = ds["final_test_rmse"].mean("dataset.split").squeeze()
+    assert float(basis.sel(algorithm="exact")) == 300
+    for sparse in ("sgma", "rvm", "laplacian_process"):
+        assert float(basis.sel(algorithm=sparse)) < 300, sparse
+        assert float(rmse.sel(algorithm=sparse)) < 1.2 * float(rmse.sel(algorithm="exact"))
+    report = render(path)
+    assert "Best final_test_rmse within a budget (basis size (final_n_basis)" in \
+        report.read_text()
