@@ -108,14 +108,19 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
         drawn = {}
         for ax, dataset in zip(axes.flat, datasets, strict=False):
             pts = every[metric, dataset]
+            top = _clip_level([p[3] for p in pts])
             for algorithm in sorted({p[0] for p in pts}, key=order):
                 mine = sorted((p for p in pts if p[0] == algorithm), key=lambda p: p[2])
-                drawn[algorithm] = ax.plot([p[2] for p in mine], [p[3] for p in mine],
+                ys = [min(p[3], top) for p in mine]
+                drawn[algorithm] = ax.plot([p[2] for p in mine], ys,
                                            marker=markers[algorithm], color=colors[algorithm],
                                            ms=5, lw=1, label=algorithm)[0]
-                for p in mine:
-                    if p[1] is not None and len(mine) > 1:
-                        ax.annotate(str(p[1]), (p[2], p[3]), fontsize=6, xytext=(3, 3),
+                for p, y in zip(mine, ys, strict=True):
+                    text = str(p[1]) if p[1] is not None and len(mine) > 1 else ""
+                    if p[3] > top:  # drawn at the clip level, its value written beside it
+                        text = f"{text} ↑{p[3]:.3g}".strip()
+                    if text:
+                        ax.annotate(text, (p[2], y), fontsize=6, xytext=(3, 3),
                                     textcoords="offset points", color=colors[algorithm])
             front = pareto(pts)
             if front:
@@ -146,6 +151,19 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
         plt.close(fig)
         out.append(path)
     return out
+
+
+CLIP_FACTOR = 3.0  # a panel's y axis ends at this multiple of the median point (outliers ↑)
+
+
+def _clip_level(values: Sequence[float]) -> float:
+    """Where a panel's y axis ends: the largest value, or CLIP_FACTOR × the median when some
+    point lies beyond it (a diverged fit would otherwise flatten every other point)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return math.inf
+    level = CLIP_FACTOR * float(np.median(finite)) if np.median(finite) > 0 else math.inf
+    return level if max(finite) > level else math.inf
 
 
 def _cost_label(spec: dict) -> str:

@@ -1,6 +1,9 @@
 """Figures (PNG) and a markdown table of headline numbers from a sweep's ``results.zarr``.
 
-    python -m pipeline.report outputs/<sweep>/results.zarr [--out DIR]
+    python -m pipeline.report outputs/<sweep>/results.zarr [--out DIR] [--select DIM=VALUE ...]
+
+``--select dataset.split=0`` reports only the jobs at that value of a swept dim (e.g. the one
+split a long sweep has finished).
 
 An experiment config may define ``report``:
 
@@ -353,14 +356,33 @@ def overhead_line(ds: xr.Dataset) -> str:
             f"{timings['jobs_seconds'] / ideal:.2f}")
 
 
-def render(path: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write the figures and ``report.md`` for ``results.zarr`` at ``path``; returns report.md.
+def select(ds: xr.Dataset, choices: dict[str, str]) -> xr.Dataset:
+    """The part of a sweep at one value of each swept dim in ``choices`` (dim → value as
+    typed on the command line, e.g. ``dataset.split=0``), kept as a dim of length one."""
+    for dim, text in choices.items():
+        if dim not in ds["status"].dims or dim in ("step", "hyper_eval"):
+            swept = [d for d in ds["status"].dims if d not in ("algorithm", "dataset")]
+            raise InputError(f"--select {dim}={text}: {dim} is not a swept dim of this sweep; "
+                             f"choose one of {', '.join(swept)}")
+        values = ds[dim].values.tolist()
+        match = [v for v in values if str(v) == text]
+        if not match:
+            raise InputError(f"--select {dim}={text}: {dim} takes "
+                             f"{', '.join(map(str, values))} in this sweep; pass one of them")
+        ds = ds.sel({dim: match})
+    return ds
+
+
+def render(path: str | Path, out_dir: str | Path | None = None,
+           choices: dict[str, str] | None = None) -> Path:
+    """Write the figures and ``report.md`` for ``results.zarr`` at ``path``, restricted to
+    ``choices`` (:func:`select`); returns report.md.
 
     Raises :class:`InputError` (one line) when ``path`` is not a sound results store
-    (:func:`pipeline.results.load` verifies it) or the report cannot be written to
-    ``out_dir``."""
+    (:func:`pipeline.results.load` verifies it), a choice is not in the sweep, or the report
+    cannot be written to ``out_dir``."""
     path = Path(path)
-    ds = load(path).load()
+    ds = select(load(path).load(), choices or {})
     out_dir = Path(out_dir) if out_dir else path.parent / "report"
     try:
         return _write_report(ds, path, out_dir)
@@ -403,7 +425,7 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     return report
 
 
-USAGE = "python -m pipeline.report <results.zarr> [--out DIR]"
+USAGE = "python -m pipeline.report <results.zarr> [--out DIR] [--select DIM=VALUE ...]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -419,9 +441,19 @@ def main(argv: list[str] | None = None) -> int:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", help="a sweep's results.zarr")
     parser.add_argument("--out", help="output directory (default: <sweep>/report)")
+    parser.add_argument("--select", action="append", default=[], metavar="DIM=VALUE",
+                        help="report only the jobs at this value of a swept dim "
+                             "(e.g. dataset.split=0); repeatable")
     try:
         args = parser.parse_args(argv)
-        report = render(args.results, args.out)
+        choices = {}
+        for item in args.select:
+            dim, sep, value = item.partition("=")
+            if not sep or not dim or not value:
+                raise InputError(f"--select {item!r} is not DIM=VALUE; pass e.g. "
+                                 "--select dataset.split=0")
+            choices[dim] = value
+        report = render(args.results, args.out, choices)
     except InputError as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

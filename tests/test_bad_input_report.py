@@ -113,6 +113,12 @@ CASES = [
          ("outputs/other.zarr",)),
     Case("no-path", ("pipeline.report",), ("results", "usage")),
     Case("out-without-value", ("pipeline.report", RESULTS, "--out"), ("--out",)),
+    Case("select-not-a-pair", ("pipeline.report", RESULTS, "--select", "seed"),
+         ("--select 'seed' is not DIM=VALUE", "dataset.split=0")),
+    Case("select-unknown-dim", ("pipeline.report", RESULTS, "--select", "split=0"),
+         ("--select split=0", "not a swept dim", "choose one of")),
+    Case("select-unknown-value", ("pipeline.report", RESULTS, "--select", "seed=7"),
+         ("--select seed=7", "seed takes", "pass one of them")),
 ]
 
 

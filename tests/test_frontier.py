@@ -43,3 +43,20 @@ def test_budget_table_names_the_best_setting_per_budget_and_the_target():
     assert "| d | a (max_basis=8): 0.6 in 3 s | a (max_basis=64): 0.3 in 11 s |" in text
     assert "| b | — (least 6 s) | 0.45 in 6 s |" in text
     assert "Target: d: final_test_rmse ≤ 0.41 within 60 s: a (max_basis=64) 0.3 in 11 s" in text
+
+
+def test_select_keeps_one_split_and_the_points_follow():
+    from pipeline.report import select
+
+    one = select(_sweep(), {"dataset.split": "1"})
+    assert one["dataset.split"].values.tolist() == [1]
+    pts = points(one, "d", "final_test_rmse", SPEC["cost"], SPEC["over"])
+    assert sorted(pts) == [("a", 8, 4.0, 0.7, 1), ("a", 64, 31.0, 0.5, 1),
+                           ("b", None, 6.0, 0.45, 1)]
+
+
+def test_a_diverged_point_is_clipped_not_allowed_to_flatten_the_panel():
+    from pipeline.frontier import CLIP_FACTOR, _clip_level
+
+    assert _clip_level([0.2, 0.3, 0.25]) == float("inf")  # nothing to clip
+    assert _clip_level([0.2, 0.3, 0.25, 58.0]) == CLIP_FACTOR * 0.275
