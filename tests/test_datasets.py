@@ -39,6 +39,8 @@ SYNTHETIC = {  # small sizes keep the suite fast
     "sine1d": {"n_train": 30, "n_test": 10},
     "matern1d": {"n_train": 30, "n_test": 10},
 }
+CLASSIFICATION = {"two_moons": {"n_train": 30, "n_test": 10}, "breast_cancer": {},
+                  "abalone_binary": {"n_train": 500}}
 SMALL = {"name": "sine1d", "n_train": 30, "n_test": 10}
 
 
@@ -59,7 +61,7 @@ def _write_csv(path: Path, rows: list[list[float]] | str) -> Path:
 def test_registry_and_conf_files_agree():
     names = dataset_names()
     assert names == sorted(DATASETS)
-    assert set(names) == {"abalone", "csv", *UCI, *SYNTHETIC}
+    assert set(names) == {"abalone", "csv", *UCI, *SYNTHETIC, *CLASSIFICATION}
     assert {p.stem for p in CONF_DIR.glob("*.yaml")} == set(names)
     for name in names:
         conf = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{name}.yaml"))
@@ -339,7 +341,7 @@ def test_train_shape_is_known_without_building(tmp_path):
     before ingest), and it is what build() returns."""
     np.savetxt(tmp_path / "d.csv.gz", np.random.default_rng(0).normal(size=(37, 4)),
                delimiter=",", header="a comment line")
-    specs = [{"name": name, **opts} for name, opts in SYNTHETIC.items()] + [
+    specs = [{"name": name, **opts} for name, opts in {**SYNTHETIC, **CLASSIFICATION}.items()] + [
         {"name": "abalone", "n_train": 3000}, {"name": "pumadyn32nm", "split": 2},
         {"name": "kin40k", "n_train": 500},
         {"name": "csv", "path": str(tmp_path / "d.csv.gz"), "test_fraction": 0.2}]
