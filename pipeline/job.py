@@ -9,17 +9,21 @@ version of the code that computes it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import platform
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
+from threadpoolctl import threadpool_limits
 
 from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
@@ -38,6 +42,8 @@ from pipeline.results import write_job_result
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
 LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
+# How a job runs, not what it computes (BLAS threads change results by round-off only)
+EXECUTION_KEYS = ("threads",)
 # Modules whose code computes every result (beside the algorithm's own module)
 SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "pipeline.blocks",
                    "pipeline.curves", "pipeline.job")
@@ -56,7 +62,7 @@ def job_identity(config: Mapping) -> dict:
     its dataset store (:func:`pipeline.datasets.spec_hash`: spec, source-file content and
     builder code) and the version of the code that computes the result
     (:func:`algorithm_version`)."""
-    ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
+    ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS + EXECUTION_KEYS}
     spec = _spec_or_none(config)
     if spec is not None and not spec.uses_kappa:
         ident["kappa"] = None
@@ -165,6 +171,7 @@ def check_config(config: Mapping, available: float | None = None
     check_hyper(config, kernel)
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
+    check_threads(config.get("threads", 1))
     profile = config.get("profile_memory", False)
     if not isinstance(profile, bool):
         raise InputError(f"profile_memory={profile!r} must be true or false; pass "
@@ -190,8 +197,28 @@ def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
                          f"({', '.join(algorithms[:6])})")
 
 
+def check_threads(threads: Any) -> int | None:
+    """``threads``: the BLAS threads of a job (an int ≥ 1), or null for the library default."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise InputError(f"threads={threads!r} must be an integer ≥ 1 (the BLAS threads of each "
+                         "job) or null (the BLAS library's default); pass e.g. threads=1")
+    return threads
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def blas_threads() -> int:
-    """Threads the BLAS of this process may use (a Dask worker pins them to 1)."""
+    """Threads the BLAS of this process may use now (threadpoolctl)."""
     from threadpoolctl import threadpool_info
 
     return max((int(info.get("num_threads", 1)) for info in threadpool_info()
@@ -213,6 +240,15 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     (e.g. the worker that ran the job)."""
     start = time.perf_counter()
     spec, lam, kernel, options = check_config(config)
+    threads = check_threads(config.get("threads", 1))
+    limit = (threadpool_limits(limits=threads, user_api="blas") if threads is not None
+             else contextlib.nullcontext())
+    with limit:
+        return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
+
+
+def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, start: float,
+             spec: AlgorithmSpec, lam: float, kernel: Kernel, options: dict) -> JobOutcome:
     seed = config["seed"]
 
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
@@ -228,7 +264,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
         result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
                      rng=np.random.default_rng(seed), test=(X_test, y_test),
                      profile_memory=config.get("profile_memory", False), **options)
-        result = result.with_summary(blas_threads=blas_threads())
+        result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model())
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
         if hyper is not None:
             result = result.with_summary(**hyper.summary)

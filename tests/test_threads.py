@@ -1,0 +1,45 @@
+"""BLAS threads: every job runs with an explicit thread count (``threads``, threadpoolctl),
+recorded with the CPU model; the count is not part of what a job computes (its hash)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import xarray as xr
+
+from pipeline.job import config_hash
+
+JOB = ["algorithm=nystrom", "algorithm.max_basis=20", "dataset=sine1d", "dataset.n_train=60"]
+
+
+def _job(tmp_path, *extra):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *JOB, *extra], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    return proc
+
+
+@pytest.mark.parametrize("extra,threads", [((), 1), (("threads=2",), 2)])
+def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path, extra,
+                                                                        threads):
+    proc = _job(tmp_path, *extra)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
+    summary = json.loads(xr.open_dataset(path, engine="scipy").attrs["summary"])
+    assert summary["blas_threads"] == threads
+    assert isinstance(summary["cpu_model"], str) and summary["cpu_model"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_bad_threads_is_one_line(tmp_path, value):
+    proc = _job(tmp_path, f"threads={value}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: threads=") and proc.stderr.count("\n") == 1
+    assert "pass e.g. threads=1" in proc.stderr
+
+
+def test_threads_do_not_change_a_jobs_identity():
+    base = {"algorithm": {"name": "nystrom", "max_basis": 20}, "dataset": {"name": "sine1d"},
+            "kernel": {"name": "rbf", "width": 1.0}, "lam": 0.1, "kappa": 59, "seed": 0,
+            "threads": 1}
+    assert config_hash(base) == config_hash({**base, "threads": 2})
