@@ -371,7 +371,8 @@ N_MARK = "n"  # in ExactLimit.options: "the number of training points"
 class Requirement:
     """An optional library a fit function imports: ``module`` is its import name (checked with
     :func:`importlib.util.find_spec`), ``library`` the name users know it by, ``extra`` the
-    optional-dependency group of pyproject.toml that installs it."""
+    optional-dependency group of pyproject.toml that installs it ("" for a dependency of the
+    package itself)."""
 
     module: str
     library: str

@@ -405,5 +405,6 @@ def check_requires(spec: AlgorithmSpec) -> None:
         except (ImportError, ValueError):  # a parent package missing, or a broken entry
             found = False
         if not found:
-            raise InputError(f"{spec.owner} needs {need.library}: pip install -e "
-                             f"'.[{need.extra}]'")
+            fix = f"pip install -e '.[{need.extra}]'" if need.extra else \
+                "pip install -e . (a dependency of the package: the install is incomplete)"
+            raise InputError(f"{spec.owner} needs {need.library}: {fix}")

@@ -40,7 +40,7 @@ from algorithms.errors import InputError
 from algorithms.kernels import KERNELS, Kernel
 
 EXTRA = "peers"
-SKLEARN = Requirement("sklearn", "scikit-learn", EXTRA)
+SKLEARN = Requirement("sklearn", "scikit-learn", "")  # a dependency of the package itself
 TORCH = Requirement("torch", "PyTorch", EXTRA)
 GPYTORCH = Requirement("gpytorch", "GPyTorch", EXTRA)
 

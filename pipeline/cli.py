@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 
+import xarray as xr
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -13,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from algorithms.errors import InputError
 from pipeline import app
 from pipeline.job import CONF_DIR, check_location
+from pipeline.results import load
 from pipeline.sweep import SweepOutcome
 
 GROUPS = ("algorithm", "dataset", "kernel", "hyper", "cluster", "experiment")
@@ -110,6 +113,22 @@ def _error(message: str) -> int:
     text = " ".join(str(message).split()).split(" Config search path:")[0]
     print(f"error: {text}", file=sys.stderr)
     return 2
+
+
+def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
+    """Run a Hydra sweep from Python, as ``python -m pipeline -m <overrides>`` does (same
+    checks, same launcher and cluster settings), and return its consolidated Dataset: one
+    entry per sweep point, ``status`` "ok" or "failed" (the error in ``error``). Bad input
+    raises :class:`InputError` (one line)."""
+    overrides = [str(o) for o in overrides]
+    error = check_override_syntax(overrides) or check_group_choices(overrides)
+    if error:
+        raise InputError(error)
+    try:
+        outcome = SweepOutcome.from_returns(app.multirun(force_group_keys(overrides)))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise InputError(" ".join(str(err).split()).split(" Config search path:")[0]) from None
+    return load(outcome.results_path)
 
 
 def main(argv: list[str]) -> int:

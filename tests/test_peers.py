@@ -332,7 +332,9 @@ def test_a_missing_extra_is_one_line_before_any_data(tmp_path, monkeypatch, data
     from pipeline.job import run_job
 
     monkeypatch.setitem(sys.modules, module, None)  # importlib.util.find_spec: not installed
-    message = f"algorithm {name} needs {library}: pip install -e '.[peers]'"
+    fix = ("pip install -e . (a dependency of the package: the install is incomplete)"
+           if module == "sklearn" else "pip install -e '.[peers]'")
+    message = f"algorithm {name} needs {library}: {fix}"
     X, y = data[0][:50], data[1][:50]
     with pytest.raises(InputError) as err:
         run(name, ArrayKernelBlocks(X, KERNELS["rbf"][0]), y, lam=LAM)

@@ -1,0 +1,176 @@
+"""scikit-learn estimators over the registry: any regression algorithm as ``SparseGPRegressor``,
+any binary classifier as ``SparseGPClassifier``.
+
+    from pipeline.estimators import SparseGPRegressor
+    model = SparseGPRegressor(algorithm=..., kernel="rbf", kernel_params={"width": 10.0},
+                              lam=0.1, kappa=59, random_state=0).fit(X, y)
+    mean, std = model.predict(X_test, return_std=True)
+
+Parameters follow scikit-learn's conventions (stored as given, validated in :meth:`fit`;
+``get_params``/``set_params``/``clone`` work): ``algorithm`` (a registered name; None: the
+default of ``conf/config.yaml``), ``kernel`` and ``kernel_params`` (the kernel table of
+:mod:`algorithms.kernels`), ``lam`` (σ²), ``kappa`` (κ, where the algorithm uses it),
+``algorithm_params`` (the algorithm's options, as ``algorithm.<option>`` in a job) and
+``random_state``. A ``max_basis`` option left at its default is capped at the number of
+training points (the default of 256 is larger than many small sets). Fitted attributes end in
+``_``: ``fit_`` (the :class:`~algorithms.contract.Fit`), ``basis_``, ``coef_``,
+``X_basis_``, ``n_basis_``, ``summary_`` (dict) and ``trace_`` (an xarray Dataset over
+``step``, as in a job's result file).
+
+``predict(X, return_std=True)`` returns the predictive standard deviation of y (noise
+included) where the algorithm has a variance; for algorithms that only bound it (SGMA's
+primal/dual bracket, CG's) it is the upper bound, the one the evaluator scores. An algorithm
+without a variance raises a one-line error. Estimators pickle: the fitted predictor keeps
+closures, so pickling keeps the training data and the fit is recomputed (same random_state)
+when a pickled estimator is first used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from omegaconf import OmegaConf
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from algorithms import REGISTRY, ArrayKernelBlocks, Fit, InputError, Kernel, run
+from algorithms.contract import AlgorithmSpec
+from pipeline.job import CONF_DIR
+
+
+def default_algorithm() -> str:
+    """The ``algorithm`` of ``conf/config.yaml``'s defaults list (a job's default)."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))["defaults"]
+    return next(entry["algorithm"] for entry in defaults
+                if isinstance(entry, dict) and "algorithm" in entry)
+
+
+class _SparseGP(BaseEstimator):
+    """Shared by the regressor and the classifier (module docstring)."""
+
+    _task = "regression"
+
+    def __init__(self, algorithm: str | None = None, kernel: str = "rbf",
+                 kernel_params: Mapping[str, Any] | None = None, lam: float = 0.1,
+                 kappa: int = 59, algorithm_params: Mapping[str, Any] | None = None,
+                 random_state: int | None = None) -> None:
+        self.algorithm = algorithm
+        self.kernel = kernel
+        self.kernel_params = kernel_params
+        self.lam = lam
+        self.kappa = kappa
+        self.algorithm_params = algorithm_params
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fitting
+    def _spec(self) -> AlgorithmSpec:
+        name = default_algorithm() if self.algorithm is None else self.algorithm
+        if name not in REGISTRY:
+            raise InputError(f"algorithm={name!r} is not registered; choose one of "
+                             + ", ".join(sorted(n for n, s in REGISTRY.items()
+                                                if s.task == self._task)))
+        spec = REGISTRY[name]
+        if spec.task != self._task:
+            raise InputError(f"algorithm={name!r} is a {spec.task} algorithm; "
+                             f"{type(self).__name__} takes a {self._task} algorithm")
+        return spec
+
+    def _options(self, spec: AlgorithmSpec, n: int) -> dict[str, Any]:
+        options = dict(self.algorithm_params or {})
+        size = spec.options.get("max_basis")
+        if size is not None and "max_basis" not in options and size.default is not None:
+            options["max_basis"] = min(size.default, n)
+        return options
+
+    def _fit(self, X: np.ndarray, y: np.ndarray) -> Fit:
+        spec = self._spec()
+        kernel = Kernel(self.kernel, dict(self.kernel_params or {}))
+        seed = self.random_state if self.random_state is not None else 0
+        return run(spec, ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
+                   np.asarray(y, dtype=np.float64), lam=self.lam, kappa=self.kappa,
+                   rng=np.random.default_rng(seed), **self._options(spec, len(y)))
+
+    def _store(self, X: np.ndarray, y: np.ndarray, fit: Fit) -> None:
+        self.fit_ = fit
+        self.basis_ = np.asarray(fit.basis)
+        self.coef_ = np.asarray(fit.coef)
+        self.X_basis_ = np.asarray(fit.solution.X_basis)
+        self.n_basis_ = int(len(fit.coef))
+        self.summary_ = dict(fit.summary)
+        self.trace_ = xr.Dataset({k: ("step", np.asarray(v)) for k, v in fit.trace.items()},
+                                 coords={"step": np.arange(1, fit.n_steps + 1)},
+                                 attrs={"algorithm": fit.algorithm})
+        self._training = (X, y)
+
+    def _fitted(self) -> Fit:
+        check_is_fitted(self, "coef_")
+        if getattr(self, "fit_", None) is None:  # unpickled: recompute the same fit
+            self.fit_ = self._fit(*self._training)
+        return self.fit_
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        if "fit_" in state:
+            state["fit_"] = None  # the predictor holds closures (module docstring)
+        return state
+
+
+class SparseGPRegressor(RegressorMixin, _SparseGP):
+    """Any registered regression algorithm as a scikit-learn regressor (module docstring)."""
+
+    def fit(self, X: Any, y: Any) -> SparseGPRegressor:
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        self._store(X, y, self._fit(X, y))
+        return self
+
+    def predict(self, X: Any, return_std: bool = False):
+        """The predictive mean; with ``return_std``, also the predictive standard deviation of
+        y (the upper bound where the algorithm brackets the variance)."""
+        fit = self._fitted()
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        mean = fit.predict(X)
+        if not return_std:
+            return mean
+        var = fit.predict_var(X)
+        if var is None:
+            raise InputError(f"algorithm {fit.algorithm} has no predictive variance "
+                             f"({fit.not_applicable.get('test_nlpd', 'none')}); call "
+                             "predict(X) without return_std")
+        return mean, np.sqrt(var)
+
+
+class SparseGPClassifier(ClassifierMixin, _SparseGP):
+    """Any registered binary classifier as a scikit-learn classifier: labels of any two
+    values (mapped to −1/+1), ``predict_proba`` from the algorithm's p(y = +1 | x)."""
+
+    _task = "classification"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False  # binary: the checks use two classes
+        return tags
+
+    def fit(self, X: Any, y: Any) -> SparseGPClassifier:
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if len(self.classes_) != 2:
+            raise InputError(f"Only binary classification is supported: y has "
+                             f"{len(self.classes_)} classes; pass labels of two classes")
+        signs = np.where(y == self.classes_[1], 1.0, -1.0)
+        self._store(X, signs, self._fit(X, signs))
+        return self
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        fit = self._fitted()
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        p = fit.predict_proba(X)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Any) -> np.ndarray:
+        positive = self.predict_proba(X)[:, 1] >= 0.5
+        return self.classes_[positive.astype(int)]

@@ -1,0 +1,107 @@
+"""The Python API: every registered algorithm as a scikit-learn estimator (scikit-learn's own
+estimator checks over the registry), the estimator against the algorithm run directly, and a
+sweep run from Python."""
+
+import pickle
+
+import numpy as np
+import pytest
+import xarray as xr
+from sklearn.base import clone
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from algorithms import REGISTRY, ArrayKernelBlocks, InputError, Kernel, run
+from pipeline.cli import run_sweep
+from pipeline.estimators import SparseGPClassifier, SparseGPRegressor, default_algorithm
+
+# Ferrari-Trecate et al.'s finite-dimensional predictors keep m (default 10) eigenfunctions of
+# a Mercer basis built for Lemma 4's learning curves: a deliberately restricted model whose R²
+# on scikit-learn's regression check data is below the check's 0.5; pbr's one-feature failure
+# is the evaluator's one-line arithmetic error, not scikit-learn's expected wording.
+RESTRICTED = {"check_regressors_train": "a fixed m-term Mercer expansion (003), not a "
+                                        "general-purpose regressor"}
+EXPECTED_FAILURES = {"finite_diagonal": RESTRICTED, "finite_full": RESTRICTED,
+                     "finite_optimal": RESTRICTED,
+                     "pbr": {**RESTRICTED, "check_fit2d_1feature": "its one-feature breakdown "
+                             "is the evaluator's one-line error, worded for the pipeline"}}
+
+
+def _estimator(name: str):
+    cls = SparseGPClassifier if REGISTRY[name].task == "classification" else SparseGPRegressor
+    return cls(algorithm=name, random_state=0)
+
+
+@parametrize_with_checks([_estimator(name) for name in sorted(REGISTRY)],
+                         expected_failed_checks=lambda est: EXPECTED_FAILURES.get(
+                             est.algorithm, {}))
+def test_scikit_learn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def _problem(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    return X, np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n)
+
+
+def test_regressor_equals_the_algorithm_run_directly():
+    X, y = _problem()
+    kernel = Kernel("rbf", {"width": 2.0})
+    est = SparseGPRegressor(algorithm="sgma", kernel_params={"width": 2.0}, lam=0.1, kappa=20,
+                            algorithm_params={"max_basis": 30, "eps": 0.0},
+                            random_state=3).fit(X, y)
+    direct = run("sgma", ArrayKernelBlocks(X, kernel), y, lam=0.1, kappa=20,
+                 rng=np.random.default_rng(3), max_basis=30, eps=0.0)
+    mean, std = est.predict(X[:10], return_std=True)
+    np.testing.assert_array_equal(mean, direct.predict(X[:10]))
+    np.testing.assert_array_equal(std, np.sqrt(direct.predict_var(X[:10])))  # SGMA: upper bound
+    np.testing.assert_array_equal(est.basis_, direct.basis)
+    assert est.n_basis_ == 30 and isinstance(est.trace_, xr.Dataset)
+    assert est.trace_.sizes["step"] == 30 and "gap" in est.trace_
+    assert est.score(X, y) > 0.9
+
+
+def test_params_clone_and_pickle_keep_the_model():
+    X, y = _problem()
+    est = SparseGPRegressor(algorithm="nystrom", lam=0.05, random_state=1)
+    assert est.get_params()["lam"] == 0.05
+    est.set_params(lam=0.2)
+    assert clone(est).get_params() == est.get_params()
+    est.fit(X, y)
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict(X), est.predict(X))
+    np.testing.assert_array_equal(again.predict(X, return_std=True)[1],
+                                  est.predict(X, return_std=True)[1])
+
+
+def test_default_algorithm_and_bad_input():
+    X, y = _problem(60)
+    assert SparseGPRegressor().fit(X, y).fit_.algorithm == default_algorithm()
+    with pytest.raises(InputError, match="algorithm='nope' is not registered"):
+        SparseGPRegressor(algorithm="nope").fit(X, y)
+    with pytest.raises(InputError, match="a classification algorithm; SparseGPRegressor"):
+        SparseGPRegressor(algorithm="gp_laplace").fit(X, y)
+    with pytest.raises(InputError, match="sklearn_nystroem has no predictive variance"):
+        SparseGPRegressor(algorithm="sklearn_nystroem").fit(X, y).predict(X, return_std=True)
+
+
+def test_classifier_takes_any_two_labels():
+    X, y = _problem()
+    labels = np.where(y > 0, "up", "down")
+    est = SparseGPClassifier(algorithm="gp_laplace", kernel_params={"width": 2.0}).fit(X, labels)
+    assert list(est.classes_) == ["down", "up"]
+    proba = est.predict_proba(X)
+    assert proba.shape == (len(y), 2) and np.allclose(proba.sum(1), 1.0)
+    assert est.score(X, labels) > 0.9
+
+
+def test_run_sweep_returns_the_consolidated_dataset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ds = run_sweep(["algorithm=exact,nystrom", "algorithm.max_basis=16", "dataset=sine1d",
+                    "dataset.n_train=60", "seed=0", "cluster.n_workers=1",
+                    "cluster.dashboard_address=:0"])
+    assert set(ds["algorithm"].values) == {"exact", "nystrom"}
+    assert set(np.unique(ds["status"].values)) == {"ok"}
+    assert np.isfinite(ds["final_test_rmse"].values).all()
+    with pytest.raises(InputError):
+        run_sweep(["algorithm=nope"])
