@@ -115,6 +115,19 @@ def _error(message: str) -> int:
     return 2
 
 
+def declares_sweep(overrides: Sequence[str]) -> bool:
+    """Whether the ``experiment=<name>`` among ``overrides`` is a sweep (its file sets Hydra's
+    ``hydra.mode: MULTIRUN``), which then runs as one without ``-m``."""
+    for item in overrides:
+        key, _, name = item.lstrip("+").partition("=")
+        if key == "experiment" and name:
+            path = CONF_DIR / "experiment" / f"{name}.yaml"
+            if path.is_file():
+                mode = OmegaConf.select(OmegaConf.load(path), "hydra.mode")
+                return str(mode) == "MULTIRUN"
+    return False
+
+
 def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
     """Run a Hydra sweep from Python, as ``python -m pipeline -m <overrides>`` does (same
     checks, same launcher and cluster settings), and return its consolidated Dataset: one
@@ -144,7 +157,7 @@ def main(argv: list[str]) -> int:
         return _error(error)
     overrides = force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
     try:
-        if not any(a in MULTIRUN_FLAGS for a in argv):
+        if not any(a in MULTIRUN_FLAGS for a in argv) and not declares_sweep(overrides):
             record = app.run(overrides).return_value
             if record["status"] == "error":
                 return _error(record["error"])

@@ -269,3 +269,22 @@ def test_smola2001_sparsity_reduced(tmp_path):
     report = render(path)
     assert "Best final_test_rmse within a budget (basis size (final_n_basis)" in \
         report.read_text()
+
+
+def test_an_experiment_is_a_sweep_without_dash_m(tmp_path):
+    """Experiment files set Hydra's hydra.mode: MULTIRUN: no -m needed (it used to run one job
+    silently); every experiment but the single-run benchmark declares it."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=zhang2001",
+                           "dataset.n_train=100", "dataset.n_test=20", "dataset.d=50", "lam=20",
+                           "algorithm.max_basis=10", "hydra.sweeper.params.seed='range(0,2)'",
+                           "cluster.n_workers=1", "cluster.dashboard_address=:0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "6 sweep points, 5 distinct jobs" in proc.stdout
+    ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert ds.sizes["seed"] == 2 and set(np.unique(ds["status"].values)) == {"ok"}
+    from pipeline.cli import declares_sweep
+    from pipeline.job import CONF_DIR
+
+    names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+    assert [n for n in names if not declares_sweep([f"experiment={n}"])] == ["bench_sgma_flops"]
