@@ -174,3 +174,8 @@ def main(argv: list[str]) -> int:
         return 130
     print(outcome.text())
     return 1 if outcome.failed else 0
+
+
+def console() -> None:
+    """The ``sgp-bench`` console script: the same program as ``python -m pipeline``."""
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""The console script ``sgp-bench`` (the same program as ``python -m pipeline``): its one-screen
+``--help`` names every top-level key and group, and Hydra's tab completion answers for it."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from pipeline.job import CONF_DIR
+
+
+def _help() -> str:
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_help_is_one_screen_naming_every_top_level_key_and_group():
+    text = _help()
+    assert len(text.splitlines()) <= 40
+    conf = OmegaConf.load(CONF_DIR / "config.yaml")
+    keys = [k for k in conf if k not in ("defaults", "hydra")]
+    groups = [next(iter(d)) for d in OmegaConf.to_container(conf.defaults)
+              if isinstance(d, dict) and not next(iter(d)).startswith("override")]
+    for key in keys + groups:
+        assert f"\n  {key}" in text, key
+    for group in ("algorithm:", "dataset:", "kernel:", "hyper:", "cluster:", "experiment:"):
+        assert f"\n{group} " in text, group
+
+
+def _script() -> str:
+    """The installed script beside this Python (pip puts it there), else on PATH."""
+    beside = Path(sys.executable).parent / "sgp-bench"
+    path = str(beside) if beside.is_file() else shutil.which("sgp-bench")
+    if path is None:
+        pytest.fail("the console script sgp-bench is not installed: pip install -e .")
+    return path
+
+
+def test_console_script_runs_a_job(tmp_path):
+    proc = subprocess.run([_script(), "algorithm=nystrom", "algorithm.max_basis=20",
+                           "dataset=sine1d", "dataset.n_train=60"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("nystrom on sine1d") and "result: " in proc.stdout
+
+
+@pytest.mark.parametrize("line,answer", [("sgp-bench algorithm=sg", "algorithm=sgma"),
+                                         ("sgp-bench dataset=breast", "dataset=breast_cancer"),
+                                         ("sgp-bench dataset.n_tr", "dataset.n_train=")])
+def test_tab_completion_answers_for_the_console_script(line, answer):
+    env = {**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line))}
+    proc = subprocess.run([_script(), "-sc", "query=bash"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert answer in proc.stdout.split(), proc.stdout
