@@ -19,6 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
@@ -30,8 +31,12 @@ from pipeline.job import CONF_DIR, job_config, run_job
 from pipeline.results import JOB_FILE, load_job_result
 
 # Hydra finds launchers by scanning the hydra_plugins namespace package, which an editable
-# install's import hook hides from it; registering explicitly works for every install mode.
-Plugins.instance().register(DaskLauncher)
+# install's import hook can hide from it; registering explicitly works for every install mode,
+# and only when the scan missed it (else `--info plugins` lists it twice: the scan imports its
+# own copy of the class).
+_NAME = f"{DaskLauncher.__module__}.{DaskLauncher.__name__}"
+if not any(f"{c.__module__}.{c.__name__}" == _NAME for c in Plugins.instance().discover(Launcher)):
+    Plugins.instance().register(DaskLauncher)
 
 
 def task(cfg: DictConfig) -> dict:

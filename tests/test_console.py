@@ -59,3 +59,10 @@ def test_tab_completion_answers_for_the_console_script(line, answer):
                           env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert answer in proc.stdout.split(), proc.stdout
+
+
+def test_info_lists_the_dask_launcher_once():
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--info", "plugins"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("DaskLauncher") == 1, proc.stdout
