@@ -39,6 +39,16 @@ def block_rows(n_cols: int, block_bytes: int = BLOCK_BYTES) -> int:
     return max(1, block_bytes // (8 * max(n_cols, 1)))
 
 
+def fill_kernel(blocks: KernelBlocks, out: np.ndarray) -> np.ndarray:
+    """out = K (an n×n array or view), filled in blocks of ≈ BLOCK_BYTES of kernel rows so
+    that no kernel's temporaries are n×n; returns ``out``."""
+    n = blocks.n
+    rows = block_rows(n)
+    for lo in range(0, n, rows):
+        out[lo: lo + rows] = blocks.block(slice(lo, lo + rows), slice(None))
+    return out
+
+
 @runtime_checkable
 class KernelBlocks(Protocol):
     """Kernel matrix K = k(X, X) of the training inputs, computed block by block on demand."""

@@ -96,6 +96,7 @@ from algorithms.contract import (
     KernelBlocks,
     Solution,
     block_rows,
+    fill_kernel,
 )
 from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
@@ -121,14 +122,6 @@ def laplace_scale(lam: float, noise_scale: float | None) -> float:
     """The scale b of the Laplacian noise density (eq. 10): ``noise_scale`` if given, else the
     b whose variance 2b² is the noise variance ``lam``."""
     return float(noise_scale) if noise_scale is not None else math.sqrt(lam / 2.0)
-
-
-def fill_kernel(blocks: KernelBlocks, out: np.ndarray) -> None:
-    """out = K (an n×n view), filled in blocks of ≈ BLOCK_BYTES of kernel rows."""
-    n = blocks.n
-    rows = block_rows(n)
-    for lo in range(0, n, rows):
-        out[lo: lo + rows] = blocks.block(slice(lo, lo + rows), slice(None))
 
 
 def solve_gaussian(K_neg_pos: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:

@@ -57,7 +57,14 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.special import expit, xlog1py, xlogy
 
-from algorithms.contract import AlgorithmSpec, KernelBlocks, Prediction, Solution, block_rows
+from algorithms.contract import (
+    AlgorithmSpec,
+    KernelBlocks,
+    Prediction,
+    Solution,
+    block_rows,
+    fill_kernel,
+)
 from algorithms.evaluation import Recorder
 from algorithms.kernels import Kernel
 from algorithms.laplace import log_sigmoid, predictive_probability
@@ -113,12 +120,8 @@ class _Bounds:
     """K, the labels, and the maximisation of each bound on Ψ for fixed parameters."""
 
     def __init__(self, blocks: KernelBlocks, y: np.ndarray) -> None:
-        n = blocks.n
-        self.K = np.empty((n, n))
-        rows = max(1, min(block_rows(n), n))
-        for lo in range(0, n, rows):
-            self.K[lo: lo + rows] = blocks.block(slice(lo, lo + rows), slice(None))
-        self.n = n
+        self.n = n = blocks.n
+        self.K = fill_kernel(blocks, np.empty((n, n)))
         self.y = y
         self.Kb = self.K @ (0.5 * y)  # K y/2, the same for every ν
 
