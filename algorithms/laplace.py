@@ -40,7 +40,14 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.special import expit
 
-from algorithms.contract import AlgorithmSpec, KernelBlocks, Prediction, Solution, block_rows
+from algorithms.contract import (
+    AlgorithmSpec,
+    KernelBlocks,
+    Prediction,
+    Solution,
+    block_rows,
+    fill_kernel,
+)
 from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
 from algorithms.lowrank import PartialCholesky
@@ -97,16 +104,23 @@ class _Newton:
         return float(log_sigmoid(self.y * f).sum()), self.t - pi, pi * (1.0 - pi)
 
 
-class _FullForm:
-    """The Newton iteration with the n×n kernel matrix (R&W Alg. 3.1)."""
+class _Form:
+    """What both forms share: log|factor| = ½ log det of B (or of I_m + ΦᵀWΦ)."""
+
+    def factor(self, W: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def log_det(self, W: np.ndarray) -> float:
+        return float(np.log(np.diag(self.factor(W))).sum())
+
+
+class _FullForm(_Form):
+    """The Newton iteration with the n×n kernel matrix (R&W Alg. 3.1); its weights are
+    a = K⁻¹f and fᵀK⁻¹f = aᵀf."""
 
     def __init__(self, blocks: KernelBlocks) -> None:
-        n = blocks.n
-        self.K = np.empty((n, n))
-        rows = max(1, min(block_rows(n), n))
-        for lo in range(0, n, rows):
-            self.K[lo: lo + rows] = blocks.block(slice(lo, lo + rows), slice(None))
-        self.n = n
+        self.n = n = blocks.n
+        self.K = fill_kernel(blocks, np.empty((n, n)))
 
     def factor(self, W: np.ndarray) -> np.ndarray:
         sW = np.sqrt(W)
@@ -117,22 +131,24 @@ class _FullForm:
         return sla.cholesky(B.T, lower=True, overwrite_a=True, check_finite=False)
 
     def step(self, f: np.ndarray, grad: np.ndarray, W: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray, float]:
-        """The full Newton step from f: (target f, its a = K⁻¹f, aᵀf)."""
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """The full Newton step from f: (target f, its a = K⁻¹f)."""
         sW = np.sqrt(W)
         L = self.factor(W)
         b = W * f + grad
         v = sla.cho_solve((L, True), sW * (self.K @ b), check_finite=False)
         a = b - sW * v
-        f_new = self.K @ a
-        return f_new, a, float(a @ f_new)
+        return self.K @ a, a
 
-    def log_det(self, W: np.ndarray) -> float:
-        return float(np.log(np.diag(self.factor(W))).sum())
+    @staticmethod
+    def quadratic(a: np.ndarray, f: np.ndarray) -> float:
+        """fᵀK⁻¹f = aᵀf."""
+        return float(a @ f)
 
 
-class _LowRankForm:
-    """The Newton iteration in the weight space of K̃ = ΦΦᵀ (eq. 75 by Woodbury)."""
+class _LowRankForm(_Form):
+    """The Newton iteration in the weight space of K̃ = ΦΦᵀ (eq. 75 by Woodbury); its weights
+    are w with f = Φw and fᵀK̃⁺f = wᵀw."""
 
     def __init__(self, Phi: np.ndarray) -> None:
         self.Phi = Phi
@@ -143,14 +159,16 @@ class _LowRankForm:
         return sla.cholesky(A, lower=True, overwrite_a=True, check_finite=False)
 
     def step(self, f: np.ndarray, grad: np.ndarray, W: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray, float]:
-        """The full Newton step from f: (target f, its weights w, wᵀw = fᵀK̃⁺f)."""
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """The full Newton step from f: (target f, its weights w)."""
         R = self.factor(W)
         w = sla.cho_solve((R, True), self.Phi.T @ (W * f + grad), check_finite=False)
-        return self.Phi @ w, w, float(w @ w)
+        return self.Phi @ w, w
 
-    def log_det(self, W: np.ndarray) -> float:
-        return float(np.log(np.diag(self.factor(W))).sum())
+    @staticmethod
+    def quadratic(w: np.ndarray, f: np.ndarray) -> float:
+        """fᵀK̃⁺f = wᵀw."""
+        return float(w @ w)
 
 
 def _check_m(m: int | None, n: int) -> int | None:
@@ -210,24 +228,22 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     stop_reason = f"max_iter = {max_iter} Newton iterations"
     halvings = 0
     for it in range(1, max_iter + 1):
-        target, weights_new, quad = form.step(f, grad, W)
-        f_new, psi_new, tried = target, 0.0, 0
+        f_new, weights_new = form.step(f, grad, W)
+        psi_new, tried = 0.0, 0
         while True:
             log_lik_new, grad_new, W_new = newton.at(f_new)
-            psi_new = log_lik_new - 0.5 * quad
+            psi_new = log_lik_new - 0.5 * form.quadratic(weights_new, f_new)
             if psi_new >= psi - 1e-12 * abs(psi) or tried == MAX_HALVINGS:
                 break
             # Ψ fell: go half way back towards the current point (the weights are linear in f)
             tried += 1
             weights_new = 0.5 * (weights_new + weights)
             f_new = 0.5 * (f_new + f)
-            quad = float(weights_new @ f_new) if m is None else float(weights_new @ weights_new)
         halvings += tried
         rise = psi_new - psi
         f, weights, psi = f_new, weights_new, psi_new
         log_lik, grad, W = log_lik_new, grad_new, W_new
-        recorder.step(_predictor(form, kernel, X_basis, basis, f, grad, W, weights, m,
-                                 L_PP),
+        recorder.step(_predictor(form, kernel, X_basis, basis, grad, W, weights, m, L_PP),
                       n_basis=n_basis, objective=-psi, gap=math.nan, newton_iteration=it)
         if rise < tol:
             stop_reason = f"Ψ rose by {rise:.2g} < tol = {tol:g}"
@@ -238,7 +254,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     if not math.isfinite(log_ml):
         raise FloatingPointError("the Laplace approximation's log marginal likelihood is not "
                                  "finite")
-    predict = _predictor(form, kernel, X_basis, basis, f, grad, W, weights, m, L_PP)
+    predict = _predictor(form, kernel, X_basis, basis, grad, W, weights, m, L_PP)
     coef = grad if m is None else sla.solve_triangular(L_PP, weights, lower=True, trans="T",
                                                        check_finite=False)
     summary = {"n_basis": n_basis, "objective": -psi, "gap": math.nan,
@@ -252,7 +268,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                     probability=lambda X_new: predict(X_new).prob)
 
 
-def _predictor(form, kernel, X_basis, basis, f, grad, W, weights, m, L_PP):
+def _predictor(form, kernel, X_basis, basis, grad, W, weights, m, L_PP):
     """Latent mean, latent variance and p(y = +1 | x) of the current state (the factor of B
     or of I_m + ΦᵀWΦ is computed at the first call)."""
     sW = np.sqrt(W)
