@@ -267,6 +267,22 @@ def regression_posterior(KR: np.ndarray, Kty: np.ndarray, y: np.ndarray, s: np.n
     return Posterior(L, mu, inverse_diagonal(L), fitted, residual, log_ev)
 
 
+def _max_log_change(before: np.ndarray, after: np.ndarray) -> float:
+    """max |Δ log s_i| over the precisions kept by an update (0 when none is left)."""
+    return float(np.max(np.abs(np.log(after) - np.log(before)), initial=0.0))
+
+
+def _stop_reason(iteration: int, max_iter: int, pruned: bool, delta: float, tol: float,
+                 changes: str) -> str | None:
+    """Why the outer iteration stops here, or None: converged (after an update that pruned
+    nothing and changed every quantity named in ``changes`` by less than tol), or max_iter."""
+    if iteration > 1 and not pruned and delta < tol:
+        return f"converged: max {changes} = {delta:.2g} < tol = {tol:g}"
+    if iteration == max_iter:
+        return f"max_iter = {max_iter} iterations (last max {changes}: {delta:.2g})"
+    return None
+
+
 def reestimate_precisions(s: np.ndarray, mean: np.ndarray, xi_diag: np.ndarray,
                           threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eq. 134: γ_i = 1 − s_iΞ_ii and s_i ← γ_i/μ_i². Returns (γ, keep, s_new): ``keep`` is
@@ -303,14 +319,11 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                       objective=objective, gap=math.nan,
                       log_marginal_likelihood=post.log_evidence, noise_variance=sigma2,
                       max_log_change=delta)
-        if iteration > 1 and not pruned and delta < tol:
-            stop = f"converged: max |Δ log s|, |Δ log σ²| = {delta:.2g} < tol = {tol:g}"
-            break
-        if iteration == max_iter:
-            stop = f"max_iter = {max_iter} iterations (last max |Δ log s|, |Δ log σ²|: {delta:.2g})"
+        stop = _stop_reason(iteration, max_iter, pruned, delta, tol, "|Δ log s|, |Δ log σ²|")
+        if stop:
             break
         gamma, keep, s_new = reestimate_precisions(s, post.mean, post.xi_diag, threshold)
-        delta = float(np.max(np.abs(np.log(s_new) - np.log(s[keep])), initial=0.0))
+        delta = _max_log_change(s[keep], s_new)
         if learn_noise:  # Tipping's denominator n − Σγ (module docstring)
             sigma2_new = float(post.residual @ post.residual) / (n - float(gamma.sum()))
             if not (math.isfinite(sigma2_new) and sigma2_new > 0.0):
@@ -476,14 +489,11 @@ def fit_classifier(blocks: KernelBlocks, y: np.ndarray, *, lam: float,
                       log_marginal_likelihood=post.log_evidence,
                       log_posterior=post.log_posterior, max_log_change=delta,
                       newton_steps=post.newton_steps)
-        if iteration > 1 and not pruned and delta < tol:
-            stop = f"converged: max |Δ log s| = {delta:.2g} < tol = {tol:g}"
-            break
-        if iteration == max_iter:
-            stop = f"max_iter = {max_iter} iterations (last max |Δ log s|: {delta:.2g})"
+        stop = _stop_reason(iteration, max_iter, pruned, delta, tol, "|Δ log s|")
+        if stop:
             break
         _, keep, s_new = reestimate_precisions(s, post.mean, post.xi_diag, threshold)
-        delta = float(np.max(np.abs(np.log(s_new) - np.log(s[keep])), initial=0.0))
+        delta = _max_log_change(s[keep], s_new)
         theta = post.mean[keep]  # the warm start of the next mode
         post = None  # its r×r factor is freed before the columns move and the next H exists
         pruned = not keep.all()
