@@ -47,7 +47,6 @@ from algorithms.kernels import Kernel
 from algorithms.options import validate
 from algorithms.registry import get
 
-METRICS = TASK_METRICS["regression"]
 PROB_FLOOR = float(np.finfo(np.float64).eps)  # log loss: p clipped to [eps, 1 − eps]
 
 
