@@ -109,9 +109,13 @@ def force_group_keys(argv: list[str]) -> list[str]:
     return out
 
 
-def _error(message: str) -> int:
-    text = " ".join(str(message).split()).split(" Config search path:")[0]
-    print(f"error: {text}", file=sys.stderr)
+def _one_line(message: object) -> str:
+    """An error's text on one line, without Hydra's config search path."""
+    return " ".join(str(message).split()).split(" Config search path:")[0]
+
+
+def _error(message: object) -> int:
+    print(f"error: {_one_line(message)}", file=sys.stderr)
     return 2
 
 
@@ -140,7 +144,7 @@ def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
     try:
         outcome = SweepOutcome.from_returns(app.multirun(force_group_keys(overrides)))
     except (HydraException, OmegaConfBaseException) as err:
-        raise InputError(" ".join(str(err).split()).split(" Config search path:")[0]) from None
+        raise InputError(_one_line(err)) from None
     return load(outcome.results_path)
 
 

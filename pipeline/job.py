@@ -240,7 +240,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     (e.g. the worker that ran the job)."""
     start = time.perf_counter()
     spec, lam, kernel, options = check_config(config)
-    threads = check_threads(config.get("threads", 1))
+    threads = config.get("threads", 1)  # validated by check_config
     limit = (threadpool_limits(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
     with limit:
