@@ -41,10 +41,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+import pipeline.access  # noqa: F401  (registers the ds.sgp accessor on every loaded Dataset)
 from algorithms.contract import Result
 from algorithms.errors import InputError
 from pipeline.datasets.spec import StoreError
 from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
+from pipeline.variables import describe_dataset
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
@@ -120,8 +122,9 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
                  "summary": json.dumps(summary, sort_keys=True),
                  "not_applicable": json.dumps(dict(result.not_applicable), sort_keys=True),
                  **_base_attrs(config, attrs)}
-    return xr.Dataset(data_vars, coords={"step": np.arange(1, result.n_steps + 1)},
-                      attrs=all_attrs)
+    return describe_dataset(xr.Dataset(data_vars,
+                                       coords={"step": np.arange(1, result.n_steps + 1)},
+                                       attrs=all_attrs))
 
 
 def _os_reason(err: OSError) -> str:
@@ -256,9 +259,12 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     summaries = {h: json.loads(ds.attrs["summary"]) for h, ds in jobs.items() if ds is not None}
     final_keys = sorted({k for s in summaries.values() for k, v in s.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    text_keys = sorted({k for s in summaries.values() for k, v in s.items()
+                        if isinstance(v, str)} - set(final_keys))
 
     traces = {v: np.full(shape + (lengths[trace_dims[v]],), np.nan) for v in trace_vars}
     finals = {k: np.full(shape, np.nan) for k in final_keys}
+    texts = {k: np.full(shape, "", dtype=object) for k in text_keys}
     job_seconds = np.full(shape, np.nan)
     status = np.full(shape, "missing", dtype=object)
     error = np.full(shape, "", dtype=object)
@@ -282,9 +288,12 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         for k, value in summaries[entry["hash"]].items():
             if k in finals and isinstance(value, (int, float)):
                 finals[k][index] = value
+            elif k in texts and isinstance(value, str):
+                texts[k][index] = value
 
     data_vars = {v: (dims + [trace_dims[v]], a) for v, a in traces.items()}
     data_vars.update({f"final_{k}": (dims, a) for k, a in finals.items()})
+    data_vars.update({f"final_{k}": (dims, a.astype(str)) for k, a in texts.items()})
     data_vars["job_seconds"] = (dims, job_seconds)
     for name, values in (("status", status), ("error", error), ("worker", worker),
                          ("job_hash", job_hash)):
@@ -299,10 +308,11 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last invocation
         "n_workers": manifest.get("n_workers", 0),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
+        "Conventions": "CF-1.10 (long_name and units on every variable and coordinate)",
     }
     padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
               if dim == "step" or dim in trace_dims.values()}
-    ds = xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs)
+    ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs))
     ds.attrs["content_sha256"] = json.dumps(
         {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
     ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store

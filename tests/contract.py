@@ -24,6 +24,7 @@ from algorithms.contract import (
 from algorithms.errors import InputError
 from algorithms.learning_curves import learning_curve
 from algorithms.projected import uniform_density
+from algorithms.variables import describe
 from pipeline.blocks import open_blocks
 from pipeline.datasets import ingest, load_arrays
 
@@ -188,6 +189,21 @@ def check_extreme_lam(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> 
                     or np.isfinite(value)), (lam, key, value)
 
 
+def check_variables_described(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """Every trace, summary and solution key the algorithm emits (and its learning curve's)
+    has a long name and units in :data:`algorithms.variables.DESCRIPTIONS`, so the results
+    written from it describe themselves."""
+    result = fit(spec, problem)
+    keys = {*result.trace, *result.summary, *result.variables()}
+    if spec.learning_curve is not None:
+        curve = learning_curve(spec.name, spec.learning_curve, Kernel("matern32", {"mu": 0.2}),
+                               uniform_density(60), lam=0.5, n_grid=[2, 8], draws=3, seed=0,
+                               m=3)
+        keys |= {*curve.trace, *curve.summary}
+    undescribed = sorted(k for k in keys if describe(k) is None)
+    assert not undescribed, f"add to algorithms/variables.py: {undescribed}"
+
+
 CHECKS = [check_yaml_matches_spec, check_result_schema, check_deterministic,
           check_store_blocks_equal_memory_blocks, check_exact_limit, check_bad_options,
-          check_learning_curve, check_extreme_lam]
+          check_learning_curve, check_extreme_lam, check_variables_described]

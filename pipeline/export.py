@@ -1,0 +1,82 @@
+"""A sweep's results as one tidy table for pandas, R or a spreadsheet.
+
+    python -m pipeline.export outputs/<sweep>/results.zarr results.csv [--per job|step]
+
+``--per step`` (the default): one row per distinct finished job and step at which a trace
+variable has a value; ``--per job``: one row per distinct job with its final values, status
+and error. Jobs that a sweep repeats along a dim they do not depend on (κ for the exact GP, the
+seed of a deterministic method) appear once, with an empty value in that dim. The format
+follows the suffix: ``.csv``, or ``.parquet`` (needs pyarrow: ``pip install -e '.[export]'``).
+See :func:`pipeline.access.tidy`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from algorithms.errors import InputError
+from pipeline.access import tidy
+from pipeline.results import load
+
+USAGE = "python -m pipeline.export <results.zarr> <out.csv|out.parquet> [--per job|step]"
+FORMATS = (".csv", ".parquet")
+
+
+def export(results: str | Path, out: str | Path, per: str = "step") -> pd.DataFrame:
+    """Write the tidy table of ``results`` (a verified results.zarr) to ``out``; returns it.
+
+    Raises :class:`InputError` (one line) for an unknown suffix, a missing pyarrow for
+    parquet, an unsound store or an unwritable ``out``."""
+    out = Path(out)
+    if out.suffix not in FORMATS:
+        raise InputError(f"{out}: unknown format {out.suffix or '(no suffix)'!r}; name the "
+                         f"output file with one of {', '.join(FORMATS)}")
+    if out.suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise InputError(f"{out}: writing parquet needs pyarrow; pip install pyarrow (or "
+                         "pip install -e '.[export]'), or write .csv")
+    table = tidy(load(results).load(), per)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".csv":
+            table.to_csv(tmp, index=False)
+        else:
+            table.to_parquet(tmp, index=False)
+        tmp.replace(out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write {out}: {err.strerror or err}; pass a path in a "
+                         "writable directory") from None
+    return table
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise InputError(f"{message}; usage: {USAGE}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
+    parser = _Parser(prog="python -m pipeline.export", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", help="a sweep's results.zarr")
+    parser.add_argument("out", help="the table to write: .csv or .parquet")
+    parser.add_argument("--per", choices=("job", "step"), default="step",
+                        help="one row per job and evaluated step (default), or per job")
+    try:
+        args = parser.parse_args(argv)
+        table = export(args.results, args.out, args.per)
+    except InputError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    print(f"{len(table)} rows × {table.shape[1]} columns (one per {args.per}): {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Long names and units of everything a job file or a sweep's ``results.zarr`` holds:
+the algorithms' own trace and summary keys (:mod:`algorithms.variables`), what the pipeline
+adds (certificate, learned hyperparameters, threads, job bookkeeping), the dims, and the swept
+config keys. :func:`describe_dataset` writes them as CF-style ``long_name`` / ``units`` attrs
+on every variable and coordinate."""
+
+from __future__ import annotations
+
+import re
+
+import xarray as xr
+
+from algorithms.variables import TARGET2
+from algorithms.variables import describe as describe_key
+
+STEP = ("iteration of the fit (1-based; the basis size at each step is the n_basis variable; "
+        "test metrics exist only at evaluated steps: use .sgp.last() or final_<name>)", "1")
+
+PIPELINE: dict[str, tuple[str, str]] = {
+    # dims
+    "algorithm": ("algorithm (registry name)", "1"),
+    "dataset": ("dataset", "1"),
+    "lam": ("noise variance σ² (λ)", TARGET2),
+    "kappa": ("random candidate-subset size κ", "1"),
+    "seed": ("seed of the algorithm's random choices", "1"),
+    "step": STEP,
+    "hyper_eval": ("evaluation of the marginal likelihood while learning hyperparameters "
+                   "(every restart, in order)", "1"),
+    # job bookkeeping
+    "job_seconds": ("job wall time (data, learning, fit, certificate, writing)", "s"),
+    "status": ("job status: ok, failed or missing (not run)", "1"),
+    "error": ("one-line error of a failed job", "1"),
+    "worker": ("Dask worker that ran the job", "1"),
+    "job_hash": ("job identity (hash of its resolved config and code version)", "1"),
+    "blas_threads": ("BLAS threads the job ran with", "1"),
+    "cpu_model": ("CPU model of the machine that ran the job", "1"),
+    # Theorem 1 certificate (pipeline.job)
+    "gap_certified": ("certified relative suboptimality (L − L_min)/|L_min| (Theorem 1)", "1"),
+    "certified_lower_bound": ("certified lower bound on min L (Theorem 1)", TARGET2),
+    "certificate_dual_steps": ("dual greedy steps the certificate ran", "1"),
+    # learned hyperparameters (pipeline.hyper, 004 eq. 62)
+    "hyper_kernel": ("learned kernel", "1"),
+    "hyper_log_marginal_likelihood": ("log marginal likelihood at the learned "
+                                      "hyperparameters", "nats"),
+    "hyper_n_subset": ("training rows the marginal likelihood was learned on", "1"),
+    "hyper_seconds": ("time to learn the hyperparameters", "s"),
+    "hyper_lam": ("learned noise variance σ²", TARGET2),
+    "hyper_variance": ("learned kernel variance", TARGET2),
+    "hyper_evaluations": ("marginal-likelihood evaluations while learning", "1"),
+    "hyper_lengthscale": ("learned length scale", "input units"),
+    "hyper_run": ("restart of the hyperparameter optimiser", "1"),
+    "hyper_lml": ("log marginal likelihood at this evaluation", "nats"),
+    "hyper_log_variance": ("log kernel variance at this evaluation", "1"),
+    "hyper_log_lengthscale": ("log length scale at this evaluation", "1"),
+    "hyper_log_noise": ("log noise variance at this evaluation", "1"),
+}
+
+SWEPT: dict[str, tuple[str, str]] = {
+    "kernel.width": ("kernel width 2ω²", "input units²"),
+    "kernel.variance": ("kernel variance", TARGET2),
+    "kernel.mu": ("Matérn kernel scale μ", "1/input units"),
+    "dataset.n_train": ("training set size", "1"),
+    "dataset.n_test": ("test set size", "1"),
+    "dataset.split": ("data split (seed of the random train/test split)", "1"),
+    "dataset.split_seed": ("data split (seed of the random train/test split)", "1"),
+    "dataset.data_seed": ("seed of the generated data", "1"),
+    "dataset.standardize": ("targets standardised", "1"),
+    "algorithm.max_basis": ("maximum basis size m", "1"),
+    "algorithm.steps": ("optimiser steps of the peer", "1"),
+}
+
+_NUMBERED = re.compile(r"^(hyper_(?:log_)?lengthscale)_(\d+)$")
+
+
+def describe(name: str) -> tuple[str, str]:
+    """(long_name, units) of a variable, coordinate or swept key of a results store.
+
+    ``final_<key>`` is a job's final value of ``<key>``; ``hyper_lengthscale_<j>`` the j-th ARD
+    length scale; a swept ``<group>.<option>`` not listed is named by its config key."""
+    if name.startswith("final_"):
+        long_name, units = describe(name.removeprefix("final_"))
+        return f"final {long_name}", units
+    known = PIPELINE.get(name) or SWEPT.get(name) or describe_key(name)
+    if known is not None:
+        return known
+    numbered = _NUMBERED.match(name)
+    if numbered:
+        long_name, units = PIPELINE[numbered.group(1)]
+        return f"{long_name} of input {numbered.group(2)}", units
+    if "." in name:
+        group, _, option = name.partition(".")
+        return f"{group} option {option}", "1"
+    raise KeyError(f"{name} has no description: add it to pipeline/variables.py or "
+                   "algorithms/variables.py")
+
+
+def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with ``long_name`` and ``units`` attrs on every variable and coordinate."""
+    for name in ds.variables:
+        try:
+            long_name, units = describe(str(name))
+            traced = str(name).removeprefix("final_")
+            if name != traced and "step" not in ds.get(traced, xr.DataArray()).dims:
+                long_name = long_name.removeprefix("final ")  # a per-job quantity only
+        except KeyError:  # undescribed (the contract tests prevent it): say so, never guess
+            ds[name].attrs.update(long_name=str(name), units="not described")
+            continue
+        ds[name].attrs.update(long_name=long_name, units=units)
+    return ds
+
+
+def axis_label(name: str) -> str:
+    """An axis label from the long name and units, e.g. ``test root mean squared error
+    [target units]`` (no units shown for ``1``)."""
+    long_name, units = describe(name)
+    return long_name if units == "1" else f"{long_name} [{units}]"
