@@ -30,7 +30,8 @@ An experiment config may define ``report``:
 
 The table gives, per setting, mean ± sd over distinct jobs of the final basis size, gap, test
 RMSE and job time (plus the extras), and the job status counts. Everything is written beside
-the figures in ``report.md``.
+the figures in ``report.md``, and again, with the figures embedded and the sweep's config and
+environment appended, in one self-contained ``report.html`` (:mod:`pipeline.html_report`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from scipy import stats  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
 from pipeline.frontier import budget_table, frontier_figures  # noqa: E402
+from pipeline.html_report import html_path, write_html  # noqa: E402
 from pipeline.results import load  # noqa: E402
 from pipeline.scaling import scaling_figure, scaling_table  # noqa: E402
 
@@ -422,6 +424,7 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines) + "\n")
+    write_html(report, ds, path)
     return report
 
 
@@ -459,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(report.read_text())
     print(f"report: {report}")
+    print(f"html: {html_path(report)}")
     return 0
 
 

@@ -1,0 +1,344 @@
+"""One self-contained ``report.html`` beside a sweep's ``report.md``.
+
+The page is built from the text of ``report.md`` (:func:`pipeline.report._write_report`), so
+the two never diverge: its headings, paragraphs, pipe tables, list lines and ``![stem](file)``
+figure lines become HTML, the figures embedded as base64 ``data:`` URIs. After the report's
+body come the sweep's composed configuration (YAML), its swept keys and the environment it ran
+in (package versions, git sha, host, workers, BLAS threads and CPU model of the jobs, phase
+timings, the results path). The file needs nothing else: no image files, no scripts, no web
+fonts, no network; mail it or open it offline in any browser.
+
+The markdown is converted by hand (:func:`markdown_to_html`) rather than with a template
+engine: the subset ``report.md`` uses is small and fixed (a heading, paragraphs, pipe tables,
+``-`` lists, image lines and inline code), every piece of text goes through
+:func:`html.escape`, and Jinja2, though installed here, is not a dependency of the package:
+adding one for a single page of a few dozen lines of markup was not worth it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import mimetypes
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)")
+_HEADING = re.compile(r"(?P<level>#{1,6})\s+(?P<text>.*)")
+_RULE_CELL = re.compile(r":?-{3,}:?")
+_CODE = re.compile(r"`([^`]+)`")
+NOT_RECORDED = "not recorded"
+
+CSS = """
+:root { color-scheme: light; }
+*, *::before, *::after { box-sizing: border-box; }
+body { margin: 0; background: #fff; color: #1f2328;
+  font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
+        sans-serif; }
+main { max-width: 1200px; margin: 0 auto; padding: 1.5rem 2rem 3rem; }
+h1 { font-size: 1.8rem; margin: 0.5rem 0 1rem; }
+h2 { font-size: 1.35rem; margin: 2.2rem 0 0.8rem; padding-bottom: 0.3rem;
+  border-bottom: 1px solid #d0d7de; }
+h3 { font-size: 1.1rem; margin: 1.5rem 0 0.5rem; }
+p, ul { margin: 0.6rem 0; }
+code, pre { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono",
+  monospace; font-size: 0.88em; }
+code { background: #f3f4f6; padding: 0.1em 0.3em; border-radius: 4px; }
+pre { background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 0.8rem 1rem;
+  overflow-x: auto; line-height: 1.4; width: fit-content; min-width: 50%; max-width: 100%; }
+pre code { background: none; padding: 0; }
+nav { font-size: 0.95rem; color: #57606a; }
+nav a { color: #0969da; margin-right: 1rem; text-decoration: none; }
+nav a:hover { text-decoration: underline; }
+.table-wrap { overflow: auto; max-height: 80vh; width: fit-content; max-width: 100%;
+  margin: 0.8rem 0 1.2rem; border: 1px solid #d0d7de; border-radius: 6px; }
+table { border-collapse: collapse; font-size: 0.92rem; font-variant-numeric: tabular-nums; }
+th, td { padding: 0.4rem 0.75rem; border-bottom: 1px solid #e5e7eb; text-align: left;
+  white-space: nowrap; vertical-align: top; }
+thead th { position: sticky; top: 0; background: #f3f4f6; font-weight: 600;
+  border-bottom: 1px solid #d0d7de; }
+tbody tr:nth-child(even) { background: #fafbfc; }
+tbody tr:hover { background: #eef4ff; }
+figure { margin: 1.2rem 0; }
+figure img { display: block; max-width: 100%; height: auto; border: 1px solid #e5e7eb; }
+figcaption { font-size: 0.85rem; color: #57606a; margin-top: 0.3rem; }
+.missing { color: #cf222e; }
+@media print { .table-wrap, pre { overflow: visible; max-height: none; }
+  thead th { position: static; } }
+"""
+
+
+def html_path(report_md: Path) -> Path:
+    """Where :func:`write_html` writes the page for ``report_md``: ``report.html`` beside it."""
+    return Path(report_md).with_name("report.html")
+
+
+def write_html(report_md: Path, ds: xr.Dataset, results_path: Path) -> Path:
+    """Write ``report.html`` beside ``report_md`` (the report of the sweep ``ds`` loaded from
+    ``results_path``) and return its path. Figures the markdown names are read from the
+    directory of ``report_md``."""
+    report_md = Path(report_md)
+    body = markdown_to_html(report_md.read_text(), report_md.parent)
+    sweep = str(ds.attrs.get("sweep", ""))
+    sections = [
+        ("report", None, body),
+        ("configuration", "Sweep configuration", _config_html(ds.attrs.get("config"))),
+        ("swept", "Swept keys", _swept_html(ds)),
+        ("environment", "Environment", _environment_html(ds, Path(results_path))),
+    ]
+    nav = " ".join(f'<a href="#{anchor}">{html.escape(title or "Report")}</a>'
+                   for anchor, title, _ in sections)
+    parts = [f'<nav>{nav}</nav>']
+    for anchor, title, content in sections:
+        heading = f"<h2>{html.escape(title)}</h2>\n" if title else ""
+        parts.append(f'<section id="{anchor}">\n{heading}{content}\n</section>')
+    page = "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Sweep {html.escape(sweep)}: report</title>",
+        f"<style>{CSS}</style>",
+        "</head>",
+        "<body>",
+        "<main>",
+        *parts,
+        "</main>",
+        "</body>",
+        "</html>",
+        "",
+    ])
+    out = html_path(report_md)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+# --- the markdown subset of report.md ----------------------------------------------------------
+
+
+def markdown_to_html(text: str, base_dir: Path) -> str:
+    """HTML for the markdown subset ``report.md`` is written in: ``#`` headings, paragraphs,
+    pipe tables (a ``|---|`` rule after the header row), ``- `` list lines, ``![alt](file)``
+    image lines (the file, relative to ``base_dir``, embedded as a data URI) and inline
+    code. All text is escaped."""
+    out = []
+    for kind, lines in _blocks(text.splitlines()):
+        if kind == "heading":
+            match = _HEADING.fullmatch(lines[0])
+            level = len(match["level"])
+            out.append(f"<h{level}>{_inline(match['text'])}</h{level}>")
+        elif kind == "table":
+            out.append(_table(lines))
+        elif kind == "list":
+            items = "\n".join(f"<li>{_inline(line[2:])}</li>" for line in lines)
+            out.append(f"<ul>\n{items}\n</ul>")
+        elif kind == "image":
+            out += [_figure(_IMAGE.fullmatch(line), base_dir) for line in lines]
+        else:
+            out.append("<p>" + "\n".join(_inline(line) for line in lines) + "</p>")
+    return "\n".join(out)
+
+
+def _kind(line: str) -> str:
+    stripped = line.strip()
+    if not stripped:
+        return "blank"
+    if _HEADING.fullmatch(stripped):
+        return "heading"
+    if stripped.startswith("|"):
+        return "table"
+    if stripped.startswith("- "):
+        return "list"
+    if _IMAGE.fullmatch(stripped):
+        return "image"
+    return "text"
+
+
+def _blocks(lines: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
+    """Runs of consecutive lines of one kind (a heading is a block of its own)."""
+    kind, block = "blank", []
+    for line in lines:
+        this = _kind(line)
+        if this != kind or this == "heading":
+            if kind != "blank":
+                yield kind, block
+            kind, block = this, []
+        if this != "blank":
+            block.append(line.strip())
+    if kind != "blank":
+        yield kind, block
+
+
+def _inline(text: str) -> str:
+    return _CODE.sub(r"<code>\1</code>", html.escape(text))
+
+
+def _cells(row: str) -> list[str]:
+    row = row.strip()
+    row = row[1:] if row.startswith("|") else row
+    row = row[:-1] if row.endswith("|") else row
+    return [cell.strip() for cell in row.split("|")]
+
+
+def _table(rows: list[str]) -> str:
+    """A ``<table>`` (in a horizontally scrolling box) from markdown pipe-table rows."""
+    cells = [_cells(row) for row in rows]
+    header, align = None, []
+    if len(cells) > 1 and all(_RULE_CELL.fullmatch(c) for c in cells[1]):
+        header, align, cells = cells[0], cells[1], cells[2:]
+
+    def style(i: int) -> str:
+        rule = align[i] if i < len(align) else ""
+        side = ("center" if rule.startswith(":") and rule.endswith(":")
+                else "right" if rule.endswith(":") else "")
+        return f' style="text-align: {side}"' if side else ""
+
+    parts = ['<div class="table-wrap">', "<table>"]
+    if header is not None:
+        heads = "".join(f"<th{style(i)}>{_inline(c)}</th>" for i, c in enumerate(header))
+        parts.append(f"<thead><tr>{heads}</tr></thead>")
+    parts.append("<tbody>")
+    for row in cells:
+        parts.append("<tr>" + "".join(f"<td{style(i)}>{_inline(c)}</td>"
+                                      for i, c in enumerate(row)) + "</tr>")
+    parts += ["</tbody>", "</table>", "</div>"]
+    return "\n".join(parts)
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR chunk, or None when ``data`` is no PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", data[16:24])
+
+
+def _figure(match: re.Match, base_dir: Path) -> str:
+    alt, src = match["alt"], match["src"]
+    path = base_dir / src
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        return (f'<p class="missing">figure {html.escape(src)} could not be read: '
+                f"{html.escape(err.strerror or str(err))}</p>")
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    size = _png_size(data)
+    dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
+    uri = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+    return (f'<figure id="{html.escape(Path(src).stem, quote=True)}">'
+            f'<img src="{uri}" alt="{html.escape(alt, quote=True)}"{dims}>'
+            f"<figcaption>{html.escape(alt)}</figcaption></figure>")
+
+
+# --- the sections after the report's body ------------------------------------------------------
+
+
+def _pre(text: str) -> str:
+    return f"<pre><code>{html.escape(text)}</code></pre>"
+
+
+def _config_html(config) -> str:
+    """The composed config as YAML (JSON if OmegaConf cannot take it)."""
+    if not config:
+        return f"<p>{NOT_RECORDED}</p>"
+    try:
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            text = OmegaConf.to_yaml(OmegaConf.create(config))
+        except OmegaConfBaseException:
+            text = json.dumps(config, indent=2, default=str)
+    except ImportError:
+        text = json.dumps(config, indent=2, default=str)
+    return _pre(text.rstrip("\n"))
+
+
+def _key_value_table(rows: Iterable[tuple[str, str]],
+                     header: tuple[str, str] | None = None) -> str:
+    """A two-column table (keys escaped here, values already HTML)."""
+    body = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    heads = ("<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+             + "</tr></thead>\n") if header else ""
+    return (f'<div class="table-wrap">\n<table>\n{heads}<tbody>\n{body}\n</tbody>\n'
+            "</table>\n</div>")
+
+
+def _swept_html(ds: xr.Dataset) -> str:
+    keys = [str(k) for k in ds.attrs.get("swept_keys", [])]
+    if not keys:
+        return "<p>none (a single job)</p>"
+    rows = []
+    for key in keys:
+        values = (", ".join(map(str, ds[key].values.tolist())) if key in ds.dims
+                  else "—")
+        rows.append((key, html.escape(values)))
+    return _key_value_table(rows, ("key", "values in this report"))
+
+
+def _ok_values(ds: xr.Dataset, name: str) -> list[str] | None:
+    """Distinct values of the per-job variable ``name`` over the jobs with status ok (None when
+    the store has no such variable)."""
+    if name not in ds:
+        return None
+    values, status = xr.broadcast(ds[name], ds["status"])
+    picked = np.asarray(values.values)[np.asarray(status.values) == "ok"]
+    out = set()
+    for value in picked.tolist():
+        if isinstance(value, float):
+            if not np.isfinite(value):
+                continue
+            out.add(str(int(value)) if value.is_integer() else f"{value:g}")
+        elif str(value).strip():
+            out.add(str(value).strip())
+    return sorted(out, key=lambda v: (len(v), v))
+
+
+def _distinct(ds: xr.Dataset, name: str) -> str:
+    values = _ok_values(ds, name)
+    if values is None:
+        return NOT_RECORDED
+    return ", ".join(values) if values else "no job finished ok"
+
+
+def _environment_html(ds: xr.Dataset, results_path: Path) -> str:
+    attrs = ds.attrs
+    sha = attrs.get("git_sha")
+    workers = attrs.get("n_workers")
+    rows = [
+        ("git sha", f"<code>{html.escape(str(sha))}</code>" if sha else NOT_RECORDED),
+        ("host", html.escape(str(attrs.get("host") or NOT_RECORDED))),
+        ("workers", html.escape(str(workers) if workers is not None else NOT_RECORDED)),
+        ("BLAS threads per job", html.escape(_distinct(ds, "final_blas_threads"))),
+        ("CPU model", html.escape(_distinct(ds, "final_cpu_model"))),
+        ("results", f"<code>{html.escape(str(results_path))}</code>"),
+    ]
+    parts = [_key_value_table(rows)]
+    versions = attrs.get("versions") or {}
+    parts.append("<h3>Package versions</h3>")
+    parts.append(_key_value_table(((str(k), html.escape(str(v))) for k, v in versions.items()),
+                                  ("package", "version"))
+                 if versions else f"<p>{NOT_RECORDED}</p>")
+    timings = attrs.get("timings") or {}
+    parts.append("<h3>Timings of the sweep</h3>")
+    if timings:
+        parts.append(_key_value_table(
+            ((str(k).removesuffix("_seconds").replace("_", " "), _seconds(v))
+             for k, v in timings.items()), ("phase", "seconds")))
+    else:
+        parts.append("<p>none: no job ran in the last invocation of this sweep "
+                     "(all were cached)</p>")
+    return "\n".join(parts)
+
+
+def _seconds(value) -> str:
+    try:
+        return f"{float(value):.2f}"
+    except (TypeError, ValueError):
+        return html.escape(str(value))
