@@ -40,6 +40,7 @@ import argparse
 import errno
 import itertools
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -56,11 +57,14 @@ from pipeline.frontier import budget_table, frontier_figures  # noqa: E402
 from pipeline.html_report import html_path, write_html  # noqa: E402
 from pipeline.results import load  # noqa: E402
 from pipeline.scaling import scaling_figure, scaling_table  # noqa: E402
+from pipeline.variables import axis_label  # noqa: E402
 
 DEFAULT_FIGURES = [
     {"metric": "gap", "logy": True, "title": "relative duality gap"},
     {"metric": "test_rmse", "logy": False, "title": "test RMSE"},
-    {"metric": "objective", "logy": False, "title": "primal objective L"},
+    {"metric": "objective", "suboptimality": True,
+     "title": "primal suboptimality, L* = lowest final L at these data and σ² (the exact GP's "
+              "where it ran)"},
 ]
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
 
@@ -138,9 +142,11 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path |
             coords = ds[x].values
             line = ax.plot(coords, mean, "o-", label=f"{lines}={group}" if lines else metric)[0]
             ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
-        ax.set(xlabel=x, ylabel=metric, title=f"{spec.get('title', metric)}: {dataset}")
+        ax.set(xlabel=axis_label(x), ylabel=axis_label(metric))
+        _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logx"):
             ax.set_xscale("log")
+        ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, out_dir / f"{name}.png")
 
@@ -155,7 +161,60 @@ def _marks(ax, sub: xr.Dataset, spec: dict, color) -> None:
                 draw(float(np.nanmean(value)), color=color, ls=":", lw=1.2)
 
 
+def _palette(n: int) -> list:
+    """n distinct colours: tab10, or tab20 beyond ten lines."""
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _title(ax, text: str, width: int = 58) -> None:
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=10)
+
+
+STEP_LABEL = "step k (iteration of the fit)"
+PROBLEM_DIMS = ("lam",)  # with dataset, kernel.* and dataset.*: what defines min L
+
+
+def _optimum(ds: xr.Dataset, point: dict, dataset: str) -> float:
+    """L*: the lowest final objective of any finished job of the sweep on the same problem
+    (dataset, σ², kernel and data options as ``point``): the exact GP's min L where it ran."""
+    sel = {d: v for d, v in point.items()
+           if d in PROBLEM_DIMS or d.startswith(("kernel.", "dataset."))}
+    sub = ds.sel({**sel, "dataset": dataset})
+    finals = sub["final_objective"].where(sub["status"] == "ok").values
+    return float(np.nanmin(finals)) if np.isfinite(finals).any() else np.nan
+
+
+def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: bool) -> None:
+    """The mean over ``runs`` (rows) at the points every run reached, lines connecting the
+    evaluated points (NaN between evaluations is skipped), a min–max band; a run that goes on
+    past the shortest one is drawn on from there as a thin line of its own, so the mean never
+    jumps where a run ends."""
+    reached = np.isfinite(runs).all(axis=0)
+    if not reached.any():  # no point every run reached: draw each run
+        for i, run in enumerate(runs):
+            ok = np.isfinite(run)
+            ax.plot(xs[ok], run[ok], color=colour, lw=1, marker="o" if ok.sum() < 3 else None,
+                    ms=3, label=label if i == 0 else None)
+        return
+    common = np.flatnonzero(reached)
+    mean = runs[:, common].mean(axis=0)
+    ax.plot(xs[common], mean, color=colour, lw=1.5, label=label,
+            marker="o" if len(common) <= 12 else None, ms=3)
+    if band and len(runs) > 1:
+        ax.fill_between(xs[common], runs[:, common].min(axis=0), runs[:, common].max(axis=0),
+                        color=colour, alpha=0.2, lw=0)
+    last = common[-1]
+    for run in runs:
+        tail = np.flatnonzero(np.isfinite(run) & (np.arange(len(run)) >= last))
+        if len(tail) > 1:
+            ax.plot(xs[tail], run[tail], color=colour, lw=0.7, alpha=0.6)
+
+
 def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+    """A trace against the step (or ``x_trace``), one panel per dataset, one colour per
+    setting (module docstring); with ``suboptimality`` the objective is drawn as
+    (L − L*)/|L*| on a log axis, L* from :func:`_optimum`."""
     if "against" in spec:
         return frontier_figure(ds, spec, out_dir, name)
     if "x" in spec:
@@ -163,43 +222,49 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
     metric = spec["metric"]
     if metric not in ds:
         return None
+    subopt = bool(spec.get("suboptimality")) and "final_objective" in ds
+    logy = spec.get("logy") or subopt
     datasets = ds["dataset"].values.tolist()
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.4), squeeze=False)
     step = ds["step"].values
     scale = step if spec.get("scale_by_step") else 1.0
     x_trace = spec.get("x_trace")
+    points = [p for p in settings(ds)
+              if not spec.get("algorithms") or p["algorithm"] in spec["algorithms"]]
+    colours = _palette(len(points))
     for ax, dataset in zip(axes[0], datasets, strict=True):
-        for point in settings(ds):
-            if spec.get("algorithms") and point["algorithm"] not in spec["algorithms"]:
-                continue
+        for point, colour in zip(points, colours, strict=True):
             sub = _select(ds, point, dataset)
-            values = sub[metric].values.reshape(-1, len(step))
+            values = sub[metric].values.reshape(-1, len(step)).astype(float)
+            if subopt:
+                optimum = _optimum(ds, point, dataset)
+                values = (values - optimum) / abs(optimum)
+                values[values <= 0] = np.nan  # L* itself: no point on a log axis
             keep = np.isfinite(values).any(axis=1)
             runs = values[keep] * scale
             if not len(runs):
                 continue
             xs = step if x_trace is None else sub[x_trace].values.reshape(-1, len(step))[keep][0]
+            label = _label(ds, point)
             if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
                 err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
-                mean = np.nanmean(runs, axis=0)
-                low, high, band = mean - err, mean + err, True
-            else:
-                if np.isfinite(runs).sum(axis=1).max() == 1:
-                    # a one-step method: its final value as a reference line (but an exact
-                    # gap of 1e-16 on a log axis is no line)
-                    level = np.nanmean(runs)
-                    if not spec.get("logy") or level > 1e-12:
-                        ax.axhline(level, ls="--", lw=1.2, label=_label(ds, point))
-                    continue
-                with warnings.catch_warnings():  # steps past every run's end are all-NaN
+                with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
-                    mean, low, high = (f(runs, axis=0)
-                                       for f in (np.nanmean, np.nanmin, np.nanmax))
-                band = len(runs) > 1 and spec.get("band", True)
-            line = ax.plot(xs, mean, label=_label(ds, point))[0]
-            if band:
-                ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
-            _marks(ax, sub, spec, line.get_color())
+                    mean = np.nanmean(runs, axis=0)
+                ok = np.isfinite(mean)
+                ax.plot(xs[ok], mean[ok], color=colour, label=label)
+                ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour,
+                                alpha=0.2, lw=0)
+            elif np.isfinite(runs).sum(axis=1).max() == 1:
+                # a one-step method (a direct solve): its final value as a dashed level in its
+                # own colour (but an exact gap of 1e-16 on a log axis is no line)
+                level = np.nanmean(runs)
+                if not logy or level > 1e-12:
+                    ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
+                continue
+            else:
+                _draw_runs(ax, xs, runs, colour, label, len(runs) > 1 and spec.get("band", True))
+            _marks(ax, sub, spec, colour)
         reference = spec.get("reference")
         if reference and reference in ds:
             curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
@@ -207,15 +272,24 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
             if rows.any():
                 ref_x = step if x_trace is None else (
                     ds[x_trace].sel(dataset=dataset).values.reshape(-1, len(step))[rows][0])
-                ax.plot(ref_x, curve[rows][0] * scale, "k--", lw=1.2, label=reference)
-        ylabel = f"step × {metric}" if spec.get("scale_by_step") else metric
-        ax.set(xlabel=x_trace or "step", ylabel=ylabel,
-               title=f"{spec.get('title', metric)}: {dataset}")
-        if spec.get("logy"):
+                ok = np.isfinite(curve[rows][0])
+                ax.plot(ref_x[ok], (curve[rows][0] * scale)[ok], "k--", lw=1.2,
+                        label=axis_label(reference))
+        if subopt:
+            ylabel = "(L − L*)/|L*|"
+        else:
+            ylabel = (f"k × {axis_label(metric)}" if spec.get("scale_by_step")
+                      else axis_label(metric))
+        ax.set_xlabel(axis_label(x_trace) if x_trace else STEP_LABEL)
+        ax.set_ylabel("\n".join(textwrap.wrap(ylabel, 45)), fontsize=9)
+        _title(ax, f"{spec.get('title', metric)}: {dataset}")
+        if logy:
             ax.set_yscale("log")
         if spec.get("logx"):
             ax.set_xscale("log")
-        ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return _save(fig, out_dir / f"{name}.png")
 
 
@@ -247,8 +321,9 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Pat
             for xi, yi, size in zip(x[keep], y[keep], ds[over].values[keep], strict=True):
                 ax.annotate(str(size), (xi, yi), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
-        ax.set(xscale="log", xlabel=spec.get("xlabel", against), ylabel=metric,
-               title=f"{spec.get('title', metric)}: {dataset}")
+        ax.set(xscale="log", xlabel=spec.get("xlabel", axis_label(against)),
+               ylabel=axis_label(metric))
+        _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logy"):
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)

@@ -109,8 +109,19 @@ def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
     return ds
 
 
+def long_name(name: str) -> str:
+    """The long name of ``name``, or ``name`` itself where it has none."""
+    try:
+        return describe(name)[0]
+    except KeyError:
+        return name
+
+
 def axis_label(name: str) -> str:
     """An axis label from the long name and units, e.g. ``test root mean squared error
-    [target units]`` (no units shown for ``1``)."""
-    long_name, units = describe(name)
-    return long_name if units == "1" else f"{long_name} [{units}]"
+    [target units]`` (no units shown for ``1``; the name itself where it has none)."""
+    try:
+        text, units = describe(name)
+    except KeyError:
+        return name
+    return text if units == "1" else f"{text} [{units}]"
