@@ -137,15 +137,15 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
                 drawn["target"] = ax.plot([], [], color="red", ls="--", lw=0.9,
                                           label="target")[0]
             ax.set(xscale="log" if spec.get("logx", True) else "linear",
-                   xlabel=_cost_label(spec), ylabel=axis_label(metric), title=dataset)
+                   xlabel=_cost_label(spec), ylabel=axis_label(metric, ds), title=dataset)
             ax.grid(True, alpha=0.3)
         ncol = min(len(drawn), 4)
         fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
                    frameon=False)
         against = spec.get("cost_label", "wall time")
         labels = f"point labels: {spec['over']}; " if spec.get("over") else ""
-        fig.suptitle(f"{long_name(metric)} against {against}, mean over splits and seeds\n({labels}"
-                     "dotted: budgets)", fontsize=10)
+        fig.suptitle(f"{long_name(metric, ds)} against {against}, mean over splits and "
+                     f"seeds\n({labels}dotted: budgets)", fontsize=10)
         legend_rows = math.ceil(len(drawn) / ncol)
         fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1, 0.95))
         path = out_dir / f"fig{start + k}_frontier_{metric}.png"

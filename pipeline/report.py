@@ -57,7 +57,7 @@ from pipeline.frontier import budget_table, frontier_figures  # noqa: E402
 from pipeline.html_report import html_path, write_html  # noqa: E402
 from pipeline.results import load  # noqa: E402
 from pipeline.scaling import scaling_figure, scaling_table  # noqa: E402
-from pipeline.variables import axis_label  # noqa: E402
+from pipeline.variables import axis_label, long_name  # noqa: E402
 
 DEFAULT_FIGURES = [
     {"metric": "gap", "logy": True, "title": "relative duality gap"},
@@ -126,26 +126,38 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path |
     datasets = ds["dataset"].values.tolist()
     fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
     groups = ds[lines].values.tolist() if lines in ds.dims else [None]
+    colours = _palette(len(groups))
+    coords = ds[x].values
     for ax, dataset in zip(axes[0], datasets, strict=True):
-        for group in groups:
-            values = ds[metric].sel(dataset=dataset)
+        for group, colour in zip(groups, colours, strict=True):
+            values, hashes = ds[metric].sel(dataset=dataset), ds["job_hash"].sel(dataset=dataset)
             if group is not None:
-                values = values.sel({lines: group})
+                values, hashes = values.sel({lines: group}), hashes.sel({lines: group})
             other = [d for d in values.dims if d != x]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = values.mean(other, skipna=True).values
                 count = np.isfinite(values).sum(other).values
                 se = values.std(other, skipna=True).values / np.sqrt(np.maximum(count, 1))
-            if not np.isfinite(mean).any():
+            ok = np.isfinite(mean)
+            if not ok.any():
                 continue
-            coords = ds[x].values
-            line = ax.plot(coords, mean, "o-", label=f"{lines}={group}" if lines else metric)[0]
-            ax.fill_between(coords, mean - se, mean + se, color=line.get_color(), alpha=0.2)
-        ax.set(xlabel=axis_label(x), ylabel=axis_label(metric))
+            label = str(group) if lines == "algorithm" else (f"{lines}={group}" if lines
+                                                             else long_name(metric, ds))
+            if bool((hashes == hashes.isel({x: 0})).all()):  # the same jobs at every x: a level
+                ax.axhline(float(np.nanmean(mean)), color=colour, ls="--", lw=1.2, label=label)
+                continue
+            ax.plot(coords[ok], mean[ok], "o-", color=colour, ms=4, label=label)
+            ax.fill_between(coords[ok], (mean - se)[ok], (mean + se)[ok], color=colour,
+                            alpha=0.2, lw=0)
+        ax.set_xlabel(axis_label(x, ds))
+        _ylabel(ax, axis_label(metric, ds))
         _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logx"):
             ax.set_xscale("log")
+        if coords.dtype.kind in "iuf" and len(coords) <= 12:  # the swept values as the ticks
+            ax.set_xticks(coords, [f"{v:g}" for v in coords])
+            ax.minorticks_off()
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, out_dir / f"{name}.png")
@@ -169,6 +181,10 @@ def _palette(n: int) -> list:
 
 def _title(ax, text: str, width: int = 58) -> None:
     ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=10)
+
+
+def _ylabel(ax, text: str, width: int = 45) -> None:
+    ax.set_ylabel("\n".join(textwrap.wrap(text, width)), fontsize=9)
 
 
 STEP_LABEL = "step k (iteration of the fit)"
@@ -274,14 +290,14 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
                     ds[x_trace].sel(dataset=dataset).values.reshape(-1, len(step))[rows][0])
                 ok = np.isfinite(curve[rows][0])
                 ax.plot(ref_x[ok], (curve[rows][0] * scale)[ok], "k--", lw=1.2,
-                        label=axis_label(reference))
+                        label=axis_label(reference, ds))
         if subopt:
             ylabel = "(L − L*)/|L*|"
         else:
-            ylabel = (f"k × {axis_label(metric)}" if spec.get("scale_by_step")
-                      else axis_label(metric))
-        ax.set_xlabel(axis_label(x_trace) if x_trace else STEP_LABEL)
-        ax.set_ylabel("\n".join(textwrap.wrap(ylabel, 45)), fontsize=9)
+            ylabel = (f"k × {axis_label(metric, ds)}" if spec.get("scale_by_step")
+                      else axis_label(metric, ds))
+        ax.set_xlabel(axis_label(x_trace, ds) if x_trace else STEP_LABEL)
+        _ylabel(ax, ylabel)
         _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if logy:
             ax.set_yscale("log")
@@ -321,8 +337,8 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Pat
             for xi, yi, size in zip(x[keep], y[keep], ds[over].values[keep], strict=True):
                 ax.annotate(str(size), (xi, yi), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
-        ax.set(xscale="log", xlabel=spec.get("xlabel", axis_label(against)),
-               ylabel=axis_label(metric))
+        ax.set(xscale="log", xlabel=spec.get("xlabel", axis_label(against, ds)))
+        _ylabel(ax, axis_label(metric, ds))
         _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logy"):
             ax.set_yscale("log")

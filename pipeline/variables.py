@@ -109,19 +109,30 @@ def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
     return ds
 
 
-def long_name(name: str) -> str:
-    """The long name of ``name``, or ``name`` itself where it has none."""
+def _described(name: str, ds: xr.Dataset | None) -> tuple[str, str] | None:
+    """The ``long_name``/``units`` attrs of ``ds[name]`` where they exist, else the table's."""
+    if ds is not None and name in ds.variables:
+        attrs = ds[name].attrs
+        if "long_name" in attrs and "units" in attrs:
+            return str(attrs["long_name"]), str(attrs["units"])
     try:
-        return describe(name)[0]
+        return describe(name)
     except KeyError:
-        return name
+        return None
 
 
-def axis_label(name: str) -> str:
-    """An axis label from the long name and units, e.g. ``test root mean squared error
-    [target units]`` (no units shown for ``1``; the name itself where it has none)."""
-    try:
-        text, units = describe(name)
-    except KeyError:
+def long_name(name: str, ds: xr.Dataset | None = None) -> str:
+    """The long name of ``name`` (from ``ds``'s attrs if given), or ``name`` itself."""
+    found = _described(name, ds)
+    return name if found is None else found[0]
+
+
+def axis_label(name: str, ds: xr.Dataset | None = None) -> str:
+    """An axis label from the long name and units (``ds``'s attrs if given), e.g. ``test root
+    mean squared error [target units]`` (no units shown for ``1``; the name where it has
+    none)."""
+    found = _described(name, ds)
+    if found is None:
         return name
+    text, units = found
     return text if units == "1" else f"{text} [{units}]"

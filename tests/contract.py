@@ -198,7 +198,7 @@ def check_variables_described(spec: AlgorithmSpec, problem: Problem, conf_dir: P
     if spec.learning_curve is not None:
         curve = learning_curve(spec.name, spec.learning_curve, Kernel("matern32", {"mu": 0.2}),
                                uniform_density(60), lam=0.5, n_grid=[2, 8], draws=3, seed=0,
-                               m=3)
+                               m=3, baseline=(spec.name, spec.learning_curve))
         keys |= {*curve.trace, *curve.summary}
     undescribed = sorted(k for k in keys if describe(k) is None)
     assert not undescribed, f"add to algorithms/variables.py: {undescribed}"
