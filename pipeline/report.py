@@ -201,7 +201,11 @@ def _optimum(ds: xr.Dataset, point: dict, dataset: str) -> float:
     return float(np.nanmin(finals)) if np.isfinite(finals).any() else np.nan
 
 
-def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: bool) -> None:
+MARKERS = "osD^vP*Xh<>p"  # per setting, shown where a line has few points: overlaps stay visible
+
+
+def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: bool,
+               marker: str = "o") -> None:
     """The mean over ``runs`` (rows) at the points every run reached, lines connecting the
     evaluated points (NaN between evaluations is skipped), a min–max band; a run that goes on
     past the shortest one is drawn on from there as a thin line of its own, so the mean never
@@ -216,7 +220,7 @@ def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: b
     common = np.flatnonzero(reached)
     mean = runs[:, common].mean(axis=0)
     ax.plot(xs[common], mean, color=colour, lw=1.5, label=label,
-            marker="o" if len(common) <= 12 else None, ms=3)
+            marker=marker if len(common) <= 12 else None, ms=5, mfc="none")
     if band and len(runs) > 1:
         ax.fill_between(xs[common], runs[:, common].min(axis=0), runs[:, common].max(axis=0),
                         color=colour, alpha=0.2, lw=0)
@@ -268,7 +272,9 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
                     warnings.simplefilter("ignore", RuntimeWarning)
                     mean = np.nanmean(runs, axis=0)
                 ok = np.isfinite(mean)
-                ax.plot(xs[ok], mean[ok], color=colour, label=label)
+                ax.plot(xs[ok], mean[ok], color=colour, label=label, mfc="none", ms=5,
+                        marker=MARKERS[points.index(point) % len(MARKERS)] if ok.sum() <= 12
+                        else None)
                 ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour,
                                 alpha=0.2, lw=0)
             elif np.isfinite(runs).sum(axis=1).max() == 1:
@@ -279,7 +285,8 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
                     ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
                 continue
             else:
-                _draw_runs(ax, xs, runs, colour, label, len(runs) > 1 and spec.get("band", True))
+                _draw_runs(ax, xs, runs, colour, label, len(runs) > 1 and spec.get("band", True),
+                           MARKERS[points.index(point) % len(MARKERS)])
             _marks(ax, sub, spec, colour)
         reference = spec.get("reference")
         if reference and reference in ds:
