@@ -63,8 +63,8 @@ DEFAULT_FIGURES = [
     {"metric": "gap", "logy": True, "title": "relative duality gap"},
     {"metric": "test_rmse", "logy": False, "title": "test RMSE"},
     {"metric": "objective", "suboptimality": True,
-     "title": "primal suboptimality, L* = lowest final L at these data and σ² (the exact GP's "
-              "where it ran)"},
+     "title": "primal suboptimality, L* = lowest final L at these data and σ² (the full GP's "
+              "min L where it ran)"},
 ]
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
 
@@ -193,7 +193,7 @@ PROBLEM_DIMS = ("lam",)  # with dataset, kernel.* and dataset.*: what defines mi
 
 def _optimum(ds: xr.Dataset, point: dict, dataset: str) -> float:
     """L*: the lowest final objective of any finished job of the sweep on the same problem
-    (dataset, σ², kernel and data options as ``point``): the exact GP's min L where it ran."""
+    (dataset, σ², kernel and data options as ``point``): the full GP's min L where it ran."""
     sel = {d: v for d, v in point.items()
            if d in PROBLEM_DIMS or d.startswith(("kernel.", "dataset."))}
     sub = ds.sel({**sel, "dataset": dataset})
@@ -279,7 +279,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
                                 alpha=0.2, lw=0)
             elif np.isfinite(runs).sum(axis=1).max() == 1:
                 # a one-step method (a direct solve): its final value as a dashed level in its
-                # own colour (but an exact gap of 1e-16 on a log axis is no line)
+                # own colour (but a gap of 1e-16 on a log axis is no line)
                 level = np.nanmean(runs)
                 if not logy or level > 1e-12:
                     ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
