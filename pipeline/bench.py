@@ -1,6 +1,7 @@
 """Benchmark: an algorithm's achieved FLOP/s against numpy GEMM on this machine.
 
-    python -m pipeline.bench [key=value ...]     (config: conf/experiment/bench_sgma_flops.yaml)
+    python -m pipeline.bench [key=value ...]     (config: conf/experiment/bench_sgma_flops.yaml;
+                                                 size=small: its reduced variant)
 
 Measures, in one run, (1) the best of ``gemm_repeats`` square GEMMs of size ``gemm_size``
 (2N³ FLOPs each) and a GEMM of the greedy hot shape (t_max × n)·(n × κ); (2) the configured
@@ -97,7 +98,7 @@ def run(cfg: dict, out_dir: Path) -> dict:
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR),
-             config_name="experiment/bench_sgma_flops")
+             config_name="bench")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)

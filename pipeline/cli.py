@@ -18,7 +18,7 @@ from pipeline.job import CONF_DIR, check_location
 from pipeline.results import load
 from pipeline.sweep import SweepOutcome
 
-GROUPS = ("algorithm", "dataset", "kernel", "hyper", "cluster", "experiment")
+GROUPS = ("algorithm", "dataset", "kernel", "hyper", "cluster", "experiment", "size")
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
@@ -42,6 +42,31 @@ def check_group_choices(argv: list[str]) -> str | None:
             if value not in options:
                 return (f"unknown {group} '{value}'; choose one of: {', '.join(options)} "
                         f"(files in conf/{group}/)")
+    return None
+
+
+def check_size(argv: list[str]) -> str | None:
+    """A one-line message when ``size=<variant>`` (other than ``full``) has nothing to reduce:
+    without ``experiment=<name>`` it would silently run the default job, and an experiment
+    without that variant (``conf/reduced/<name>_<variant>.yaml``) would silently run at full
+    size."""
+    def values(key: str) -> list[str]:
+        return [v for arg in argv if arg.lstrip("+").partition("=")[0] == key
+                for v in arg.partition("=")[2].split(",") if v]
+
+    sizes = [s for s in values("size") if s != "full"]
+    if not sizes:
+        return None
+    experiments = values("experiment")
+    if not experiments:
+        return (f"size={sizes[0]} reduces an experiment; pass experiment=<name> too "
+                f"(experiments: {', '.join(group_options('experiment'))})")
+    for name in experiments:
+        for size in sizes:
+            if not (CONF_DIR / "reduced" / f"{name}_{size}.yaml").is_file():
+                return (f"experiment {name} has no size={size} variant (no "
+                        f"conf/reduced/{name}_{size}.yaml); pass size=full or another "
+                        "experiment")
     return None
 
 
@@ -138,7 +163,8 @@ def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
     entry per sweep point, ``status`` "ok" or "failed" (the error in ``error``). Bad input
     raises :class:`InputError` (one line)."""
     overrides = [str(o) for o in overrides]
-    error = check_override_syntax(overrides) or check_group_choices(overrides)
+    error = (check_override_syntax(overrides) or check_group_choices(overrides)
+             or check_size(overrides))
     if error:
         raise InputError(error)
     try:
@@ -154,7 +180,7 @@ def main(argv: list[str]) -> int:
         app.hydra_main()
         return 0
     try:
-        error = check_override_syntax(argv) or check_group_choices(argv)
+        error = check_override_syntax(argv) or check_group_choices(argv) or check_size(argv)
     except InputError as err:
         error = str(err)
     if error:

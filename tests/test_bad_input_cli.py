@@ -29,6 +29,9 @@ CASES = [
     Case("unknown-cluster", (*SWEEP, "cluster=k8s"), ("'k8s'", "local")),
     Case("unknown-experiment", ("pipeline", "-m", "experiment=nope"), ("'nope'", "zhang2001")),
     Case("unknown-launcher", (*SWEEP, "hydra/launcher=nope"), ("nope", "dask")),
+    Case("unknown-size", (*JOB, "size=tiny"), ("'tiny'", "full, small")),
+    Case("size-without-experiment", ("pipeline", "size=small"),
+         ("size=small reduces an experiment", "experiment=<name>", "zhang2001")),
     # override syntax and keys
     Case("unknown-key", (*JOB, "foo=1"), ("'foo'", "lam")),
     Case("unknown-key-typo", (*JOB, "lamb=0.1"), ("'lamb'", "lam")),

@@ -77,6 +77,28 @@ def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments):
     assert_one_line_error(run_cli(tmp_path, *args), *fragments)
 
 
+@pytest.mark.parametrize("args", [["size=small"], ["-m", "size=small", "seed=0,1"],
+                                  ["size=full,small"]])
+def test_size_small_without_an_experiment_is_a_one_line_error(tmp_path, args):
+    """size=small reduces an experiment: alone it would silently run the default job."""
+    assert_one_line_error(run_cli(tmp_path, *args),
+                          "size=small reduces an experiment; pass experiment=<name> too",
+                          "(experiments: bench_sgma_flops,", "zhang2001")
+    assert not (tmp_path / "outputs").exists()  # nothing ran
+
+
+def test_size_is_checked_before_hydra_starts(tmp_path):
+    from pipeline.cli import check_size
+
+    assert_one_line_error(run_cli(tmp_path, "size=tiny"), "unknown size 'tiny'",
+                          "choose one of: full, small")
+    assert check_size(["size=full"]) is None and check_size(["lam=0.1"]) is None
+    assert check_size(["experiment=zhang2001", "size=small"]) is None
+    assert check_size(["experiment=zhang2001,nope", "size=small"]) == (
+        "experiment nope has no size=small variant (no conf/reduced/nope_small.yaml); pass "
+        "size=full or another experiment")
+
+
 def test_nan_in_data_is_a_one_line_error(tmp_path):
     data = np.random.default_rng(0).normal(size=(30, 4))
     data[17, 2] = np.nan

@@ -1,12 +1,20 @@
-"""Paper experiments at reduced size: the sweep runs and the report renders its figures."""
+"""Paper experiments at reduced size (``size=small``): the sweep runs and the report renders
+its figures."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
 
+from pipeline.job import CONF_DIR
 from pipeline.report import render
 from pipeline.results import load
+
+EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
 def run_experiment(cwd, *args):
@@ -18,11 +26,9 @@ def run_experiment(cwd, *args):
 
 
 def test_zhang2001_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=zhang2001", "dataset.n_train=200",
-                          "dataset.n_test=50", "dataset.d=200", "lam=20",
-                          "algorithm.max_basis=30", "hydra.sweeper.params.seed='range(0,3)'")
+    path = run_experiment(tmp_path, "experiment=zhang2001", "size=small")
     ds = load(path).load()
-    assert ds.attrs["sweep"] == "zhang2001"
+    assert ds.attrs["sweep"] == "zhang2001_small"
     assert ds["algorithm"].values.tolist() == ["zhang_greedy", "zhang_kappa_greedy",
                                                "zhang_random"]
     assert set(ds["status"].values.ravel()) == {"ok"}
@@ -41,8 +47,7 @@ def test_zhang2001_reduced(tmp_path):
 
 
 def test_csato2002_experiments_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=csato2002_kl", "dataset.n_train=120",
-                          "dataset.n_test=50", "algorithm.max_basis=15", "seed=range(0,2)")
+    path = run_experiment(tmp_path, "experiment=csato2002_kl", "size=small")
     ds = load(path).load()
     assert ds.sizes["step"] == 120
     kl = ds["kl_forward"].squeeze()
@@ -51,9 +56,7 @@ def test_csato2002_experiments_reduced(tmp_path):
     report = render(path)
     assert next(report.parent.glob("fig1_kl_forward.png")).stat().st_size > 5000
 
-    path = run_experiment(tmp_path, "experiment=csato2002_omission", "dataset.n_train=300",
-                          "algorithm.n_points=20,40", "algorithm.max_basis=none,10",
-                          "seed=range(0,6)")
+    path = run_experiment(tmp_path, "experiment=csato2002_omission", "size=small")
     ds = load(path).load()
     rate = ds["final_omission_rate"].squeeze()
     assert np.isnan(rate.sel({"algorithm.max_basis": "none"})).all()  # no removals
@@ -63,31 +66,29 @@ def test_csato2002_experiments_reduced(tmp_path):
     assert set(np.unique(end.values)) <= {0.0, 1.0}
     text = render(path).read_text()
     assert "final_omission_rate" in text
-    assert next((tmp_path / "outputs" / "csato2002_omission" / "report").glob(
+    assert next((tmp_path / "outputs" / "csato2002_omission_small" / "report").glob(
         "fig1_*.png")).stat().st_size > 5000
 
 
 def test_csato2002_comparison_reduced_drops_options_an_algorithm_does_not_take(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline", "-m",
-                           "experiment=csato2002_comparison", "dataset.n_train=300",
-                           "algorithm.max_basis=10,20", "cluster.n_workers=2",
+                           "experiment=csato2002_comparison", "size=small", "cluster.n_workers=2",
                            "cluster.dashboard_address=:0"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "note: exact takes no option eps, max_basis" in proc.stdout
-    assert "12 sweep points, 10 distinct jobs" in proc.stdout  # exact: one job per dataset
+    assert "18 sweep points, 14 distinct jobs" in proc.stdout  # exact: one job per dataset
     ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: ")).load()
     rmse = ds["final_test_rmse"].squeeze()
     exact = rmse.sel(algorithm="exact")
     assert (exact.sel({"algorithm.max_basis": 10}) == exact.sel({"algorithm.max_basis": 20})).all()
     assert (ds["final_n_basis"].sel(algorithm="sparse_online").squeeze().values
-            == np.array([[10, 20], [10, 20]])).all()
+            == np.array([[10, 20, 40], [10, 20, 40]])).all()
     assert render(proc.stdout.strip().splitlines()[-1].removeprefix("results: ")).exists()
 
 
 def test_ferrari1999_learning_curves_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=ferrari1999_learning_curves",
-                          "learning_curve.draws=6", "learning_curve.n=[1,5,20,40]")
+    path = run_experiment(tmp_path, "experiment=ferrari1999_learning_curves", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     err = ds["xbar_error"].squeeze()
@@ -110,8 +111,7 @@ def test_ferrari1999_learning_curves_reduced(tmp_path):
 
 
 def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path):
-    path = run_experiment(tmp_path, "experiment=ferrari1999_pbr_gap", "learning_curve.draws=5",
-                          "learning_curve.n=[2,5,20]", "algorithm.m=3,5")
+    path = run_experiment(tmp_path, "experiment=ferrari1999_pbr_gap", "size=small")
     ds = load(path).load()
     err, gap = ds["xbar_error"].squeeze(), ds["xbar_error_minus_baseline"].squeeze()
     # the pbr job's paired difference is the difference of the two jobs' curves: same x̄
@@ -125,15 +125,14 @@ def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path):
 
 
 def test_ferrari1999_real_data_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=ferrari1999_real_data", "dataset=abalone",
-                          "dataset.n_train=300", "algorithm.m=5,20", "algorithm.n_nodes=200")
+    path = run_experiment(tmp_path, "experiment=ferrari1999_real_data", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     assert set(ds["algorithm"].values) == {"exact", "sgma", "pbr", "finite_optimal",
                                            "finite_full", "finite_diagonal"}
     n_basis = ds["final_n_basis"].squeeze()
-    assert n_basis.sel(algorithm="sgma").values.tolist() == [5, 20]  # max_basis = m
-    assert n_basis.sel(algorithm="finite_optimal").values.tolist() == [5, 20]
+    assert n_basis.sel(algorithm="sgma").values.tolist() == [5, 20, 50]  # max_basis = m
+    assert n_basis.sel(algorithm="finite_optimal").values.tolist() == [5, 20, 50]
     rmse = ds["final_test_rmse"].squeeze()
     assert np.isfinite(rmse).all()
     xbar = ds["final_xbar_error"].squeeze()  # one Nyström basis per seed: ordered exactly
@@ -146,10 +145,7 @@ def test_ferrari1999_real_data_reduced(tmp_path):
 def test_smola2001_table1_reduced(tmp_path):
     """Table 1 at reduced size: every method's costs are recorded, the report fits slopes next
     to the paper's exponents, and exact/CG above algorithm.max_n fail with their reason."""
-    path = run_experiment(tmp_path, "experiment=smola2001_table1", "dataset.n_test=20",
-                          "algorithm.max_n=1000", "cluster.memory_limit=auto",
-                          "dataset.n_train=500,1000,2000", "algorithm.max_basis=16,32,64",
-                          "report.scaling.at_size=1000", "report.scaling.at_basis=32")
+    path = run_experiment(tmp_path, "experiment=smola2001_table1", "size=small")
     ds = load(path).load()
     ok = ds["status"] == "ok"
     for algorithm in ("incomplete_cholesky", "nystrom", "sgma"):
@@ -174,9 +170,7 @@ def test_smola2001_table1_reduced(tmp_path):
 
 
 def test_toolbox_accuracy_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=toolbox_accuracy", "dataset=abalone,pumadyn32nm",
-                          "dataset.n_train=300", "algorithm.max_basis=8,32",
-                          "seed=range(0,2)", "cluster.memory_limit=auto")
+    path = run_experiment(tmp_path, "experiment=toolbox_accuracy", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     width = ds.attrs["config"]["toolbox_width"]
@@ -197,9 +191,7 @@ def test_toolbox_accuracy_reduced(tmp_path):
 def test_uci_frontier_reduced(tmp_path):
     """Learned hyperparameters once per dataset and split, every algorithm and peer with
     them, the frontier figures and the best-per-budget table."""
-    path = run_experiment(tmp_path, "experiment=uci_frontier", "dataset=abalone,pol",
-                          "dataset.n_train=300", "algorithm.max_basis=16,64", "dataset.split=0,1",
-                          "hyper.subset=200", "cluster.memory_limit=auto")
+    path = run_experiment(tmp_path, "experiment=uci_frontier", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     assert set(ds["algorithm"].values) == {"exact", "cg", "nystrom", "incomplete_cholesky", "sgma",
@@ -229,9 +221,7 @@ def test_smola2001_classification_reduced(tmp_path):
     """Full and low-rank Laplace, RVM classification and scikit-learn's GPC on breast_cancer
     (2 seeds = 2 splits, m = 8, 64): one Dataset, the error against basis size figures and
     the best method per basis-size budget."""
-    path = run_experiment(tmp_path, "experiment=smola2001_classification",
-                          "dataset=breast_cancer", "algorithm.m=null,8,64",
-                          "hydra.sweeper.params.seed='range(0,2)'")
+    path = run_experiment(tmp_path, "experiment=smola2001_classification", "size=small")
     ds = load(path).load()
     assert set(np.unique(ds["status"].values)) == {"ok"}
     err = ds["final_test_error_rate"].squeeze("dataset", drop=True)
@@ -256,8 +246,7 @@ def test_smola2001_classification_reduced(tmp_path):
 def test_smola2001_sparsity_reduced(tmp_path):
     """RVM, Laplacian process, SGMA and the exact GP on abalone (300 training rows, 2
     splits): the sparse methods end with fewer basis functions than n at comparable RMSE."""
-    path = run_experiment(tmp_path, "experiment=smola2001_sparsity", "dataset.n_train=300",
-                          "dataset.split=0,1")
+    path = run_experiment(tmp_path, "experiment=smola2001_sparsity", "size=small")
     ds = load(path).load()
     assert set(np.unique(ds["status"].values)) == {"ok"}
     basis = ds["final_n_basis"].mean("dataset.split").squeeze()
@@ -274,17 +263,103 @@ def test_smola2001_sparsity_reduced(tmp_path):
 def test_an_experiment_is_a_sweep_without_dash_m(tmp_path):
     """Experiment files set Hydra's hydra.mode: MULTIRUN: no -m needed (it used to run one job
     silently); every experiment but the single-run benchmark declares it."""
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=zhang2001",
-                           "dataset.n_train=100", "dataset.n_test=20", "dataset.d=50", "lam=20",
-                           "algorithm.max_basis=10", "hydra.sweeper.params.seed='range(0,2)'",
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=zhang2001", "size=small",
                            "cluster.n_workers=1", "cluster.dashboard_address=:0"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "6 sweep points, 5 distinct jobs" in proc.stdout
+    assert "9 sweep points, 7 distinct jobs" in proc.stdout
     ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    assert ds.sizes["seed"] == 2 and set(np.unique(ds["status"].values)) == {"ok"}
+    assert ds.sizes["seed"] == 3 and set(np.unique(ds["status"].values)) == {"ok"}
     from pipeline.cli import declares_sweep
     from pipeline.job import CONF_DIR
 
     names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
     assert [n for n in names if not declares_sweep([f"experiment={n}"])] == ["bench_sgma_flops"]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_has_a_small_variant(name):
+    """conf/reduced/<name>_small.yaml composes over the experiment: its own sweep directory,
+    the same mode (a sweep or one run), and no swept key the experiment does not sweep (the
+    command line reads those from the experiment's file: pipeline.cli.force_group_keys)."""
+    assert (CONF_DIR / "reduced" / f"{name}_small.yaml").is_file()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        full = compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+        small = compose("config", overrides=[f"experiment={name}", "size=small"],
+                        return_hydra_config=True)
+    assert small.sweep == f"{name}_small"
+    assert small.hydra.mode == full.hydra.mode
+    assert set(small.hydra.sweeper.params or {}) <= set(full.hydra.sweeper.params or {})
+
+
+def run_small(cwd: Path, name: str, figures: int):
+    """Run ``experiment=<name> size=small``: every point ok, and its report draws ``figures``
+    figures; returns the results and the report's text."""
+    path = run_experiment(cwd, f"experiment={name}", "size=small")
+    ds = load(path).load()
+    assert ds.attrs["sweep"] == f"{name}_small"
+    assert set(np.unique(ds["status"].values)) == {"ok"}, name
+    report = render(path)
+    drawn = sorted(report.parent.glob("fig*.png"))
+    assert len(drawn) == figures, (name, drawn)
+    assert all(fig.stat().st_size > 5000 for fig in drawn), name
+    return ds, report.read_text()
+
+
+@pytest.mark.slow
+def test_smola2000_experiments_small(tmp_path):
+    """Smola & Bartlett (2000) at small size: Table 2's two rows, Fig. 1, §5's splits and
+    synthetic data."""
+    ds, text = run_small(tmp_path, "smola2000_basis", 3)
+    assert float(ds["final_gap"].max()) < 0.025  # SGMA ran to eps
+    basis = ds["final_n_basis"].squeeze()
+    assert bool((basis.sel({"dataset.standardize_y": "True"})  # more for standardised rings
+                 > basis.sel({"dataset.standardize_y": "False"})).all())
+    assert "final_gap_certified" in text
+
+    ds, text = run_small(tmp_path, "smola2000_convergence", 3)
+    gap = ds["final_gap"].squeeze().mean("seed")
+    assert bool((gap.sel(kappa=59) < gap.sel(kappa=1)).all())  # larger subsets converge faster
+    assert "gap at step 50" in text
+
+    ds, text = run_small(tmp_path, "smola2000_errorbars", 0)
+    mean = ds["final_error_bar_basis_mean"].squeeze().values
+    assert np.all(np.diff(mean) < 0)  # wider kernels need fewer basis functions
+    assert "final_error_bar_basis_mean" in text
+
+    ds, text = run_small(tmp_path, "smola2000_generalisation", 0)
+    rmse = ds["final_test_rmse"].squeeze().mean("dataset.split_seed")
+    assert np.allclose(rmse.sel(algorithm="sgma"), rmse.sel(algorithm="exact"), rtol=0.01)
+    assert "paired" in text.lower()
+
+    ds, text = run_small(tmp_path, "smola2000_synthetic", 1)
+    assert int(ds["final_n_basis"].max()) == 200 and float(ds["final_gap"].max()) < 0.05
+
+
+@pytest.mark.slow
+def test_zhang2001_abalone_kin40k_target_and_sweep_overhead_small(tmp_path):
+    ds, text = run_small(tmp_path, "zhang2001_abalone", 4)
+    delta = ds["delta_R"].squeeze()
+    assert bool((delta <= ds["bound"].squeeze() + 1e-12).where(np.isfinite(delta), True).all())
+    assert "delta_R at step 10" in text
+
+    ds, text = run_small(tmp_path, "kin40k_target", 2)
+    lam = ds["final_hyper_lam"].values
+    assert np.allclose(lam, lam.ravel()[0])  # one learning, shared by every job
+    assert "Best final_test_rmse within a budget" in text
+
+    ds, text = run_small(tmp_path, "bench_sweep_overhead", 1)
+    assert ds.sizes["seed"] == 40 and "overhead:" in text
+
+
+def test_bench_sgma_flops_small(tmp_path):
+    """The benchmark at small size (python -m pipeline.bench size=small) writes its figures
+    into outputs/bench_sgma_flops_small/."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline.bench", "size=small"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = tmp_path / proc.stdout.strip().splitlines()[-1].removeprefix("figures: ")
+    assert path.parent.parent == tmp_path / "outputs" / "bench_sgma_flops_small"
+    figures = json.loads(path.read_text())
+    assert figures["n"] == 5000 and figures["steps_run"] == figures["t_max"] == 100
+    assert figures["flops_per_s"] > 0 and (path.parent / "sgma_flops.png").stat().st_size > 1000
