@@ -40,6 +40,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from algorithms import REGISTRY, ArrayKernelBlocks, Fit, InputError, Kernel, run
 from algorithms.contract import AlgorithmSpec
 from pipeline.job import CONF_DIR
+from pipeline.variables import describe_dataset
 
 
 def default_algorithm() -> str:
@@ -101,9 +102,9 @@ class _SparseGP(BaseEstimator):
         self.X_basis_ = np.asarray(fit.solution.X_basis)
         self.n_basis_ = int(len(fit.coef))
         self.summary_ = dict(fit.summary)
-        self.trace_ = xr.Dataset({k: ("step", np.asarray(v)) for k, v in fit.trace.items()},
-                                 coords={"step": np.arange(1, fit.n_steps + 1)},
-                                 attrs={"algorithm": fit.algorithm})
+        self.trace_ = describe_dataset(xr.Dataset(
+            {k: ("step", np.asarray(v)) for k, v in fit.trace.items()},
+            coords={"step": np.arange(1, fit.n_steps + 1)}, attrs={"algorithm": fit.algorithm}))
         self._training = (X, y)
 
     def _fitted(self) -> Fit:

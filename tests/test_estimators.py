@@ -58,6 +58,7 @@ def test_regressor_equals_the_algorithm_run_directly():
     np.testing.assert_array_equal(est.basis_, direct.basis)
     assert est.n_basis_ == 30 and isinstance(est.trace_, xr.Dataset)
     assert est.trace_.sizes["step"] == 30 and "gap" in est.trace_
+    assert est.trace_["gap"].attrs["units"] == "1" and est.trace_["seconds"].attrs["units"] == "s"
     assert est.score(X, y) > 0.9
 
 
