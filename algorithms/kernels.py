@@ -10,8 +10,10 @@ exp(−½ Σ_j (x_j−x'_j)²/ℓ_j²) (width 2ω² = 2 on the scaled inputs), t
 exp(−‖(x−x')/ℓ‖) and the Matérn-3/2 (1+h)e^{−h} with h = ‖(x−x')/ℓ‖. With ``lengthscales`` set the
 isotropic scale (``width``, ``omega``, ``mu``) is not used and is recorded as null, so a
 kernel's parameters always say which form it is. RBF distances are formed with
-one GEMM (‖a‖² + ‖b‖² − 2abᵀ), so a block costs one BLAS-3 call plus an elementwise map; kernels
-of the unsquared distance use scipy's cdist, whose distances stay exact near zero.
+one GEMM of augmented inputs (‖a‖² + ‖b‖² − 2abᵀ in one product), so a block costs one BLAS-3
+call plus one elementwise map; kernels of the unsquared distance use scipy's cdist, whose
+distances stay exact near zero. Blocks are computed in cache-sized row tiles on
+:func:`kernel_threads` threads (:meth:`Kernel.__call__`).
 
 :data:`KERNELS` maps a name to a :class:`KernelSpec` (function, diagonal, declared parameters
 with their defaults); ``conf/kernel/<name>.yaml`` is tested against it. Every kernel value is
@@ -21,51 +23,64 @@ computed by :class:`Kernel` and checked to be finite there: a kernel that overfl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy.spatial.distance import cdist
+from threadpoolctl import ThreadpoolController
 
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
 
 
-def _rbf(A: np.ndarray, B: np.ndarray, width: float) -> np.ndarray:
-    """exp(−‖a−b‖²/width) as exp(min(2abᵀ − ‖a‖² − ‖b‖², 0)/width): one GEMM, three passes."""
-    D = A @ (B.T * (2.0 / width))
-    D -= (np.einsum("ij,ij->i", A, A) / width)[:, None]
-    D -= (np.einsum("ij,ij->i", B, B) / width)[None, :]
-    np.minimum(D, 0.0, out=D)  # round-off can make a squared distance slightly negative
-    return np.exp(D, out=D)
+def _rbf(A: np.ndarray, B: np.ndarray, width: float, out: np.ndarray) -> None:
+    """exp(−‖a−b‖²/width) as exp(D) with D = (2abᵀ − ‖a‖² − ‖b‖²)/width from one GEMM
+    of the augmented inputs [a, 1, ‖a‖²]·[2b/width, −‖b‖²/width, −1/width]ᵀ (the norms ride in
+    the product: no pass over the block for them)."""
+    d = A.shape[1]
+    Aa = np.empty((len(A), d + 2))
+    Aa[:, :d] = A
+    Aa[:, d] = 1.0
+    np.einsum("ij,ij->i", A, A, out=Aa[:, d + 1])
+    Ba = np.empty((len(B), d + 2))
+    np.multiply(B, 2.0 / width, out=Ba[:, :d])
+    np.einsum("ij,ij->i", B, B, out=Ba[:, d])
+    Ba[:, d] *= -1.0 / width
+    Ba[:, d + 1] = -1.0 / width
+    np.matmul(Aa, Ba.T, out=out)
+    # round-off can leave D ≈ +ε(‖a‖² + ‖b‖²)/width where a = b, so a value may exceed 1 by
+    # that much; a clamp would cost a third of the block's time for no gain in accuracy
+    np.exp(out, out=out)
 
 
-def _laplacian(A: np.ndarray, B: np.ndarray, omega: float) -> np.ndarray:
+def _laplacian(A: np.ndarray, B: np.ndarray, omega: float, out: np.ndarray) -> None:
     # √ of the GEMM form would turn round-off 1e-16 into distance 1e-8: use direct distances
-    D = cdist(A, B)
-    D *= -1.0 / omega
-    return np.exp(D, out=D)
+    cdist(A, B, out=out)
+    out *= -1.0 / omega
+    np.exp(out, out=out)
 
 
-def _matern32(A: np.ndarray, B: np.ndarray, mu: float) -> np.ndarray:
+def _matern32(A: np.ndarray, B: np.ndarray, mu: float, out: np.ndarray) -> None:
     """(1 + h) e^{−h}, h = ‖a−b‖/μ."""
-    D = cdist(A, B)
-    D *= 1.0 / mu
-    E = np.exp(-D)
-    D += 1.0
-    D *= E
-    return D
+    cdist(A, B, out=out)
+    out *= 1.0 / mu
+    E = np.exp(-out)
+    out += 1.0
+    out *= E
 
 
-def _linear(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    return A @ B.T
+def _linear(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(A, B.T, out=out)
 
 
-def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: int) -> np.ndarray:
-    K = A @ B.T
-    K += c
-    return K ** float(degree)  # an integer power: defined for a negative base too
+def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: int, out: np.ndarray) -> None:
+    np.matmul(A, B.T, out=out)
+    out += c
+    np.power(out, float(degree), out=out)  # an integer power: defined for a negative base too
 
 
 def _unit_diag(A: np.ndarray, **_: float) -> np.ndarray:
@@ -78,6 +93,54 @@ def _linear_diag(A: np.ndarray) -> np.ndarray:
 
 def _polynomial_diag(A: np.ndarray, c: float, degree: int) -> np.ndarray:
     return (np.einsum("ij,ij->i", A, A) + c) ** float(degree)
+
+
+# A tile of this many float64 values (512 KiB) and its operands stay in a core's L2 cache (1 MiB
+# here), so the elementwise passes after the GEMM (or cdist) run from cache, not memory.
+TILE_ENTRIES = 1 << 16
+# Blocks smaller than this are computed on the calling thread (a thread hand-off costs more).
+PARALLEL_ENTRIES = 1 << 17
+
+_threads = 1
+_pool: ThreadPoolExecutor | None = None
+_blas = ThreadpoolController()
+
+
+def set_kernel_threads(n: int | None) -> int:
+    """Compute large kernel blocks on ``n`` threads (None: every core); returns the count.
+
+    The job runner sets it from the ``threads`` config, beside the BLAS thread count; inside a
+    tile BLAS runs single-threaded, so the two never oversubscribe the cores."""
+    global _threads, _pool
+    n = (os.cpu_count() or 1) if n is None else int(n)
+    if n < 1:
+        raise InputError(f"kernel threads={n} must be at least 1 (or null: every core)")
+    if n != _threads and _pool is not None:
+        _pool.shutdown(wait=True)
+        _pool = None
+    _threads = n
+    return n
+
+
+def kernel_threads() -> int:
+    """The number of threads large kernel blocks are computed on (:func:`set_kernel_threads`)."""
+    return _threads
+
+
+def _map_tiles(work: Callable[[int], bool], starts: range, entries: int) -> list[bool]:
+    """``work`` over the tiles' first rows: in order on this thread for one thread or a small
+    block, else on the pool with BLAS limited to one thread per tile."""
+    global _pool
+    if _threads == 1 or entries < PARALLEL_ENTRIES or len(starts) == 1:
+        return [work(lo) for lo in starts]
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="kernel-tiles")
+    # one task per thread, each a contiguous run of tiles (a task per tile costs more in
+    # hand-offs and GIL traffic than a tile's ~100 µs of work)
+    runs = [starts[i::_threads] for i in range(_threads)]
+    with _blas.limit(limits=1, user_api="blas"):
+        done = list(_pool.map(lambda run: [work(lo) for lo in run], runs))
+    return [ok for run in done for ok in run]
 
 
 def _positive(default: float, doc: str, none_ok: bool = False) -> Option:
@@ -202,14 +265,29 @@ class Kernel:
 
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         """k(A, B), shape (len(A), len(B)), float64; raises :class:`InputError` if a value is
-        NaN/inf (every block, diagonal and prediction is computed here)."""
+        NaN/inf (every block, diagonal and prediction is computed here).
+
+        The block is computed in row tiles of about :data:`TILE_ENTRIES` values, each finished
+        (every elementwise pass, the variance, the finiteness check) while it is in cache, on
+        :func:`kernel_threads` threads for large blocks; the values are those of one
+        untiled evaluation (the GEMM may round a row at a tile edge differently, by a few
+        ulp)."""
         A = self._scaled(np.asarray(A, dtype=np.float64))
         B = self._scaled(np.asarray(B, dtype=np.float64))
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            K = self.spec.function(A, B, **self._shape)
-            if self.variance != 1.0:
-                K *= self.variance
-            return self._finite(K)
+        K = np.empty((len(A), len(B)))
+        rows = max(1, TILE_ENTRIES // max(1, len(B)))
+
+        def tile(lo: int) -> bool:
+            out = K[lo: lo + rows]
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                self.spec.function(A[lo: lo + rows], B, out=out, **self._shape)
+                if self.variance != 1.0:
+                    out *= self.variance
+            return bool(np.isfinite(out).all())
+
+        if all(_map_tiles(tile, range(0, len(A), rows), K.size)):
+            return K
+        raise self._overflow(K)
 
     def diag(self, A: np.ndarray) -> np.ndarray:
         """k(a, a) for each row a of A (checked like :meth:`__call__`)."""
@@ -222,13 +300,16 @@ class Kernel:
         one-line error naming the kernel, its parameters and the fix."""
         if np.isfinite(K).all():
             return K
+        raise self._overflow(K)
+
+    def _overflow(self, K: np.ndarray) -> InputError:
         bad = int(K.size - np.isfinite(K).sum())
         defaults = " ".join(f"kernel.{k}={self.spec.params[k].default}"
                             for k in self.spec.shape_params)
-        raise InputError(f"kernel {self} is NaN/inf for {bad} of {K.size} values on these inputs "
-                         "(overflow); pass parameters of moderate size"
-                         + (f" (defaults: {defaults})" if defaults else "")
-                         + " or rescale the inputs (e.g. dataset.standardize_x=true)")
+        return InputError(f"kernel {self} is NaN/inf for {bad} of {K.size} values on these "
+                          "inputs (overflow); pass parameters of moderate size"
+                          + (f" (defaults: {defaults})" if defaults else "")
+                          + " or rescale the inputs (e.g. dataset.standardize_x=true)")
 
 
 class ArrayKernelBlocks:

@@ -19,6 +19,8 @@ predictive variance k(x,x) + σ² − q is bracketed from both sides.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import numpy as np
 import scipy.linalg as sla
 
@@ -133,6 +135,9 @@ class PrimalGreedy(_GreedySupport):
         super().__init__(self.n, rng)
         self.t_max, self.chunk_bytes = t_max, chunk_bytes
         self.n_degenerate = 0
+        # seconds spent so far in the kernel columns, the GEMM K_{:S}ᵀK_{:M}, the triangular
+        # solve and the candidates' scores (the benchmark's per-step breakdown)
+        self.seconds = dict.fromkeys(("kernel", "gemm", "solve", "scores"), 0.0)
         # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
         n = self.n
         self.KS = np.empty((n, t_max if n * t_max * 8 <= 2**31 else min(t_max, 64)), order="F")
@@ -155,17 +160,26 @@ class PrimalGreedy(_GreedySupport):
             best = (-np.inf, None)
             for lo in range(0, len(M), width):
                 Mc = M[lo: lo + width]
+                t0 = perf_counter()
                 KM = blocks.block(slice(None), Mc)  # (n, m): kernel columns of the candidates
+                t1 = perf_counter()
                 b = KM.T @ self.y
                 g = lam * self.diag[Mc] + np.einsum("ij,ij->j", KM, KM)
                 if t:
                     G_SM = self.KS[:, :t].T @ KM
                     G_SM += lam * KM[self.S, :]
+                    t2 = perf_counter()
                     C = self.chol.solve_c(G_SM)
+                    t3 = perf_counter()
                     num = b - C.T @ self.chol.z[:t]
                     schur = g - np.einsum("ij,ij->j", C, C)
                 else:
                     C, num, schur = np.zeros((0, len(Mc))), b, g
+                    t2 = t3 = perf_counter()
+                self.seconds["kernel"] += t1 - t0
+                self.seconds["gemm"] += t2 - t1
+                self.seconds["solve"] += t3 - t2
+                self.seconds["scores"] += perf_counter() - t3
                 flops += 2.0 * n * len(Mc) * (self.d + t + 2) + t * t * len(Mc)
                 ok = schur > DEGENERATE_RTOL * g
                 for i in Mc[~ok]:
@@ -298,9 +312,13 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
         # minimum; the dual goes on alone so that the gap can still close, but never past
         # max_basis (with eps = 0 it would otherwise grow towards n at O(t²) per step).
         before = (primal.t, dual.t)
+        spent = dict(primal.seconds)
         flops = primal.step(kappa) or 0.0
+        t0 = perf_counter()
         if dual.t < t_max:
             flops += dual.step(kappa) or 0.0
+        parts = {f"{k}_seconds": v - spent[k] for k, v in primal.seconds.items()}
+        parts["dual_seconds"] = perf_counter() - t0
         if (primal.t, dual.t) == before:
             stop_reason = ("no admissible candidate left" if dual.t < t_max else
                            f"numerical rank: no admissible primal candidate after "
@@ -311,7 +329,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
         recorder.step(primal.predict, n_basis=primal.t, n_basis_dual=dual.t,
                       objective=primal.objective, dual_objective=dual.objective, gap=gap,
                       primal_subopt=(primal.objective - primal_min) / abs(primal_min),
-                      dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops)
+                      dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops,
+                      **parts)
         if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
             raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
                                      "check the kernel parameters and lam")

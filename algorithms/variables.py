@@ -56,7 +56,12 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "precond_rank": ("rank of the pivoted-Cholesky preconditioner", "1"),
     "precond_seconds": ("time to build the preconditioner", "s"),
     "iteration_seconds": ("time per iteration", "s"),
-    "flops": ("floating-point operations so far", "FLOP"),
+    "flops": ("floating-point operations of the step (BLAS work counted)", "FLOP"),
+    "kernel_seconds": ("time of the step in kernel columns k(X, X_M)", "s"),
+    "gemm_seconds": ("time of the step in the product K_{:S}ᵀK_{:M}", "s"),
+    "solve_seconds": ("time of the step in the triangular solve R⁻¹G_{S,M}", "s"),
+    "scores_seconds": ("time of the step scoring the candidates", "s"),
+    "dual_seconds": ("time of the step in the dual greedy", "s"),
     # low-rank factorisations
     "residual_trace": ("trace of the residual K − LLᵀ", "1"),
     "residual_trace_relative": ("trace of K − LLᵀ relative to tr K", "1"),

@@ -29,7 +29,7 @@ from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
 from algorithms.errors import InputError
 from algorithms.evaluation import check_size, options_of, run
-from algorithms.kernels import Kernel
+from algorithms.kernels import Kernel, kernel_threads, set_kernel_threads
 from algorithms.options import Option, validate
 from algorithms.registry import REGISTRY, get
 from pipeline.blocks import open_blocks
@@ -198,7 +198,8 @@ def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
 
 
 def check_threads(threads: Any) -> int | None:
-    """``threads``: the BLAS threads of a job (an int ≥ 1), or null for the library default."""
+    """``threads``: the BLAS and kernel-block threads of a job (an int ≥ 1), or null for the
+    BLAS library's default and every core for kernel blocks."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise InputError(f"threads={threads!r} must be an integer ≥ 1 (the BLAS threads of each "
@@ -243,8 +244,13 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     threads = config.get("threads", 1)  # validated by check_config
     limit = (threadpool_limits(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
-    with limit:
-        return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
+    before = kernel_threads()
+    set_kernel_threads(threads)  # the kernel blocks' tiles: as many threads (null: every core)
+    try:
+        with limit:
+            return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
+    finally:
+        set_kernel_threads(before)
 
 
 def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, start: float,
@@ -264,7 +270,8 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
         result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
                      rng=np.random.default_rng(seed), test=(X_test, y_test),
                      profile_memory=config.get("profile_memory", False), **options)
-        result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model())
+        result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
+                                     kernel_threads=kernel_threads())
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
         if hyper is not None:
             result = result.with_summary(**hyper.summary)

@@ -34,6 +34,7 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "job_hash": ("job identity (hash of its resolved config and code version)", "1"),
     "blas_threads": ("BLAS threads the job ran with", "1"),
     "cpu_model": ("CPU model of the machine that ran the job", "1"),
+    "kernel_threads": ("threads the job's kernel blocks were computed on", "1"),
     # Theorem 1 certificate (pipeline.job)
     "gap_certified": ("certified relative suboptimality (L − L_min)/|L_min| (Theorem 1)", "1"),
     "certified_lower_bound": ("certified lower bound on min L (Theorem 1)", TARGET2),

@@ -157,3 +157,58 @@ def test_non_finite_kernel_values_are_refused_by_every_block(kernel, X):
         assert msg.startswith(f"kernel {kernel} is NaN/inf for ") and "\n" not in msg
         assert "pass parameters of moderate size" in msg and "rescale the inputs" in msg
     assert str(Kernel("polynomial", {"degree": 400})) == "polynomial(c=1.0, degree=400)"
+
+
+def _explicit(name: str, X: np.ndarray, Z: np.ndarray) -> np.ndarray:
+    """The kernels' formulas written out on broadcast differences (the numpy reference)."""
+    diff = X[:, None, :] - Z[None, :, :]
+    r2 = (diff ** 2).sum(-1)
+    return {"rbf": lambda: np.exp(-r2 / 10.0), "laplacian": lambda: np.exp(-np.sqrt(r2) / 2.0),
+            "matern32": lambda: (1 + np.sqrt(r2) / 2.0) * np.exp(-np.sqrt(r2) / 2.0),
+            "linear": lambda: X @ Z.T, "polynomial": lambda: (X @ Z.T + 1.0) ** 2}[name]()
+
+
+TILED = {"rbf": {"width": 10.0}, "laplacian": {"omega": 2.0}, "matern32": {"mu": 2.0},
+         "linear": {}, "polynomial": {"degree": 2, "c": 1.0}}
+
+
+@pytest.mark.parametrize("name", sorted(TILED))
+@pytest.mark.parametrize("d", [2, 8, 20])
+def test_tiled_threaded_blocks_equal_one_evaluation_and_the_formula(name, d):
+    """Large blocks are computed in cache-sized row tiles on several threads: the values of
+    one untiled evaluation (bit for bit for cdist; GEMM kernels may round the rows at a tile
+    edge differently, by ≤ 4 ulp of the block's largest value), and the explicit formula to
+    1e-12 relative."""
+    from algorithms.kernels import TILE_ENTRIES, kernel_threads, set_kernel_threads
+    gen = np.random.default_rng(d)
+    X, Z = gen.normal(size=(5000, d)) / np.sqrt(d), gen.normal(size=(59, d)) / np.sqrt(d)
+    kernel = Kernel(name, TILED[name])
+    whole = np.empty((len(X), len(Z)))
+    kernel.spec.function(X, Z, out=whole, **kernel._shape)
+    before = kernel_threads()
+    try:
+        for threads in (1, 2):
+            set_kernel_threads(threads)
+            K = kernel(X, Z)
+            assert K.size > 4 * TILE_ENTRIES  # several tiles
+            if name in ("laplacian", "matern32"):
+                np.testing.assert_array_equal(K, whole)
+            else:
+                np.testing.assert_allclose(K, whole, rtol=0,
+                                           atol=4 * np.spacing(np.abs(whole).max()))
+    finally:
+        set_kernel_threads(before)
+    ref = _explicit(name, X, Z)
+    np.testing.assert_allclose(K, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_an_overflowing_tile_is_the_one_line_error_on_threads():
+    from algorithms.kernels import kernel_threads, set_kernel_threads
+    X = np.random.default_rng(0).normal(size=(5000, 3)) * 1e3
+    before = kernel_threads()
+    try:
+        set_kernel_threads(2)
+        with pytest.raises(InputError, match=r"NaN/inf for \d+ of 295000 values"):
+            Kernel("polynomial", {"degree": 200})(X, X[:59])
+    finally:
+        set_kernel_threads(before)

@@ -27,6 +27,7 @@ def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path
     path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
     summary = json.loads(xr.open_dataset(path, engine="scipy").attrs["summary"])
     assert summary["blas_threads"] == threads
+    assert summary["kernel_threads"] == threads  # the kernel blocks' tiles follow threads too
     assert isinstance(summary["cpu_model"], str) and summary["cpu_model"]
 
 
