@@ -62,6 +62,10 @@ class KernelBlocks(Protocol):
     def diag(self) -> np.ndarray:
         """diag(K), length n."""
 
+    def project(self, cols: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(Wᵀ K[:, cols], column sums of K[:, cols]²) for W of shape (n, p), in one pass
+        over the kernel columns without holding them (the greedy methods' hot loop)."""
+
     def cross(self, X_new: np.ndarray, cols: np.ndarray | slice) -> np.ndarray:
         """k(X_new, X[cols]), shape (len(X_new), len(cols))."""
 

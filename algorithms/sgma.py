@@ -33,6 +33,7 @@ from algorithms.contract import (
 )
 from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
+from algorithms.kernels import tiles_own_the_cores
 from algorithms.objectives import REFERENCES, relative_gap, solve_reference
 from algorithms.options import Option
 
@@ -135,12 +136,15 @@ class PrimalGreedy(_GreedySupport):
         super().__init__(self.n, rng)
         self.t_max, self.chunk_bytes = t_max, chunk_bytes
         self.n_degenerate = 0
-        # seconds spent so far in the kernel columns, the GEMM K_{:S}ᵀK_{:M}, the triangular
-        # solve and the candidates' scores (the benchmark's per-step breakdown)
-        self.seconds = dict.fromkeys(("kernel", "gemm", "solve", "scores"), 0.0)
-        # K[:, S]: allocated for t_max columns when that fits in 2 GiB, else grown by doubling
+        # seconds spent so far in the fused projection (kernel columns and [y, K_{:S}]ᵀK_{:M}),
+        # the block K_SM, the triangular solve and the scores (the benchmark's breakdown)
+        self.seconds = dict.fromkeys(("project", "block_sm", "solve", "scores"), 0.0)
+        # [y, K[:, S]]: y in column 0 so that one product [y, K_{:S}]ᵀK_{:M} gives b and G_SM;
+        # allocated for t_max columns when that fits in 2 GiB, else grown by doubling
         n = self.n
-        self.KS = np.empty((n, t_max if n * t_max * 8 <= 2**31 else min(t_max, 64)), order="F")
+        self.YKS = np.empty((n, 1 + (t_max if n * t_max * 8 <= 2**31 else min(t_max, 64))),
+                            order="F")
+        self.YKS[:, 0] = y
 
     def coef(self) -> np.ndarray:
         return self.chol.coef()
@@ -161,13 +165,15 @@ class PrimalGreedy(_GreedySupport):
             for lo in range(0, len(M), width):
                 Mc = M[lo: lo + width]
                 t0 = perf_counter()
-                KM = blocks.block(slice(None), Mc)  # (n, m): kernel columns of the candidates
+                # [y, K_{:S}]ᵀK_{:M} and diag(K_{:M}ᵀK_{:M}) in one pass over the kernel
+                # columns of the candidates, never held whole (KernelBlocks.project)
+                P, sq = blocks.project(Mc, self.YKS[:, : t + 1])
                 t1 = perf_counter()
-                b = KM.T @ self.y
-                g = lam * self.diag[Mc] + np.einsum("ij,ij->j", KM, KM)
+                b = P[0]
+                g = lam * self.diag[Mc] + sq
                 if t:
-                    G_SM = self.KS[:, :t].T @ KM
-                    G_SM += lam * KM[self.S, :]
+                    G_SM = P[1:]
+                    G_SM += lam * blocks.block(self.S, Mc)
                     t2 = perf_counter()
                     C = self.chol.solve_c(G_SM)
                     t3 = perf_counter()
@@ -176,8 +182,8 @@ class PrimalGreedy(_GreedySupport):
                 else:
                     C, num, schur = np.zeros((0, len(Mc))), b, g
                     t2 = t3 = perf_counter()
-                self.seconds["kernel"] += t1 - t0
-                self.seconds["gemm"] += t2 - t1
+                self.seconds["project"] += t1 - t0
+                self.seconds["block_sm"] += t2 - t1
                 self.seconds["solve"] += t3 - t2
                 self.seconds["scores"] += perf_counter() - t3
                 flops += 2.0 * n * len(Mc) * (self.d + t + 2) + t * t * len(Mc)
@@ -190,19 +196,19 @@ class PrimalGreedy(_GreedySupport):
                 scores = np.where(ok, 0.5 * num**2 / np.where(ok, schur, 1.0), -np.inf)
                 j = int(np.argmax(scores))
                 if scores[j] > best[0]:
-                    best = (scores[j], (int(Mc[j]), KM[:, j].copy(), C[:, j].copy(),
-                                        float(schur[j]), float(b[j])))
+                    best = (scores[j], (int(Mc[j]), C[:, j].copy(), float(schur[j]),
+                                        float(b[j])))
             if best[1] is not None:
                 self._append(*best[1])
                 return flops
             # every sampled candidate was degenerate: draw again
         return None
 
-    def _append(self, i: int, k_i: np.ndarray, c: np.ndarray, schur: float, b_i: float) -> None:
+    def _append(self, i: int, c: np.ndarray, schur: float, b_i: float) -> None:
         t = self.t
-        if t == self.KS.shape[1]:
-            self.KS = _grow(self.KS, min(self.t_max, 2 * t))
-        self.KS[:, t] = k_i
+        if t + 1 == self.YKS.shape[1]:
+            self.YKS = _grow(self.YKS, min(self.t_max, 2 * t) + 1)
+        self.YKS[:, t + 1] = self.blocks.block(slice(None), [i])[:, 0]  # the chosen column
         self.chol.append(c, schur, b_i)
         self.S.append(i)
         self.pool.remove(i)
@@ -303,45 +309,46 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
     dual = DualGreedy(blocks, y, lam, dual_rng, diag, chunk_bytes)
     gaps: list[float] = []
     stop_reason = "max_basis"
-
-    while True:
-        if primal.t >= t_max:
-            stop_reason = "max_basis"
-            break
-        # Once every remaining column is numerically in span(K_{:S}) the primal is at its
-        # minimum; the dual goes on alone so that the gap can still close, but never past
-        # max_basis (with eps = 0 it would otherwise grow towards n at O(t²) per step).
-        before = (primal.t, dual.t)
-        spent = dict(primal.seconds)
-        flops = primal.step(kappa) or 0.0
-        t0 = perf_counter()
-        if dual.t < t_max:
-            flops += dual.step(kappa) or 0.0
-        parts = {f"{k}_seconds": v - spent[k] for k, v in primal.seconds.items()}
-        parts["dual_seconds"] = perf_counter() - t0
-        if (primal.t, dual.t) == before:
-            stop_reason = ("no admissible candidate left" if dual.t < t_max else
-                           f"numerical rank: no admissible primal candidate after "
-                           f"{primal.t} basis functions, dual at max_basis")
-            break
-        gap = relative_gap(primal.objective, dual.objective, y, lam)
-        gaps.append(gap)
-        recorder.step(primal.predict, n_basis=primal.t, n_basis_dual=dual.t,
-                      objective=primal.objective, dual_objective=dual.objective, gap=gap,
-                      primal_subopt=(primal.objective - primal_min) / abs(primal_min),
-                      dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops,
-                      **parts)
-        if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
-            raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
-                                     "check the kernel parameters and lam")
-        if criterion == "gap":
-            converged = gap < eps
-        else:
-            q_lo, q_hi = -2.0 * dual.objective, (2.0 * half_yy + 2.0 * primal.objective) / lam
-            converged = q_hi - q_lo < eps * 0.5 * (q_hi + q_lo)
-        if converged:
-            stop_reason = f"{criterion} < eps={eps}"
-            break
+    with tiles_own_the_cores():  # the projections' tiles use the cores, not BLAS
+        while True:
+            if primal.t >= t_max:
+                stop_reason = "max_basis"
+                break
+            # Once every remaining column is numerically in span(K_{:S}) the primal is at its
+            # minimum; the dual goes on alone so that the gap can still close, but never past
+            # max_basis (with eps = 0 it would otherwise grow towards n at O(t²) per step).
+            before = (primal.t, dual.t)
+            spent = dict(primal.seconds)
+            flops = primal.step(kappa) or 0.0
+            t0 = perf_counter()
+            if dual.t < t_max:
+                flops += dual.step(kappa) or 0.0
+            parts = {f"{k}_seconds": v - spent[k] for k, v in primal.seconds.items()}
+            parts["dual_seconds"] = perf_counter() - t0
+            if (primal.t, dual.t) == before:
+                stop_reason = ("no admissible candidate left" if dual.t < t_max else
+                               f"numerical rank: no admissible primal candidate after "
+                               f"{primal.t} basis functions, dual at max_basis")
+                break
+            gap = relative_gap(primal.objective, dual.objective, y, lam)
+            gaps.append(gap)
+            recorder.step(primal.predict, n_basis=primal.t, n_basis_dual=dual.t,
+                          objective=primal.objective, dual_objective=dual.objective, gap=gap,
+                          primal_subopt=(primal.objective - primal_min) / abs(primal_min),
+                          dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops,
+                          **parts)
+            if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
+                raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
+                                         "check the kernel parameters and lam")
+            if criterion == "gap":
+                converged = gap < eps
+            else:
+                q_lo = -2.0 * dual.objective
+                q_hi = (2.0 * half_yy + 2.0 * primal.objective) / lam
+                converged = q_hi - q_lo < eps * 0.5 * (q_hi + q_lo)
+            if converged:
+                stop_reason = f"{criterion} < eps={eps}"
+                break
 
     basis = np.asarray(primal.S, dtype=np.int64)
     coef = primal.coef()

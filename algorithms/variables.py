@@ -57,8 +57,9 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "precond_seconds": ("time to build the preconditioner", "s"),
     "iteration_seconds": ("time per iteration", "s"),
     "flops": ("floating-point operations of the step (BLAS work counted)", "FLOP"),
-    "kernel_seconds": ("time of the step in kernel columns k(X, X_M)", "s"),
-    "gemm_seconds": ("time of the step in the product K_{:S}ᵀK_{:M}", "s"),
+    "project_seconds": ("time of the step computing kernel columns k(X, X_M) and "
+                        "[y, K_{:S}]ᵀK_{:M} (fused)", "s"),
+    "block_sm_seconds": ("time of the step in the block K_{S,M}", "s"),
     "solve_seconds": ("time of the step in the triangular solve R⁻¹G_{S,M}", "s"),
     "scores_seconds": ("time of the step scoring the candidates", "s"),
     "dual_seconds": ("time of the step in the dual greedy", "s"),

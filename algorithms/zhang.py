@@ -37,6 +37,7 @@ import scipy.linalg as sla
 
 from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
 from algorithms.evaluation import Recorder
+from algorithms.kernels import tiles_own_the_cores
 from algorithms.objectives import REFERENCES, solve_reference
 from algorithms.options import Option
 from algorithms.sgma import PrimalGreedy
@@ -137,51 +138,54 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
         basis = list(coef)
         return Prediction(blocks.cross(X_new, basis) @ np.array([coef[j] for j in basis]))
 
-    for k in range(1, max_basis + 1):
-        M = np.arange(n) if kappa is None or kappa >= n else rng.choice(n, kappa, replace=False)
-        a11 = float(f @ f) / n + lam_z * q
-        r1 = float(f @ y) / n
-        Fy[:, 0] = f
-        width = max(1, min(len(M), chunk_bytes // (8 * n)))
-        best = (-np.inf, None)
-        flops = 0.0
-        for lo in range(0, len(M), width):
-            Mc = M[lo: lo + width]
-            KM = blocks.block(slice(None), Mc)
-            kf, ky = (KM.T @ Fy).T
-            a12 = kf / n + lam_z * f[Mc]
-            a22 = np.einsum("ij,ij->j", KM, KM) / n + lam_z * diag[Mc]
-            r2 = ky / n
-            det = a11 * a22 - a12**2
-            regular = det > PARALLEL_RTOL * a11 * a22
-            with np.errstate(divide="ignore", invalid="ignore"):
-                value = np.where(regular, (a22 * r1**2 - 2 * a12 * r1 * r2 + a11 * r2**2) / det,
-                                 r2**2 / a22 if a11 == 0.0 else r1**2 / a11)
-            value = np.where(a22 > 0, value, -np.inf)
-            flops += 2.0 * n * len(Mc) * (d + 4)
-            j = int(np.argmax(value))
-            if value[j] > best[0]:
-                best = (value[j], (int(Mc[j]), KM[:, j].copy(), float(a12[j]), float(a22[j]),
-                                   float(r2[j]), bool(regular[j])))
-        if best[1] is None:
-            raise FloatingPointError(f"{name}: no candidate has a positive kernel diagonal")
-        i, k_i, a12, a22, r2, regular = best[1]
-        if a11 == 0.0:  # w = 0: only α matters
-            beta, alpha = 1.0, r2 / a22
-        elif regular:
-            beta, alpha = np.linalg.solve([[a11, a12], [a12, a22]], [r1, r2])
-        else:  # φ(x_i) ∥ w: rescaling w is the minimiser
-            beta, alpha = r1 / a11, 0.0
-        q = beta**2 * q + 2 * beta * alpha * f[i] + alpha**2 * diag[i]
-        f *= beta
-        f += alpha * k_i
-        coef = {j: beta * c for j, c in coef.items()}
-        coef[i] = coef.get(i, 0.0) + alpha
-        R = (0.5 * float((f - y) @ (f - y)) / n) + 0.5 * lam_z * q
-        nnz = sum(1 for c in coef.values() if c != 0.0)
-        ref.record(recorder, predict, k, nnz, R, flops)
-        if not math.isfinite(R):
-            raise FloatingPointError(f"{name}: R became non-finite at step {k}")
+    with tiles_own_the_cores():  # the projections' tiles use the cores, not BLAS
+        for k in range(1, max_basis + 1):
+            M = np.arange(n) if kappa is None or kappa >= n else rng.choice(n, kappa, replace=False)
+            a11 = float(f @ f) / n + lam_z * q
+            r1 = float(f @ y) / n
+            Fy[:, 0] = f
+            width = max(1, min(len(M), chunk_bytes // (8 * n)))
+            best = (-np.inf, None)
+            flops = 0.0
+            for lo in range(0, len(M), width):
+                Mc = M[lo: lo + width]
+                # [f, y]ᵀK_{:M} and diag(K_{:M}ᵀK_{:M}) in one pass (KernelBlocks.project)
+                P, sq = blocks.project(Mc, Fy)
+                kf, ky = P
+                a12 = kf / n + lam_z * f[Mc]
+                a22 = sq / n + lam_z * diag[Mc]
+                r2 = ky / n
+                det = a11 * a22 - a12**2
+                regular = det > PARALLEL_RTOL * a11 * a22
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    value = np.where(regular, (a22 * r1**2 - 2 * a12 * r1 * r2 + a11 * r2**2) / det,
+                                     r2**2 / a22 if a11 == 0.0 else r1**2 / a11)
+                value = np.where(a22 > 0, value, -np.inf)
+                flops += 2.0 * n * len(Mc) * (d + 4)
+                j = int(np.argmax(value))
+                if value[j] > best[0]:
+                    best = (value[j], (int(Mc[j]), float(a12[j]), float(a22[j]), float(r2[j]),
+                                       bool(regular[j])))
+            if best[1] is None:
+                raise FloatingPointError(f"{name}: no candidate has a positive kernel diagonal")
+            i, a12, a22, r2, regular = best[1]
+            k_i = blocks.block(slice(None), [i])[:, 0]  # the chosen kernel column
+            if a11 == 0.0:  # w = 0: only α matters
+                beta, alpha = 1.0, r2 / a22
+            elif regular:
+                beta, alpha = np.linalg.solve([[a11, a12], [a12, a22]], [r1, r2])
+            else:  # φ(x_i) ∥ w: rescaling w is the minimiser
+                beta, alpha = r1 / a11, 0.0
+            q = beta**2 * q + 2 * beta * alpha * f[i] + alpha**2 * diag[i]
+            f *= beta
+            f += alpha * k_i
+            coef = {j: beta * c for j, c in coef.items()}
+            coef[i] = coef.get(i, 0.0) + alpha
+            R = (0.5 * float((f - y) @ (f - y)) / n) + 0.5 * lam_z * q
+            nnz = sum(1 for c in coef.values() if c != 0.0)
+            ref.record(recorder, predict, k, nnz, R, flops)
+            if not math.isfinite(R):
+                raise FloatingPointError(f"{name}: R became non-finite at step {k}")
     basis = np.array([j for j, c in coef.items() if c != 0.0], dtype=np.int64)
     values = np.array([coef[j] for j in basis])
     return _solution(blocks, lam, basis, values, ref, f"k = max_basis = {max_basis}")
