@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from algorithms.errors import InputError
 from pipeline import app
+from pipeline.clock import mark_command_line
 from pipeline.job import CONF_DIR, check_location
 from pipeline.results import load
 from pipeline.sweep import SweepOutcome
@@ -175,6 +176,7 @@ def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
 
 
 def main(argv: list[str]) -> int:
+    mark_command_line()  # a sweep's start-up is this process's age when its launcher runs
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
         sys.argv = [sys.argv[0], *argv]  # Hydra's own flags (--cfg job, --help, ...)
         app.hydra_main()

@@ -449,11 +449,17 @@ def overhead_line(ds: xr.Dataset) -> str:
     compute = float(np.nansum(ds["job_seconds"].values.ravel()[distinct]))
     ideal = compute / workers
     wall = timings["wall_seconds"]
-    phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in timings.items())
+    phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in timings.items()
+                       if k != "startup_seconds")
+    whole = ""
+    if "startup_seconds" in timings:  # the command line's process, from its start
+        process = timings["startup_seconds"] + wall
+        whole = (f"; whole process from its start to the end of the jobs {process:.2f} s, / "
+                 f"ideal = {process / ideal:.2f} (consolidation not included)")
     return (f"overhead: {len(distinct)} jobs on {workers} workers; sum of job times "
-            f"{compute:.2f} s, / workers = {ideal:.2f} s; wall {wall:.2f} s ({phases}); "
-            f"wall / ideal = {wall / ideal:.2f}, job phase / ideal = "
-            f"{timings['jobs_seconds'] / ideal:.2f}")
+            f"{compute:.2f} s, / workers = {ideal:.2f} s; launcher wall {wall:.2f} s "
+            f"({phases}); wall / ideal = {wall / ideal:.2f}, job phase / ideal = "
+            f"{timings['jobs_seconds'] / ideal:.2f}{whole}")
 
 
 def select(ds: xr.Dataset, choices: dict[str, str]) -> xr.Dataset:

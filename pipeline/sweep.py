@@ -45,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
 from pipeline.claims import claim, claim_job, record_fit
+from pipeline.clock import startup_seconds
 from pipeline.cluster import check, connect, job_script, memory_hint, worker_name
 from pipeline.datasets import ingest
 from pipeline.hyper import cache_key, hyper_options, learned
@@ -288,6 +289,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
            retries: int) -> list[JobReturn]:
     """Run a batch of Hydra multirun jobs on Dask; see the module docstring."""
     t_start = time.perf_counter()
+    startup = startup_seconds()  # process start → here (None when not the command line)
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
     try:
         cluster_cfg, jobs, dims, too_large = _prepare(master, hydra_context, job_overrides,
@@ -313,7 +315,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
           + (f", {len(refused)} too large (recorded as failed)" if refused else ""), flush=True)
     for why in refused.values():
         print(f"  {why}", flush=True)
-    timings = {"compose_seconds": time.perf_counter() - t_start}
+    timings = {} if startup is None else {"startup_seconds": startup}
+    timings["compose_seconds"] = time.perf_counter() - t_start
     try:
         records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
                                           task_function, retries, timings)
@@ -331,7 +334,12 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     with _sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
         kept = _entries_kept(sweep_dir, _read_manifest(sweep_dir), jobs, dims, merge=True)
         _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
+        t_consolidate = time.perf_counter()
         results_path = consolidate(sweep_dir)
+        if startup is not None:
+            print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "
+                  f"launcher {timings['wall_seconds']:.1f} s, consolidation "
+                  f"{time.perf_counter() - t_consolidate:.1f} s)", flush=True)
         if (sweep_dir / "report").exists():  # a report describes the results beside it
             from pipeline.report import render
 

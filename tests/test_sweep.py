@@ -13,7 +13,7 @@ import xarray as xr
 from distributed import Client
 
 from pipeline.claims import count_fits
-from pipeline.report import render
+from pipeline.report import overhead_line, render
 from pipeline.results import consolidate, load, load_job_result
 
 GRID = ["algorithm=exact,sgma", "dataset=sine1d", "lam=0.01,0.1", "kappa=5,10", "seed=0,1",
@@ -132,6 +132,12 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     ds = load(results_path(proc))
     assert ds.attrs["sweep"] == "bench_sweep_overhead"
     assert ds["seed"].values.tolist() == [0, 1, 2] and ds["lam"].values.tolist() == [0.1, 0.2]
+    # the overhead counts the whole command-line process, from its start (imports, Hydra's
+    # composition of every point) to the end of the jobs, and the CLI says what it took
+    timings = ds.attrs["timings"]
+    assert 0 < timings["startup_seconds"] < 120 and timings["wall_seconds"] > 0
+    assert "whole process so far:" in proc.stdout
+    assert "whole process from its start to the end of the jobs" in overhead_line(ds)
     ranged = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "seed=range(0,2)", "kappa=3",
                    "sweep=ranged", "cluster.n_workers=1", "cluster.dashboard_address=:0")
     assert ranged.returncode == 0, ranged.stderr[-3000:]
