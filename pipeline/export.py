@@ -12,7 +12,6 @@ See :func:`pipeline.access.tidy`.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pandas as pd
 
 from algorithms.errors import InputError
 from pipeline.access import tidy
+from pipeline.command import OneLineParser, fail
 from pipeline.results import load
 
 USAGE = "python -m pipeline.export <results.zarr> <out.csv|out.parquet> [--per job|step]"
@@ -55,15 +55,10 @@ def export(results: str | Path, out: str | Path, per: str = "step") -> pd.DataFr
     return table
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise InputError(f"{message}; usage: {USAGE}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
-    parser = _Parser(prog="python -m pipeline.export", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m pipeline.export", description=__doc__,
+                           usage_line=USAGE)
     parser.add_argument("results", help="a sweep's results.zarr")
     parser.add_argument("out", help="the table to write: .csv or .parquet")
     parser.add_argument("--per", choices=("job", "step"), default="step",
@@ -72,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         table = export(args.results, args.out, args.per)
     except InputError as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+        return fail(err)
     print(f"{len(table)} rows × {table.shape[1]} columns (one per {args.per}): {args.out}")
     return 0
 

@@ -36,7 +36,6 @@ environment appended, in one self-contained ``report.html`` (:mod:`pipeline.html
 
 from __future__ import annotations
 
-import argparse
 import errno
 import itertools
 import sys
@@ -53,6 +52,7 @@ import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
+from pipeline.command import OneLineParser, fail  # noqa: E402
 from pipeline.frontier import budget_table, frontier_figures  # noqa: E402
 from pipeline.html_report import html_path, write_html  # noqa: E402
 from pipeline.results import load  # noqa: E402
@@ -535,17 +535,10 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
 USAGE = "python -m pipeline.report <results.zarr> [--out DIR] [--select DIM=VALUE ...]"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's errors as one InputError line (its default is usage text plus a line)."""
-
-    def error(self, message: str):
-        raise InputError(f"{message}; usage: {USAGE}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
-    parser = _Parser(prog="python -m pipeline.report", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m pipeline.report", description=__doc__,
+                           usage_line=USAGE)
     parser.add_argument("results", help="a sweep's results.zarr")
     parser.add_argument("--out", help="output directory (default: <sweep>/report)")
     parser.add_argument("--select", action="append", default=[], metavar="DIM=VALUE",
@@ -562,8 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             choices[dim] = value
         report = render(args.results, args.out, choices)
     except InputError as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+        return fail(err)
     print(report.read_text())
     print(f"report: {report}")
     print(f"html: {html_path(report)}")
