@@ -256,8 +256,10 @@ class Kernel:
         ls = self.params.get("lengthscales")
         return None if ls is None else np.asarray(ls, dtype=np.float64)
 
-    def _scaled(self, A: np.ndarray) -> np.ndarray:
-        """The inputs divided by the ARD length scales (unchanged without them)."""
+    def scaled(self, A: np.ndarray) -> np.ndarray:
+        """``A`` as float64, divided by the ARD length scales (unchanged without them): the
+        inputs :meth:`tile` takes."""
+        A = np.asarray(A, dtype=np.float64)
         ls = self.lengthscales
         if ls is None:
             return A
@@ -286,8 +288,7 @@ class Kernel:
         :func:`kernel_threads` threads for large blocks; the values are those of one
         untiled evaluation (the GEMM may round a row at a tile edge differently, by a few
         ulp)."""
-        A = self._scaled(np.asarray(A, dtype=np.float64))
-        B = self._scaled(np.asarray(B, dtype=np.float64))
+        A, B = self.scaled(A), self.scaled(B)
         K = np.empty((len(A), len(B)))
         rows = tile_rows(len(B))
 
@@ -307,13 +308,9 @@ class Kernel:
                 out *= self.variance
         return bool(np.isfinite(out).all())
 
-    def scaled(self, A: np.ndarray) -> np.ndarray:
-        """``A`` as float64, divided by the ARD length scales (the inputs :meth:`tile` takes)."""
-        return self._scaled(np.asarray(A, dtype=np.float64))
-
     def diag(self, A: np.ndarray) -> np.ndarray:
         """k(a, a) for each row a of A (checked like :meth:`__call__`)."""
-        A = self._scaled(np.asarray(A, dtype=np.float64))
+        A = self.scaled(A)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return self._finite(self.variance * self.spec.diag(A, **self._shape))
 

@@ -29,26 +29,20 @@ import numpy as np  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from scipy.spatial.distance import cdist  # noqa: E402
-from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 import algorithms  # noqa: E402
 from algorithms import InputError, Kernel  # noqa: E402
 from algorithms.kernels import set_kernel_threads  # noqa: E402
 from pipeline.blocks import open_blocks  # noqa: E402
 from pipeline.datasets import ingest, load_arrays  # noqa: E402
-from pipeline.job import CONF_DIR  # noqa: E402
+from pipeline.job import CONF_DIR, blas_threads  # noqa: E402
 
 
 def gemm_flops(m: int, k: int, n: int, repeats: int, rng: np.random.Generator) -> float:
     """Best achieved FLOP/s of an (m×k)·(k×n) float64 product over ``repeats`` runs."""
     A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-    A @ B  # warm-up (thread pool start, page faults)
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        A @ B
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * m * k * n / best
+    return 2.0 * m * k * n / _best(functools.partial(np.matmul, A, B), repeats)
 
 
 def _naive(name: str, A: np.ndarray, B: np.ndarray, scale: float) -> np.ndarray:
@@ -137,7 +131,7 @@ def _run(cfg: dict, out_dir: Path, threads: int) -> dict:
     if parts:  # the rest of each step: bookkeeping, sampling, the evaluator
         parts["bookkeeping"] = seconds - sum(parts.values())
     figures = {
-        "threads": threads, "blas_threads_seen": _blas_threads(),
+        "threads": threads, "blas_threads_seen": blas_threads(),
         "n": cfg["n"], "d": cfg["d"], "kappa": cfg["kappa"], "t_max": t_max,
         "steps_run": int(len(seconds)),
         "gemm_flops_per_s": peak,
@@ -177,11 +171,6 @@ def _run(cfg: dict, out_dir: Path, threads: int) -> dict:
     fig.savefig(out_dir / f"{name}_flops.png", dpi=100)
     plt.close(fig)
     return figures
-
-
-def _blas_threads() -> int:
-    return max((lib["num_threads"] for lib in threadpool_info()
-                if lib.get("user_api") == "blas"), default=0)
 
 
 def _kernel_figure(entries: list[dict], kcfg: dict, path: Path) -> None:
