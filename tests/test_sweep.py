@@ -124,9 +124,11 @@ def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path):
 
 
 def test_experiment_file_sweeper_params_and_ranges(tmp_path):
+    started = time.perf_counter()
     proc = sweep(tmp_path, "experiment=bench_sweep_overhead",
                  "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2", "cluster.n_workers=2",
                  "cluster.dashboard_address=:0")
+    elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "6 sweep points, 6 distinct jobs" in proc.stdout
     ds = load(results_path(proc))
@@ -135,7 +137,8 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     # the overhead counts the whole command-line process, from its start (imports, Hydra's
     # composition of every point) to the end of the jobs, and the CLI says what it took
     timings = ds.attrs["timings"]
-    assert 0 < timings["startup_seconds"] < 120 and timings["wall_seconds"] > 0
+    assert timings["startup_seconds"] > 0 and timings["wall_seconds"] > 0
+    assert timings["startup_seconds"] + timings["wall_seconds"] <= elapsed
     assert "whole process so far:" in proc.stdout
     assert "whole process from its start to the end of the jobs" in overhead_line(ds)
     ranged = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "seed=range(0,2)", "kappa=3",
