@@ -20,29 +20,36 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from algorithms.errors import InputError
 from algorithms.registry import get
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
+from hydra_plugins.sgp_dask_launcher.grouped_sweeper import GroupedSweeper
 from pipeline.cluster import worker_name
 from pipeline.job import CONF_DIR, job_config, run_job
 from pipeline.results import JOB_FILE, load_job_result
 
-# Hydra finds launchers by scanning the hydra_plugins namespace package, which an editable
+# Hydra finds plugins by scanning the hydra_plugins namespace package, which an editable
 # install's import hook can hide from it; registering explicitly works for every install mode,
 # and only when the scan missed it (else `--info plugins` lists it twice: the scan imports its
 # own copy of the class).
-_NAME = f"{DaskLauncher.__module__}.{DaskLauncher.__name__}"
-if not any(f"{c.__module__}.{c.__name__}" == _NAME for c in Plugins.instance().discover(Launcher)):
-    Plugins.instance().register(DaskLauncher)
+for _plugin, _kind in ((DaskLauncher, Launcher), (GroupedSweeper, Sweeper)):
+    _NAME = f"{_plugin.__module__}.{_plugin.__name__}"
+    if not any(f"{c.__module__}.{c.__name__}" == _NAME
+               for c in Plugins.instance().discover(_kind)):
+        Plugins.instance().register(_plugin)
 
 
 def task(cfg: DictConfig) -> dict:
     """Hydra's task function: run the job ``cfg`` describes, writing ``result.nc`` into the
     job's Hydra output directory; returns a small record (it travels back from a worker)."""
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.RUN and cfg.get("dry_run", False):
+        return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "
+                                            "experiment (one job's config: --cfg job)"}
     output_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         outcome = run_job(job_config(cfg), output_dir / JOB_FILE, {"worker": worker_name(),
@@ -54,6 +61,19 @@ def task(cfg: DictConfig) -> dict:
         return {"status": "error", "error": str(err)}
     return {"status": "ok", "config_hash": outcome.config_hash,
             "result": str(outcome.result_path)}
+
+
+def run_config(config: dict, output_dir: Path) -> dict:
+    """What :func:`task` does for a sweep job, given the job's resolved config and output
+    directory: the Dask launcher calls it without Hydra's per-job config copies and YAML
+    (:func:`pipeline.sweep.execute`). Raises the job's error (the sweep records it)."""
+    outcome = run_job(config, Path(output_dir) / JOB_FILE,
+                      {"worker": worker_name(), "pid": os.getpid()})
+    return {"status": "ok", "config_hash": outcome.config_hash,
+            "result": str(outcome.result_path)}
+
+
+task.run_config = run_config
 
 
 def _launch(overrides: Sequence[str], multirun: bool):

@@ -9,13 +9,44 @@ whole K as a lazy dask array for methods that want to stream over it in row bloc
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from os import PathLike
+from pathlib import Path
 
 import dask.array as da
 import numpy as np
+import xarray as xr
 
 from algorithms.kernels import ArrayKernelBlocks, Kernel
-from pipeline.datasets import open_store
+from pipeline.datasets import fingerprint, open_store
+
+# A worker runs many jobs on one small store: it is read into memory once per process and
+# kept (read-only) while none of its files changes; larger stores stay lazy.
+IN_MEMORY_BYTES = 256 << 20
+IN_MEMORY_STORES = 4
+_in_memory: OrderedDict[Path, tuple[tuple, xr.Dataset]] = OrderedDict()
+
+
+def _dataset(store: str | PathLike, verify: bool) -> xr.Dataset:
+    if verify:
+        return open_store(store, verify=True)
+    path = Path(store)
+    stamp = fingerprint(path)
+    hit = _in_memory.get(path)
+    if hit is not None and hit[0] == stamp:
+        _in_memory.move_to_end(path)
+        return hit[1]
+    ds = open_store(path, verify=False)
+    if ds.nbytes > IN_MEMORY_BYTES:
+        return ds
+    ds = ds.load()
+    ds.close()
+    for var in ds.data_vars.values():
+        var.values.flags.writeable = False  # shared by the jobs: a write would be a bug
+    _in_memory[path] = (stamp, ds)
+    while len(_in_memory) > IN_MEMORY_STORES:
+        _in_memory.popitem(last=False)
+    return ds
 
 
 class ZarrKernelBlocks(ArrayKernelBlocks):
@@ -23,7 +54,7 @@ class ZarrKernelBlocks(ArrayKernelBlocks):
 
     def __init__(self, store: str | PathLike, kernel: Kernel, *, verify: bool = True) -> None:
         self.store = store
-        self.dataset = open_store(store, verify=verify)
+        self.dataset = _dataset(store, verify)
         super().__init__(self.dataset["X_train"].data, kernel)
 
     def lazy_matrix(self, row_chunk: int | None = None) -> da.Array:

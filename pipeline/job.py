@@ -10,6 +10,7 @@ version of the code that computes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
@@ -43,7 +44,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
 LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
 # How a job runs, not what it computes (BLAS threads change results by round-off only)
-EXECUTION_KEYS = ("threads",)
+EXECUTION_KEYS = ("threads", "dry_run")
 # Modules whose code computes every result (beside the algorithm's own module)
 SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "pipeline.blocks",
                    "pipeline.curves", "pipeline.job")
@@ -218,11 +219,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries of this process, found once (a scan of the loaded libraries costs
+    ~3 ms: a sweep's worker runs thousands of jobs)."""
+    return ThreadpoolController()
+
+
 def blas_threads() -> int:
     """Threads the BLAS of this process may use now (threadpoolctl)."""
-    from threadpoolctl import threadpool_info
-
-    return max((int(info.get("num_threads", 1)) for info in threadpool_info()
+    return max((int(info.get("num_threads", 1)) for info in _blas().info()
                 if info.get("user_api") == "blas"), default=1)
 
 
@@ -242,7 +248,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     start = time.perf_counter()
     spec, lam, kernel, options = check_config(config)
     threads = config.get("threads", 1)  # validated by check_config
-    limit = (threadpool_limits(limits=threads, user_api="blas") if threads is not None
+    limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
     before = kernel_threads()
     set_kernel_threads(threads)  # the kernel blocks' tiles: as many threads (null: every core)

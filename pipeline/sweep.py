@@ -27,12 +27,14 @@ import json
 import logging
 import math
 import os
+import resource
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import dask
 from distributed import KilledWorker, WorkerPlugin, as_completed
@@ -111,13 +113,73 @@ class SweepOutcome:
 
 
 @dataclass
+class Composition:
+    """One Hydra composition that the sweep points differing from it only in leaf values
+    share (``seed=3``, ``kernel.width=5``): composing takes ~60 ms, setting a leaf microseconds."""
+
+    cfg: DictConfig     # Hydra's composition, hydra node included
+    job_part: dict      # its job keys (no hydra node), unresolved
+    interpolated: bool  # the job keys hold interpolations: each job's config is resolved
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> Composition:
+        keys = [key for key in cfg.keys() if key != "hydra"]
+        part = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
+        return cls(cfg, part, "${" in json.dumps(part, default=str))
+
+
+@dataclass
+class ComposedJob:
+    """A sweep point: its overrides, and its config as a shared composition plus leaf values."""
+
+    overrides: list[str]
+    base: Composition
+    leaves: list[tuple[str, Any]] = field(default_factory=list)  # (dotted key, value)
+
+    def config(self) -> dict:
+        """The resolved job config (no hydra node): :func:`pipeline.job.job_config` of
+        :meth:`hydra_config`."""
+        if not self.base.interpolated and not any(
+                isinstance(v, str) and "${" in v for _, v in self.leaves):
+            config = copy.deepcopy(self.base.job_part)
+            for key, value in self.leaves:
+                _set_leaf(config, key, copy.deepcopy(value))
+            return config
+        node = OmegaConf.create(self.base.job_part)
+        for key, value in self.leaves:
+            OmegaConf.update(node, key, value, merge=False)
+        return OmegaConf.to_container(node, resolve=True)
+
+    def hydra_config(self) -> DictConfig:
+        """The full config Hydra's ``run_job`` receives (Hydra's ``load_sweep_config``)."""
+        cfg = copy.deepcopy(self.base.cfg)
+        with open_dict(cfg):
+            for key, value in self.leaves:
+                OmegaConf.update(cfg, key, value, merge=False)
+            cfg.hydra.overrides.task = list(self.overrides)
+        return cfg
+
+
+def _set_leaf(config: dict, key: str, value) -> None:
+    *path, last = key.split(".")
+    node = config
+    for part in path:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+@dataclass
 class _Job:
     overrides: list[str]
-    cfg: DictConfig   # the full config Hydra's run_job receives (hydra node included)
+    composed: ComposedJob | None  # for Hydra's run_job; None where the config is enough
     config: dict      # the resolved job config
     hash: str
     coords: dict
     setting: str      # hash of the job's settings (its identity without data and code)
+    num: int          # Hydra's job number
 
 
 def _parse_override(text: str) -> tuple[str, str]:
@@ -141,15 +203,23 @@ def _coordinate_value(config: Mapping, key: str):
     if key in CONFIG_GROUPS:
         node = config.get(key)
         return node.get("name", str(node)) if isinstance(node, Mapping) else str(node)
-    value = OmegaConf.select(OmegaConf.create(config), key)
+    value = config
+    for part in key.split("."):
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, Mapping):
+            value = value.get(part)
+        else:
+            value = None
     return value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
 
 
-def _maybe_leaf(override: Override) -> bool:
-    """``a.b=value`` or ``seed=value``: a plain change, not a group choice, add or delete."""
+def _maybe_leaf(override: Override, groups: Collection[str]) -> bool:
+    """``a.b=value`` or ``seed=value``: a plain change, not a choice of one of the config
+    ``groups``, an add or a delete."""
     key = override.key_or_group
     return (override.type == OverrideType.CHANGE and override.package is None
-            and "/" not in key and key not in CONFIG_GROUPS)
+            and "/" not in key and key not in groups)
 
 
 def _is_leaf(cfg: DictConfig, key: str) -> bool:
@@ -161,61 +231,112 @@ _ABSENT = object()
 
 
 def compose_jobs(master: DictConfig, config_loader,
-                 job_overrides: Sequence[Sequence[str]]) -> list[DictConfig]:
-    """Each job's config, as Hydra's ``load_sweep_config`` composes it.
+                 job_overrides: Sequence[Sequence[str]]) -> list[ComposedJob]:
+    """Each sweep point's config, as Hydra's ``load_sweep_config`` composes it.
 
-    Composition takes ~80 ms a job, so jobs that differ only in leaf values (seed=3,
-    kernel.width=5) share one composition of their other overrides (group choices, +/~ keys),
-    and the leaf values are set on a copy. A job whose leaf key is not an existing leaf of that
-    composition is composed by Hydra in full.
+    Points that differ only in leaf values (seed=3, kernel.width=5) share one composition of
+    their other overrides (group choices, +/~ keys) and carry the leaf values; a point whose
+    leaf key is not an existing leaf of that composition is composed by Hydra in full. Raises
+    Hydra's error for a point that does not compose.
     """
     parser = OverridesParser.create()
-    bases: dict[tuple[str, ...], DictConfig] = {}
+    groups = {*CONFIG_GROUPS, *(OmegaConf.select(master, "hydra.runtime.choices") or {})}
+    bases: dict[tuple[str, ...], Composition] = {}
     out = []
     for overrides in job_overrides:
         parsed = parser.parse_overrides(list(overrides))
-        leaves = [o for o in parsed if _maybe_leaf(o)]
-        structural = tuple(o.input_line for o in parsed if not _maybe_leaf(o))
+        leaves = [o for o in parsed if _maybe_leaf(o, groups)]
+        structural = tuple(o.input_line for o in parsed if not _maybe_leaf(o, groups))
         if structural not in bases:
-            bases[structural] = config_loader.load_sweep_config(master, list(structural))
+            bases[structural] = Composition.of(
+                config_loader.load_sweep_config(master, list(structural)))
         base = bases[structural]
-        if not all(_is_leaf(base, o.key_or_group) for o in leaves):
-            out.append(config_loader.load_sweep_config(master, list(overrides)))
-            continue
-        cfg = copy.deepcopy(base)
-        with open_dict(cfg):
-            for o in leaves:
-                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)
-            cfg.hydra.overrides.task = list(overrides)
-        out.append(cfg)
+        if all(_is_leaf(base.cfg, o.key_or_group) for o in leaves):
+            out.append(ComposedJob(list(overrides), base,
+                                   [(o.key_or_group, o.value()) for o in leaves]))
+        else:
+            full = config_loader.load_sweep_config(master, list(overrides))
+            out.append(ComposedJob(list(overrides), Composition.of(full)))
     return out
 
 
-def execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictConfig,
-            store: str | None = None, since: float = 0.0) -> dict:
-    """Run one job where this is called (a Dask worker) through Hydra's ``run_job``, and
-    record its failure if it fails. ``store`` is the result of the dataset's ingest task:
-    taking it makes the job wait for it. Never raises for an error of the job itself.
+def execute(task_function: TaskFunction, hydra_context: HydraContext, job: _Job,
+            sweep_dir: Path, direct: bool, since: float = 0.0) -> dict:
+    """Run one job where this is called (a Dask worker), and record its failure if it fails.
+    Never raises for an error of the job itself.
+
+    ``direct``: call the task function's ``run_config(config, output_dir)`` with the job's
+    resolved config; else Hydra's ``run_job`` runs the task function on the job's full config
+    (as Hydra's own launchers do; ~10–20 ms of config copies and YAML a job, so taken only for
+    task functions without ``run_config``, or with Hydra callbacks or ``hydra.job.env_set``).
 
     The job first claims its directory (:func:`pipeline.claims.claim_job`: another sweep on
     the same directory fitting it makes this wait), then looks at the disk: a result written
     with status ok (or a failure recorded since this sweep started at ``since``) is returned
     as it is, so a task Dask reruns after a worker died, or a job another sweep just fitted,
     is never fitted again."""
-    out_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
-    h = out_dir.name
-    here = config_hash(job_config(cfg))
-    if here != h:  # the job would be filed under a name the client never looks up
-        return {"status": "failed", "config_hash": h,
-                "error": f"the worker names this job {here}, the client {h}: they run different "
-                         "code or data (restart workers started before a change; give them the "
-                         "client's Python, package and files)"}
+    out_dir = sweep_dir / "jobs" / job.hash
+    here = config_hash(job.config)
+    if here != job.hash:  # the job would be filed under a name the client never looks up
+        return {"status": "failed", "config_hash": job.hash,
+                "error": f"the worker names this job {here}, the client {job.hash}: they run "
+                         "different code or data (restart workers started before a change; "
+                         "give them the client's Python, package and files)"}
     with claim_job(out_dir):
-        done = _finished(out_dir / JOB_FILE, h, since)
+        done = _finished(out_dir / JOB_FILE, job.hash, since)
         if done is not None:
             return done
         record_fit(out_dir, worker_name())
-        return _execute(task_function, hydra_context, cfg, h)
+        start = time.perf_counter()
+        with dask.config.set(scheduler="synchronous"):
+            # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
+            if direct:
+                try:
+                    return task_function.run_config(job.config, out_dir)
+                except Exception as err:
+                    return _record_failure(job, out_dir, err, start)
+            with _HYDRA_JOB:
+                ret = run_job(hydra_context=hydra_context, task_function=task_function,
+                              config=_hydra_job_config(job, sweep_dir),
+                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+                              configure_logging=False)
+        if ret.status == JobStatus.COMPLETED:
+            return ret.return_value
+        return _record_failure(job, out_dir, ret._return_value, start)
+
+
+def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs: list[_Job],
+                  sweep_dir: Path, direct: bool, need: object, since: float) -> list[dict]:
+    """One Dask task: ``jobs`` one after another on this worker (:func:`execute`), each
+    record with the seconds it took here. ``need`` (the result of the ingest or learning task
+    the jobs need) makes the task wait for it."""
+    records = []
+    for job in jobs:
+        start = time.perf_counter()
+        record = execute(task_function, hydra_context, job, sweep_dir, direct, since)
+        records.append({**record, "seconds": time.perf_counter() - start})
+    return records
+
+
+def _hydra_job_config(job: _Job, sweep_dir: Path) -> DictConfig:
+    cfg = job.composed.hydra_config()
+    with open_dict(cfg):
+        cfg.algorithm = job.config["algorithm"]  # resolved, without the dropped options
+        cfg.store_root = job.config["store_root"]
+        cfg.hydra.sweep.dir = str(sweep_dir)
+        cfg.hydra.sweep.subdir = f"jobs/{job.hash}"
+        cfg.hydra.job.num = job.num
+        cfg.hydra.job.id = f"{cfg.hydra.job.name}_{job.num}"
+    return cfg
+
+
+def _record_failure(job: _Job, out_dir: Path, err: BaseException, start: float) -> dict:
+    error = f"{type(err).__name__}: {err}"
+    write_job_failure(job.config, error, out_dir / JOB_FILE,
+                      {"config_hash": job.hash, "worker": worker_name(), "pid": os.getpid(),
+                       "job_seconds": time.perf_counter() - start,
+                       "traceback": "".join(traceback.format_exception(err))})
+    return {"status": "failed", "error": error, "config_hash": job.hash}
 
 
 def _finished(path: Path, h: str, since: float) -> dict | None:
@@ -226,26 +347,6 @@ def _finished(path: Path, h: str, since: float) -> dict | None:
         error = str(load_job_result(path).attrs.get("error", ""))
         return {"status": "failed", "error": error, "config_hash": h}
     return None
-
-
-def _execute(task_function: TaskFunction, hydra_context: HydraContext, cfg: DictConfig,
-             h: str) -> dict:
-    start = time.perf_counter()
-    with _HYDRA_JOB, dask.config.set(scheduler="synchronous"):
-        # the job's own dask arrays (zarr reads) compute in this task, not as new cluster tasks
-        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=cfg,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
-                      configure_logging=False)
-    if ret.status == JobStatus.COMPLETED:
-        return ret.return_value
-    config = job_config(cfg)
-    err = ret._return_value
-    error = f"{type(err).__name__}: {err}"
-    write_job_failure(config, error, Path(cfg.hydra.runtime.output_dir) / JOB_FILE,
-                      {"config_hash": h, "worker": worker_name(), "pid": os.getpid(),
-                       "job_seconds": time.perf_counter() - start,
-                       "traceback": "".join(traceback.format_exception(err))})
-    return {"status": "failed", "error": error, "config_hash": h}
 
 
 @contextlib.contextmanager
@@ -278,6 +379,27 @@ def _quiet_dask_logging() -> None:
     logging.getLogger("bokeh").setLevel(logging.ERROR)  # the dashboard's host-wildcard notice
 
 
+def _plan_only(jobs: list[_Job], sweep_dir: Path, t_start: float) -> None:
+    """``dry_run=true``: every point composed, named and checked, the cache looked up; say
+    what would run, how long planning took and the client's peak memory, and stop without
+    writing anything (Hydra's record of the sweep is put back)."""
+    unique = {job.hash for job in jobs}
+    cached = sum(job_status(job_path(sweep_dir, h)) == ("ok", h) for h in unique)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    whole = startup_seconds()
+    print(f"dry run: {len(jobs)} sweep points, {len(unique)} distinct jobs: {cached} already "
+          f"finished, {len(unique) - cached} would run; planned in "
+          f"{time.perf_counter() - t_start:.1f} s"
+          + (f" (whole process {whole:.1f} s)" if whole is not None else "")
+          + f", client peak memory {peak:.0f} MiB; nothing submitted", flush=True)
+    _restore_hydra_record(sweep_dir)
+    if not (sweep_dir / "manifest.json").exists():  # a new directory: Hydra's record goes too
+        (sweep_dir / HYDRA_RECORD).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            sweep_dir.rmdir()
+    raise SystemExit(0)
+
+
 def _dry_run(cluster_cfg: Mapping) -> None:
     print(job_script(cluster_cfg))
     print("dry run: nothing submitted")
@@ -294,6 +416,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     try:
         cluster_cfg, jobs, dims, too_large = _prepare(master, hydra_context, job_overrides,
                                                       initial_job_idx, sweep_dir)
+        if master.get("dry_run", False):
+            _plan_only(jobs, sweep_dir, t_start)
         manifest = sweep_dir / "manifest.json"
         with _sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
             before = manifest.read_bytes() if manifest.exists() else None
@@ -319,7 +443,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     timings["compose_seconds"] = time.perf_counter() - t_start
     try:
         records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
-                                          task_function, retries, timings)
+                                          task_function, retries, timings,
+                                          _direct(task_function, master))
     except InputError:  # the cluster did not start: no job ran, leave the directory as it was
         with _sweep_lock(sweep_dir):
             _write_bytes(manifest, before)
@@ -353,11 +478,22 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         record = {**record, "config_hash": job.hash, "results": str(results_path)}
         # COMPLETED even for a failed job: the failure is recorded, and Hydra's sweeper would
         # raise on the first FAILED return before the others are reported
-        returns.append(JobReturn(overrides=job.overrides, cfg=job.cfg,
+        # no per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
+        # config is in its result file and in the consolidated store
+        returns.append(JobReturn(overrides=job.overrides, cfg=None,
                                  working_dir=str(job_path(sweep_dir, job.hash).parent),
                                  task_name=str(master.hydra.job.name),
                                  status=JobStatus.COMPLETED, _return_value=record))
     return returns
+
+
+def _direct(task_function: TaskFunction, master: DictConfig) -> bool:
+    """Whether jobs call the task function's ``run_config`` with their resolved config
+    (:func:`execute`): it has one, and no Hydra callback or ``hydra.job.env_set`` expects
+    Hydra's ``run_job`` around each job."""
+    return (callable(getattr(task_function, "run_config", None))
+            and not OmegaConf.select(master, "hydra.callbacks")
+            and not OmegaConf.select(master, "hydra.job.env_set"))
 
 
 def _prepare(master: DictConfig, hydra_context: HydraContext,
@@ -377,14 +513,14 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
     # a rerun of part of a sweep is expressed in that sweep's dims (a dim it sweeps, fixed now)
     dims = extra_dims + [d for d in _old_dims(sweep_dir) if d not in extra_dims]
     jobs: list[_Job] = []
-    sweep_configs = compose_jobs(master, hydra_context.config_loader, job_overrides)
+    composed = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
     checked: set[str] = set()
     too_large: dict[str, str] = {}
     # the memory a fit may have is known here only when the workers run on this machine
     here = None if cluster_cfg.get("kind") == "local" else math.inf
-    for idx, (overrides, cfg) in enumerate(zip(job_overrides, sweep_configs, strict=True)):
-        config = job_config(cfg)
+    for idx, point in enumerate(composed):
+        config = point.config()
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
         dropped = drop_inapplicable_options(config)
         ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
@@ -396,14 +532,8 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
             except TooLarge as err:
                 too_large[h] = str(err)
             checked.add(h)
-        with open_dict(cfg):
-            cfg.algorithm = config["algorithm"]  # resolved, without the dropped options
-            cfg.store_root = config["store_root"]
-            cfg.hydra.sweep.dir = str(sweep_dir)
-            cfg.hydra.sweep.subdir = f"jobs/{h}"
-            cfg.hydra.job.num = initial_job_idx + idx
-            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{initial_job_idx + idx}"
-        jobs.append(_Job(list(overrides), cfg, config, h, coords, setting_hash(config)))
+        jobs.append(_Job(point.overrides, point, config, h, coords, setting_hash(config),
+                         initial_job_idx + idx))
     _check_options_taken(ignored)
     for name, keys in sorted(ignored.items()):
         if keys:
@@ -417,8 +547,9 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
 
 def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
                  hydra_context: HydraContext, task_function: TaskFunction, retries: int,
-                 timings: dict) -> tuple[dict[str, dict], int]:
-    """Submit one ingest task per dataset and one task per job; show progress; collect."""
+                 timings: dict, direct: bool) -> tuple[dict[str, dict], int]:
+    """Submit one ingest task per dataset (and learning task per hyperparameter setting),
+    then the jobs in batches (:class:`_Batches`); show progress; collect."""
     records: dict[str, dict] = {}
     if not to_run:
         return records, 0
@@ -437,7 +568,6 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         since = time.time()
         stores: dict[str, object] = {}
         needs: dict[str, object] = {}  # per job: what it waits for (ingest, or learning)
-        futures = {}
         # every ingest (and hyperparameter learning) first and at a higher priority: a
         # worker's queue holding one behind a long job would keep the jobs needing it waiting
         for job in to_run:
@@ -453,23 +583,111 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
                 learnings[key] = client.submit(_learn, job.config, store, retries=retries,
                                                pure=False, priority=1)
             needs[job.hash] = learnings[key] if key is not None else store
-        for job in to_run:
-            futures[job.hash] = client.submit(
-                execute, task, context, job.cfg, needs[job.hash], since,
-                key=f"job-{job.hash}-{time.time_ns()}", retries=retries, pure=False)
-        _show_progress(list(futures.values()))
-        for job in to_run:
-            records[job.hash] = _collect(futures[job.hash], needs[job.hash], job, sweep_dir,
-                                         cluster_cfg)
+        if direct:  # the workers need the resolved configs only
+            to_run = [replace(job, composed=None) for job in to_run]
+
+        def submit(jobs: list[_Job]):
+            return client.submit(execute_batch, task, context, jobs, sweep_dir, direct,
+                                 needs[jobs[0].hash], since, retries=retries, pure=False,
+                                 key=f"job-{jobs[0].hash}-x{len(jobs)}-{time.time_ns()}")
+
+        batches = _Batches(to_run, needs)
+        progress = _Progress(len(to_run))
+        running = as_completed()
+        in_flight: dict[object, list[_Job]] = {}
+        while True:
+            workers = max(1, len(client.scheduler_info().get("workers", {})))
+            while len(in_flight) < 2 * workers and batches:
+                jobs = batches.take(workers)
+                future = submit(jobs)
+                in_flight[future] = jobs
+                running.add(future)
+            if not in_flight:
+                break
+            future = next(running)
+            jobs = in_flight.pop(future)
+            if future.status == "finished":
+                for job, record in zip(jobs, future.result(), strict=True):
+                    records[job.hash] = record
+                    batches.measured(record["seconds"])
+            elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
+                # the task failed outside its jobs (workers died): rerun each job alone, so
+                # that only a job that kills its worker fails (finished ones are found on disk)
+                for job in jobs:
+                    alone = submit([job])
+                    in_flight[alone] = [job]
+                    running.add(alone)
+                continue
+            else:
+                for job in jobs:
+                    records[job.hash] = _collect(future, needs[job.hash], job, sweep_dir,
+                                                 cluster_cfg)
+            progress.advance(len(jobs))
+        progress.close()
         # release every future (and the errors that reference them) while the client is open
-        futures.clear()
+        in_flight.clear()
         stores.clear()
         learnings.clear()
         needs.clear()
-        del task, context
+        task = context = running = future = None
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
     return records, n_workers
+
+
+class _Batches:
+    """The jobs still to submit, taken in batches sized to the measured job time.
+
+    Guided self-scheduling: a batch holds about :data:`TASK_SECONDS` of jobs (by the mean
+    time of the jobs finished so far; one job until a time is known) and never more than a
+    1/(2·workers) share of those left, so batches shrink towards the end and the workers
+    finish together. A batch holds jobs that wait for the same ingest or learning task."""
+
+    def __init__(self, jobs: list[_Job], needs: Mapping[str, object]) -> None:
+        self.left = list(reversed(jobs))  # popped from the end: submission in sweep order
+        self.needs = needs
+        self.total_seconds, self.n_measured = 0.0, 0
+
+    def __bool__(self) -> bool:
+        return bool(self.left)
+
+    def measured(self, seconds: float) -> None:
+        self.total_seconds += seconds
+        self.n_measured += 1
+
+    def size(self, workers: int) -> int:
+        if self.n_measured == 0:
+            return 1
+        by_time = TASK_SECONDS * self.n_measured / max(self.total_seconds, 1e-9)
+        return max(1, min(int(by_time), math.ceil(len(self.left) / (2 * workers))))
+
+    def take(self, workers: int) -> list[_Job]:
+        size = self.size(workers)
+        batch = [self.left.pop()]
+        need = self.needs[batch[0].hash]
+        while self.left and len(batch) < size and self.needs[self.left[-1].hash] is need:
+            batch.append(self.left.pop())
+        return batch
+
+
+TASK_SECONDS = 0.5  # a batch's target duration: Dask's ~ms per task is then a fraction of 1 %
+
+
+class _Progress:
+    """A text bar over the jobs, advanced as batches finish (or fail) on the client's side."""
+
+    def __init__(self, n: int, width: int = 40) -> None:
+        self.n, self.done, self.width, self.start = n, 0, width, time.perf_counter()
+
+    def advance(self, k: int) -> None:
+        self.done += k
+        filled = self.width * self.done // self.n
+        print(f"\r[{'#' * filled}{' ' * (self.width - filled)}] | "
+              f"{100 * self.done // self.n:3d}% Completed | "
+              f"{time.perf_counter() - self.start:.1f}s", end="", flush=True)
+
+    def close(self) -> None:
+        print(flush=True)
 
 
 def _hyper_key(job: _Job) -> str | None:
@@ -489,17 +707,6 @@ def _learn(config: Mapping, store: str) -> str:
 def _dataset_key(job: _Job) -> str:
     """Jobs with equal dataset specs share one ingest task."""
     return json.dumps(job.config["dataset"], sort_keys=True, default=str)
-
-
-def _show_progress(futures: list, width: int = 40) -> None:
-    """A text bar over the jobs, advanced as each finishes (or fails) on the client's side;
-    returns when every future is done."""
-    start, n = time.perf_counter(), len(futures)
-    for done, _ in enumerate(as_completed(futures), start=1):
-        filled = width * done // n
-        print(f"\r[{'#' * filled}{' ' * (width - filled)}] | {100 * done // n:3d}% Completed | "
-              f"{time.perf_counter() - start:.1f}s", end="", flush=True)
-    print(flush=True)
 
 
 def _same(value):

@@ -19,6 +19,9 @@ from pipeline.sweep import launch
 
 
 class DaskLauncher(Launcher):
+    # pipeline.sweep.launch composes and checks every job before any runs (GroupedSweeper)
+    composes_every_job = True
+
     def __init__(self, retries: int = 2) -> None:
         self.retries = retries
         self.config: DictConfig | None = None

@@ -25,6 +25,7 @@ from pipeline.datasets.spec import (
 from pipeline.datasets.store import (
     REQUIRED_ATTRS,
     attrs_digest,
+    fingerprint,
     ingest,
     load_arrays,
     open_store,
@@ -33,6 +34,6 @@ from pipeline.datasets.store import (
 from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
-           "StoreError", "attrs_digest", "build", "dataset_names", "friedman1_mean",
+           "StoreError", "attrs_digest", "build", "dataset_names", "fingerprint", "friedman1_mean",
            "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec", "open_store",
            "spec_hash", "store_path", "task_of", "train_shape"]

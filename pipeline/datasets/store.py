@@ -163,7 +163,26 @@ def _check_structure(path: Path, ds: xr.Dataset) -> None:
             raise _corrupt(path, f"has {key} of shape {var.shape} but its attrs say {shape}")
 
 
+def fingerprint(path: Path) -> tuple:
+    """(name, inode, size, mtime in ns) of every file of a store: any write changes it."""
+    stamp = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            st = os.stat(os.path.join(root, name))
+            stamp.append((os.path.join(root, name), st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(stamp))
+
+
+# store path → (fingerprint, spec hash) of the stores this process verified: a sweep's jobs on
+# one worker verify their store once, and again only when a file of it changed
+_VERIFIED: dict[Path, tuple] = {}
+
+
 def _check_existing(path: Path, expected_hash: str) -> None:
+    stamp = fingerprint(path)
+    if _VERIFIED.get(path) == (stamp, expected_hash):
+        return
+    _VERIFIED.pop(path, None)
     ds = open_store(path)
     try:
         got = ds.attrs.get("spec_hash")
@@ -173,6 +192,8 @@ def _check_existing(path: Path, expected_hash: str) -> None:
         raise StoreError(f"store {path} was built from a different spec (spec_hash "
                          f"{str(got)[:12]}…, expected {expected_hash[:12]}…); delete {path} and "
                          "rerun to re-ingest")
+    if fingerprint(path) == stamp:  # unchanged while it was read
+        _VERIFIED[path] = (stamp, expected_hash)
 
 
 def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:

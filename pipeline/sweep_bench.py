@@ -1,0 +1,160 @@
+"""Sweep overhead, measured from outside the process (issue 17).
+
+Runs the benchmark experiments as separate command-line processes and times each from its
+start to its exit:
+
+- ``bench_sweep_overhead`` (200 SGMA jobs of ~70 ms) and ``bench_sweep_overhead_1000``
+  (1000 of them) on a fresh sweep directory: whole-process wall against the ideal, the sum of
+  the jobs' own seconds (``job_seconds`` of the results) divided by the workers; the phases
+  (start-up, planning, cluster start, jobs, the rest: cluster shutdown, consolidation, exit)
+  from the sweep's recorded timings;
+- ``bench_sweep_plan`` (a 10 000-point ``dry_run=true``): wall and the process's peak memory.
+
+    python -m pipeline.sweep_bench              # 200 and 1000 jobs, a 10 000-point plan
+    python -m pipeline.sweep_bench size=small   # their small variants (40, 100, 1000)
+
+Writes ``outputs/bench_sweeps[_small]/figures.json`` and ``sweep_overhead.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from pipeline.results import load  # noqa: E402
+
+SWEEPS = ("bench_sweep_overhead", "bench_sweep_overhead_1000")
+PLAN = "bench_sweep_plan"
+GOALS = {"bench_sweep_overhead": 1.6, "bench_sweep_overhead_1000": 1.25}  # × ideal
+PLAN_GOAL_SECONDS = 30.0
+PHASES = (("startup_seconds", "start-up (imports, Hydra)"),
+          ("compose_seconds", "planning (compose, name, check)"),
+          ("cluster_start_seconds", "cluster start"),
+          ("jobs_seconds", "jobs"))
+
+
+def _run(args: list[str], cwd: Path) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MiB, stdout) of ``python -m pipeline <args>``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"error: python -m pipeline {' '.join(args)} failed "
+                         f"(exit {proc.returncode}): {err.strip().splitlines()[-1:]}")
+    peak = _child_peak_mib()
+    return wall, peak, out
+
+
+def _child_peak_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def measure_sweep(experiment: str, size: str, cwd: Path) -> dict:
+    """One sweep run from a fresh directory, timed from outside."""
+    name = experiment if size == "full" else f"{experiment}_{size}"
+    sweep_dir = cwd / "outputs" / name
+    shutil.rmtree(sweep_dir, ignore_errors=True)  # this benchmark's own output: a fresh run
+    wall, _, _ = _run([f"experiment={experiment}", f"size={size}", "cluster.n_workers=2",
+                       "cluster.dashboard_address=:0"], cwd)
+    ds = load(sweep_dir / "results.zarr")
+    timings = ds.attrs["timings"]  # decoded by load
+    workers = int(ds.attrs["n_workers"])
+    _, first = np.unique(ds["job_hash"].values.ravel(), return_index=True)
+    seconds = ds["job_seconds"].values.ravel()[first]
+    ideal = float(np.nansum(seconds)) / workers
+    phases = {key: float(timings.get(key, 0.0)) for key, _ in PHASES}
+    phases["rest_seconds"] = wall - sum(phases.values())
+    return {"experiment": name, "jobs": int(len(first)), "workers": workers,
+            "job_seconds_sum": float(np.nansum(seconds)),
+            "job_seconds_median": float(np.nanmedian(seconds)),
+            "ideal_seconds": ideal, "whole_process_seconds": wall, "ratio": wall / ideal,
+            "goal_ratio": GOALS.get(experiment), "phases": phases}
+
+
+def measure_plan(size: str, cwd: Path) -> dict:
+    """The dry run of ``bench_sweep_plan``: wall, and peak memory from the process's report."""
+    wall, peak, out = _run([f"experiment={PLAN}", f"size={size}"], cwd)
+    line = next(x for x in out.splitlines() if x.startswith("dry run:"))
+    return {"experiment": PLAN if size == "full" else f"{PLAN}_{size}",
+            "points": int(line.split()[2]), "whole_process_seconds": wall,
+            "goal_seconds": PLAN_GOAL_SECONDS, "peak_memory_mib": peak, "printed": line}
+
+
+def figure(sweeps: list[dict], plan: dict, path: Path) -> None:
+    """Stacked phases of each sweep's whole process beside its ideal and goal."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    colors = plt.get_cmap("tab10").colors
+    labels = [f"{s['jobs']} jobs\n(median job {1e3 * s['job_seconds_median']:.0f} ms)"
+              for s in sweeps]
+    y = np.arange(len(sweeps))
+    left = np.zeros(len(sweeps))
+    for i, (key, label) in enumerate((*PHASES, ("rest_seconds",
+                                               "rest (cluster shutdown, consolidation, exit)"))):
+        widths = np.array([s["phases"][key] for s in sweeps])
+        ax.barh(y, widths, left=left, color=colors[i], label=label, height=0.5)
+        left += widths
+    for i, s in enumerate(sweeps):
+        ax.plot([s["ideal_seconds"]] * 2, [i - 0.35, i + 0.35], color="k", lw=2,
+                label="ideal: Σ job seconds / workers" if i == 0 else None)
+        if s["goal_ratio"]:
+            ax.plot([s["goal_ratio"] * s["ideal_seconds"]] * 2, [i - 0.35, i + 0.35],
+                    color="k", lw=1.5, ls="--",
+                    label="goal (1.6× for 200, 1.25× for 1000)" if i == 0 else None)
+        ax.text(left[i], i, f"  {s['ratio']:.2f}× ideal", va="center")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("seconds from process start to exit (2 workers)")
+    ax.set_xlim(0, 1.25 * max(left.max(), max(s["ideal_seconds"] for s in sweeps) * 1.6))
+    ax.set_title(f"Whole-process sweep time by phase; a {plan['points']}-point dry run: "
+                 f"{plan['whole_process_seconds']:.1f} s, {plan['peak_memory_mib']:.0f} MiB",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    size = "full"
+    for arg in argv:
+        if arg.startswith("size=") and arg.partition("=")[2] in ("full", "small"):
+            size = arg.partition("=")[2]
+        else:
+            print(f"error: unknown argument {arg!r}; pass size=full or size=small",
+                  file=sys.stderr)
+            return 2
+    cwd = Path(os.getcwd())
+    plan = measure_plan(size, cwd)  # first: RUSAGE_CHILDREN's peak is then the plan's own
+    sweeps = [measure_sweep(name, size, cwd) for name in SWEEPS]
+    out_dir = cwd / "outputs" / ("bench_sweeps" if size == "full" else f"bench_sweeps_{size}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "figures.json").write_text(json.dumps({"sweeps": sweeps, "plan": plan},
+                                                     indent=2))
+    figure(sweeps, plan, out_dir / "sweep_overhead.png")
+    for s in sweeps:
+        print(f"{s['experiment']}: {s['jobs']} jobs, whole process "
+              f"{s['whole_process_seconds']:.1f} s, ideal {s['ideal_seconds']:.1f} s "
+              f"(Σ job seconds {s['job_seconds_sum']:.1f} / {s['workers']} workers): "
+              f"{s['ratio']:.2f}×")
+    print(f"{plan['experiment']}: {plan['points']} points planned, whole process "
+          f"{plan['whole_process_seconds']:.1f} s, peak memory {plan['peak_memory_mib']:.0f} MiB")
+    print(f"figures: {out_dir / 'figures.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

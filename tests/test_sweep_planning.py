@@ -1,0 +1,128 @@
+"""Sweep planning and batching (issue 17): shared compositions equal Hydra's own, job files
+read for consolidation equal xarray's reading, batches sized to the measured job time, a dry
+run that writes nothing."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+
+from pipeline.job import CONF_DIR, job_config
+from pipeline.results import _open_job, _read_job
+from pipeline.sweep import _Batches, compose_jobs
+
+POINTS = [
+    ["experiment=bench_sweep_overhead", "seed=3"],
+    ["experiment=bench_sweep_overhead", "seed=4", "kernel.width=0.5"],
+    ["experiment=bench_sweep_overhead", "size=small", "seed=5"],
+    # interpolations resolved per point: the split follows the seed
+    ["experiment=smola2001_classification", "dataset=abalone_binary", "seed=2"],
+    ["algorithm=sgma", "dataset=abalone", "lam=0.01", "algorithm.eps=0.1"],
+    ["algorithm=exact", "dataset=sine1d", "+algorithm.extra=1"],  # not a leaf: composed whole
+]
+
+
+def test_shared_compositions_equal_hydras_composition_of_each_point():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="t"):
+        loader = GlobalHydra.instance().hydra.config_loader
+        master = loader.load_configuration("config", [], RunMode.MULTIRUN)
+        points = compose_jobs(master, loader, POINTS)
+        for overrides, point in zip(POINTS, points, strict=True):
+            hydra_own = loader.load_sweep_config(master, overrides)
+            assert point.config() == job_config(hydra_own), overrides
+            assert job_config(point.hydra_config()) == job_config(hydra_own), overrides
+        # points that differ in leaf values share one composition
+        assert points[0].base is points[1].base and points[0].base is not points[2].base
+        seeds = compose_jobs(master, loader, [["dataset=sine1d", f"seed={s}"] for s in range(3)])
+        assert len({id(p.base) for p in seeds}) == 1
+
+
+def test_job_files_read_for_consolidation_equal_xarrays_reading(tmp_path):
+    from pipeline.job import run_job
+
+    config = {"algorithm": {"name": "sgma", "max_basis": 10}, "dataset": {"name": "sine1d"},
+              "kernel": {"name": "rbf", "width": 0.1}, "lam": 0.1, "kappa": 5, "seed": 0,
+              "store_root": str(tmp_path / "stores"),
+              "certificate": {"enabled": True, "tol": 1e-3, "max_dual": 50, "kappa": 10}}
+    path = run_job(config, tmp_path / "result.nc").result_path
+    fast, full = _read_job(path), _open_job(path)
+    assert fast.attrs.keys() == full.attrs.keys()
+    assert all(fast.attrs[k] == full.attrs[k] for k in full.attrs)
+    assert set(fast.data_vars) == set(full.data_vars) and fast.sizes == dict(full.sizes)
+    for name in full.data_vars:
+        a, b = full[name].values, fast[name].values
+        assert a.dtype == b.dtype and full[name].dims == fast[name].dims
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+
+
+class _Job:
+    def __init__(self, h):
+        self.hash = h
+
+
+def test_batches_follow_the_measured_job_time_and_shrink_towards_the_end():
+    store, other = object(), object()
+    jobs = [_Job(str(i)) for i in range(100)]
+    needs = {j.hash: (store if int(j.hash) < 90 else other) for j in jobs}
+    batches = _Batches(jobs, needs)
+    assert len(batches.take(workers=2)) == 1  # no job time known yet: one job
+    for _ in range(10):
+        batches.measured(0.05)  # 50 ms a job: 0.5 s of jobs is 10 of them
+    sizes = []
+    taken = []
+    while batches:
+        batch = batches.take(workers=2)
+        assert len({id(needs[j.hash]) for j in batch}) == 1  # one ingest per batch
+        sizes.append(len(batch))
+        taken += [j.hash for j in batch]
+    assert taken == [str(i) for i in range(1, 100)]  # every job once, in sweep order
+    assert max(sizes) == 10  # 0.5 s of 50 ms jobs
+    assert sizes[-1] == 1 and max(sizes[-3:]) <= 2  # the last share of the jobs left is small
+
+
+@pytest.mark.slow
+def test_a_dry_run_plans_the_sweep_and_writes_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=bench_sweep_plan",
+                           "size=small"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("dry run: 1000 sweep points, 1000 distinct jobs: 0 already "
+                           "finished, 1000 would run; planned in "), line
+    assert "client peak memory" in line and line.endswith("nothing submitted")
+    assert not (tmp_path / "outputs" / "bench_sweep_plan_small").exists()
+    single = subprocess.run([sys.executable, "-m", "pipeline", "dataset=sine1d", "dry_run=true"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 2 and single.stderr.startswith("error: dry_run=true plans a "
+                                                               "sweep"), single.stderr
+    assert not Path(tmp_path / "outputs" / "runs").exists() or not any(
+        Path(tmp_path / "outputs" / "runs").rglob("result.nc"))
+
+
+@pytest.mark.slow
+def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
+    """python -m pipeline.sweep_bench size=small: the small variants of the three benchmark
+    experiments, timed from outside; phases add up to the whole process."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-m", "pipeline.sweep_bench", "size=small"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "outputs" / "bench_sweeps_small"
+    figures = json.loads((out / "figures.json").read_text())
+    assert [s["jobs"] for s in figures["sweeps"]] == [40, 100]
+    for s in figures["sweeps"]:
+        assert s["workers"] == 2 and s["ideal_seconds"] == pytest.approx(
+            s["job_seconds_sum"] / 2)
+        assert sum(s["phases"].values()) == pytest.approx(s["whole_process_seconds"])
+        assert s["ratio"] == pytest.approx(s["whole_process_seconds"] / s["ideal_seconds"])
+    assert figures["plan"]["points"] == 1000 and figures["plan"]["peak_memory_mib"] > 0
+    assert (out / "sweep_overhead.png").stat().st_size > 10000
+    bad = subprocess.run([sys.executable, "-m", "pipeline.sweep_bench", "size=huge"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
