@@ -2,7 +2,7 @@
 
 import sys
 
-from pipeline.cli import main
+from pipeline.cli import exit_now, main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import hydra
@@ -61,6 +62,22 @@ def _naive(name: str, A: np.ndarray, B: np.ndarray, scale: float) -> np.ndarray:
     return K
 
 
+def _write_block(n: int, m: int, threads: int) -> np.ndarray:
+    """Only what every kernel block must do: a fresh (n × m) float64 array written once (a
+    broadcast ufunc per row run, on ``threads`` threads): the memory-bandwidth floor of a
+    block, however its values are computed."""
+    K = np.empty((n, m))
+    row = np.ones(m)
+    bounds = np.linspace(0, n, threads + 1).astype(int)
+
+    def fill(i: int) -> None:
+        np.multiply(row, 1.0, out=K[bounds[i]:bounds[i + 1]])
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(fill, range(threads)))
+    return K
+
+
 def kernel_entry_times(n: int, m: int, dims: list[int], threads: list[int], repeats: int,
                        rng: np.random.Generator) -> list[dict]:
     """Seconds per kernel entry of an (n × m) block, naive numpy form (:func:`_naive`, BLAS on
@@ -78,10 +95,12 @@ def kernel_entry_times(n: int, m: int, dims: list[int], threads: list[int], repe
                     set_kernel_threads(t)
                     naive = _best(functools.partial(_naive, name, A, B, scale), repeats)
                     fused = _best(functools.partial(kernel, A, B), repeats)
+                    write = _best(functools.partial(_write_block, n, m, t), repeats)
                 err = float(np.max(np.abs(kernel(A, B) - ref) / np.abs(ref).max()))
                 rows.append({"kernel": name, "d": d, "threads": t,
                              "naive_ns_per_entry": naive / (n * m) * 1e9,
                              "fused_ns_per_entry": fused / (n * m) * 1e9,
+                             "write_ns_per_entry": write / (n * m) * 1e9,
                              "speedup": naive / fused, "max_rel_diff": err})
     return rows
 
@@ -183,8 +202,10 @@ def _kernel_figure(entries: list[dict], kcfg: dict, path: Path) -> None:
             d = [r["d"] for r in rows]
             ax.plot(d, [r["naive_ns_per_entry"] for r in rows], "o--",
                     label=f"naive numpy, {t} thread{'s' * (t > 1)}")
-            ax.plot(d, [r["fused_ns_per_entry"] for r in rows], "s-",
-                    label=f"tiled, {t} thread{'s' * (t > 1)}")
+            line, = ax.plot(d, [r["fused_ns_per_entry"] for r in rows], "s-",
+                            label=f"tiled, {t} thread{'s' * (t > 1)}")
+            ax.plot(d, [r["write_ns_per_entry"] for r in rows], ":", color=line.get_color(),
+                    label=f"writing the block alone, {t} thread{'s' * (t > 1)}")
         ax.set(xlabel="input dimension d", ylabel="ns per kernel entry", xticks=d,
                title=f"{name}: ({kcfg['n']} × {kcfg['m']}) block")
         ax.set_ylim(bottom=0)
@@ -210,7 +231,8 @@ def main(cfg: DictConfig) -> None:
             for row in value:
                 print(f"  kernel {row['kernel']:9s} d={row['d']:<3d} threads={row['threads']}: "
                       f"naive {row['naive_ns_per_entry']:.2f} ns, fused "
-                      f"{row['fused_ns_per_entry']:.2f} ns per entry ({row['speedup']:.2f}×)")
+                      f"{row['fused_ns_per_entry']:.2f} ns per entry ({row['speedup']:.2f}×; "
+                      f"writing the block alone {row['write_ns_per_entry']:.2f} ns)")
         elif isinstance(value, dict):
             print(f"{key:32s} " + ", ".join(f"{k} {v:.3f}" for k, v in value.items()))
         else:

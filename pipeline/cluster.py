@@ -474,7 +474,8 @@ def connect(cfg: Mapping) -> Iterator[Client]:
         address = opts["address"]
         _check_reachable(address, timeout, opts)
         try:
-            client = Client(address, timeout=max(1.0, deadline - time.monotonic()))
+            client = Client(address, timeout=max(1.0, deadline - time.monotonic()),
+                            set_as_default=False)
         except Exception as err:  # refused, timed out, or something else answered
             raise InputError(f"no Dask scheduler answered at scheduler={address} "
                              f"({type(err).__name__}: {' '.join(str(err).split())[:160]}); pass "
@@ -511,7 +512,10 @@ def connect(cfg: Mapping) -> Iterator[Client]:
         cluster = _jobqueue_cluster(opts, opts["dashboard_address"])
         cluster.scale(jobs=opts["n_jobs"])
     try:
-        with Client(cluster) as client, _dashboard_link(opts["dashboard_address"]):
+        # not dask's default scheduler: the client's own dask work (consolidation) stays local
+        # while the cluster closes (pipeline.sweep) — tasks are submitted to it by name
+        with Client(cluster, set_as_default=False) as client, \
+                _dashboard_link(opts["dashboard_address"]):
             _wait_for_first_worker(client, opts, deadline,
                                    cluster if kind in SUBMIT_COMMAND else None)
             yield client

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import platform
 import re
 import time
@@ -198,14 +199,25 @@ def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
                          f"({', '.join(algorithms[:6])})")
 
 
-def check_threads(threads: Any) -> int | None:
-    """``threads``: the BLAS and kernel-block threads of a job (an int ≥ 1), or null for the
-    BLAS library's default and every core for kernel blocks."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
+def check_threads(threads: Any) -> int | str | None:
+    """``threads``: the BLAS and kernel-block threads of a job: an int ≥ 1; ``auto`` (the
+    default: the machine's cores shared among the jobs running on it at once,
+    :func:`resolve_threads`); or null (the BLAS library's default, every core for kernel
+    blocks)."""
+    if threads is not None and threads != "auto" and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads={threads!r} must be an integer ≥ 1 (the BLAS threads of each "
-                         "job) or null (the BLAS library's default); pass e.g. threads=1")
+                         "job), auto (the cores shared among the jobs running at once) or null "
+                         "(the BLAS library's default); pass e.g. threads=1")
     return threads
+
+
+def resolve_threads(threads: Any, jobs_at_once: int = 1) -> int | None:
+    """``threads=auto`` as a count: this machine's cores shared among the ``jobs_at_once``
+    running on it (a single job: every core, so its GEMMs use them all); else as given."""
+    if threads != "auto":
+        return threads
+    return max(1, (os.cpu_count() or 1) // max(1, jobs_at_once))
 
 
 def cpu_model() -> str:
@@ -247,7 +259,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     (e.g. the worker that ran the job)."""
     start = time.perf_counter()
     spec, lam, kernel, options = check_config(config)
-    threads = config.get("threads", 1)  # validated by check_config
+    threads = resolve_threads(config.get("threads", 1))  # validated by check_config
     limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
     before = kernel_threads()

@@ -56,6 +56,7 @@ from pipeline.job import (
     config_hash,
     drop_inapplicable_options,
     job_config,
+    resolve_threads,
     setting_hash,
 )
 from pipeline.results import (
@@ -413,6 +414,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     t_start = time.perf_counter()
     startup = startup_seconds()  # process start → here (None when not the command line)
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
+    cluster = _Cluster()
     try:
         cluster_cfg, jobs, dims, too_large = _prepare(master, hydra_context, job_overrides,
                                                       initial_job_idx, sweep_dir)
@@ -428,6 +430,20 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     except BaseException:
         _restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
         raise
+    try:
+        return _launch_jobs(master, hydra_context, task_function, job_overrides, retries,
+                            sweep_dir, cluster_cfg, jobs, dims, too_large, manifest, before,
+                            t_start, startup, cluster)
+    finally:
+        cluster.close()
+
+
+def _launch_jobs(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
+                 job_overrides: Sequence[Sequence[str]], retries: int, sweep_dir: Path,
+                 cluster_cfg: dict, jobs: list[_Job], dims: list[str],
+                 too_large: dict[str, str], manifest: Path, before: bytes | None,
+                 t_start: float, startup: float | None, cluster: _Cluster) -> list[JobReturn]:
+    """:func:`launch` once the sweep is planned and claimed: run, consolidate, report."""
     unique: dict[str, _Job] = {}
     for job in jobs:
         unique.setdefault(job.hash, job)
@@ -444,7 +460,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     try:
         records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
                                           task_function, retries, timings,
-                                          _direct(task_function, master))
+                                          _direct(task_function, master), cluster)
     except InputError:  # the cluster did not start: no job ran, leave the directory as it was
         with _sweep_lock(sweep_dir):
             _write_bytes(manifest, before)
@@ -519,12 +535,18 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
     too_large: dict[str, str] = {}
     # the memory a fit may have is known here only when the workers run on this machine
     here = None if cluster_cfg.get("kind") == "local" else math.inf
+    # threads=auto: the cores of this machine shared among its workers' jobs; elsewhere
+    # (workers on other machines, cores unknown here) one thread a job
+    jobs_at_once = ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
+                    * (cluster_cfg.get("threads_per_worker") or 1)
+                    if cluster_cfg.get("kind") == "local" else os.cpu_count() or 1)
     for idx, point in enumerate(composed):
         config = point.config()
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
         dropped = drop_inapplicable_options(config)
         ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
         config["store_root"] = str(Path(config["store_root"]).resolve())
+        config["threads"] = resolve_threads(config.get("threads", 1), jobs_at_once)
         h = config_hash(config)
         if h not in checked:  # bad input stops the sweep before any cluster starts
             try:
@@ -545,9 +567,37 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
     return cluster_cfg, jobs, dims, too_large
 
 
+class _Cluster:
+    """The sweep's Dask cluster: connected when the first job is submitted (bad input stops a
+    sweep before any cluster starts), closed on a thread while the results are consolidated
+    (:meth:`close` with ``wait=False``), so that its shutdown overlaps the client's own work."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.closer: threading.Thread | None = None
+
+    def connect(self, cfg: Mapping):
+        client = self.stack.enter_context(connect(cfg))
+        client.register_plugin(_QuietCancellations())
+        return client
+
+    def close(self, wait: bool = True) -> None:
+        """Close the cluster (on a thread unless ``wait``); waits for a close under way."""
+        if self.closer is None:
+            self.closer = threading.Thread(target=self._close, name="sweep-cluster-close",
+                                           daemon=True)
+            self.closer.start()
+        if wait:
+            self.closer.join()
+
+    def _close(self) -> None:
+        with contextlib.suppress(Exception), _silent_on_interrupt():
+            self.stack.close()
+
+
 def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
                  hydra_context: HydraContext, task_function: TaskFunction, retries: int,
-                 timings: dict, direct: bool) -> tuple[dict[str, dict], int]:
+                 timings: dict, direct: bool, cluster: _Cluster) -> tuple[dict[str, dict], int]:
     """Submit one ingest task per dataset (and learning task per hyperparameter setting),
     then the jobs in batches (:class:`_Batches`); show progress; collect."""
     records: dict[str, dict] = {}
@@ -555,11 +605,11 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         return records, 0
     _quiet_dask_logging()
     t0 = time.perf_counter()
-    with connect(cluster_cfg) as client, _silent_on_interrupt():
-        timings["cluster_start_seconds"] = time.perf_counter() - t0
+    with _silent_on_interrupt():
+        client = cluster.connect(cluster_cfg)
+        timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
         n_workers = len(client.scheduler_info().get("workers", {}))
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
-        client.register_plugin(_QuietCancellations())
         t1 = time.perf_counter()
         # as tasks, not scattered data: a task's result is recomputed if the worker holding
         # it dies, where scattered data would be lost with it (and every job with it)
@@ -573,7 +623,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         for job in to_run:
             if _dataset_key(job) not in stores:
                 stores[_dataset_key(job)] = client.submit(
-                    ingest, job.config["dataset"], job.config["store_root"], retries=retries,
+                    _ingest, job.config["dataset"], job.config["store_root"], retries=retries,
                     pure=False, priority=1)
         learnings: dict[str, object] = {}
         for job in to_run:
@@ -593,7 +643,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
 
         batches = _Batches(to_run, needs)
         progress = _Progress(len(to_run))
-        running = as_completed()
+        running = as_completed(loop=client.loop)
         in_flight: dict[object, list[_Job]] = {}
         while True:
             workers = max(1, len(client.scheduler_info().get("workers", {})))
@@ -632,6 +682,7 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         task = context = running = future = None
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
+    cluster.close(wait=False)  # while the results are consolidated
     return records, n_workers
 
 
@@ -698,9 +749,18 @@ def _hyper_key(job: _Job) -> str | None:
         return None  # a bad hyper block: the job itself reports it
 
 
+def _ingest(spec: Mapping, store_root: str) -> Path:
+    """A sweep's ingest task: :func:`pipeline.datasets.ingest` with its dask arrays computed in
+    this task (on a worker dask's default is the cluster: every chunk read would be a round
+    trip through the scheduler, 0.5 s for a small store's checksums)."""
+    with dask.config.set(scheduler="synchronous"):
+        return ingest(spec, store_root)
+
+
 def _learn(config: Mapping, store: str) -> str:
     """A sweep's hyperparameter-learning task: learn (or find cached) and return the store."""
-    learned(config, store)
+    with dask.config.set(scheduler="synchronous"):
+        learned(config, store)
     return store
 
 

@@ -4,6 +4,7 @@ renders. Chromium is required (``apt-get install chromium``): without it the tes
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -94,7 +95,10 @@ def test_report_html_renders_in_chromium(seed_dir, tmp_path):
     assert f"name: {ds.attrs['config']['dataset']['name']}" in page  # the config as YAML
     cpu = re.search(r"<th>CPU model</th><td>(.*?)</td>", page)[1]
     assert (cpu == "not recorded") == ("final_cpu_model" not in ds)
-    assert re.search(r"<th>BLAS threads per job</th><td>1</td>", page)
+    # threads=auto on one local worker: the job had every core for its BLAS
+    threads = int(ds["final_blas_threads"].max())
+    assert threads == os.cpu_count() and re.search(
+        rf"<th>BLAS threads per job</th><td>{threads}</td>", page)
     md_tables = (out / "report.md").read_text().count("\n|---")
     # the report's tables, then swept keys, environment, versions and (when jobs ran) timings
     expected_tables = md_tables + 3 + bool(ds.attrs.get("timings"))

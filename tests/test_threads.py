@@ -2,6 +2,7 @@
 recorded with the CPU model; the count is not part of what a job computes (its hash)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,8 @@ def _job(tmp_path, *extra):
     return proc
 
 
-@pytest.mark.parametrize("extra,threads", [((), 1), (("threads=2",), 2)])
+@pytest.mark.parametrize("extra,threads", [((), os.cpu_count()), (("threads=1",), 1),
+                                           (("threads=2",), 2)])
 def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path, extra,
                                                                         threads):
     proc = _job(tmp_path, *extra)
@@ -28,6 +30,7 @@ def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path
     summary = json.loads(xr.open_dataset(path, engine="scipy").attrs["summary"])
     assert summary["blas_threads"] == threads
     assert summary["kernel_threads"] == threads  # the kernel blocks' tiles follow threads too
+    # threads=auto (the default): a single job on this machine uses every core
     assert isinstance(summary["cpu_model"], str) and summary["cpu_model"]
 
 
