@@ -38,24 +38,44 @@ from algorithms.errors import InputError
 from algorithms.options import Option, validate
 
 
-def _rbf(A: np.ndarray, B: np.ndarray, width: float, out: np.ndarray) -> None:
-    """exp(−‖a−b‖²/width) as exp(D) with D = (2abᵀ − ‖a‖² − ‖b‖²)/width from one GEMM
-    of the augmented inputs [a, 1, ‖a‖²]·[2b/width, −‖b‖²/width, −1/width]ᵀ (the norms ride in
-    the product: no pass over the block for them)."""
+def _rbf_rows(A: np.ndarray, width: float) -> np.ndarray:
+    """RBF rows [a, 1, ‖a‖²] of the one-GEMM form (:func:`_rbf`)."""
     d = A.shape[1]
     Aa = np.empty((len(A), d + 2))
     Aa[:, :d] = A
     Aa[:, d] = 1.0
     np.einsum("ij,ij->i", A, A, out=Aa[:, d + 1])
-    Ba = np.empty((len(B), d + 2))
-    np.multiply(B, 2.0 / width, out=Ba[:, :d])
-    np.einsum("ij,ij->i", B, B, out=Ba[:, d])
-    Ba[:, d] *= -1.0 / width
-    Ba[:, d + 1] = -1.0 / width
-    np.matmul(Aa, Ba.T, out=out)
+    return Aa
+
+
+def _rbf_cols(B: np.ndarray, width: float) -> np.ndarray:
+    """RBF columns [2b/width, −‖b‖²/width, −1/width]ᵀ of the one-GEMM form (:func:`_rbf`),
+    as a (d + 2) × m array."""
+    d = B.shape[1]
+    Ba = np.empty((d + 2, len(B)))
+    np.multiply(B.T, 2.0 / width, out=Ba[:d])
+    np.einsum("ij,ij->i", B, B, out=Ba[d])
+    Ba[d] *= -1.0 / width
+    Ba[d + 1] = -1.0 / width
+    return Ba
+
+
+def _rbf(Aa: np.ndarray, Ba: np.ndarray, width: float, out: np.ndarray) -> None:
+    """exp(−‖a−b‖²/width) as exp(D) with D = (2abᵀ − ‖a‖² − ‖b‖²)/width from one GEMM of the
+    augmented rows and columns (:func:`_rbf_rows`, :func:`_rbf_cols`, made once per block, not
+    per tile: the norms ride in the product and a tile is two calls)."""
+    np.matmul(Aa, Ba, out=out)
     # round-off can leave D ≈ +ε(‖a‖² + ‖b‖²)/width where a = b, so a value may exceed 1 by
     # that much; a clamp would cost a third of the block's time for no gain in accuracy
     np.exp(out, out=out)
+
+
+def _same_rows(A: np.ndarray, **_: float) -> np.ndarray:
+    return A
+
+
+def _same_cols(B: np.ndarray, **_: float) -> np.ndarray:
+    return B
 
 
 def _laplacian(A: np.ndarray, B: np.ndarray, omega: float, out: np.ndarray) -> None:
@@ -191,6 +211,9 @@ class KernelSpec:
     stationary: bool
     # ARD: (name of the isotropic scale, its value at unit length scale), or None
     unit_scale: tuple[str, float] | None = None
+    # the inputs ``function`` takes, made once per block from the (scaled) rows and columns
+    rows: Callable[..., np.ndarray] = _same_rows
+    cols: Callable[..., np.ndarray] = _same_cols
 
     @property
     def shape_params(self) -> tuple[str, ...]:
@@ -202,7 +225,7 @@ KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("rbf", _rbf, _unit_diag,
                {"width": _positive(10.0, "2ω² in exp(−‖x−x'‖²/(2ω²))", none_ok=True),
                 "variance": VARIANCE, "lengthscales": _lengthscales("rbf")},
-               True, ("width", 2.0)),
+               True, ("width", 2.0), _rbf_rows, _rbf_cols),
     KernelSpec("laplacian", _laplacian, _unit_diag,
                {"omega": _positive(1.0, "ω in exp(−‖x−x'‖/ω)", none_ok=True),
                 "variance": VARIANCE, "lengthscales": _lengthscales("laplacian")},
@@ -257,8 +280,7 @@ class Kernel:
         return None if ls is None else np.asarray(ls, dtype=np.float64)
 
     def scaled(self, A: np.ndarray) -> np.ndarray:
-        """``A`` as float64, divided by the ARD length scales (unchanged without them): the
-        inputs :meth:`tile` takes."""
+        """``A`` as float64, divided by the ARD length scales (unchanged without them)."""
         A = np.asarray(A, dtype=np.float64)
         ls = self.lengthscales
         if ls is None:
@@ -288,24 +310,39 @@ class Kernel:
         :func:`kernel_threads` threads for large blocks; the values are those of one
         untiled evaluation (the GEMM may round a row at a tile edge differently, by a few
         ulp)."""
-        A, B = self.scaled(A), self.scaled(B)
-        K = np.empty((len(A), len(B)))
-        rows = tile_rows(len(B))
+        A, B = self.rows(A), self.cols(B)
+        K = np.empty((len(A), self._n_cols(B)))
+        rows = tile_rows(K.shape[1])
 
         def run(starts: range) -> bool:
-            return all([self.tile(A[lo: lo + rows], B, K[lo: lo + rows]) for lo in starts])
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                return all([self.tile(A[lo: lo + rows], B, K[lo: lo + rows])
+                            for lo in starts])
 
         if all(_on_threads(run, range(0, len(A), rows), K.size)):
             return K
         raise self._overflow(K)
 
+    def rows(self, A: np.ndarray) -> np.ndarray:
+        """The rows of a block as :meth:`tile` takes them: scaled (:meth:`scaled`), then in the
+        kernel's own form (the RBF's augmented inputs)."""
+        return self.spec.rows(self.scaled(A), **self._shape)
+
+    def cols(self, B: np.ndarray) -> np.ndarray:
+        """The columns of a block as :meth:`tile` takes them (see :meth:`rows`)."""
+        return self.spec.cols(self.scaled(B), **self._shape)
+
+    def _n_cols(self, B: np.ndarray) -> int:
+        return B.shape[1] if self.spec.cols is not _same_cols else len(B)
+
     def tile(self, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> bool:
-        """k(A, B) into ``out`` for inputs already scaled (:meth:`scaled`); whether every
-        value is finite (checked while the tile is in cache)."""
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            self.spec.function(A, B, out=out, **self._shape)
-            if self.variance != 1.0:
-                out *= self.variance
+        """k(A, B) into ``out`` for rows and columns from :meth:`rows` and :meth:`cols`;
+        whether every value is finite (checked while the tile is in cache). Call it under
+        ``np.errstate(over="ignore", invalid="ignore", divide="ignore")``: an overflow is
+        reported by the finiteness check, not as a warning."""
+        self.spec.function(A, B, out=out, **self._shape)
+        if self.variance != 1.0:
+            out *= self.variance
         return bool(np.isfinite(out).all())
 
     def diag(self, A: np.ndarray) -> np.ndarray:
@@ -342,6 +379,7 @@ class ArrayKernelBlocks:
     def __init__(self, X, kernel: Kernel) -> None:
         self._source = X
         self._X: np.ndarray | None = None
+        self._rows: np.ndarray | None = None
         self.kernel = kernel
         if len(X.shape) != 2:
             raise InputError(f"X has shape {tuple(X.shape)}; it must be (n, d)")
@@ -352,6 +390,14 @@ class ArrayKernelBlocks:
         if self._X is None:
             self._X = np.ascontiguousarray(np.asarray(self._source, dtype=np.float64))
         return self._X
+
+    @property
+    def kernel_rows(self) -> np.ndarray:
+        """All training inputs as the kernel's tiles take them (:meth:`Kernel.rows`), made
+        once: n·(d + 2) values for the RBF."""
+        if self._rows is None:
+            self._rows = self.kernel.rows(self.X)
+        return self._rows
 
     def inputs(self, rows) -> np.ndarray:
         return self.X[rows]
@@ -369,20 +415,21 @@ class ArrayKernelBlocks:
         product while in cache and dropped, on :func:`kernel_threads` threads (one partial
         product per thread, summed). One pass over W and no n×|cols| array: the greedy
         methods' candidate scores are these two quantities."""
-        X, kernel = self.X, self.kernel
-        B = kernel.scaled(X[cols])
-        n, m, p = self.n, len(B), W.shape[1]
+        kernel, A = self.kernel, self.kernel_rows
+        B = kernel.cols(self.X[cols])
+        n, m, p = self.n, kernel._n_cols(B), W.shape[1]
         rows = tile_rows(m)
 
         def run(starts: range) -> tuple[np.ndarray, np.ndarray, bool]:
             P, sq, ok = np.zeros((p, m)), np.zeros(m), True
             buf, prod = np.empty((rows, m)), np.empty((p, m))
-            for lo in starts:
-                T = buf[: min(rows, n - lo)]
-                ok &= kernel.tile(kernel.scaled(X[lo: lo + len(T)]), B, T)
-                np.matmul(W[lo: lo + len(T)].T, T, out=prod)
-                P += prod
-                sq += np.einsum("ij,ij->j", T, T)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                for lo in starts:
+                    T = buf[: min(rows, n - lo)]
+                    ok &= kernel.tile(A[lo: lo + len(T)], B, T)
+                    np.matmul(W[lo: lo + len(T)].T, T, out=prod)
+                    P += prod
+                    sq += np.einsum("ij,ij->j", T, T)
             return P, sq, ok
 
         parts = _on_threads(run, range(0, n, rows), n * m)
