@@ -126,3 +126,26 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipeline.sweep_bench", "size=huge"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
+
+
+@pytest.mark.slow
+def test_hydras_run_job_runs_the_jobs_when_the_sweep_asks_for_it(tmp_path):
+    """With hydra.job.env_set (or Hydra callbacks) each job runs through Hydra's own run_job,
+    which writes its .hydra/ record and sets the environment; the results are the same
+    jobs as on the direct path."""
+    args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
+            "dataset.n_train=60", "seed=0,1", "cluster.n_workers=1",
+            "cluster.dashboard_address=:0"]
+    direct = subprocess.run([*args, "sweep=direct"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    hydra = subprocess.run([*args, "sweep=hydra", "+hydra.job.env_set.SGP_MARK=1"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert direct.returncode == 0 and hydra.returncode == 0, direct.stderr + hydra.stderr
+    out = tmp_path / "outputs"
+    runs = {name: sorted(p.parent.name for p in (out / name / "jobs").glob("*/result.nc"))
+            for name in ("direct", "hydra")}
+    assert len(runs["direct"]) == 2 and runs["direct"] == runs["hydra"]  # the same jobs
+    assert not list((out / "direct" / "jobs").glob("*/.hydra"))
+    for h in runs["hydra"]:
+        overrides = (out / "hydra" / "jobs" / h / ".hydra" / "overrides.yaml").read_text()
+        assert "dataset=sine1d" in overrides
