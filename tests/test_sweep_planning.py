@@ -115,7 +115,8 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "outputs" / "bench_sweeps_small"
     figures = json.loads((out / "figures.json").read_text())
-    assert [s["jobs"] for s in figures["sweeps"]] == [40, 100]
+    assert [s["jobs"] for s in figures["sweeps"]] == [40, 100, 40]
+    assert [s["warm_workers"] for s in figures["sweeps"]] == [False, False, True]
     for s in figures["sweeps"]:
         assert s["workers"] == 2 and s["ideal_seconds"] == pytest.approx(
             s["job_seconds_sum"] / 2)
