@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import resource
 import threading
 import time
@@ -120,13 +121,36 @@ class Composition:
 
     cfg: DictConfig     # Hydra's composition, hydra node included
     job_part: dict      # its job keys (no hydra node), unresolved
-    interpolated: bool  # the job keys hold interpolations: each job's config is resolved
+    resolved: dict      # the same, resolved
+    interpolations: list[str]  # every value of job_part holding an interpolation
 
     @classmethod
     def of(cls, cfg: DictConfig) -> Composition:
         keys = [key for key in cfg.keys() if key != "hydra"]
-        part = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=False)
-        return cls(cfg, part, "${" in json.dumps(part, default=str))
+        node = OmegaConf.masked_copy(cfg, keys)
+        part = OmegaConf.to_container(node, resolve=False)
+        found: list[str] = []
+        _interpolations(part, found)
+        return cls(cfg, part, OmegaConf.to_container(node, resolve=True) if found else part,
+                   found)
+
+    def refers_to(self, key: str) -> bool:
+        """Whether an interpolation may read ``key`` (by its name anywhere in one: a leaf
+        that nothing refers to is set on the resolved config directly)."""
+        last = key.rpartition(".")[2]
+        return any(key in text or re.search(rf"\b{re.escape(last)}\b", text)
+                   for text in self.interpolations)
+
+
+def _interpolations(node, found: list[str]) -> None:
+    if isinstance(node, dict):
+        for value in node.values():
+            _interpolations(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _interpolations(value, found)
+    elif isinstance(node, str) and "${" in node:
+        found.append(node)
 
 
 @dataclass
@@ -140,9 +164,9 @@ class ComposedJob:
     def config(self) -> dict:
         """The resolved job config (no hydra node): :func:`pipeline.job.job_config` of
         :meth:`hydra_config`."""
-        if not self.base.interpolated and not any(
-                isinstance(v, str) and "${" in v for _, v in self.leaves):
-            config = copy.deepcopy(self.base.job_part)
+        if not any(self.base.refers_to(key) or (isinstance(v, str) and "${" in v)
+                   for key, v in self.leaves):
+            config = copy.deepcopy(self.base.resolved)
             for key, value in self.leaves:
                 _set_leaf(config, key, copy.deepcopy(value))
             return config
@@ -242,12 +266,14 @@ def compose_jobs(master: DictConfig, config_loader,
     """
     parser = OverridesParser.create()
     groups = {*CONFIG_GROUPS, *(OmegaConf.select(master, "hydra.runtime.choices") or {})}
+    # an override every point has is composed into the base, not set on each point
+    common = set.intersection(*(set(o) for o in job_overrides)) if job_overrides else set()
     bases: dict[tuple[str, ...], Composition] = {}
     out = []
     for overrides in job_overrides:
         parsed = parser.parse_overrides(list(overrides))
-        leaves = [o for o in parsed if _maybe_leaf(o, groups)]
-        structural = tuple(o.input_line for o in parsed if not _maybe_leaf(o, groups))
+        leaves = [o for o in parsed if _maybe_leaf(o, groups) and o.input_line not in common]
+        structural = tuple(o.input_line for o in parsed if o not in leaves)
         if structural not in bases:
             bases[structural] = Composition.of(
                 config_loader.load_sweep_config(master, list(structural)))

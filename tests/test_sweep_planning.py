@@ -24,6 +24,9 @@ POINTS = [
     ["experiment=smola2001_classification", "dataset=abalone_binary", "seed=2"],
     ["algorithm=sgma", "dataset=abalone", "lam=0.01", "algorithm.eps=0.1"],
     ["algorithm=exact", "dataset=sine1d", "+algorithm.extra=1"],  # not a leaf: composed whole
+    # cluster.address is ${scheduler}: a leaf it refers to is resolved per point, others not
+    ["cluster=address", "scheduler=tcp://10.0.0.1:8786", "seed=1"],
+    ["cluster=address", "scheduler=tcp://10.0.0.2:8786", "seed=2"],
 ]
 
 
@@ -38,6 +41,8 @@ def test_shared_compositions_equal_hydras_composition_of_each_point():
             assert job_config(point.hydra_config()) == job_config(hydra_own), overrides
         # points that differ in leaf values share one composition
         assert points[0].base is points[1].base and points[0].base is not points[2].base
+        assert points[-1].base is points[-2].base
+        assert points[-1].config()["cluster"]["address"] == "tcp://10.0.0.2:8786"
         seeds = compose_jobs(master, loader, [["dataset=sine1d", f"seed={s}"] for s in range(3)])
         assert len({id(p.base) for p in seeds}) == 1
 
