@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import dask
+import numpy as np
 from distributed import KilledWorker, WorkerPlugin, as_completed
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
@@ -715,27 +716,27 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
 class _Batches:
     """The jobs still to submit, taken in batches sized to the measured job time.
 
-    Guided self-scheduling: a batch holds about :data:`TASK_SECONDS` of jobs (by the mean
-    time of the jobs finished so far; one job until a time is known) and never more than a
+    Guided self-scheduling: a batch holds about :data:`TASK_SECONDS` of jobs (by the median
+    time of the jobs finished so far: a worker's first job, which loads the code paths and the
+    data, is several times slower; one job until a time is known) and never more than a
     1/(2·workers) share of those left, so batches shrink towards the end and the workers
     finish together. A batch holds jobs that wait for the same ingest or learning task."""
 
     def __init__(self, jobs: list[_Job], needs: Mapping[str, object]) -> None:
         self.left = list(reversed(jobs))  # popped from the end: submission in sweep order
         self.needs = needs
-        self.total_seconds, self.n_measured = 0.0, 0
+        self.seconds: list[float] = []
 
     def __bool__(self) -> bool:
         return bool(self.left)
 
     def measured(self, seconds: float) -> None:
-        self.total_seconds += seconds
-        self.n_measured += 1
+        self.seconds.append(seconds)
 
     def size(self, workers: int) -> int:
-        if self.n_measured == 0:
+        if not self.seconds:
             return 1
-        by_time = TASK_SECONDS * self.n_measured / max(self.total_seconds, 1e-9)
+        by_time = TASK_SECONDS / max(float(np.median(self.seconds[-200:])), 1e-9)
         return max(1, min(int(by_time), math.ceil(len(self.left) / (2 * workers))))
 
     def take(self, workers: int) -> list[_Job]:
