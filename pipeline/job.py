@@ -51,10 +51,10 @@ SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "pipeline.
                    "pipeline.curves", "pipeline.job")
 
 
-def job_config(cfg: DictConfig) -> dict:
-    """The resolved job config (no hydra node) as a plain dict."""
+def job_config(cfg: DictConfig, resolve: bool = True) -> dict:
+    """The job config (no hydra node) as a plain dict, resolved unless ``resolve=False``."""
     job_keys = [key for key in cfg.keys() if key != "hydra"]
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=resolve)
 
 
 def job_identity(config: Mapping) -> dict:

@@ -127,13 +127,10 @@ class Composition:
 
     @classmethod
     def of(cls, cfg: DictConfig) -> Composition:
-        keys = [key for key in cfg.keys() if key != "hydra"]
-        node = OmegaConf.masked_copy(cfg, keys)
-        part = OmegaConf.to_container(node, resolve=False)
+        part = job_config(cfg, resolve=False)
         found: list[str] = []
         _interpolations(part, found)
-        return cls(cfg, part, OmegaConf.to_container(node, resolve=True) if found else part,
-                   found)
+        return cls(cfg, part, job_config(cfg) if found else part, found)
 
     def refers_to(self, key: str) -> bool:
         """Whether an interpolation may read ``key`` (by its name anywhere in one: a leaf
@@ -186,11 +183,23 @@ class ComposedJob:
         return cfg
 
 
+def _lookup(config, key: str):
+    """The value at dotted ``key`` (list items by index) in plain containers, or None."""
+    value = config
+    for part in key.split(".") if key else ():
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, Mapping):
+            value = value.get(part)
+        else:
+            return None
+    return value
+
+
 def _set_leaf(config: dict, key: str, value) -> None:
-    *path, last = key.split(".")
-    node = config
-    for part in path:
-        node = node[int(part)] if isinstance(node, list) else node[part]
+    """Set dotted ``key``, an existing leaf (:func:`_is_leaf` of the composition), to ``value``."""
+    parent, _, last = key.rpartition(".")
+    node = _lookup(config, parent)
     if isinstance(node, list):
         node[int(last)] = value
     else:
@@ -229,14 +238,7 @@ def _coordinate_value(config: Mapping, key: str):
     if key in CONFIG_GROUPS:
         node = config.get(key)
         return node.get("name", str(node)) if isinstance(node, Mapping) else str(node)
-    value = config
-    for part in key.split("."):
-        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        elif isinstance(value, Mapping):
-            value = value.get(part)
-        else:
-            value = None
+    value = _lookup(config, key)
     return value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
 
 
@@ -407,12 +409,17 @@ def _quiet_dask_logging() -> None:
     logging.getLogger("bokeh").setLevel(logging.ERROR)  # the dashboard's host-wildcard notice
 
 
+def _finished_jobs(sweep_dir: Path, hashes) -> set[str]:
+    """The jobs among ``hashes`` whose result in ``sweep_dir`` is there with status ok."""
+    return {h for h in hashes if job_status(job_path(sweep_dir, h)) == ("ok", h)}
+
+
 def _plan_only(jobs: list[_Job], sweep_dir: Path, t_start: float) -> None:
     """``dry_run=true``: every point composed, named and checked, the cache looked up; say
     what would run, how long planning took and the client's peak memory, and stop without
     writing anything (Hydra's record of the sweep is put back)."""
     unique = {job.hash for job in jobs}
-    cached = sum(job_status(job_path(sweep_dir, h)) == ("ok", h) for h in unique)
+    cached = len(_finished_jobs(sweep_dir, unique))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     whole = startup_seconds()
     print(f"dry run: {len(jobs)} sweep points, {len(unique)} distinct jobs: {cached} already "
@@ -441,7 +448,6 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     t_start = time.perf_counter()
     startup = startup_seconds()  # process start → here (None when not the command line)
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
-    cluster = _Cluster()
     try:
         cluster_cfg, jobs, dims, too_large = _prepare(master, hydra_context, job_overrides,
                                                       initial_job_idx, sweep_dir)
@@ -457,24 +463,10 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     except BaseException:
         _restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
         raise
-    try:
-        return _launch_jobs(master, hydra_context, task_function, job_overrides, retries,
-                            sweep_dir, cluster_cfg, jobs, dims, too_large, manifest, before,
-                            t_start, startup, cluster)
-    finally:
-        cluster.close()
-
-
-def _launch_jobs(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
-                 job_overrides: Sequence[Sequence[str]], retries: int, sweep_dir: Path,
-                 cluster_cfg: dict, jobs: list[_Job], dims: list[str],
-                 too_large: dict[str, str], manifest: Path, before: bytes | None,
-                 t_start: float, startup: float | None, cluster: _Cluster) -> list[JobReturn]:
-    """:func:`launch` once the sweep is planned and claimed: run, consolidate, report."""
     unique: dict[str, _Job] = {}
     for job in jobs:
         unique.setdefault(job.hash, job)
-    cached = {h for h in unique if job_status(job_path(sweep_dir, h)) == ("ok", h)}
+    cached = _finished_jobs(sweep_dir, unique)
     refused = {h: f"TooLarge: {why}" for h, why in too_large.items() if h not in cached}
     to_run = [job for h, job in unique.items() if h not in cached and h not in refused]
     print(f"sweep {sweep_dir}: {len(jobs)} points, {len(unique)} distinct jobs, "
@@ -484,50 +476,54 @@ def _launch_jobs(master: DictConfig, hydra_context: HydraContext, task_function:
         print(f"  {why}", flush=True)
     timings = {} if startup is None else {"startup_seconds": startup}
     timings["compose_seconds"] = time.perf_counter() - t_start
-    try:
-        records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
-                                          task_function, retries, timings,
-                                          _direct(task_function, master), cluster)
-    except InputError:  # the cluster did not start: no job ran, leave the directory as it was
-        with _sweep_lock(sweep_dir):
-            _write_bytes(manifest, before)
-            _restore_hydra_record(sweep_dir)
-        raise
-    for h, why in refused.items():  # no result of theirs exists: record why there is none
-        write_job_failure(unique[h].config, why, job_path(sweep_dir, h),
-                          {"config_hash": h, "worker": ""})
-        records[h] = {"status": "too_large", "error": why}
-    timings["wall_seconds"] = time.perf_counter() - t_start
+    cluster = _Cluster()
+    try:  # the cluster closes while results are consolidated; waited for here
+        try:
+            records, n_workers = _run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
+                                              task_function, retries, timings,
+                                              _direct(task_function, master), cluster)
+        except InputError:  # the cluster did not start: no job ran, leave the directory as it was
+            with _sweep_lock(sweep_dir):
+                _write_bytes(manifest, before)
+                _restore_hydra_record(sweep_dir)
+            raise
+        for h, why in refused.items():  # no result of theirs exists: record why there is none
+            write_job_failure(unique[h].config, why, job_path(sweep_dir, h),
+                              {"config_hash": h, "worker": ""})
+            records[h] = {"status": "too_large", "error": why}
+        timings["wall_seconds"] = time.perf_counter() - t_start
 
-    with _sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
-        kept = _entries_kept(sweep_dir, _read_manifest(sweep_dir), jobs, dims, merge=True)
-        _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
-        t_consolidate = time.perf_counter()
-        results_path = consolidate(sweep_dir)
-        if startup is not None:
-            print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "
-                  f"launcher {timings['wall_seconds']:.1f} s, consolidation "
-                  f"{time.perf_counter() - t_consolidate:.1f} s)", flush=True)
-        if (sweep_dir / "report").exists():  # a report describes the results beside it
-            from pipeline.report import render
+        with _sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
+            kept = _entries_kept(sweep_dir, _read_manifest(sweep_dir), jobs, dims, merge=True)
+            _write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
+            t_consolidate = time.perf_counter()
+            results_path = consolidate(sweep_dir)
+            if startup is not None:
+                print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "
+                      f"launcher {timings['wall_seconds']:.1f} s, consolidation "
+                      f"{time.perf_counter() - t_consolidate:.1f} s)", flush=True)
+            if (sweep_dir / "report").exists():  # a report describes the results beside it
+                from pipeline.report import render
 
-            print(f"report: {render(results_path)}", flush=True)
-    returns = []
-    for job in jobs:
-        record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
-        status = job_status(job_path(sweep_dir, job.hash))
-        if record["status"] == "ok" and (status is None or status[0] != "ok"):
-            record = {"status": "failed", "error": "no result file"}
-        record = {**record, "config_hash": job.hash, "results": str(results_path)}
-        # COMPLETED even for a failed job: the failure is recorded, and Hydra's sweeper would
-        # raise on the first FAILED return before the others are reported
-        # no per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
-        # config is in its result file and in the consolidated store
-        returns.append(JobReturn(overrides=job.overrides, cfg=None,
-                                 working_dir=str(job_path(sweep_dir, job.hash).parent),
-                                 task_name=str(master.hydra.job.name),
-                                 status=JobStatus.COMPLETED, _return_value=record))
-    return returns
+                print(f"report: {render(results_path)}", flush=True)
+        returns = []
+        for job in jobs:
+            record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
+            status = job_status(job_path(sweep_dir, job.hash))
+            if record["status"] == "ok" and (status is None or status[0] != "ok"):
+                record = {"status": "failed", "error": "no result file"}
+            record = {**record, "config_hash": job.hash, "results": str(results_path)}
+            # COMPLETED even for a failed job: the failure is recorded, and Hydra's sweeper would
+            # raise on the first FAILED return before the others are reported
+            # no per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
+            # config is in its result file and in the consolidated store
+            returns.append(JobReturn(overrides=job.overrides, cfg=None,
+                                     working_dir=str(job_path(sweep_dir, job.hash).parent),
+                                     task_name=str(master.hydra.job.name),
+                                     status=JobStatus.COMPLETED, _return_value=record))
+        return returns
+    finally:
+        cluster.close()
 
 
 def _direct(task_function: TaskFunction, master: DictConfig) -> bool:
