@@ -2,7 +2,11 @@
 
 import sys
 
-from pipeline.cli import exit_now, main
-
 if __name__ == "__main__":
+    from pipeline.prestart import prestart
+
+    prestart(sys.argv[1:])  # a local sweep's workers import while this process does
+
+    from pipeline.cli import exit_now, main
+
     exit_now(main(sys.argv[1:]))

@@ -21,6 +21,7 @@ from algorithms.errors import InputError
 from pipeline import app
 from pipeline.clock import mark_command_line
 from pipeline.job import CONF_DIR, check_location
+from pipeline.prestart import prestart
 from pipeline.results import load
 from pipeline.sweep import SweepOutcome
 
@@ -222,6 +223,7 @@ def main(argv: list[str]) -> int:
 
 def console() -> None:
     """The ``sgp-bench`` console script: the same program as ``python -m pipeline``."""
+    prestart(sys.argv[1:])
     exit_now(main(sys.argv[1:]))
 
 

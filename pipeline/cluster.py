@@ -34,6 +34,7 @@ from distributed import Client, LocalCluster
 
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
+from pipeline import prestart
 
 KINDS = ("local", "address", "slurm", "pbs")
 SUBMIT_COMMAND = {"slurm": "sbatch", "pbs": "qsub"}
@@ -491,8 +492,10 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             # kin40k) misses the workers' heartbeats; Dask's default 5-minute worker-ttl then
             # restarts a healthy worker and kills the job. A local worker that really dies is
             # seen by its nanny, so the ttl is off here.
-            with _quiet("distributed.deploy.spec"), \
-                    dask.config.set({"distributed.scheduler.worker-ttl": None}):
+            settings: dict[str, Any] = {"distributed.scheduler.worker-ttl": None}
+            if prestart.started():  # workers forked from the command line's warm fork server
+                settings["distributed.worker.multiprocessing-method"] = "forkserver"
+            with _quiet("distributed.deploy.spec"), dask.config.set(settings):
                 cluster = LocalCluster(n_workers=n_workers,
                                        threads_per_worker=opts["threads_per_worker"],
                                        processes=True, memory_limit=opts["memory_limit"],

@@ -1,0 +1,70 @@
+"""Local workers forked from the command line's warm fork server (pipeline.prestart)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.prestart import wants_local_workers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["-m", "lam=0.1,1"], True),
+    (["--multirun", "lam=0.1,1"], True),
+    (["experiment=bench_sweep_overhead"], True),          # its file says mode: MULTIRUN
+    (["experiment=bench_sweep_overhead", "cluster=local"], True),
+    (["lam=0.1"], False),                                 # one job: no cluster
+    (["experiment=no_such_experiment"], False),
+    (["experiment=../config"], False),
+    (["-m", "lam=0.1,1", "cluster=address"], False),      # workers elsewhere
+    (["-m", "lam=0.1,1", "dry_run=true"], False),         # nothing runs
+    (["-m", "--cfg", "job"], False),                      # Hydra's own flags
+])
+def test_only_a_local_sweep_prestarts(argv, expected):
+    assert wants_local_workers(argv) is expected
+
+
+PROBE = """
+import json, multiprocessing, os, sys
+from pipeline.prestart import prestart
+started = prestart(sys.argv[1:])
+from threadpoolctl import threadpool_info
+from pipeline.cluster import connect
+from omegaconf import OmegaConf
+from pipeline.job import CONF_DIR
+cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
+cfg.update(n_workers=2, dashboard_address=":0")
+
+def probe():
+    blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    return {"ppid": os.getppid(), "blas_threads": blas,
+            "openblas_env": os.environ.get("OPENBLAS_NUM_THREADS"),
+            "preloaded": "pipeline.sweep" in sys.modules,
+            "method": multiprocessing.get_start_method(allow_none=True)}
+
+with connect(cfg) as client:
+    workers = list(client.run(probe).values())
+print(json.dumps({"started": started, "client": os.getpid(), "workers": workers}))
+"""
+
+
+@pytest.mark.parametrize("argv, forked", [(["-m"], True), (["lam=0.1"], False)])
+def test_local_workers_fork_from_the_prestarted_server_with_pinned_blas(argv, forked):
+    """With a prestarted fork server the workers are its children (not the client's), have
+    the worker code imported before any task, and keep Dask's one-thread BLAS setting; a
+    command that is not a local sweep spawns them as before."""
+    out = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["started"] is forked
+    assert len(result["workers"]) == 2
+    for worker in result["workers"]:
+        assert (worker["ppid"] != result["client"]) is forked
+        assert worker["preloaded"] is forked
+        assert worker["openblas_env"] == "1"
+        assert worker["blas_threads"] and set(worker["blas_threads"]) == {1}
