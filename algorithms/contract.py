@@ -62,9 +62,20 @@ class KernelBlocks(Protocol):
     def diag(self) -> np.ndarray:
         """diag(K), length n."""
 
-    def project(self, cols: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(Wᵀ K[:, cols], column sums of K[:, cols]²) for W of shape (n, p), in one pass
-        over the kernel columns without holding them (the greedy methods' hot loop)."""
+    def project(self, cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
+        """(Wᵀ K[:, cols], column sums of K[:, cols]²) for W of shape (n, p) — an array, or
+        columns from :meth:`columns` — in one pass over the kernel columns without holding
+        them (the greedy methods' hot loop)."""
+
+    def project_points(self, X_cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`project` with the columns k(X, X_cols) of any inputs (test points)."""
+
+    def columns(self, first: np.ndarray, capacity: int):
+        """An n × p matrix [first, K[:, i₁], …] held by the provider, to which kernel columns
+        are appended by index (``append(i)``, ``extend(indices)``) and which only
+        :meth:`project` and :meth:`project_points` read: an algorithm's n × t state (SGMA's
+        [y, K_{:S}]) then lives wherever the provider keeps the training rows
+        (:class:`algorithms.kernels.KernelColumns` in memory)."""
 
     def cross(self, X_new: np.ndarray, cols: np.ndarray | slice) -> np.ndarray:
         """k(X_new, X[cols]), shape (len(X_new), len(cols))."""
@@ -416,6 +427,10 @@ class AlgorithmSpec:
     ``requires``: optional libraries the fit imports (:class:`Requirement`); one that is not
     installed is a one-line error when the options are validated
     (:func:`~algorithms.evaluation.options_of`), before any data are read.
+    ``cluster_blocks``: the fit keeps its n-sized state only in provider columns
+    (:meth:`KernelBlocks.columns`) and reads the kernel through :meth:`KernelBlocks.project`,
+    small blocks and rows, so it runs with its rows spread over a Dask cluster
+    (``blocks=cluster``, :mod:`pipeline.cluster_blocks`); tested against the in-memory run.
     """
 
     name: str
@@ -432,6 +447,7 @@ class AlgorithmSpec:
     memory_bytes: Callable[[int, int, Mapping[str, Any]], float] | None = None
     certifiable: bool | Callable[[Mapping[str, Any]], bool] = True
     requires: tuple[Requirement, ...] = ()
+    cluster_blocks: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

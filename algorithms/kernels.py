@@ -411,14 +411,26 @@ class ArrayKernelBlocks:
     def diag(self) -> np.ndarray:
         return self.kernel.diag(self.X)
 
-    def project(self, cols, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(Wᵀ K[:, cols], the column sums of K[:, cols]²) for W of shape (n, p), without
-        forming K[:, cols]: each row tile of it is computed, multiplied into the running
-        product while in cache and dropped, on :func:`kernel_threads` threads (one partial
-        product per thread, summed). One pass over W and no n×|cols| array: the greedy
-        methods' candidate scores are these two quantities."""
+    def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
+        """An n × p matrix [first, K[:, i₁], K[:, i₂], …] to which kernel columns are appended
+        (:class:`KernelColumns`; SGMA's [y, K_{:S}]), room made for ``capacity`` of them."""
+        return KernelColumns(self, first, capacity)
+
+    def project(self, cols, W) -> tuple[np.ndarray, np.ndarray]:
+        """(Wᵀ K[:, cols], the column sums of K[:, cols]²) for W of shape (n, p) (an array or
+        :class:`KernelColumns`), without forming K[:, cols]: see :meth:`project_points`."""
+        return self.project_points(self.X[cols], W)
+
+    def project_points(self, X_cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
+        """(Wᵀ k(X, X_cols), the column sums of k(X, X_cols)²) for W of shape (n, p): each row
+        tile of k(X, X_cols) is computed, multiplied into the running product while in cache
+        and dropped, on :func:`kernel_threads` threads (one partial product per thread,
+        summed). One pass over W and no n × len(X_cols) array: the greedy methods' candidate
+        scores are these two quantities, and with X_cols test inputs they give the Nyström and
+        SGMA variance terms."""
+        W = W.array if isinstance(W, KernelColumns) else W
         kernel, A = self.kernel, self.kernel_rows
-        B = kernel.cols(self.X[cols])
+        B = kernel.cols(np.asarray(X_cols, dtype=np.float64))
         n, m, p = self.n, kernel._n_cols(B), W.shape[1]
         rows = tile_rows(m)
 
@@ -436,8 +448,63 @@ class ArrayKernelBlocks:
 
         parts = _on_threads(run, range(0, n, rows), n * m)
         if not all(ok for _, _, ok in parts):
-            raise kernel._overflow(self.block(slice(None), cols))
+            kernel(self.X, X_cols)  # raises the one-line overflow error
         return sum(P for P, _, _ in parts), sum(sq for _, sq, _ in parts)
 
     def cross(self, X_new: np.ndarray, cols) -> np.ndarray:
         return self.kernel(X_new, self.X[cols])
+
+
+class KernelColumns:
+    """An n × p matrix held by a kernel-block provider: ``first`` (n × p₀, e.g. y as one
+    column) followed by kernel columns K[:, i] appended by index (SGMA's [y, K_{:S}]).
+
+    An algorithm only appends to it (:meth:`append`, :meth:`extend`) and hands it to the
+    provider's :meth:`~ArrayKernelBlocks.project` / ``project_points``, so a provider may keep
+    its rows wherever the training rows are (in memory here, on the Dask workers that own them
+    with ``blocks=cluster``). Room for ``capacity`` appended columns is made at once when that
+    is at most 2 GiB or 4096 columns (memory is taken as columns are written), else the buffer
+    doubles as it fills, never past ``capacity``.
+    """
+
+    BATCH = 32  # columns computed at once by extend
+    WHOLE_COLUMNS = 4096
+
+    def __init__(self, blocks: ArrayKernelBlocks, first: np.ndarray, capacity: int) -> None:
+        first = np.asarray(first, dtype=np.float64).reshape(blocks.n, -1)
+        n, p0 = first.shape
+        # made whole when it is small or of a basis size: its pages are taken as columns are
+        # written (no copy when it fills); else it doubles from 64 (e.g. max_basis = n)
+        whole = n * (p0 + capacity) * 8 <= 2**31 or capacity <= self.WHOLE_COLUMNS
+        room = capacity if whole else min(capacity, 64)
+        self.blocks, self.capacity = blocks, p0 + capacity
+        self._buf = np.empty((n, p0 + room), order="F")
+        self._buf[:, :p0] = first
+        self.width = p0
+
+    @property
+    def array(self) -> np.ndarray:
+        """The columns so far, an (n, width) view."""
+        return self._buf[:, : self.width]
+
+    def append(self, i: int) -> None:
+        """Append the kernel column K[:, i]."""
+        self.extend([i])
+
+    def extend(self, indices) -> None:
+        """Append the kernel columns K[:, indices] (one block)."""
+        self.extend_points(self.blocks.X[list(indices)])
+
+    def extend_points(self, X_cols: np.ndarray) -> None:
+        """Append the columns k(X, X_cols) of any inputs (one block)."""
+        need = self.width + len(X_cols)
+        if need > self._buf.shape[1]:
+            cols = max(need, min(2 * self._buf.shape[1], self.capacity))
+            grown = np.empty((self._buf.shape[0], cols), order="F")
+            grown[:, : self.width] = self.array
+            self._buf = grown
+        for lo in range(0, len(X_cols), self.BATCH):  # n × BATCH at a time, not n × len
+            hi = min(lo + self.BATCH, len(X_cols))
+            self._buf[:, self.width + lo: self.width + hi] = self.blocks.kernel(
+                self.blocks.X, X_cols[lo:hi])
+        self.width = need

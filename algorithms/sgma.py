@@ -139,12 +139,9 @@ class PrimalGreedy(_GreedySupport):
         # seconds spent so far in the fused projection (kernel columns and [y, K_{:S}]ᵀK_{:M}),
         # the block K_SM, the triangular solve and the scores (the benchmark's breakdown)
         self.seconds = dict.fromkeys(("project", "block_sm", "solve", "scores"), 0.0)
-        # [y, K[:, S]]: y in column 0 so that one product [y, K_{:S}]ᵀK_{:M} gives b and G_SM;
-        # allocated for t_max columns when that fits in 2 GiB, else grown by doubling
-        n = self.n
-        self.YKS = np.empty((n, 1 + (t_max if n * t_max * 8 <= 2**31 else min(t_max, 64))),
-                            order="F")
-        self.YKS[:, 0] = y
+        # [y, K[:, S]], held by the provider: y in column 0 so that one product
+        # [y, K_{:S}]ᵀK_{:M} gives b and G_SM
+        self.YKS = blocks.columns(y, t_max)
 
     def coef(self) -> np.ndarray:
         return self.chol.coef()
@@ -167,7 +164,7 @@ class PrimalGreedy(_GreedySupport):
                 t0 = perf_counter()
                 # [y, K_{:S}]ᵀK_{:M} and diag(K_{:M}ᵀK_{:M}) in one pass over the kernel
                 # columns of the candidates, never held whole (KernelBlocks.project)
-                P, sq = blocks.project(Mc, self.YKS[:, : t + 1])
+                P, sq = blocks.project(Mc, self.YKS)
                 t1 = perf_counter()
                 b = P[0]
                 g = lam * self.diag[Mc] + sq
@@ -205,10 +202,7 @@ class PrimalGreedy(_GreedySupport):
         return None
 
     def _append(self, i: int, c: np.ndarray, schur: float, b_i: float) -> None:
-        t = self.t
-        if t + 1 == self.YKS.shape[1]:
-            self.YKS = _grow(self.YKS, min(self.t_max, 2 * t) + 1)
-        self.YKS[:, t + 1] = self.blocks.block(slice(None), [i])[:, 0]  # the chosen column
+        self.YKS.append(i)  # the chosen column K[:, i]
         self.chol.append(c, schur, b_i)
         self.S.append(i)
         self.pool.remove(i)
@@ -360,15 +354,21 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
         X_new = np.asarray(X_new, dtype=np.float64)
-        K_basis = blocks.block(slice(None), basis)  # (n, t), recomputed to keep the Fit small
+        # K_{:S}, recomputed (held by the provider) to keep the Fit small; K_{:S}ᵀk(X, x) and
+        # ‖k(X, x)‖² come from one pass over the kernel columns of the new points
+        K_basis = blocks.columns(np.empty((n, 0)), len(basis))
+        K_basis.extend(basis)
         q_lo, q_hi = [], []
-        step = max(1, chunk_bytes // (8 * n))
+        step = max(1, chunk_bytes // (8 * (len(basis) + 1)))
         for lo in range(0, X_new.shape[0], step):
-            Kx = blocks.cross(X_new[lo: lo + step], slice(None)).T  # (n, m)
-            Vd = sla.solve_triangular(R_dual, Kx[basis_dual, :], lower=True, check_finite=False)
-            Vp = sla.solve_triangular(R, K_basis.T @ Kx, lower=True, check_finite=False)
+            X_chunk = X_new[lo: lo + step]
+            KSx, kk = blocks.project_points(X_chunk, K_basis)
+            Kdx = blocks.cross(X_chunk, basis_dual).T
+            Vd = sla.solve_triangular(R_dual, Kdx, lower=True, check_finite=False)
+            Vp = sla.solve_triangular(R, KSx, lower=True, check_finite=False)
             q_lo.append(np.einsum("ij,ij->j", Vd, Vd))
-            q_hi.append((np.einsum("ij,ij->j", Kx, Kx) - np.einsum("ij,ij->j", Vp, Vp)) / lam)
+            q_hi.append((kk - np.einsum("ij,ij->j", Vp, Vp)) / lam)
+        K_basis = None
         prior = kernel.diag(X_new) + lam
         # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
         return np.maximum(prior - np.concatenate(q_hi), lam), prior - np.concatenate(q_lo)
@@ -396,12 +396,6 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
                     variance_bounds if primal.t else None,
                     extras={"basis_dual": basis_dual, "coef_dual": coef_dual},
                     not_applicable=reasons)
-
-
-def _grow(buf: np.ndarray, new_cols: int) -> np.ndarray:
-    out = np.empty((buf.shape[0], max(new_cols, buf.shape[1] + 1)), order="F")
-    out[:, : buf.shape[1]] = buf
-    return out
 
 
 def error_bar_basis_sizes(blocks: KernelBlocks, X_new: np.ndarray, lam: float, kappa: int,
@@ -440,4 +434,5 @@ SPECS = [AlgorithmSpec(
     uses_kappa=True, has_variance=True,
     exact_limit=ExactLimit({"eps": 0.0}, variance=True),
     check_options={"max_basis": 8, "eps": 0.0},
+    cluster_blocks=True,
 )]

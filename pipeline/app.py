@@ -29,6 +29,7 @@ from algorithms.registry import get
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from hydra_plugins.sgp_dask_launcher.grouped_sweeper import GroupedSweeper
 from pipeline.cluster import worker_name
+from pipeline.cluster_blocks import ClusterFitError
 from pipeline.job import CONF_DIR, job_config, run_job
 from pipeline.results import JOB_FILE, load_job_result
 
@@ -59,6 +60,10 @@ def task(cfg: DictConfig) -> dict:
             raise  # a sweep records the failure (pipeline.sweep.execute)
         # one job: returned, not raised, so that Hydra does not print its own line about it
         return {"status": "error", "error": str(err)}
+    except ClusterFitError as err:  # a worker of a blocks=cluster fit was lost: not bad input
+        if hydra_cfg.mode != RunMode.RUN:
+            raise
+        return {"status": "failed", "error": str(err)}
     return {"status": "ok", "config_hash": outcome.config_hash,
             "result": str(outcome.result_path)}
 

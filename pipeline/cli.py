@@ -206,6 +206,9 @@ def main(argv: list[str]) -> int:
             record = app.run(overrides).return_value
             if record["status"] == "error":
                 return _error(record["error"])
+            if record["status"] == "failed":  # the job failed, its input was fine
+                print(f"error: {_one_line(record['error'])}", file=sys.stderr)
+                return 1
             print(app.summary_text(record["result"]))
             return 0
         outcome = SweepOutcome.from_returns(app.multirun(overrides))

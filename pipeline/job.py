@@ -45,7 +45,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
 LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
 # How a job runs, not what it computes (BLAS threads change results by round-off only)
-EXECUTION_KEYS = ("threads", "dry_run")
+EXECUTION_KEYS = ("threads", "dry_run", "blocks")
+BLOCKS = ("memory", "cluster")
 # Modules whose code computes every result (beside the algorithm's own module)
 SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "pipeline.blocks",
                    "pipeline.curves", "pipeline.job")
@@ -125,6 +126,17 @@ def drop_inapplicable_options(config: dict) -> list[str]:
     return dropped
 
 
+def blocks_in_memory_unless_declared(config: dict) -> bool:
+    """In a sweep, ``blocks=cluster`` applies to the algorithms that declare
+    ``cluster_blocks``; the others' jobs run with their blocks in memory (whether this one
+    was moved). A single job of such an algorithm with ``blocks=cluster`` is an error."""
+    spec = _spec_or_none(config)
+    if spec is None or config.get("blocks") != "cluster" or spec.cluster_blocks:
+        return False
+    config["blocks"] = "memory"
+    return True
+
+
 CERTIFICATE_OPTIONS = {
     "enabled": Option(True, "bool", "certify every regression fit (Theorem 1)"),
     "tol": Option(1e-3, "float", "run the dual greedy until the certificate is below tol",
@@ -174,6 +186,7 @@ def check_config(config: Mapping, available: float | None = None
     validate(CERTIFICATE_OPTIONS, config.get("certificate") or {}, owner="the certificate",
              prefix="certificate.")
     check_threads(config.get("threads", 1))
+    check_blocks(config.get("blocks", "memory"), spec)
     profile = config.get("profile_memory", False)
     if not isinstance(profile, bool):
         raise InputError(f"profile_memory={profile!r} must be true or false; pass "
@@ -183,6 +196,51 @@ def check_config(config: Mapping, available: float | None = None
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
         check_size(spec, *shape, options, available)
     return spec, lam, kernel, options
+
+
+def check_blocks(blocks: Any, spec: AlgorithmSpec) -> str:
+    """``blocks``: where the training rows and a fit's n-sized state live: ``memory`` (this
+    process) or ``cluster`` (row ranges on the Dask workers, :mod:`pipeline.cluster_blocks`;
+    for algorithms that declare ``cluster_blocks``)."""
+    if blocks not in BLOCKS:
+        raise InputError(f"blocks={blocks!r} must be one of {', '.join(BLOCKS)}; pass "
+                         "blocks=memory (the default) or blocks=cluster")
+    if blocks == "cluster" and not spec.cluster_blocks:
+        able = sorted(name for name, s in REGISTRY.items() if s.cluster_blocks)
+        raise InputError(f"algorithm {spec.name} does not run with blocks=cluster; pass "
+                         f"blocks=memory, or one of: {', '.join(able)}")
+    return blocks
+
+
+@contextlib.contextmanager
+def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
+    """The job's kernel-block provider: in memory, or spread over the Dask cluster
+    (``blocks=cluster``): the sweep's own cluster when the job runs on one of its workers
+    (its thread leaves the worker's pool while it waits, and one such fit runs at a time),
+    else the cluster ``config["cluster"]`` describes, started for this job."""
+    if config.get("blocks", "memory") != "cluster":
+        yield open_blocks(store, kernel, verify=False)
+        return
+    from distributed import Lock, worker_client
+
+    from pipeline.cluster import connect
+    from pipeline.cluster_blocks import ClusterKernelBlocks
+
+    try:
+        from distributed import get_worker
+
+        get_worker()
+        on_worker = True
+    except ValueError:
+        on_worker = False
+    if on_worker:
+        with worker_client() as client, Lock("sgp-bench-cluster-blocks"), \
+                ClusterKernelBlocks(client, store, kernel) as blocks:
+            yield blocks
+    else:
+        with connect(config["cluster"]) as client, \
+                ClusterKernelBlocks(client, store, kernel) as blocks:
+            yield blocks
 
 
 def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
@@ -279,7 +337,14 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
     hyper = learned(config, store) if hyper_options(config) is not None else None
     if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.hyper)
         kernel, lam = hyper.kernel, hyper.lam
-    blocks = open_blocks(store, kernel, verify=False)
+    with kernel_blocks(config, store, kernel) as blocks:
+        return _fit_and_write(config, result_path, attrs, start, spec, lam, kernel, options,
+                              seed, store, hyper, blocks)
+
+
+def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | None,
+                   start: float, spec: AlgorithmSpec, lam: float, kernel: Kernel,
+                   options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
     if config.get("learning_curve"):  # Lemma 4's E^g(n) instead of a fit (pipeline.curves)
@@ -289,7 +354,8 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
                      rng=np.random.default_rng(seed), test=(X_test, y_test),
                      profile_memory=config.get("profile_memory", False), **options)
         result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
-                                     kernel_threads=kernel_threads())
+                                     kernel_threads=kernel_threads(),
+                                     **getattr(blocks, "summary", dict)())
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
         if hyper is not None:
             result = result.with_summary(**hyper.summary)

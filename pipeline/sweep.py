@@ -54,6 +54,7 @@ from pipeline.cluster import check, connect, job_script, memory_hint, worker_nam
 from pipeline.datasets import ingest
 from pipeline.hyper import cache_key, hyper_options, learned
 from pipeline.job import (
+    blocks_in_memory_unless_declared,
     check_config,
     config_hash,
     drop_inapplicable_options,
@@ -554,6 +555,7 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
     jobs: list[_Job] = []
     composed = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
+    in_memory: set[str] = set()  # algorithms whose blocks=cluster jobs run in memory
     checked: set[str] = set()
     too_large: dict[str, str] = {}
     # the memory a fit may have is known here only when the workers run on this machine
@@ -568,6 +570,8 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
         coords = {d: _coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
         dropped = drop_inapplicable_options(config)
         ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
+        if blocks_in_memory_unless_declared(config):
+            in_memory.add(config["algorithm"]["name"])
         config["store_root"] = str(Path(config["store_root"]).resolve())
         config["threads"] = resolve_threads(config.get("threads", 1), jobs_at_once)
         h = config_hash(config)
@@ -580,6 +584,9 @@ def _prepare(master: DictConfig, hydra_context: HydraContext,
         jobs.append(_Job(point.overrides, point, config, h, coords, setting_hash(config),
                          initial_job_idx + idx))
     _check_options_taken(ignored)
+    if in_memory:
+        print(f"note: {', '.join(sorted(in_memory))} cannot spread a fit over the cluster: its "
+              "blocks=cluster jobs run with blocks=memory", flush=True)
     for name, keys in sorted(ignored.items()):
         if keys:
             print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "

@@ -35,6 +35,14 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "blas_threads": ("BLAS threads the job ran with", "1"),
     "cpu_model": ("CPU model of the machine that ran the job", "1"),
     "kernel_threads": ("threads the job's kernel blocks were computed on", "1"),
+    "cluster_workers": ("Dask workers holding the training rows (blocks=cluster)", "1"),
+    "cluster_bytes_moved": ("bytes the blocks=cluster shards returned to the fit", "bytes"),
+    "cluster_shard_bytes_max": ("largest memory of one worker's rows and columns "
+                                "(blocks=cluster)", "bytes"),
+    "cluster_worker_peak_rss_max": ("largest peak resident memory of a worker holding rows "
+                                    "(blocks=cluster)", "bytes"),
+    "cluster_worker_peak_rss_min": ("smallest peak resident memory of a worker holding rows "
+                                    "(blocks=cluster)", "bytes"),
     # Theorem 1 certificate (pipeline.job)
     "gap_certified": ("certified relative suboptimality (L − L_min)/|L_min| (Theorem 1)", "1"),
     "certified_lower_bound": ("certified lower bound on min L (Theorem 1)", TARGET2),

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from distributed import Client
 
 from pipeline.claims import count_fits
 from pipeline.report import overhead_line, render
@@ -155,38 +154,6 @@ def test_batch_cluster_dry_run_prints_job_script(tmp_path, kind, marker):
     assert marker in proc.stdout and "dask" in proc.stdout
     assert "dry run: nothing submitted" in proc.stdout
     assert not (tmp_path / "outputs" / "multirun" / "results.zarr").exists()
-
-
-@pytest.fixture
-def dask_processes(tmp_path):
-    """A real `dask scheduler` and two `dask worker` processes (with nannies) on 127.0.0.1."""
-    scheduler_file = tmp_path / "scheduler.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(
-        ["dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-         "--scheduler-file", str(scheduler_file)], cwd=tmp_path, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    deadline = time.time() + 60
-    while not scheduler_file.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    for name in ("w1", "w2"):
-        procs.append(subprocess.Popen(
-            ["dask", "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
-             "--name", name, "--no-dashboard", "--host", "127.0.0.1"], cwd=tmp_path, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    client = Client(scheduler_file=str(scheduler_file), timeout=60)
-    client.wait_for_workers(2, timeout=60)
-    try:
-        yield client
-    finally:
-        client.close()
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def test_sweep_runs_on_an_existing_scheduler(tmp_path, dask_processes):

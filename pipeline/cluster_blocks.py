@@ -1,0 +1,317 @@
+"""Kernel blocks across a Dask cluster: one fit whose n × t state — the kernel columns an
+algorithm keeps, SGMA's [y, K_{:S}] — is spread over the workers with the rows it belongs to
+(``blocks=cluster``).
+
+The training inputs are split into one contiguous row range per worker; each worker reads its
+rows from the dataset's zarr store (never through the task graph) and keeps them, with its rows
+of every :class:`ClusterColumns`, as a *shard*. The fit itself runs in the calling process and
+sees an ordinary kernel-block provider (:class:`algorithms.contract.KernelBlocks`): a
+projection Wᵀk(X, X_M) is a map-reduce over the shards — one task per worker that appends the
+columns chosen since the last step, computes its rows' tiles of k(X_B, X_M) and returns its
+(p × |M|) partial product and column sums — so a step moves O(t κ) numbers per worker, never a
+kernel column, in one round trip. Everything else an algorithm asks for (rows of X, small
+blocks such as K_SM, the diagonal, predictions) is computed in the calling process from its
+copy of X: n·d values (160 MB at n = 2·10⁶, d = 10), against the n·t of the columns (4.8 GB at
+t = 300). A row fetched from its shard would cost a round trip (~10 ms here) per use.
+
+Shard tasks are pinned to their workers. A worker lost during the fit loses its rows: the fit
+stops with a one-line error (:class:`ClusterFitError`) within :data:`POLL_SECONDS` of the
+scheduler noticing, and nothing is written; rerunning the job starts it afresh. So does a
+worker that Dask has paused for :data:`PAUSED_SECONDS` because its memory is full (the rows
+are not Dask-managed data: they cannot be spilled, and a paused worker runs no task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import resource
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dask
+import numpy as np
+from distributed import Client, get_worker, wait
+
+from algorithms.kernels import ArrayKernelBlocks, Kernel, KernelColumns, set_kernel_threads
+from pipeline.blocks import _dataset
+from pipeline.datasets import open_store
+
+POLL_SECONDS = 1.0
+PAUSED_SECONDS = 30.0  # a worker paused this long (memory full) ends the fit
+PRIORITY = 100  # before ordinary jobs queued on the same worker
+
+# ------------------------------------------------------------------------- on the workers
+
+_SHARDS: dict[str, _Shard] = {}
+
+
+@dataclass
+class _Shard:
+    lo: int
+    hi: int
+    blocks: ArrayKernelBlocks
+    columns: dict[str, KernelColumns] = field(default_factory=dict)
+
+
+class ClusterFitError(RuntimeError):
+    """A worker holding training rows of a fit was lost (or restarted) during it, or stopped
+    running tasks because its memory is full."""
+
+
+def _shard(key: str) -> _Shard:
+    try:
+        return _SHARDS[key]
+    except KeyError:
+        raise ClusterFitError(f"shard {key} is not on this worker (it was restarted during "
+                              "the fit); rerun the job") from None
+
+
+def _threads() -> None:
+    """A shard task's kernel tiles use the worker's threads (one task runs at a time)."""
+    try:
+        set_kernel_threads(max(1, get_worker().state.nthreads))
+    except ValueError:  # not on a worker (tests call the functions directly)
+        set_kernel_threads(1)
+
+
+def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
+    """Read rows lo:hi of the store's X_train into a shard; its bytes. Dask's synchronous
+    scheduler reads it: a compute inside a task would otherwise go to the cluster, whose
+    worker is busy running this task."""
+    with dask.config.set(scheduler="synchronous"):
+        X = _dataset(store, verify=False)["X_train"][lo:hi].values
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    _SHARDS[key] = _Shard(lo, hi, ArrayKernelBlocks(X, kernel))
+    return X.nbytes
+
+
+def _close_shard(key: str) -> None:
+    _SHARDS.pop(key, None)
+
+
+def _new_columns(key: str, name: str, first: np.ndarray, capacity: int,
+                 dropped: Sequence[str] = ()) -> None:
+    shard = _shard(key)
+    for gone in dropped:  # first: their memory is what the new columns take
+        shard.columns.pop(gone, None)
+    shard.columns[name] = shard.blocks.columns(first, capacity)
+
+
+def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
+             dropped: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
+    ``pending`` to the shard's columns ``name``, then return its partial
+    (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
+    _threads()
+    shard = _shard(key)
+    for gone in dropped:
+        shard.columns.pop(gone, None)
+    columns = shard.columns[name]
+    if len(pending):
+        columns.extend_points(pending)
+    return shard.blocks.project_points(X_cols, columns)
+
+
+def _peak_rss(key: str) -> int:
+    """This worker process's peak resident memory so far, bytes (the kernel's high-water
+    mark, exact where a sampled reading would miss a short peak)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _nbytes(key: str) -> int:
+    shard = _shard(key)
+    return shard.blocks.X.nbytes + sum(c._buf.nbytes for c in shard.columns.values())
+
+
+# ------------------------------------------------------------------------- in the fit's process
+
+def _worker_status(dask_scheduler=None) -> dict[str, str]:
+    return {address: ws.status.name for address, ws in dask_scheduler.workers.items()}
+
+
+def _workers(client: Client) -> dict[str, str]:
+    """The workers connected now and their status (running, paused, …), asked of the
+    scheduler itself (``scheduler_info`` returns a cached identity that a periodic update may
+    have emptied of workers)."""
+    return client.run_on_scheduler(_worker_status)
+
+
+def row_ranges(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous row ranges of about equal size covering 0..n (none empty)."""
+    bounds = np.linspace(0, n, min(parts, n) + 1).round().astype(int)
+    return [(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
+
+
+class ClusterKernelBlocks(ArrayKernelBlocks):
+    """Kernel blocks of the training inputs of the store at ``store`` whose n × t columns
+    (:meth:`columns`) and their projections live on the workers of ``client``, one contiguous
+    row range each; see the module docstring. Small blocks, rows, the diagonal and
+    predictions are computed here from X (n·d values, read once from the store). Use it as a
+    context manager, or call :meth:`close`: the shards are dropped from the workers."""
+
+    def __init__(self, client: Client, store: str | os.PathLike, kernel: Kernel,
+                 workers: Sequence[str] | None = None) -> None:
+        self.client, self.store = client, str(Path(store))
+        self.dataset = open_store(store, verify=False)
+        with dask.config.set(scheduler="synchronous"):  # not the cluster: read it here
+            X = self.dataset["X_train"].values
+        super().__init__(X, kernel)
+        workers = sorted(workers or [w for w, s in _workers(client).items()
+                                     if s in ("running", "paused")])
+        if not workers:
+            raise ClusterFitError("blocks=cluster needs at least one Dask worker; none is "
+                                  "connected")
+        self.ranges = row_ranges(self.n, len(workers))
+        self.owners = workers[: len(self.ranges)]
+        self.key = f"sgp-shard-{uuid.uuid4().hex[:12]}"
+        self.bounds = np.array([lo for lo, _ in self.ranges] + [self.n])
+        self._names = itertools.count()
+        self._closed = False
+        self._dropped: list[str] = []  # columns the fit no longer holds
+        self.bytes_moved = 0  # results received from the shards (the reductions)
+        self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
+                                                             kernel))
+
+    # -- plumbing
+    def _shard_key(self, b: int) -> str:
+        return f"{self.key}-{b}"
+
+    def _submit(self, b: int, fn, *args):
+        return self.client.submit(fn, self._shard_key(b), *args, workers=[self.owners[b]],
+                                  allow_other_workers=False, pure=False, priority=PRIORITY)
+
+    def _gather(self, futures: list) -> list:
+        """The futures' results; :class:`ClusterFitError` (one line) as soon as a shard's worker is
+        gone (a task pinned to it would otherwise wait for ever)."""
+        paused_since: dict[str, float] = {}
+        while True:
+            try:
+                with self.client.as_current():
+                    wait(futures, timeout=POLL_SECONDS)
+                break
+            except TimeoutError:
+                pass
+            status = _workers(self.client)
+            lost = [w for w in self.owners if w not in status]
+            now = time.monotonic()
+            for w in self.owners:
+                if status.get(w) == "paused":
+                    paused_since.setdefault(w, now)
+                else:
+                    paused_since.pop(w, None)
+            stuck = [w for w, t in paused_since.items() if now - t >= PAUSED_SECONDS]
+            if lost or stuck:
+                self.client.cancel(futures)
+                w = (lost or stuck)[0]
+                lo, hi = self.ranges[self.owners.index(w)]
+                if lost:
+                    raise ClusterFitError(
+                        f"worker {w} holding training rows {lo}..{hi - 1} of this "
+                        "blocks=cluster fit was lost; rerun the job (a fit is not resumed "
+                        "mid-way)")
+                raise ClusterFitError(
+                    f"worker {w} holding training rows {lo}..{hi - 1} of this blocks=cluster "
+                    f"fit has been paused for {PAUSED_SECONDS:.0f} s: its memory is above "
+                    "Dask's pause fraction of its limit; give the workers more memory "
+                    "(cluster.memory_limit) or add workers")
+        results = self.client.gather(futures)
+        self.bytes_moved += sum(_nbytes_of(r) for r in results)
+        return results
+
+    def _run(self, fn, args) -> list:
+        return self._gather([self._submit(b, fn, *args(b)) for b in range(len(self.owners))])
+
+    def close(self) -> None:
+        """Drop the shards from the workers (best effort: a lost worker has none left)."""
+        if self._closed:
+            return
+        self._closed = True
+        futures = [self._submit(b, _close_shard) for b in range(len(self.owners))]
+        with contextlib.suppress(TimeoutError), self.client.as_current():
+            wait(futures, timeout=10 * POLL_SECONDS)
+
+    def __enter__(self) -> ClusterKernelBlocks:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the n × t state and its projections, on the shards (the rest: ArrayKernelBlocks)
+    def columns(self, first: np.ndarray, capacity: int) -> ClusterColumns:
+        first = np.asarray(first, dtype=np.float64).reshape(self.n, -1)
+        name = str(next(self._names))
+        dropped, self._dropped = self._dropped, []
+        self._run(_new_columns, lambda b: (name, first[slice(*self.ranges[b])], capacity,
+                                           dropped))
+        return ClusterColumns(self, name, first.shape[1])
+
+    def project_points(self, X_cols: np.ndarray, W: ClusterColumns
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        if not isinstance(W, ClusterColumns):
+            raise TypeError("blocks=cluster projects only its own columns (blocks.columns)")
+        pending = W.take_pending()
+        X_cols = np.asarray(X_cols, dtype=np.float64)
+        dropped, self._dropped = self._dropped, []
+        parts = self._run(_project, lambda b: (W.name, pending, X_cols, dropped))
+        return sum(P for P, _ in parts), sum(sq for _, sq in parts)
+
+    def _drop_columns(self, name: str) -> None:
+        self._dropped.append(name)  # done by the shards' next projection (or the close)
+
+    def summary(self) -> dict:
+        """What a job records of its cluster blocks (pipeline.variables)."""
+        peaks = self._run(_peak_rss, lambda b: ())
+        return {"cluster_workers": len(self.owners), "cluster_bytes_moved": self.bytes_moved,
+                "cluster_shard_bytes_max": max(self.shard_nbytes()),
+                "cluster_worker_peak_rss_max": max(peaks),
+                "cluster_worker_peak_rss_min": min(peaks)}
+
+    def shard_nbytes(self) -> list[int]:
+        """Bytes each worker holds for this fit (its rows and columns)."""
+        return self._run(_nbytes, lambda b: ())
+
+
+class ClusterColumns:
+    """:class:`~algorithms.kernels.KernelColumns` whose rows live in the shards: an append
+    only records the input (fetched once), and the shards compute the new kernel columns at
+    the next projection, in the same task."""
+
+    def __init__(self, blocks: ClusterKernelBlocks, name: str, width: int) -> None:
+        self.blocks, self.name, self.width = blocks, name, width
+        self._pending: list[np.ndarray] = []
+        # the shards' rows of these columns go when this object does
+        weakref.finalize(self, blocks._drop_columns, name)
+
+    def append(self, i: int) -> None:
+        self.extend([i])
+
+    def extend(self, indices) -> None:
+        indices = list(indices)
+        if indices:
+            self._pending.append(self.blocks.inputs(indices))
+            self.width += len(indices)
+
+    def extend_points(self, X_cols: np.ndarray) -> None:
+        if len(X_cols):
+            self._pending.append(np.asarray(X_cols, dtype=np.float64))
+            self.width += len(X_cols)
+
+    def take_pending(self) -> np.ndarray:
+        pending = (np.concatenate(self._pending) if self._pending
+                   else np.empty((0, self.blocks.d)))
+        self._pending = []
+        return pending
+
+
+def _nbytes_of(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes_of(v) for v in value)
+    return 0
