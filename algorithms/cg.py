@@ -68,13 +68,7 @@ def block_rows(n: int, block_bytes: int) -> int:
 def kernel_matmul(blocks: KernelBlocks, V: np.ndarray, block_bytes: int) -> np.ndarray:
     """K·V for V of shape (n,) or (n, b), over row blocks K[lo:hi, :] of about ``block_bytes``
     of kernel values each (K is never formed)."""
-    n = blocks.n
-    rows = block_rows(n, block_bytes)
-    out = np.empty(V.shape)
-    for lo in range(0, n, rows):
-        hi = min(n, lo + rows)
-        out[lo:hi] = blocks.block(slice(lo, hi), slice(None)) @ V
-    return out
+    return blocks.matmul(V, block_bytes)
 
 
 @dataclass
@@ -320,4 +314,5 @@ SPECS = [AlgorithmSpec(
     seed_free=True, has_variance=True,
     exact_limit=ExactLimit({"tol": 1e-12, "error_bars": True}, variance=True),
     check_options={"error_bars": True, "max_iter": 60},
+    cluster_blocks=True,
 )]

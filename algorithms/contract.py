@@ -70,6 +70,10 @@ class KernelBlocks(Protocol):
     def project_points(self, X_cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`project` with the columns k(X, X_cols) of any inputs (test points)."""
 
+    def matmul(self, V: np.ndarray, block_bytes: int) -> np.ndarray:
+        """K·V for V of shape (n,) or (n, b), in row blocks of about ``block_bytes`` of kernel
+        values (K is never formed)."""
+
     def columns(self, first: np.ndarray, capacity: int):
         """An n × p matrix [first, K[:, i₁], …] held by the provider, to which kernel columns
         are appended by index (``append(i)``, ``extend(indices)``) and which only
@@ -427,10 +431,11 @@ class AlgorithmSpec:
     ``requires``: optional libraries the fit imports (:class:`Requirement`); one that is not
     installed is a one-line error when the options are validated
     (:func:`~algorithms.evaluation.options_of`), before any data are read.
-    ``cluster_blocks``: the fit keeps its n-sized state only in provider columns
-    (:meth:`KernelBlocks.columns`) and reads the kernel through :meth:`KernelBlocks.project`,
-    small blocks and rows, so it runs with its rows spread over a Dask cluster
-    (``blocks=cluster``, :mod:`pipeline.cluster_blocks`); tested against the in-memory run.
+    ``cluster_blocks``: the fit's O(n·t) or O(n²) work goes through the provider's columns
+    (:meth:`KernelBlocks.columns`, :meth:`KernelBlocks.project`) or :meth:`KernelBlocks.matmul`,
+    and otherwise it reads only rows, small blocks, the diagonal and n-vectors, so it runs
+    with those parts spread over a Dask cluster (``blocks=cluster``,
+    :mod:`pipeline.cluster_blocks`); tested against the in-memory run.
     """
 
     name: str

@@ -370,6 +370,16 @@ class Kernel:
                           + " or rescale the inputs (e.g. dataset.standardize_x=true)")
 
 
+def row_block_matmul(kernel: Kernel, X_rows: np.ndarray, X: np.ndarray, V: np.ndarray,
+                      block_bytes: int) -> np.ndarray:
+    """k(X_rows, X)·V in row blocks of about ``block_bytes`` of kernel values."""
+    rows = max(1, int(block_bytes) // (8 * max(len(X), 1)))
+    out = np.empty((len(X_rows), *V.shape[1:]))
+    for lo in range(0, len(X_rows), rows):
+        out[lo: lo + rows] = kernel(X_rows[lo: lo + rows], X) @ V
+    return out
+
+
 class ArrayKernelBlocks:
     """Kernel blocks over training inputs held in memory (numpy, or anything np.asarray takes).
 
@@ -410,6 +420,11 @@ class ArrayKernelBlocks:
 
     def diag(self) -> np.ndarray:
         return self.kernel.diag(self.X)
+
+    def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
+        """K·V for V of shape (n,) or (n, b), over row blocks K[lo:hi, :] of about
+        ``block_bytes`` of kernel values each (K is never formed): CG's product."""
+        return row_block_matmul(self.kernel, self.X, self.X, V, block_bytes)
 
     def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
         """An n × p matrix [first, K[:, i₁], K[:, i₂], …] to which kernel columns are appended

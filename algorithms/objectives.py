@@ -50,13 +50,8 @@ def solve_reference(blocks, y: np.ndarray, sigma2: float, reference: str) -> np.
         K[np.diag_indices(n)] += sigma2
         return sla.cho_solve(sla.cho_factor(K, lower=True, check_finite=False), y,
                              check_finite=False)
-    rows = max(1, 2**25 // (8 * n))  # ≈ 32 MB of kernel rows at a time
-
     def matvec(v: np.ndarray) -> np.ndarray:
-        out = sigma2 * v
-        for lo in range(0, n, rows):
-            out[lo: lo + rows] += blocks.block(slice(lo, lo + rows), slice(None)) @ v
-        return out
+        return blocks.matmul(v, 2**25) + sigma2 * v  # ≈ 32 MB of kernel rows at a time
 
     operator = spla.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
     x, info = spla.cg(operator, y, rtol=1e-12, atol=0.0, maxiter=10 * n)

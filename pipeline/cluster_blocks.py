@@ -38,7 +38,13 @@ import dask
 import numpy as np
 from distributed import Client, get_worker, wait
 
-from algorithms.kernels import ArrayKernelBlocks, Kernel, KernelColumns, set_kernel_threads
+from algorithms.kernels import (
+    ArrayKernelBlocks,
+    Kernel,
+    KernelColumns,
+    row_block_matmul,
+    set_kernel_threads,
+)
 from pipeline.blocks import _dataset
 from pipeline.datasets import open_store
 
@@ -57,6 +63,7 @@ class _Shard:
     hi: int
     blocks: ArrayKernelBlocks
     columns: dict[str, KernelColumns] = field(default_factory=dict)
+    X_all: np.ndarray | None = None  # every training row, for K·V (read on first use)
 
 
 class ClusterFitError(RuntimeError):
@@ -118,6 +125,19 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     return shard.blocks.project_points(X_cols, columns)
 
 
+def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
+    """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
+    (n·d values on each worker: a product with K needs all of them)."""
+    _threads()
+    shard = _shard(key)
+    if shard.X_all is None:
+        with dask.config.set(scheduler="synchronous"):
+            X = _dataset(store, verify=False)["X_train"].values
+        shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
+    blocks = shard.blocks
+    return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
+
+
 def _peak_rss(key: str) -> int:
     """This worker process's peak resident memory so far, bytes (the kernel's high-water
     mark, exact where a sampled reading would miss a short peak)."""
@@ -126,7 +146,8 @@ def _peak_rss(key: str) -> int:
 
 def _nbytes(key: str) -> int:
     shard = _shard(key)
-    return shard.blocks.X.nbytes + sum(c._buf.nbytes for c in shard.columns.values())
+    held = shard.blocks.X.nbytes + sum(c._buf.nbytes for c in shard.columns.values())
+    return held + (shard.X_all.nbytes if shard.X_all is not None else 0)
 
 
 # ------------------------------------------------------------------------- in the fit's process
@@ -260,6 +281,12 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         dropped, self._dropped = self._dropped, []
         parts = self._run(_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
+
+    def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
+        """K·V as the shards' rows k(X_B, X)·V (V goes to every worker; the result's rows
+        come back: n·b numbers each way, against the n²·b of the product)."""
+        V = np.asarray(V, dtype=np.float64)
+        return np.concatenate(self._run(_matmul, lambda b: (self.store, V, block_bytes)))
 
     def _drop_columns(self, name: str) -> None:
         self._dropped.append(name)  # done by the shards' next projection (or the close)

@@ -38,16 +38,17 @@ def started() -> bool:
 
 
 def wants_local_workers(argv: Sequence[str]) -> bool:
-    """Whether the command line ``argv`` runs a sweep on a local cluster: ``-m`` or an
-    experiment whose file declares ``mode: MULTIRUN``, no ``cluster=`` other than local, no
-    ``dry_run``, and none of Hydra's own flags (``--help``, ``--cfg``)."""
+    """Whether the command line ``argv`` runs on a local cluster: a sweep (``-m`` or an
+    experiment whose file declares ``mode: MULTIRUN``) or a ``blocks=cluster`` job, with no
+    ``cluster=`` other than local, no ``dry_run``, and none of Hydra's own flags (``--help``,
+    ``--cfg``)."""
     args = list(argv)
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return False
     values = {a.lstrip("+").partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}
     if values.get("cluster", "local") != "local" or values.get("dry_run", "false") != "false":
         return False
-    if "-m" in args or "--multirun" in args:
+    if "-m" in args or "--multirun" in args or values.get("blocks") == "cluster":
         return True
     experiment = values.get("experiment", "")
     path = _CONF / "experiment" / f"{experiment}.yaml"

@@ -29,6 +29,7 @@ import math
 import os
 import re
 import resource
+import sys
 import threading
 import time
 import traceback
@@ -605,15 +606,25 @@ class _Cluster:
     def __init__(self) -> None:
         self.stack = contextlib.ExitStack()
         self.closer: threading.Thread | None = None
+        self.sys_path = list(sys.path)
 
     def connect(self, cfg: Mapping):
+        self.sys_path = list(sys.path)
         client = self.stack.enter_context(connect(cfg))
         client.register_plugin(_QuietCancellations())
         return client
 
     def close(self, wait: bool = True) -> None:
-        """Close the cluster (on a thread unless ``wait``); waits for a close under way."""
+        """Close the cluster (on a thread unless ``wait``); waits for a close under way.
+
+        A Dask scheduler or nanny in this process puts its scratch directory first on
+        ``sys.path`` and takes it off when it closes (if it is still first). Taken off here,
+        before the closing thread starts, so that the thread never changes ``sys.path`` while
+        this one imports (an import walking the list as an entry is removed skips one:
+        zarr's ``typing_extensions`` was then not found during consolidation)."""
         if self.closer is None:
+            for entry in [p for p in sys.path if p not in self.sys_path]:
+                sys.path.remove(entry)
             self.closer = threading.Thread(target=self._close, name="sweep-cluster-close",
                                            daemon=True)
             self.closer.start()

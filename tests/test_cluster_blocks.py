@@ -221,3 +221,25 @@ def test_the_cluster_benchmark_runs_at_small_size(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipeline.cluster_bench", "size=huge"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
+
+
+@pytest.mark.parametrize("preconditioner", ["jacobi", "pivoted_cholesky"])
+def test_cg_on_cluster_blocks_equals_the_in_memory_fit(client, store, preconditioner):
+    """CG's products K·V run as the shards' rows k(X_B, X)·V: the same iterations, the same
+    solution, mean and error bars (the error bars are CG solves too)."""
+    X, y, X_test, y_test = load_arrays(store)
+    kernel = Kernel("rbf", {"width": 10.0})
+    options = {"tol": 1e-8, "max_iter": 80, "preconditioner": preconditioner,
+               "error_bars": True}
+    ref = run("cg", ArrayKernelBlocks(X, kernel), y, lam=0.1, rng=0,
+              test=(X_test[:10], y_test[:10]), **options)
+    with ClusterKernelBlocks(client, store, kernel) as blocks:
+        fit = run("cg", blocks, y, lam=0.1, rng=0, test=(X_test[:10], y_test[:10]), **options)
+        bounds = fit.solution.variance_bounds(X_test[:5])
+        held = blocks.shard_nbytes()
+    assert len(fit.trace["objective"]) == len(ref.trace["objective"])
+    np.testing.assert_allclose(fit.trace["objective"], ref.trace["objective"], rtol=1e-10)
+    np.testing.assert_allclose(fit.coef, ref.coef, rtol=1e-8, atol=1e-10)
+    for got, want in zip(bounds, ref.solution.variance_bounds(X_test[:5]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8)
+    assert all(b >= 4000 * 10 * 8 for b in held)  # each worker read every row for K·V

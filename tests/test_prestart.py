@@ -18,6 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (["experiment=bench_sweep_overhead"], True),          # its file says mode: MULTIRUN
     (["experiment=bench_sweep_overhead", "cluster=local"], True),
     (["lam=0.1"], False),                                 # one job: no cluster
+    (["algorithm=sgma", "blocks=cluster"], True),         # one job spread over a cluster
+    (["blocks=cluster", "cluster=address"], False),
     (["experiment=no_such_experiment"], False),
     (["experiment=../config"], False),
     (["-m", "lam=0.1,1", "cluster=address"], False),      # workers elsewhere

@@ -199,3 +199,25 @@ def test_killing_a_worker_mid_sweep_costs_nothing(tmp_path, dask_processes):
           f"{sorted(fits.values())}")
     assert all(fits[h] == 1 for h in finished)  # no finished job was fitted again
     assert sum(fits.values()) <= 8 + len(keys)  # at most the killed worker's jobs ran twice
+
+
+def test_the_closing_cluster_leaves_sys_path_alone():
+    """Dask's scheduler puts its scratch directories first on sys.path and takes them off
+    when it closes; the sweep closes its cluster on a thread while the main thread imports
+    (consolidation: zarr), so they are taken off before that thread starts — an import walking
+    sys.path while an entry is removed skips one (a ModuleNotFoundError for an installed
+    module, seen in CI)."""
+    import sys
+
+    from pipeline.sweep import _Cluster
+
+    before = list(sys.path)
+    cluster = _Cluster()
+    cluster.connect({"kind": "local", "n_workers": 1, "threads_per_worker": 1,
+                     "memory_limit": "auto", "dashboard_address": ":0",
+                     "start_timeout": "30s"})
+    assert sys.path != before  # dask's scratch directory, first
+    cluster.close(wait=False)
+    assert sys.path == before  # taken off on this thread, before the closing one starts
+    cluster.close()
+    assert sys.path == before
