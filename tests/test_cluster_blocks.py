@@ -243,3 +243,51 @@ def test_cg_on_cluster_blocks_equals_the_in_memory_fit(client, store, preconditi
     for got, want in zip(bounds, ref.solution.variance_bounds(X_test[:5]), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-8)
     assert all(b >= 4000 * 10 * 8 for b in held)  # each worker read every row for K·V
+
+
+@pytest.mark.slow
+def test_a_cluster_fit_on_an_existing_scheduler_equals_the_in_memory_one(tmp_path,
+                                                                         dask_processes):
+    """blocks=cluster against a real `dask scheduler` with two `dask worker` processes
+    (cluster=address): the rows go to both workers and the job's result equals the
+    blocks=memory job's."""
+    import json
+
+    address = dask_processes.scheduler.address
+    base = [sys.executable, "-m", "pipeline", "algorithm=sgma", "dataset=friedman1",
+            "dataset.n_train=4000", "dataset.n_test=50", "algorithm.eps=0",
+            "algorithm.max_basis=40"]
+    summaries = {}
+    for where in ("cluster", "memory"):
+        extra = ([f"blocks={where}", "cluster=address", f"scheduler={address}"]
+                 if where == "cluster" else [])
+        proc = subprocess.run([*base, *extra], cwd=tmp_path / ".", capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
+        with xr.open_dataset(path) as ds:
+            summaries[where] = json.loads(ds.attrs["summary"])
+    clu, mem = summaries["cluster"], summaries["memory"]
+    assert clu["cluster_workers"] == 2
+    assert clu["n_basis"] == mem["n_basis"] == 40
+    assert clu["objective"] == pytest.approx(mem["objective"], rel=1e-10)
+    assert clu["test_rmse"] == pytest.approx(mem["test_rmse"], rel=1e-7)
+
+
+def test_a_worker_paused_for_long_ends_the_fit_in_one_line(client, store, monkeypatch):
+    """A worker Dask keeps paused (its memory above the pause fraction: the rows cannot
+    spill, and a paused worker starts no task) ends the fit with one line naming
+    cluster.memory_limit instead of waiting for ever."""
+    import pipeline.cluster_blocks as cluster_blocks
+
+    with ClusterKernelBlocks(client, store, Kernel("rbf", {"width": 10.0})) as blocks:
+        monkeypatch.setattr(cluster_blocks, "PAUSED_SECONDS", 0.0)
+        monkeypatch.setattr(cluster_blocks, "_workers",
+                            lambda c: dict.fromkeys(blocks.owners, "paused"))
+        start = time.time()
+        with pytest.raises(cluster_blocks.ClusterFitError,
+                           match=r"^worker tcp://\S+ holding training rows 0\.\.1999 of this "
+                                 r"blocks=cluster fit has been paused for 0 s: .*give the "
+                                 r"workers more memory \(cluster\.memory_limit\)"):
+            blocks._run(lambda key: time.sleep(5), lambda b: ())
+        assert time.time() - start < 4
