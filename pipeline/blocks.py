@@ -27,7 +27,10 @@ IN_MEMORY_STORES = 4
 _in_memory: OrderedDict[Path, tuple[tuple, xr.Dataset]] = OrderedDict()
 
 
-def _dataset(store: str | PathLike, verify: bool) -> xr.Dataset:
+def open_dataset_cached(store: str | PathLike, verify: bool) -> xr.Dataset:
+    """The dataset store at ``store``: verified and opened lazily when ``verify``; else a
+    small store (≤ :data:`IN_MEMORY_BYTES`) is read into memory once per process and kept
+    while none of its files changes, a larger one opened lazily."""
     if verify:
         return open_store(store, verify=True)
     path = Path(store)
@@ -54,7 +57,7 @@ class ZarrKernelBlocks(ArrayKernelBlocks):
 
     def __init__(self, store: str | PathLike, kernel: Kernel, *, verify: bool = True) -> None:
         self.store = store
-        self.dataset = _dataset(store, verify)
+        self.dataset = open_dataset_cached(store, verify)
         super().__init__(self.dataset["X_train"].data, kernel)
 
     def lazy_matrix(self, row_chunk: int | None = None) -> da.Array:

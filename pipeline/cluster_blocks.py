@@ -45,7 +45,7 @@ from algorithms.kernels import (
     row_block_matmul,
     set_kernel_threads,
 )
-from pipeline.blocks import _dataset
+from pipeline.blocks import open_dataset_cached
 from pipeline.datasets import open_store
 
 POLL_SECONDS = 1.0
@@ -92,7 +92,7 @@ def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     scheduler reads it: a compute inside a task would otherwise go to the cluster, whose
     worker is busy running this task."""
     with dask.config.set(scheduler="synchronous"):
-        X = _dataset(store, verify=False)["X_train"][lo:hi].values
+        X = open_dataset_cached(store, verify=False)["X_train"][lo:hi].values
     X = np.ascontiguousarray(X, dtype=np.float64)
     _SHARDS[key] = _Shard(lo, hi, ArrayKernelBlocks(X, kernel))
     return X.nbytes
@@ -132,7 +132,7 @@ def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray
     shard = _shard(key)
     if shard.X_all is None:
         with dask.config.set(scheduler="synchronous"):
-            X = _dataset(store, verify=False)["X_train"].values
+            X = open_dataset_cached(store, verify=False)["X_train"].values
         shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
     blocks = shard.blocks
     return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)

@@ -221,17 +221,14 @@ def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
     if config.get("blocks", "memory") != "cluster":
         yield open_blocks(store, kernel, verify=False)
         return
-    from distributed import Lock, worker_client
+    from distributed import Lock, get_worker, worker_client
 
     from pipeline.cluster import connect
     from pipeline.cluster_blocks import ClusterKernelBlocks
 
     try:
-        from distributed import get_worker
-
-        get_worker()
-        on_worker = True
-    except ValueError:
+        on_worker = get_worker() is not None
+    except ValueError:  # not in a Dask task: a job of its own
         on_worker = False
     if on_worker:
         with worker_client() as client, Lock("sgp-bench-cluster-blocks"), \
