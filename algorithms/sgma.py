@@ -33,7 +33,7 @@ from algorithms.contract import (
 )
 from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
-from algorithms.kernels import tiles_own_the_cores
+from algorithms.kernels import kernel_threads, tiles_own_the_cores
 from algorithms.objectives import REFERENCES, relative_gap, solve_reference
 from algorithms.options import Option
 
@@ -359,7 +359,9 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
         K_basis = blocks.columns(np.empty((n, 0)), len(basis))
         K_basis.extend(basis)
         q_lo, q_hi = [], []
-        step = max(1, chunk_bytes // (8 * (len(basis) + 1)))
+        # a chunk's (t + 1) × m partial products, one per kernel thread and their sum, hold
+        # about chunk_bytes
+        step = max(1, chunk_bytes // (8 * (len(basis) + 1) * (kernel_threads() + 1)))
         for lo in range(0, X_new.shape[0], step):
             X_chunk = X_new[lo: lo + step]
             KSx, kk = blocks.project_points(X_chunk, K_basis)
