@@ -79,7 +79,10 @@ def prestart(argv: Sequence[str]) -> bool:
     global _started
     if _started or not wants_local_workers(argv):
         return _started
-    environ = _pre_spawn_environ()
+    try:
+        environ = _pre_spawn_environ()
+    except Exception:  # an unreadable Dask configuration: the workers are spawned instead
+        return False
     saved = {k: os.environ.get(k) for k in environ}
     os.environ.update(environ)
     try:
