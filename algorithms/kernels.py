@@ -470,14 +470,6 @@ class ArrayKernelBlocks:
         return self.kernel(X_new, self.X[cols])
 
 
-def _memory() -> int:
-    """This machine's physical memory in bytes (0 where it cannot be read)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 class KernelColumns:
     """An n × p matrix held by a kernel-block provider: ``first`` (n × p₀, e.g. y as one
     column) followed by kernel columns K[:, i] appended by index (SGMA's [y, K_{:S}]).
@@ -486,8 +478,8 @@ class KernelColumns:
     provider's :meth:`~ArrayKernelBlocks.project` / ``project_points``, so a provider may keep
     its rows wherever the training rows are (in memory here, on the Dask workers that own them
     with ``blocks=cluster``). Room for ``capacity`` appended columns is made at once when that
-    is at most 2 GiB, or 4096 columns in at most half this machine's memory (memory is taken
-    as columns are written), else the buffer doubles as it fills, never past ``capacity``.
+    is at most 2 GiB or 4096 columns (memory is taken as columns are written), else the buffer
+    doubles as it fills, never past ``capacity``.
     """
 
     BATCH = 32  # columns computed at once by extend
@@ -498,8 +490,7 @@ class KernelColumns:
         n, p0 = first.shape
         # made whole when it is small or of a basis size: its pages are taken as columns are
         # written (no copy when it fills); else it doubles from 64 (e.g. max_basis = n)
-        size = n * (p0 + capacity) * 8
-        whole = size <= 2**31 or (capacity <= self.WHOLE_COLUMNS and size <= _memory() // 2)
+        whole = n * (p0 + capacity) * 8 <= 2**31 or capacity <= self.WHOLE_COLUMNS
         room = capacity if whole else min(capacity, 64)
         self.blocks, self.capacity = blocks, p0 + capacity
         self._buf = np.empty((n, p0 + room), order="F")

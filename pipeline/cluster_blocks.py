@@ -14,21 +14,15 @@ blocks such as K_SM, the diagonal, predictions) is computed in the calling proce
 copy of X: n·d values (160 MB at n = 2·10⁶, d = 10), against the n·t of the columns (4.8 GB at
 t = 300). A row fetched from its shard would cost a round trip (~10 ms here) per use.
 
-A shard task computes on its worker process's kernel threads (one in a worker of its own;
-a task never changes that setting, which jobs on the same worker share): run one
-single-threaded worker per core. Shard tasks are pinned to their workers. A worker lost
-during the fit loses its rows: the fit stops with a one-line error (:class:`ClusterFitError`)
-within :data:`POLL_SECONDS` of the scheduler noticing, and nothing is written; rerunning the
-job starts it afresh. So does a worker that Dask has paused for :data:`PAUSED_SECONDS`
-because its memory is full (the rows are not Dask-managed data: they cannot be spilled, and a
-paused worker runs no task). Shards are dropped by a task on each worker when the fit ends,
-however it ends, waited for up to 10 s; a worker that is still busy with another job (a mixed
-sweep) or paused after that keeps its shard until it restarts.
+Shard tasks are pinned to their workers. A worker lost during the fit loses its rows: the fit
+stops with a one-line error (:class:`ClusterFitError`) within :data:`POLL_SECONDS` of the
+scheduler noticing, and nothing is written; rerunning the job starts it afresh. So does a
+worker that Dask has paused for :data:`PAUSED_SECONDS` because its memory is full (the rows
+are not Dask-managed data: they cannot be spilled, and a paused worker runs no task).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -36,20 +30,20 @@ import resource
 import time
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
 import numpy as np
-from distributed import Client, wait
+from distributed import Client, get_worker, wait
 
 from algorithms.kernels import (
     ArrayKernelBlocks,
     Kernel,
     KernelColumns,
     row_block_matmul,
+    set_kernel_threads,
 )
 from pipeline.blocks import open_dataset_cached
 from pipeline.datasets import open_store
@@ -85,6 +79,14 @@ def _shard(key: str) -> _Shard:
                               "the fit); rerun the job") from None
 
 
+def _threads() -> None:
+    """A shard task's kernel tiles use the worker's threads (one task runs at a time)."""
+    try:
+        set_kernel_threads(max(1, get_worker().state.nthreads))
+    except ValueError:  # not on a worker (tests call the functions directly)
+        set_kernel_threads(1)
+
+
 def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     """Read rows lo:hi of the store's X_train into a shard; its bytes. Dask's synchronous
     scheduler reads it: a compute inside a task would otherwise go to the cluster, whose
@@ -96,9 +98,8 @@ def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     return X.nbytes
 
 
-def _close_shards(key: str, suffix: str = "") -> None:
-    """Drop the shard ``key`` from this worker."""
-    _SHARDS.pop(key + suffix, None)
+def _close_shard(key: str) -> None:
+    _SHARDS.pop(key, None)
 
 
 def _new_columns(key: str, name: str, first: np.ndarray, capacity: int,
@@ -114,6 +115,7 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
     ``pending`` to the shard's columns ``name``, then return its partial
     (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
+    _threads()
     shard = _shard(key)
     for gone in dropped:
         shard.columns.pop(gone, None)
@@ -126,6 +128,7 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
 def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
     """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
     (n·d values on each worker: a product with K needs all of them)."""
+    _threads()
     shard = _shard(key)
     if shard.X_all is None:
         with dask.config.set(scheduler="synchronous"):
@@ -191,15 +194,10 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self.bounds = np.array([lo for lo, _ in self.ranges] + [self.n])
         self._names = itertools.count()
         self._closed = False
-        self._dropped: deque[str] = deque()  # columns the fit no longer holds (a finalizer
-        # may add one from another thread: appends and pops of a deque are atomic)
+        self._dropped: list[str] = []  # columns the fit no longer holds
         self.bytes_moved = 0  # results received from the shards (the reductions)
-        try:
-            self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
-                                                                 kernel))
-        except BaseException:
-            self.close()  # the shards the other workers opened
-            raise
+        self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
+                                                             kernel))
 
     # -- plumbing
     def _shard_key(self, b: int) -> str:
@@ -220,16 +218,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                 break
             except TimeoutError:
                 pass
-            except (asyncio.CancelledError, OSError) as err:  # the scheduler went away
-                raise ClusterFitError(f"the Dask cluster of this blocks=cluster fit stopped "
-                                      f"answering ({type(err).__name__}); rerun the job "
-                                      "when it is back") from None
-            try:
-                status = _workers(self.client)
-            except OSError as err:
-                raise ClusterFitError(f"the Dask scheduler of this blocks=cluster fit stopped "
-                                      f"answering ({type(err).__name__}); rerun the job "
-                                      "when it is back") from None
+            status = _workers(self.client)
             lost = [w for w in self.owners if w not in status]
             now = time.monotonic()
             for w in self.owners:
@@ -264,8 +253,8 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         if self._closed:
             return
         self._closed = True
-        futures = [self._submit(b, _close_shards, "") for b in range(len(self.owners))]
-        with contextlib.suppress(Exception, asyncio.CancelledError), self.client.as_current():
+        futures = [self._submit(b, _close_shard) for b in range(len(self.owners))]
+        with contextlib.suppress(TimeoutError), self.client.as_current():
             wait(futures, timeout=10 * POLL_SECONDS)
 
     def __enter__(self) -> ClusterKernelBlocks:
@@ -278,7 +267,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
     def columns(self, first: np.ndarray, capacity: int) -> ClusterColumns:
         first = np.asarray(first, dtype=np.float64).reshape(self.n, -1)
         name = str(next(self._names))
-        dropped = self._take_dropped()
+        dropped, self._dropped = self._dropped, []
         self._run(_new_columns, lambda b: (name, first[slice(*self.ranges[b])], capacity,
                                            dropped))
         return ClusterColumns(self, name, first.shape[1])
@@ -289,7 +278,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
             raise TypeError("blocks=cluster projects only its own columns (blocks.columns)")
         pending = W.take_pending()
         X_cols = np.asarray(X_cols, dtype=np.float64)
-        dropped = self._take_dropped()
+        dropped, self._dropped = self._dropped, []
         parts = self._run(_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
 
@@ -301,12 +290,6 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 
     def _drop_columns(self, name: str) -> None:
         self._dropped.append(name)  # done by the shards' next projection (or the close)
-
-    def _take_dropped(self) -> list[str]:
-        taken = []
-        while self._dropped:
-            taken.append(self._dropped.popleft())
-        return taken
 
     def summary(self) -> dict:
         """What a job records of its cluster blocks (pipeline.variables)."""

@@ -79,10 +79,7 @@ def prestart(argv: Sequence[str]) -> bool:
     global _started
     if _started or not wants_local_workers(argv):
         return _started
-    try:
-        environ = _pre_spawn_environ()
-    except Exception:  # an unreadable Dask configuration: the workers are spawned instead
-        return False
+    environ = _pre_spawn_environ()
     saved = {k: os.environ.get(k) for k in environ}
     os.environ.update(environ)
     try:

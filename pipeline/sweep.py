@@ -355,8 +355,6 @@ def _hydra_job_config(job: _Job, sweep_dir: Path) -> DictConfig:
     with open_dict(cfg):
         cfg.algorithm = job.config["algorithm"]  # resolved, without the dropped options
         cfg.store_root = job.config["store_root"]
-        cfg.blocks = job.config.get("blocks", "memory")  # memory where not declared
-        cfg.threads = job.config.get("threads")  # resolved for the jobs running at once
         cfg.hydra.sweep.dir = str(sweep_dir)
         cfg.hydra.sweep.subdir = f"jobs/{job.hash}"
         cfg.hydra.job.num = job.num
