@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pipeline.results import load  # noqa: E402
+from pipeline.sweep_bench import size_argument  # noqa: E402
 
 EXPERIMENT = "bench_cluster_blocks"
 SPEEDUP_N = {"full": 200_000, "small": 20_000}
@@ -116,14 +117,9 @@ def figure(runs: dict, path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    size = "full"
-    for arg in argv:
-        if arg.startswith("size=") and arg.partition("=")[2] in ("full", "small"):
-            size = arg.partition("=")[2]
-        else:
-            print(f"error: unknown argument {arg!r}; pass size=full or size=small",
-                  file=sys.stderr)
-            return 2
+    size = size_argument(argv)
+    if size is None:
+        return 2
     cwd = Path(os.getcwd())
     base = EXPERIMENT if size == "full" else f"{EXPERIMENT}_{size}"
     n_speed = SPEEDUP_N[size]

@@ -148,7 +148,9 @@ def figure(sweeps: list[dict], plan: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str]) -> int:
+def size_argument(argv: list[str]) -> str | None:
+    """The benchmark size from ``size=full|small`` (default full); None after printing the
+    one-line error for any other argument."""
     size = "full"
     for arg in argv:
         if arg.startswith("size=") and arg.partition("=")[2] in ("full", "small"):
@@ -156,7 +158,14 @@ def main(argv: list[str]) -> int:
         else:
             print(f"error: unknown argument {arg!r}; pass size=full or size=small",
                   file=sys.stderr)
-            return 2
+            return None
+    return size
+
+
+def main(argv: list[str]) -> int:
+    size = size_argument(argv)
+    if size is None:
+        return 2
     cwd = Path(os.getcwd())
     plan = measure_plan(size, cwd)  # first: RUSAGE_CHILDREN's peak is then the plan's own
     sweeps = [measure_sweep(name, size, cwd) for name in SWEEPS]
