@@ -81,6 +81,12 @@ class KernelBlocks(Protocol):
         [y, K_{:S}]) then lives wherever the provider keeps the training rows
         (:class:`algorithms.kernels.KernelColumns` in memory)."""
 
+    def cholesky_columns(self, capacity: int, targets: np.ndarray | None):
+        """The rows of a pivoted Cholesky factor F of K (K ≈ FFᵀ), its residual diagonal and
+        their reductions, held by the provider (:class:`algorithms.factor_columns.CholeskyColumns`
+        in memory): the Nyström and incomplete-Cholesky n × t state
+        (:class:`algorithms.lowrank.PartialCholesky` drives it)."""
+
     def cross(self, X_new: np.ndarray, cols: np.ndarray | slice) -> np.ndarray:
         """k(X_new, X[cols]), shape (len(X_new), len(cols))."""
 
@@ -432,7 +438,8 @@ class AlgorithmSpec:
     installed is a one-line error when the options are validated
     (:func:`~algorithms.evaluation.options_of`), before any data are read.
     ``cluster_blocks``: the fit's O(n·t) or O(n²) work goes through the provider's columns
-    (:meth:`KernelBlocks.columns`, :meth:`KernelBlocks.project`) or :meth:`KernelBlocks.matmul`,
+    (:meth:`KernelBlocks.columns`, :meth:`KernelBlocks.project`), its pivoted-Cholesky
+    columns (:meth:`KernelBlocks.cholesky_columns`) or :meth:`KernelBlocks.matmul`,
     and otherwise it reads only rows, small blocks, the diagonal and n-vectors, so it runs
     with those parts spread over a Dask cluster (``blocks=cluster``,
     :mod:`pipeline.cluster_blocks`); tested against the in-memory run.

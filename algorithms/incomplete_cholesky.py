@@ -38,7 +38,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     """Pivoted incomplete Cholesky of K to rank ``max_basis`` or residual trace ≤ tol·tr(K),
     then the low-rank GP (noise variance ``lam``). Deterministic: ``rng`` is not used."""
     m = check_max_basis(max_basis, blocks.n)
-    chol = PartialCholesky(blocks, m)
+    chol = PartialCholesky(blocks, m, y)
     solve = LowRankSolve(chol, y, lam)
     total = float(chol.diag.sum())
     stop_reason = f"rank max_basis = {m}"
@@ -74,4 +74,5 @@ SPECS = [AlgorithmSpec(
     seed_free=True, has_variance=True,
     exact_limit=ExactLimit({"max_basis": "n"}, variance=True),
     check_options={"max_basis": 20},
+    cluster_blocks=True,
 )]

@@ -35,6 +35,7 @@ from scipy.spatial.distance import cdist
 from threadpoolctl import ThreadpoolController
 
 from algorithms.errors import InputError
+from algorithms.factor_columns import CholeskyColumns
 from algorithms.options import Option, validate
 
 
@@ -431,6 +432,13 @@ class ArrayKernelBlocks:
         (:class:`KernelColumns`; SGMA's [y, K_{:S}]), room made for ``capacity`` of them."""
         return KernelColumns(self, first, capacity)
 
+    def cholesky_columns(self, capacity: int, targets: np.ndarray | None = None
+                         ) -> CholeskyColumns:
+        """The rows of a pivoted Cholesky factor of K with room for ``capacity`` columns, and
+        their reductions (:class:`~algorithms.factor_columns.CholeskyColumns`; the Nyström
+        and incomplete-Cholesky state), with the ``targets`` y for its Gram products."""
+        return CholeskyColumns(self, targets, capacity)
+
     def project(self, cols, W) -> tuple[np.ndarray, np.ndarray]:
         """(Wᵀ K[:, cols], the column sums of K[:, cols]²) for W of shape (n, p) (an array or
         :class:`KernelColumns`), without forming K[:, cols]: see :meth:`project_points`."""
@@ -496,6 +504,10 @@ class KernelColumns:
         self._buf = np.empty((n, p0 + room), order="F")
         self._buf[:, :p0] = first
         self.width = p0
+
+    @property
+    def nbytes(self) -> int:
+        return self._buf.nbytes
 
     @property
     def array(self) -> np.ndarray:

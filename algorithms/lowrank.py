@@ -56,28 +56,44 @@ def _grow(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
 class PartialCholesky:
     """K ≈ FFᵀ from kernel columns only; see the module docstring.
 
-    ``resid`` is the residual diagonal diag(K − FFᵀ) (its sum is the residual trace);
-    ``pivots`` the accepted pivots in order, ``n_dropped`` the rejected (degenerate) ones."""
+    The rows of F, the residual diagonal diag(K − FFᵀ) (its sum is the residual trace) and
+    their reductions are held by the provider (``blocks.cholesky_columns``: in memory, or
+    spread over a cluster's workers with ``blocks=cluster``); this object decides the pivots
+    and keeps ``pivots`` (accepted, in order), ``L_PP`` = F[P, :] (lower triangular),
+    ``n_dropped`` (rejected as degenerate) and the admissible set. ``targets`` (y) are needed
+    only by :class:`LowRankSolve` (:meth:`gram`)."""
 
-    def __init__(self, blocks: KernelBlocks, capacity: int) -> None:
+    def __init__(self, blocks: KernelBlocks, capacity: int,
+                 targets: np.ndarray | None = None) -> None:
         self.blocks = blocks
         self.n = blocks.n
         self.diag = np.asarray(blocks.diag(), dtype=np.float64)
-        self.resid = self.diag.copy()
-        self.F = np.zeros((self.n, max(1, min(capacity, self.n))), order="F")
+        self.capacity = max(1, min(capacity, self.n))
+        self.columns = blocks.cholesky_columns(self.capacity, targets)
         self.pivots: list[int] = []
         self.n_dropped = 0
         self.admissible = np.ones(self.n, dtype=bool)
+        self._L_PP = np.zeros((self.capacity, self.capacity), order="F")
 
     @property
     def t(self) -> int:
         return len(self.pivots)
 
+    @property
+    def L_PP(self) -> np.ndarray:
+        """F[P, :] (t × t, lower triangular): the factor's rows at the pivots, K_PP = L_PP L_PPᵀ."""
+        return self._L_PP[: self.t, : self.t]
+
     def factor(self) -> np.ndarray:
-        return self.F[:, : self.t]
+        """F (n × t) as one array (from a cluster's workers: n·t values gathered)."""
+        return self.columns.factor()
 
     def residual_trace(self) -> float:
-        return float(np.maximum(self.resid[self.admissible], 0.0).sum())
+        return self.columns.residual_trace()
+
+    def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(F[:, :t1]ᵀ F[:, t0:t1], F[:, t0:t1]ᵀ y): what :class:`LowRankSolve` needs of F."""
+        return self.columns.gram(t0, t1)
 
     def add(self, candidates: Iterable[int]) -> int:
         """Add ``candidates`` as pivots in the given order, dropping each whose Schur
@@ -86,24 +102,22 @@ class PartialCholesky:
         if not len(B):
             return 0
         t = self.t
-        C = self.blocks.block(slice(None), B)  # (n, b): K[:, B]
+        F_B = self.columns.rows(B)  # (b, t)
+        S = self.blocks.block(B, B)
         if t:
-            C -= self.F[:, :t] @ self.F[B, :t].T  # Schur complement columns, one GEMM
-        kept, L_B = self._ordered_cholesky(C[B, :], B)
+            S -= F_B @ F_B.T  # the candidates' Schur block
+        kept, L_B = self._ordered_cholesky(S, B)
         self.admissible[B] = False
         self.n_dropped += len(B) - len(kept)
+        self.columns.append(self.blocks.inputs(B[kept]), F_B[kept], L_B, B)
         if not kept:
             return 0
-        if len(kept) == 1:  # one pivot (incomplete Cholesky): a column scaled by 1/L_B
-            new = C[:, kept] / L_B[0, 0]
-        else:
-            new = sla.solve_triangular(L_B, C[:, kept].T, lower=True, check_finite=False).T
-        if t + len(kept) > self.F.shape[1]:
-            self.F = _grow(self.F, self.n, min(self.n, max(2 * self.F.shape[1], t + len(kept))))
-        self.F[:, t: t + len(kept)] = new
+        t1 = t + len(kept)
+        if t1 > self._L_PP.shape[0]:
+            self._L_PP = _grow(self._L_PP, *(2 * [max(2 * self._L_PP.shape[0], t1)]))
+        self._L_PP[t:t1, :t] = F_B[kept]
+        self._L_PP[t:t1, t:t1] = L_B
         self.pivots.extend(int(i) for i in B[kept])
-        self.resid -= np.einsum("ij,ij->i", new, new)
-        self.resid[B] = 0.0  # exactly reproduced (kept) or excluded (dropped)
         return len(kept)
 
     def _ordered_cholesky(self, S: np.ndarray, B: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -126,10 +140,8 @@ class PartialCholesky:
     def greedy_pivot(self) -> int | None:
         """The admissible index with the largest residual diagonal (symmetric diagonal
         pivoting), or None when every residual is degenerate."""
-        ok = self.admissible & (self.resid > DEGENERATE_RTOL * self.diag)
-        if not ok.any():
-            return None
-        return int(np.argmax(np.where(ok, self.resid, -np.inf)))
+        best = self.columns.best(DEGENERATE_RTOL)
+        return None if best is None else best[0]
 
 
 class LowRankSolve:
@@ -140,12 +152,11 @@ class LowRankSolve:
         self.chol, self.y, self.lam = chol, y, lam
         self.half_yy = 0.5 * float(y @ y)
         self.t = 0
-        cap = chol.F.shape[1]
+        cap = chol.capacity
         self.R = np.zeros((cap, cap), order="F")       # chol(σ²I + FᵀF)
         self.z = np.zeros(cap)                          # R⁻¹Fᵀy
         self.R_dual = np.zeros((cap, cap), order="F")  # chol(σ²I + K_PP)
         self.z_dual = np.zeros(cap)                     # R_dual⁻¹y_P
-        self.L_PP = np.zeros((cap, cap), order="F")    # F[P, :], lower triangular
 
     def _extend(self, R: np.ndarray, z: np.ndarray, cross: np.ndarray, block: np.ndarray,
                 rhs: np.ndarray) -> None:
@@ -164,20 +175,17 @@ class LowRankSolve:
         if t1 == t:
             return
         if t1 > self.R.shape[0]:
-            cap = chol.F.shape[1]
-            self.R, self.R_dual, self.L_PP = (_grow(a, cap, cap)
-                                              for a in (self.R, self.R_dual, self.L_PP))
+            cap = max(2 * self.R.shape[0], t1)
+            self.R, self.R_dual = (_grow(a, cap, cap) for a in (self.R, self.R_dual))
             self.z, self.z_dual = (np.concatenate([v, np.zeros(cap - len(v))])
                                    for v in (self.z, self.z_dual))
-        F_old, F_new = chol.F[:, :t], chol.F[:, t:t1]
+        cross, Fty = chol.gram(t, t1)  # F[:, :t1]ᵀF_new, F_newᵀy
         eye = self.lam * np.eye(t1 - t)
-        self._extend(self.R, self.z, F_old.T @ F_new, eye + F_new.T @ F_new,
-                     F_new.T @ self.y)
+        self._extend(self.R, self.z, cross[:t], eye + cross[t:], Fty)
         P_new = np.asarray(chol.pivots[t:t1])
-        # rows t..t1 of L_PP = F[P, :]; above the diagonal F[P, :] is round-off, taken as 0
-        L_new = np.tril(chol.F[P_new, :t1], k=t)
-        self.L_PP[t:t1, :t1] = L_new
-        K_cross = self.L_PP[:t, :t] @ L_new[:, :t].T  # K[P_old, P_new] = L_old L_newᵀ
+        L_PP = chol.L_PP
+        L_new = L_PP[t:t1, :t1]  # rows t..t1 of L_PP = F[P, :]
+        K_cross = L_PP[:t, :t] @ L_new[:, :t].T  # K[P_old, P_new] = L_old L_newᵀ
         self._extend(self.R_dual, self.z_dual, K_cross, eye + L_new @ L_new.T,
                      self.y[P_new])
         self.t = t1
@@ -195,7 +203,7 @@ class LowRankSolve:
         return -self.half_yy - self.lam * L_dual
 
     def _factors(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self.chol.pivots[:t], dtype=np.int64), self.L_PP[:t, :t]
+        return np.asarray(self.chol.pivots[:t], dtype=np.int64), self.chol.L_PP[:t, :t]
 
     def coef(self, t: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(pivots, α_P) of the solution on the first ``t`` pivots (default all)."""

@@ -36,7 +36,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     n = blocks.n
     m = check_max_basis(max_basis, n)
     order = rng.permutation(n)
-    chol = PartialCholesky(blocks, m)
+    chol = PartialCholesky(blocks, m, y)
     solve = LowRankSolve(chol, y, lam)
     drawn, stop_reason = 0, f"max_basis = {m} landmarks"
     for target in basis_grid(m):
@@ -61,4 +61,5 @@ SPECS = [AlgorithmSpec(
     has_variance=True,
     exact_limit=ExactLimit({"max_basis": "n"}, variance=True),
     check_options={"max_basis": 20},
+    cluster_blocks=True,
 )]

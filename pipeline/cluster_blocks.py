@@ -38,6 +38,7 @@ import dask
 import numpy as np
 from distributed import Client, get_worker, wait
 
+from algorithms.factor_columns import CholeskyColumns
 from algorithms.kernels import (
     ArrayKernelBlocks,
     Kernel,
@@ -45,6 +46,7 @@ from algorithms.kernels import (
     row_block_matmul,
     set_kernel_threads,
 )
+from algorithms.lowrank import DEGENERATE_RTOL
 from pipeline.blocks import open_dataset_cached
 from pipeline.datasets import open_store
 
@@ -62,7 +64,7 @@ class _Shard:
     lo: int
     hi: int
     blocks: ArrayKernelBlocks
-    columns: dict[str, KernelColumns] = field(default_factory=dict)
+    columns: dict[str, KernelColumns | CholeskyColumns] = field(default_factory=dict)
     X_all: np.ndarray | None = None  # every training row, for K·V (read on first use)
 
 
@@ -138,6 +140,49 @@ def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray
     return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
 
 
+def _new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
+                dropped: Sequence[str] = ()) -> tuple[float, tuple | None]:
+    """Make the shard's rows of new pivoted-Cholesky factor columns ``name``; their
+    reductions (residual trace, best pivot) as :func:`_factor_append` returns them."""
+    shard = _shard(key)
+    for gone in dropped:
+        shard.columns.pop(gone, None)
+    factor = CholeskyColumns(shard.blocks, targets, capacity, lo=shard.lo)
+    shard.columns[name] = factor
+    return factor.residual_trace(), factor.best(DEGENERATE_RTOL)
+
+
+def _factor(key: str, name: str) -> CholeskyColumns:
+    return _shard(key).columns[name]
+
+
+def _factor_rows(key: str, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _factor(key, name).held_rows(rows)
+
+
+def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarray,
+                   L_B: np.ndarray, considered: np.ndarray) -> tuple[float, tuple | None]:
+    """Append the shard's rows of new factor columns; return its residual trace and its best
+    pivot (row, residual, F[row, :]) — the reductions the next pivot choice needs, in the
+    same round trip."""
+    _threads()
+    factor = _factor(key, name)
+    factor.append(X_new, F_new_rows, L_B, considered)
+    return factor.residual_trace(), factor.best(DEGENERATE_RTOL)
+
+
+def _factor_best(key: str, name: str, rtol: float) -> tuple | None:
+    return _factor(key, name).best(rtol)
+
+
+def _factor_gram(key: str, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+    return _factor(key, name).gram(t0, t1)
+
+
+def _factor_rows_all(key: str, name: str) -> np.ndarray:
+    return np.array(_factor(key, name).factor())
+
+
 def _peak_rss(key: str) -> int:
     """This worker process's peak resident memory so far, bytes (the kernel's high-water
     mark, exact where a sampled reading would miss a short peak)."""
@@ -146,7 +191,7 @@ def _peak_rss(key: str) -> int:
 
 def _nbytes(key: str) -> int:
     shard = _shard(key)
-    held = shard.blocks.X.nbytes + sum(c._buf.nbytes for c in shard.columns.values())
+    held = shard.blocks.X.nbytes + sum(c.nbytes for c in shard.columns.values())
     return held + (shard.X_all.nbytes if shard.X_all is not None else 0)
 
 
@@ -272,6 +317,17 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                                            dropped))
         return ClusterColumns(self, name, first.shape[1])
 
+    def cholesky_columns(self, capacity: int, targets: np.ndarray | None = None
+                         ) -> ClusterCholeskyColumns:
+        """Pivoted-Cholesky factor columns whose rows (and residual diagonal) live in the
+        shards (:class:`ClusterCholeskyColumns`)."""
+        name = str(next(self._names))
+        dropped, self._dropped = self._dropped, []
+        y = None if targets is None else np.asarray(targets, dtype=np.float64)
+        parts = self._run(_new_factor, lambda b: (
+            name, None if y is None else y[slice(*self.ranges[b])], capacity, dropped))
+        return ClusterCholeskyColumns(self, name, parts)
+
     def project_points(self, X_cols: np.ndarray, W: ClusterColumns
                        ) -> tuple[np.ndarray, np.ndarray]:
         if not isinstance(W, ClusterColumns):
@@ -334,6 +390,59 @@ class ClusterColumns:
                    else np.empty((0, self.blocks.d)))
         self._pending = []
         return pending
+
+
+class ClusterCholeskyColumns:
+    """:class:`~algorithms.factor_columns.CholeskyColumns` whose rows live in the shards: an
+    append is one task per shard that computes its rows of the new columns and returns its
+    residual trace and best pivot with that pivot's factor row, so incomplete Cholesky's
+    next pivot costs no further round trip; the Gram products are one reduction."""
+
+    def __init__(self, blocks: ClusterKernelBlocks, name: str, reductions: list) -> None:
+        self.blocks, self.name, self.t = blocks, name, 0
+        self._reduce(reductions)
+        weakref.finalize(self, blocks._drop_columns, name)
+
+    def _reduce(self, parts: list) -> None:
+        self._trace = float(sum(trace for trace, _ in parts))
+        self._best = None  # the first maximum in row order, as numpy's argmax over all rows
+        for _, best in parts:
+            if best is not None and (self._best is None or best[1] > self._best[1]):
+                self._best = best
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._best is not None and len(rows) == 1 and rows[0] == self._best[0]:
+            return self._best[2][None, :]
+        out = np.empty((len(rows), self.t))
+        for mine, F_rows in self.blocks._run(_factor_rows, lambda b: (self.name, rows)):
+            out[mine] = F_rows
+        return out
+
+    def append(self, X_new: np.ndarray, F_new_rows: np.ndarray, L_B: np.ndarray,
+               considered: np.ndarray) -> None:
+        args = (self.name, np.asarray(X_new, dtype=np.float64), F_new_rows, L_B,
+                np.asarray(considered, dtype=np.int64))
+        self._reduce(self.blocks._run(_factor_append, lambda b: args))
+        self.t += len(X_new)
+
+    def residual_trace(self) -> float:
+        return self._trace
+
+    def best(self, rtol: float) -> tuple[int, float, np.ndarray] | None:
+        if rtol == DEGENERATE_RTOL:
+            return self._best
+        parts = [b for b in self.blocks._run(_factor_best, lambda b: (self.name, rtol)) if b]
+        return max(parts, key=lambda b: b[1], default=None)
+
+    def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+        parts = self.blocks._run(_factor_gram, lambda b: (self.name, t0, t1))
+        return sum(c for c, _ in parts), sum(f for _, f in parts)
+
+    def factor(self) -> np.ndarray:
+        """F (n × t) gathered from the shards (n·t values: for small factors, e.g. a CG
+        preconditioner)."""
+        return np.concatenate(self.blocks._run(_factor_rows_all, lambda b: (self.name,)))
 
 
 def _nbytes_of(value) -> int:

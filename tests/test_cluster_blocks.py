@@ -170,9 +170,9 @@ def test_a_worker_lost_mid_fit_fails_the_job_in_one_line(tmp_path, dask_processe
 @pytest.mark.slow
 def test_a_sweep_mixes_cluster_fits_with_ordinary_jobs(tmp_path):
     """blocks=cluster in a sweep: SGMA's fits spread over both workers (one at a time), the
-    Nyström jobs, which cannot, run in memory as ordinary jobs; the SGMA results equal a
-    blocks=memory sweep's."""
-    args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma,nystrom",
+    jobs of Zhang's random subset, which cannot, run in memory as ordinary jobs; the SGMA
+    results equal a blocks=memory sweep's."""
+    args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma,zhang_random",
             "dataset=friedman1", "dataset.n_train=3000", "dataset.n_test=50",
             "algorithm.max_basis=30", "seed=0,1", "cluster.n_workers=2",
             "cluster.dashboard_address=:0"]
@@ -181,14 +181,14 @@ def test_a_sweep_mixes_cluster_fits_with_ordinary_jobs(tmp_path):
         proc = subprocess.run([*args, f"blocks={where}", f"sweep={where}"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert ("note: nystrom cannot spread a fit over the cluster" in proc.stdout) is (
+        assert ("note: zhang_random cannot spread a fit over the cluster" in proc.stdout) is (
             where == "cluster")
         results[where] = xr.open_zarr(tmp_path / "outputs" / where / "results.zarr").load()
     clu, mem = results["cluster"], results["memory"]
     assert set(clu["status"].values.ravel()) == {"ok"}
     workers = clu["final_cluster_workers"].sel(algorithm="sgma").values
     assert (workers == 2).all()
-    assert np.isnan(clu["final_cluster_workers"].sel(algorithm="nystrom").values).all()
+    assert np.isnan(clu["final_cluster_workers"].sel(algorithm="zhang_random").values).all()
     np.testing.assert_allclose(clu["final_objective"].sel(algorithm="sgma"),
                                mem["final_objective"].sel(algorithm="sgma"), rtol=1e-10)
 
@@ -241,6 +241,36 @@ def test_cg_on_cluster_blocks_equals_the_in_memory_fit(client, store, preconditi
     for got, want in zip(bounds, ref.solution.variance_bounds(X_test[:5]), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-8)
     assert all(b >= 4000 * 10 * 8 for b in held)  # each worker read every row for K·V
+
+
+@pytest.mark.parametrize(("name", "options"), [
+    ("nystrom", {"max_basis": 150}),
+    ("incomplete_cholesky", {"max_basis": 150, "eval_every": 50}),
+])
+def test_low_rank_fits_on_cluster_blocks_equal_the_in_memory_fit(client, store, name, options):
+    """Nyström (random landmarks, added in blocks) and incomplete Cholesky (one pivot at a
+    time, by the largest residual on the shards): the same pivots in the same order, the
+    objectives, gap and residual trace of every prefix to 1e-10, the same mean and DTC
+    variance; each worker holds its rows of F, and a pivot moves O(t) numbers, not a column."""
+    X, y, X_test, y_test = load_arrays(store)
+    kernel = Kernel("matern32", {"mu": 2.0})
+    ref = run(name, ArrayKernelBlocks(X, kernel), y, lam=0.1, rng=5, test=(X_test, y_test),
+              **options)
+    with ClusterKernelBlocks(client, store, kernel) as blocks:
+        fit = run(name, blocks, y, lam=0.1, rng=5, test=(X_test, y_test), **options)
+        mean, (var, _) = fit.solution.mean(X_test), fit.solution.variance_bounds(X_test)
+        held = blocks.shard_nbytes()
+        moved = blocks.bytes_moved
+    np.testing.assert_array_equal(fit.basis, ref.basis)
+    assert len(fit.basis) == 150
+    for key in ("objective", "dual_objective", "residual_trace"):
+        np.testing.assert_allclose(fit.trace[key], ref.trace[key], rtol=1e-10)
+    np.testing.assert_allclose(fit.trace["gap"], ref.trace["gap"], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(fit.coef, ref.coef, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(mean, ref.solution.mean(X_test), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(var, ref.solution.variance_bounds(X_test)[0], rtol=1e-9)
+    assert all(2000 * (10 + 150) * 8 <= b for b in held)  # its rows of X and of F
+    assert moved < 150 * 2 * 200 * 8 + 2 * 150 * 151 * 8 * 8  # O(t) per pivot, no columns
 
 
 @pytest.mark.slow

@@ -126,7 +126,7 @@ def test_sklearn_nystroem_is_nystroem_plus_ridge_and_our_nystrom(data):
            ridge.predict(features.transform(X_test)))
     assert fit.predict_var(X_test) is None and "test_nlpd" in fit.not_applicable
     # our Nyström (algorithms/lowrank.py, as `nystrom` runs it) on the same landmarks
-    chol = PartialCholesky(blocks, 40)
+    chol = PartialCholesky(blocks, 40, y)
     chol.add(fit.basis)
     solve = LowRankSolve(chol, y, LAM)
     solve.update()
