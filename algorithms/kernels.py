@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -124,7 +125,9 @@ TILE_ENTRIES = 1 << 16
 PARALLEL_ENTRIES = 1 << 17
 
 _threads = 1
-_pool: ThreadPoolExecutor | None = None
+_here = threading.local()  # a thread's own count (kernel_threads_here), before _threads
+_pools: dict[int, ThreadPoolExecutor] = {}  # one per thread count in use, never shut down
+_pools_lock = threading.Lock()
 _blas = ThreadpoolController()
 
 
@@ -132,21 +135,41 @@ def set_kernel_threads(n: int | None) -> int:
     """Compute large kernel blocks on ``n`` threads (None: every core); returns the count.
 
     The job runner sets it from the ``threads`` config, beside the BLAS thread count; inside a
-    tile BLAS runs single-threaded, so the two never oversubscribe the cores."""
-    global _threads, _pool
+    tile BLAS runs single-threaded, so the two never oversubscribe the cores. A thread inside
+    :func:`kernel_threads_here` keeps its own count."""
+    global _threads
     n = (os.cpu_count() or 1) if n is None else int(n)
     if n < 1:
         raise InputError(f"kernel threads={n} must be at least 1 (or null: every core)")
-    if n != _threads and _pool is not None:
-        _pool.shutdown(wait=True)
-        _pool = None
     _threads = n
     return n
 
 
+@contextlib.contextmanager
+def kernel_threads_here(n: int):
+    """Within the context, blocks computed by *this* thread use ``n`` threads, whatever the
+    process-wide setting (a Dask task computing beside a job on the same worker process
+    changes neither's count)."""
+    before = getattr(_here, "threads", None)
+    _here.threads = max(1, int(n))
+    try:
+        yield
+    finally:
+        _here.threads = before
+
+
 def kernel_threads() -> int:
-    """The number of threads large kernel blocks are computed on (:func:`set_kernel_threads`)."""
-    return _threads
+    """The number of threads large kernel blocks are computed on by this thread
+    (:func:`kernel_threads_here`, else :func:`set_kernel_threads`)."""
+    return getattr(_here, "threads", None) or _threads
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    with _pools_lock:
+        if threads not in _pools:
+            _pools[threads] = ThreadPoolExecutor(max_workers=threads,
+                                                 thread_name_prefix="kernel-tiles")
+        return _pools[threads]
 
 
 def tiles_own_the_cores():
@@ -155,7 +178,7 @@ def tiles_own_the_cores():
     OpenBLAS's idle workers spin after a multithreaded call and take the cores the tiles run
     on (measured: SGMA n = 100000, t = 200 on 2 cores, 13.1 s with 2 BLAS threads against
     5.9 s with 1; 9.8 s on one thread)."""
-    return (_blas.limit(limits=1, user_api="blas") if _threads > 1
+    return (_blas.limit(limits=1, user_api="blas") if kernel_threads() > 1
             else contextlib.nullcontext())
 
 
@@ -168,14 +191,12 @@ def _on_threads(work: Callable[[range], Any], starts: range, entries: int) -> li
     """``work`` over the tiles' first rows, split into one run per thread (a task per tile
     costs more in hand-offs and GIL traffic than a tile's ~100 µs of work): on this thread
     for one thread or a small block, else on the pool with BLAS single-threaded inside."""
-    global _pool
-    if _threads == 1 or entries < PARALLEL_ENTRIES or len(starts) == 1:
+    threads = kernel_threads()
+    if threads == 1 or entries < PARALLEL_ENTRIES or len(starts) == 1:
         return [work(starts)]
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="kernel-tiles")
-    runs = [starts[i::_threads] for i in range(_threads)]
+    runs = [starts[i::threads] for i in range(threads)]
     with _blas.limit(limits=1, user_api="blas"):
-        return list(_pool.map(work, runs))
+        return list(_pool(threads).map(work, runs))
 
 
 def _positive(default: float, doc: str, none_ok: bool = False) -> Option:
@@ -478,6 +499,14 @@ class ArrayKernelBlocks:
         return self.kernel(X_new, self.X[cols])
 
 
+def _memory() -> int:
+    """This machine's physical memory in bytes (0 where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 class KernelColumns:
     """An n × p matrix held by a kernel-block provider: ``first`` (n × p₀, e.g. y as one
     column) followed by kernel columns K[:, i] appended by index (SGMA's [y, K_{:S}]).
@@ -486,8 +515,8 @@ class KernelColumns:
     provider's :meth:`~ArrayKernelBlocks.project` / ``project_points``, so a provider may keep
     its rows wherever the training rows are (in memory here, on the Dask workers that own them
     with ``blocks=cluster``). Room for ``capacity`` appended columns is made at once when that
-    is at most 2 GiB or 4096 columns (memory is taken as columns are written), else the buffer
-    doubles as it fills, never past ``capacity``.
+    is at most 2 GiB, or 4096 columns within half this machine's memory (memory is taken as
+    columns are written), else the buffer doubles as it fills, never past ``capacity``.
     """
 
     BATCH = 32  # columns computed at once by extend
@@ -498,7 +527,8 @@ class KernelColumns:
         n, p0 = first.shape
         # made whole when it is small or of a basis size: its pages are taken as columns are
         # written (no copy when it fills); else it doubles from 64 (e.g. max_basis = n)
-        whole = n * (p0 + capacity) * 8 <= 2**31 or capacity <= self.WHOLE_COLUMNS
+        size = n * (p0 + capacity) * 8
+        whole = size <= 2**31 or (capacity <= self.WHOLE_COLUMNS and size <= _memory() // 2)
         room = capacity if whole else min(capacity, 64)
         self.blocks, self.capacity = blocks, p0 + capacity
         self._buf = np.empty((n, p0 + room), order="F")

@@ -354,6 +354,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
         X_new = np.asarray(X_new, dtype=np.float64)
+        if not len(X_new):
+            return np.empty(0), np.empty(0)
         # K_{:S}, recomputed (held by the provider) to keep the Fit small; K_{:S}ᵀk(X, x) and
         # ‖k(X, x)‖² come from one pass over the kernel columns of the new points
         K_basis = blocks.columns(np.empty((n, 0)), len(basis))

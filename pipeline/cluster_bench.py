@@ -128,8 +128,10 @@ def main(argv: list[str]) -> int:
         "one_process": measure(f"{base}_one_process", size, cwd, "blocks=memory",
                                "cluster.n_workers=1", "cluster.memory_limit=auto",
                                "profile_memory=true"),
-        # threads=1: the job's (and so its worker's) kernel threads; with threads=auto the
-        # lone worker would compute on both cores and the ratio would not be one of workers
+        # shard tasks compute on their worker's threads (cluster.threads_per_worker=1) and
+        # threads=1 keeps the job's own work (small blocks, predictions) on one core too:
+        # with threads=auto the lone worker's job would use both and the ratio would not be
+        # one of workers
         "workers_1": measure(f"{base}_workers_1", size, cwd, f"dataset.n_train={n_speed}",
                              "cluster.n_workers=1", "cluster.memory_limit=auto", "threads=1"),
         "workers_2": measure(f"{base}_workers_2", size, cwd, f"dataset.n_train={n_speed}",

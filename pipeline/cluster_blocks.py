@@ -18,7 +18,12 @@ Shard tasks are pinned to their workers. A worker lost during the fit loses its 
 stops with a one-line error (:class:`ClusterFitError`) within :data:`POLL_SECONDS` of the
 scheduler noticing, and nothing is written; rerunning the job starts it afresh. So does a
 worker that Dask has paused for :data:`PAUSED_SECONDS` because its memory is full (the rows
-are not Dask-managed data: they cannot be spilled, and a paused worker runs no task).
+are not Dask-managed data: they cannot be spilled, and a paused worker runs no task). A
+scheduler that stops answering ends it in one line too. However the fit ends, its shards are
+dropped on the workers' event loops (:meth:`ClusterKernelBlocks.close`), so a worker busy with
+another job frees them at once. A shard task computes on its worker's threads (``nthreads``),
+set for the task's own thread only (:func:`algorithms.kernels.kernel_threads_here`): a job
+running on the same worker process keeps its count.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ import contextlib
 import itertools
 import os
 import resource
+import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,8 +51,8 @@ from algorithms.kernels import (
     ArrayKernelBlocks,
     Kernel,
     KernelColumns,
+    kernel_threads_here,
     row_block_matmul,
-    set_kernel_threads,
 )
 from algorithms.lowrank import DEGENERATE_RTOL
 from pipeline.blocks import open_dataset_cached
@@ -52,6 +60,7 @@ from pipeline.datasets import open_store
 
 POLL_SECONDS = 1.0
 PAUSED_SECONDS = 30.0  # a worker paused this long (memory full) ends the fit
+CLOSE_SECONDS = 10.0  # the most a fit's end waits for its shards to be dropped
 PRIORITY = 100  # before ordinary jobs queued on the same worker
 
 # ------------------------------------------------------------------------- on the workers
@@ -81,12 +90,14 @@ def _shard(key: str) -> _Shard:
                               "the fit); rerun the job") from None
 
 
-def _threads() -> None:
-    """A shard task's kernel tiles use the worker's threads (one task runs at a time)."""
+def _threads():
+    """A shard task's kernel tiles use its worker's threads (``nthreads``), set for this task's
+    thread only: a job computing on the same worker process keeps its own count."""
     try:
-        set_kernel_threads(max(1, get_worker().state.nthreads))
+        n = get_worker().state.nthreads
     except ValueError:  # not on a worker (tests call the functions directly)
-        set_kernel_threads(1)
+        n = 1
+    return kernel_threads_here(max(1, n))
 
 
 def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
@@ -100,8 +111,10 @@ def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     return X.nbytes
 
 
-def _close_shard(key: str) -> None:
-    _SHARDS.pop(key, None)
+def _close_shards(key: str) -> None:
+    """Drop this worker's shards of the fit ``key`` (run on the worker's event loop)."""
+    for name in [k for k in _SHARDS if k.startswith(f"{key}-")]:
+        _SHARDS.pop(name, None)
 
 
 def _new_columns(key: str, name: str, first: np.ndarray, capacity: int,
@@ -117,27 +130,27 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
     ``pending`` to the shard's columns ``name``, then return its partial
     (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
-    _threads()
     shard = _shard(key)
     for gone in dropped:
         shard.columns.pop(gone, None)
     columns = shard.columns[name]
-    if len(pending):
-        columns.extend_points(pending)
-    return shard.blocks.project_points(X_cols, columns)
+    with _threads():
+        if len(pending):
+            columns.extend_points(pending)
+        return shard.blocks.project_points(X_cols, columns)
 
 
 def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
     """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
     (n·d values on each worker: a product with K needs all of them)."""
-    _threads()
     shard = _shard(key)
     if shard.X_all is None:
         with dask.config.set(scheduler="synchronous"):
             X = open_dataset_cached(store, verify=False)["X_train"].values
         shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
     blocks = shard.blocks
-    return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
+    with _threads():
+        return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
 
 
 def _new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
@@ -165,9 +178,9 @@ def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarra
     """Append the shard's rows of new factor columns; return its residual trace and its best
     pivot (row, residual, F[row, :]) — the reductions the next pivot choice needs, in the
     same round trip."""
-    _threads()
     factor = _factor(key, name)
-    factor.append(X_new, F_new_rows, L_B, considered)
+    with _threads():
+        factor.append(X_new, F_new_rows, L_B, considered)
     return factor.residual_trace(), factor.best(DEGENERATE_RTOL)
 
 
@@ -239,10 +252,16 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self.bounds = np.array([lo for lo, _ in self.ranges] + [self.n])
         self._names = itertools.count()
         self._closed = False
-        self._dropped: list[str] = []  # columns the fit no longer holds
+        # columns the fit no longer holds: a finalizer may add one from another thread, and a
+        # deque's append and popleft are atomic
+        self._dropped: deque[str] = deque()
         self.bytes_moved = 0  # results received from the shards (the reductions)
-        self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
-                                                             kernel))
+        try:
+            self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
+                                                                 kernel))
+        except Exception:
+            self.close()  # the shards the other workers opened
+            raise
 
     # -- plumbing
     def _shard_key(self, b: int) -> str:
@@ -263,7 +282,12 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                 break
             except TimeoutError:
                 pass
-            status = _workers(self.client)
+            except (CancelledError, OSError) as err:  # the scheduler went away
+                raise ClusterFitError(_gone(err)) from None
+            try:
+                status = _workers(self.client)
+            except (CancelledError, OSError) as err:
+                raise ClusterFitError(_gone(err)) from None
             lost = [w for w in self.owners if w not in status]
             now = time.monotonic()
             for w in self.owners:
@@ -286,7 +310,10 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                     f"fit has been paused for {PAUSED_SECONDS:.0f} s: its memory is above "
                     "Dask's pause fraction of its limit; give the workers more memory "
                     "(cluster.memory_limit) or add workers")
-        results = self.client.gather(futures)
+        try:
+            results = self.client.gather(futures)
+        except (CancelledError, OSError) as err:
+            raise ClusterFitError(_gone(err)) from None
         self.bytes_moved += sum(_nbytes_of(r) for r in results)
         return results
 
@@ -294,13 +321,24 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         return self._gather([self._submit(b, fn, *args(b)) for b in range(len(self.owners))])
 
     def close(self) -> None:
-        """Drop the shards from the workers (best effort: a lost worker has none left)."""
+        """Drop the shards from the workers that are still connected, however the fit ended
+        (a lost worker has none left). It runs on each worker's event loop, not as a task, so
+        a worker busy with another job (a mixed sweep) or paused frees its shard at once;
+        given up after :data:`CLOSE_SECONDS` (a worker that stopped answering)."""
         if self._closed:
             return
         self._closed = True
-        futures = [self._submit(b, _close_shard) for b in range(len(self.owners))]
-        with contextlib.suppress(TimeoutError), self.client.as_current():
-            wait(futures, timeout=10 * POLL_SECONDS)
+
+        def drop() -> None:
+            with contextlib.suppress(Exception):
+                connected = _workers(self.client)
+                owners = [w for w in self.owners if w in connected]
+                if owners:
+                    self.client.run(_close_shards, self.key, workers=owners, on_error="ignore")
+
+        closing = threading.Thread(target=drop, name="close-shards", daemon=True)
+        closing.start()
+        closing.join(CLOSE_SECONDS)
 
     def __enter__(self) -> ClusterKernelBlocks:
         return self
@@ -312,7 +350,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
     def columns(self, first: np.ndarray, capacity: int) -> ClusterColumns:
         first = np.asarray(first, dtype=np.float64).reshape(self.n, -1)
         name = str(next(self._names))
-        dropped, self._dropped = self._dropped, []
+        dropped = self._take_dropped()
         self._run(_new_columns, lambda b: (name, first[slice(*self.ranges[b])], capacity,
                                            dropped))
         return ClusterColumns(self, name, first.shape[1])
@@ -322,7 +360,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         """Pivoted-Cholesky factor columns whose rows (and residual diagonal) live in the
         shards (:class:`ClusterCholeskyColumns`)."""
         name = str(next(self._names))
-        dropped, self._dropped = self._dropped, []
+        dropped = self._take_dropped()
         y = None if targets is None else np.asarray(targets, dtype=np.float64)
         parts = self._run(_new_factor, lambda b: (
             name, None if y is None else y[slice(*self.ranges[b])], capacity, dropped))
@@ -334,7 +372,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
             raise TypeError("blocks=cluster projects only its own columns (blocks.columns)")
         pending = W.take_pending()
         X_cols = np.asarray(X_cols, dtype=np.float64)
-        dropped, self._dropped = self._dropped, []
+        dropped = self._take_dropped()
         parts = self._run(_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
 
@@ -346,6 +384,12 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 
     def _drop_columns(self, name: str) -> None:
         self._dropped.append(name)  # done by the shards' next projection (or the close)
+
+    def _take_dropped(self) -> list[str]:
+        taken = []
+        while self._dropped:
+            taken.append(self._dropped.popleft())
+        return taken
 
     def summary(self) -> dict:
         """What a job records of its cluster blocks (pipeline.variables)."""
@@ -443,6 +487,11 @@ class ClusterCholeskyColumns:
         """F (n × t) gathered from the shards (n·t values: for small factors, e.g. a CG
         preconditioner)."""
         return np.concatenate(self.blocks._run(_factor_rows_all, lambda b: (self.name,)))
+
+
+def _gone(err: BaseException) -> str:
+    return (f"the Dask scheduler of this blocks=cluster fit stopped answering "
+            f"({type(err).__name__}); rerun the job when the cluster is back")
 
 
 def _nbytes_of(value) -> int:

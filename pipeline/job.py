@@ -212,6 +212,9 @@ def check_blocks(blocks: Any, spec: AlgorithmSpec) -> str:
     return blocks
 
 
+CLUSTER_FIT_LOCK = "sgp-bench-cluster-blocks"  # a Dask Lock: one blocks=cluster fit at a time
+
+
 @contextlib.contextmanager
 def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
     """The job's kernel-block provider: in memory, or spread over the Dask cluster
@@ -231,13 +234,28 @@ def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
     except ValueError:  # not in a Dask task: a job of its own
         on_worker = False
     if on_worker:
-        with worker_client() as client, Lock("sgp-bench-cluster-blocks"), \
+        with worker_client() as client, Lock(CLUSTER_FIT_LOCK), \
                 ClusterKernelBlocks(client, store, kernel) as blocks:
             yield blocks
     else:
-        with connect(config["cluster"]) as client, \
+        with connect(config["cluster"]) as client, _one_fit_at_a_time(Lock(
+                CLUSTER_FIT_LOCK, scheduler_rpc=client.scheduler, loop=client.loop)), \
                 ClusterKernelBlocks(client, store, kernel) as blocks:
             yield blocks
+
+
+@contextlib.contextmanager
+def _one_fit_at_a_time(lock):
+    """Hold the cluster's fit lock (a fit uses every worker): other command lines' and sweeps'
+    ``blocks=cluster`` fits on the same scheduler wait, and this one says so if it waits."""
+    if not lock.acquire(blocking=False):
+        print("note: another blocks=cluster fit is running on this cluster; this one starts "
+              "when it ends", flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:

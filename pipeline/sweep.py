@@ -355,6 +355,9 @@ def _hydra_job_config(job: _Job, sweep_dir: Path) -> DictConfig:
     with open_dict(cfg):
         cfg.algorithm = job.config["algorithm"]  # resolved, without the dropped options
         cfg.store_root = job.config["store_root"]
+        for key in ("blocks", "threads"):  # as the sweep resolved them (execution keys)
+            if key in job.config:
+                cfg[key] = job.config[key]
         cfg.hydra.sweep.dir = str(sweep_dir)
         cfg.hydra.sweep.subdir = f"jobs/{job.hash}"
         cfg.hydra.job.num = job.num
@@ -686,10 +689,14 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         progress = _Progress(len(to_run))
         running = as_completed(loop=client.loop)
         in_flight: dict[object, list[_Job]] = {}
+        adaptive = _adaptive_workers(cluster_cfg)
         while True:
             workers = max(1, len(client.scheduler_info().get("workers", {})))
-            while len(in_flight) < 2 * workers and batches:
-                jobs = batches.take(workers)
+            # an adaptive cluster grows with the work the scheduler sees queued: it is shown
+            # every job at once, in batches sized for its largest size
+            window = 2 * workers if adaptive is None else math.inf
+            while len(in_flight) < window and batches:
+                jobs = batches.take(workers if adaptive is None else adaptive)
                 future = submit(jobs)
                 in_flight[future] = jobs
                 running.add(future)
@@ -725,6 +732,15 @@ def _run_on_dask(to_run: list[_Job], cluster_cfg: Mapping, sweep_dir: Path,
         timings["jobs_seconds"] = time.perf_counter() - t1
     cluster.close(wait=False)  # while the results are consolidated
     return records, n_workers
+
+
+def _adaptive_workers(cluster_cfg: Mapping) -> int | None:
+    """The most workers an adaptive batch cluster may start (cluster.adapt.maximum batch jobs
+    × cluster.processes), or None for a cluster of fixed size."""
+    adapt = cluster_cfg.get("adapt") or {}
+    if cluster_cfg.get("kind") not in ("slurm", "pbs") or adapt.get("maximum") is None:
+        return None
+    return int(adapt["maximum"]) * int(cluster_cfg.get("processes") or 1)
 
 
 class _Batches:

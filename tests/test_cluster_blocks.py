@@ -95,6 +95,25 @@ def test_a_closed_fit_leaves_nothing_on_the_workers(client, store):
     assert not any(k.startswith(key) for ks in client.run(shards).values() for k in ks)
 
 
+def test_a_busy_worker_frees_its_shard_when_the_fit_ends(client, store):
+    """The shards are dropped on the workers' event loops, not by tasks: a worker busy with
+    another job (a mixed sweep) does not keep its rows until that job ends."""
+    blocks = ClusterKernelBlocks(client, store, Kernel("rbf", {"width": 10.0}))
+    busy = client.submit(time.sleep, 3, workers=[blocks.owners[0]], pure=False)
+    while not client.processing(workers=[blocks.owners[0]])[blocks.owners[0]]:
+        time.sleep(0.05)
+    blocks.close()
+
+    def shards():
+        from pipeline.cluster_blocks import _SHARDS
+        return list(_SHARDS)
+
+    held = client.run(shards)
+    assert not busy.done()  # still busy, and its shard is gone
+    assert not any(k.startswith(blocks.key) for ks in held.values() for k in ks)
+    busy.result()
+
+
 def test_only_algorithms_that_declare_it_run_on_cluster_blocks():
     cfg = job_config(compose(["algorithm=exact", "blocks=cluster"]))
     with pytest.raises(InputError, match=r"algorithm exact does not run with blocks=cluster; "
@@ -278,20 +297,33 @@ def test_a_cluster_fit_on_an_existing_scheduler_equals_the_in_memory_one(tmp_pat
                                                                          dask_processes):
     """blocks=cluster against a real `dask scheduler` with two `dask worker` processes
     (cluster=address): the rows go to both workers and the job's result equals the
-    blocks=memory job's."""
+    blocks=memory job's. Another fit holding the cluster (its Dask lock) makes the job say so
+    and wait for it."""
     import json
+    import threading
+
+    from distributed import Lock
+
+    from pipeline.job import CLUSTER_FIT_LOCK
 
     address = dask_processes.scheduler.address
     base = [sys.executable, "-m", "pipeline", "algorithm=sgma", "dataset=friedman1",
             "dataset.n_train=4000", "dataset.n_test=50", "algorithm.eps=0",
             "algorithm.max_basis=40"]
     summaries = {}
+    lock = Lock(CLUSTER_FIT_LOCK, scheduler_rpc=dask_processes.scheduler,
+                loop=dask_processes.loop)
+    assert lock.acquire(timeout=10)  # "another fit", released 5 s into the job
+    releaser = threading.Timer(5.0, lock.release)
+    releaser.start()
     for where in ("cluster", "memory"):
         extra = ([f"blocks={where}", "cluster=address", f"scheduler={address}"]
                  if where == "cluster" else [])
         proc = subprocess.run([*base, *extra], cwd=tmp_path / ".", capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert ("note: another blocks=cluster fit is running on this cluster" in proc.stdout
+                ) is (where == "cluster")
         path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
         with xr.open_dataset(path) as ds:
             summaries[where] = json.loads(ds.attrs["summary"])
