@@ -332,8 +332,13 @@ class Kernel:
         :func:`kernel_threads` threads for large blocks; the values are those of one
         untiled evaluation (the GEMM may round a row at a tile edge differently, by a few
         ulp)."""
-        A, B = self.rows(A), self.cols(B)
-        K = np.empty((len(A), self._n_cols(B)))
+        return self.block(self.rows(A), self.cols(B))
+
+    def block(self, A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """k(A, B) for rows and columns already in the tiles' form (:meth:`rows`,
+        :meth:`cols`; a provider makes its training rows' once), into ``out`` if given; as
+        :meth:`__call__`."""
+        K = np.empty((len(A), self._n_cols(B))) if out is None else out
         rows = tile_rows(K.shape[1])
 
         def run(starts: range) -> bool:
@@ -560,8 +565,9 @@ class KernelColumns:
             grown = np.empty((self._buf.shape[0], cols), order="F")
             grown[:, : self.width] = self.array
             self._buf = grown
+        kernel, rows = self.blocks.kernel, self.blocks.kernel_rows
         for lo in range(0, len(X_cols), self.BATCH):  # n × BATCH at a time, not n × len
             hi = min(lo + self.BATCH, len(X_cols))
-            self._buf[:, self.width + lo: self.width + hi] = self.blocks.kernel(
-                self.blocks.X, X_cols[lo:hi])
+            block = kernel.block(rows, kernel.cols(np.asarray(X_cols[lo:hi], dtype=np.float64)))
+            self._buf[:, self.width + lo: self.width + hi] = block
         self.width = need
