@@ -116,6 +116,25 @@ def _walltime(kind: str) -> Callable[[Any], Any]:
     return parse
 
 
+def _adapt(value: Any) -> dict[str, int] | None:
+    """``{minimum: m, maximum: M}`` batch jobs (1 ≤ m ≤ M), or both null: a fixed n_jobs."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) - {"minimum", "maximum"}:
+        raise TypeError(value)
+    low, high = value.get("minimum"), value.get("maximum")
+    if low is None and high is None:
+        return None
+    if low is None or high is None:
+        raise _Bad("set both minimum and maximum, or neither")
+    for bound in (low, high):
+        if isinstance(bound, bool) or not isinstance(bound, int):
+            raise TypeError(value)
+    if not 1 <= low <= high:
+        raise _Bad("it needs 1 ≤ minimum ≤ maximum: a sweep waits for its first worker")
+    return {"minimum": low, "maximum": high}
+
+
 def _host_port(value: Any) -> tuple[str, int]:
     if not isinstance(value, str) or ":" not in value:
         raise TypeError(value)
@@ -202,6 +221,12 @@ def _jobqueue_options(kind: str) -> dict[str, Option]:
         **_common(kind, "1h", "how long to wait for the first batch job to start a worker (time "
                                "in the queue included)"),
         "n_jobs": Option(2, "int", f"batch jobs submitted with {command}", lo=1),
+        "adapt": Option({"minimum": None, "maximum": None}, "any",
+                        "adaptive scaling: between minimum and maximum batch jobs, as many as "
+                        "the queued tasks need (dask-jobqueue adapt); null: n_jobs",
+                        none_ok=True, parse=_checked(
+                            kind, "adapt", "{minimum: m, maximum: M} batch jobs with "
+                            "1 ≤ m ≤ M, or both null", "'{minimum: 1, maximum: 4}'", _adapt)),
         "cores": Option(1, "int", "cores per batch job", lo=1),
         "processes": Option(1, "int", "worker processes per batch job (≤ cores)", lo=1),
         "memory": Option("4GB", "any", "memory per batch job", parse=_checked(
@@ -425,6 +450,21 @@ def _check_reachable(address: str, timeout: float, opts: Mapping) -> None:
                          f"{fix}") from None
 
 
+_REFUSALS = (  # words of a refused submission → the option that asked for it
+    ("memory", "memory"), ("time limit", "walltime"), ("partition", "queue"),
+    ("account", "account"), ("cpu", "cores"), ("processor", "cores"))
+
+
+def _refused_option(failure: str, opts: Mapping) -> str:
+    """The option a refused submission names (sbatch: "Memory specification can not be
+    satisfied" → cluster.memory=…), else the options that shape a batch job."""
+    text = failure.lower()
+    for words, key in _REFUSALS:
+        if words in text:
+            return f"cluster.{key}={opts.get(key)!r}"
+    return "cluster.queue, cluster.account or cluster.job_extra_directives"
+
+
 def _wait_for_first_worker(client: Client, opts: Mapping, deadline: float,
                            cluster=None) -> None:
     """Return when a worker has joined; raise InputError at ``deadline`` or when a batch job
@@ -437,10 +477,10 @@ def _wait_for_first_worker(client: Client, opts: Mapping, deadline: float,
         except TimeoutError:
             pass
         if cluster is not None and _SUBMIT_FAILURES.failures:
-            raise InputError(f"cluster {opts['kind']}: the batch job was refused: "
-                             f"{_SUBMIT_FAILURES.failures[0]}; fix cluster.queue, "
-                             "cluster.account or cluster.job_extra_directives "
-                             "(cluster.dry_run=true prints the job script)")
+            failure = _SUBMIT_FAILURES.failures[0]
+            raise InputError(f"cluster {opts['kind']}: the batch job was refused: {failure}; "
+                             f"fix {_refused_option(failure, opts)} (cluster.dry_run=true prints "
+                             "the job script)")
         if time.monotonic() >= deadline:
             break
     kind = opts["kind"]
@@ -513,7 +553,11 @@ def connect(cfg: Mapping) -> Iterator[Client]:
                              "(cluster.dry_run=true prints the job script)")
         _watch_submissions()
         cluster = _jobqueue_cluster(opts, opts["dashboard_address"])
-        cluster.scale(jobs=opts["n_jobs"])
+        if opts["adapt"]:
+            cluster.adapt(minimum_jobs=opts["adapt"]["minimum"],
+                          maximum_jobs=opts["adapt"]["maximum"])
+        else:
+            cluster.scale(jobs=opts["n_jobs"])
     try:
         # not dask's default scheduler: the client's own dask work (consolidation) stays local
         # while the cluster closes (pipeline.sweep) — tasks are submitted to it by name

@@ -159,7 +159,8 @@ def test_a_refused_submission_fails_at_once_with_the_reason(monkeypatch, tmp_pat
         tmp_path / "bin", "echo 'sbatch: error: Invalid account' >&2; exit 1"))
     start = time.monotonic()
     with pytest.raises(InputError, match="the batch job was refused: sbatch exited with 1: "
-                                         "sbatch: error: Invalid account; fix cluster.queue"):
+                                         "sbatch: error: Invalid account; fix "
+                                         "cluster.account=None"):
         with connect(yaml_config("slurm", n_jobs=1)):
             pass
     assert time.monotonic() - start < 10
