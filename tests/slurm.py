@@ -7,8 +7,10 @@ a skip.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -20,6 +22,7 @@ import pytest
 PACKAGES = "slurmctld slurmd slurm-client munge"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+MUNGE_PIDFILE = Path("/run/munge/munged.pid")
 NODE_MEMORY_MB = 6000  # what the node offers to batch jobs (the tests ask for ≤ 2 GB a job)
 
 
@@ -45,6 +48,7 @@ class Slurm:
     conf: Path
     node: str
     procs: list[subprocess.Popen] = field(default_factory=list)
+    munged: int | None = None  # the munge daemon started for these tests, stopped with them
 
     @property
     def env(self) -> dict[str, str]:
@@ -98,6 +102,9 @@ class Slurm:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if self.munged:
+            with contextlib.suppress(OSError):
+                os.kill(self.munged, signal.SIGTERM)
 
 
 def _conf(root: Path, node: str, ctld_port: int, slurmd_port: int) -> str:
@@ -139,17 +146,22 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 
-def _start_munge() -> None:
-    """munged as the munge user (the Debian package made its key), unless one answers."""
+def _start_munge() -> int | None:
+    """munged as the munge user (the Debian package made its key), unless one answers; the
+    pid of the one started here."""
     if MUNGE_SOCKET.exists() and subprocess.run(
             "munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
-        return
+        return None
     MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
     shutil.chown(MUNGE_SOCKET.parent, "munge", "munge")
     proc = subprocess.run(["runuser", "-u", "munge", "--", _sbin("munged")],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         _fail(f"munged did not start ({proc.stderr.strip()[:200]})")
+    try:
+        return int(MUNGE_PIDFILE.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def start(root: Path) -> Slurm:
@@ -161,13 +173,13 @@ def start(root: Path) -> Slurm:
               f"(apt-get install {PACKAGES})")
     if os.geteuid() != 0:
         _fail("the daemons must be started as root (run the tests as root, as CI does)")
-    _start_munge()
+    munged = _start_munge()
     node = socket.gethostname().split(".")[0]
     for sub in ("state", "spool", "log"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     conf = root / "slurm.conf"
     conf.write_text(_conf(root, node, _free_port(), _free_port()))
-    slurm = Slurm(root, conf, node)
+    slurm = Slurm(root, conf, node, munged=munged)
     for daemon in ("slurmctld", "slurmd"):
         slurm.procs.append(subprocess.Popen(
             [_sbin(daemon), "-D", "-f", str(conf)], env=slurm.env, stdout=subprocess.DEVNULL,
