@@ -63,7 +63,9 @@ class CholeskyColumns:
         set with residual 0."""
         t, b = self.t, len(X_new)
         if b:
-            C = self.blocks.kernel(self.blocks.X, X_new)  # (n, b): K[:, B]
+            kernel = self.blocks.kernel  # K[:, B] (n × b) from the rows' tile form, made once
+            C = kernel.block(self.blocks.kernel_rows,
+                             kernel.cols(np.asarray(X_new, dtype=np.float64)))
             if t:
                 C -= self.F[:, :t] @ F_new_rows.T  # Schur complement columns, one GEMM
             if b == 1:  # one pivot (incomplete Cholesky): a column scaled by 1/L_B
