@@ -29,6 +29,7 @@ import math
 import os
 import re
 import resource
+import signal
 import sys
 import threading
 import time
@@ -384,16 +385,35 @@ def _finished(path: Path, h: str, since: float) -> dict | None:
     return None
 
 
+def _silence_dask_logging() -> None:
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _interrupted(signum, frame) -> None:
+    # silenced before the KeyboardInterrupt exists: Dask reacts to it on its event-loop thread
+    # at once (distributed's sync() schedules a cancel that can fail with a NameError when the
+    # call had not started yet, logged by tornado with a traceback), racing an except clause
+    _silence_dask_logging()
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _silent_on_interrupt():
     """On Ctrl-C the cluster is torn down mid-conversation; what Dask and asyncio log about
     the broken connections is noise beside the one line the CLI prints."""
+    handler = None
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        handler = signal.signal(signal.SIGINT, _interrupted)
     try:
         yield
     except KeyboardInterrupt:
-        for name in ("distributed", "tornado", "asyncio"):
-            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        _silence_dask_logging()
         raise
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
 
 
 class _QuietCancellations(WorkerPlugin):
