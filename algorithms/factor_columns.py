@@ -22,6 +22,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 
+# A pivot whose Schur complement is below this fraction of its k(x,x) is numerically in the
+# span of the pivots before it (the value SGMA uses for its candidates): never a best pivot.
+DEGENERATE_RTOL = 1e-10
+
 
 class CholeskyColumns:
     """Rows ``lo``..``lo + n`` of a pivoted Cholesky factor, its residual diagonal and the
@@ -87,10 +91,11 @@ class CholeskyColumns:
         """Σ max(residual, 0) over the admissible rows held here."""
         return float(np.maximum(self.resid[self.admissible], 0.0).sum())
 
-    def best(self, rtol: float) -> tuple[int, float, np.ndarray] | None:
-        """The admissible row with the largest residual above ``rtol``·k(x,x), as (global row,
-        residual, F[row, :t]); None when there is none here (ties: the lowest row)."""
-        ok = self.admissible & (self.resid > rtol * self.diag)
+    def best(self) -> tuple[int, float, np.ndarray] | None:
+        """The admissible row with the largest residual above ``DEGENERATE_RTOL``·k(x,x), as
+        (global row, residual, F[row, :t]); None when there is none here (ties: the lowest
+        row)."""
+        ok = self.admissible & (self.resid > DEGENERATE_RTOL * self.diag)
         if not ok.any():
             return None
         i = int(np.argmax(np.where(ok, self.resid, -np.inf)))

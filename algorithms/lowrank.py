@@ -40,11 +40,8 @@ import scipy.linalg as sla
 from algorithms.contract import KernelBlocks, Prediction, Solution
 from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
+from algorithms.factor_columns import DEGENERATE_RTOL
 from algorithms.objectives import relative_gap
-
-# A pivot whose Schur complement is below this fraction of its k(x,x) is numerically in the
-# span of the pivots before it (the value SGMA uses for its candidates).
-DEGENERATE_RTOL = 1e-10
 
 
 def _grow(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -140,7 +137,7 @@ class PartialCholesky:
     def greedy_pivot(self) -> int | None:
         """The admissible index with the largest residual diagonal (symmetric diagonal
         pivoting), or None when every residual is degenerate."""
-        best = self.columns.best(DEGENERATE_RTOL)
+        best = self.columns.best()
         return None if best is None else best[0]
 
 

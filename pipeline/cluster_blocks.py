@@ -55,7 +55,6 @@ from algorithms.kernels import (
     kernel_threads_here,
     row_block_matmul,
 )
-from algorithms.lowrank import DEGENERATE_RTOL
 from pipeline.blocks import open_dataset_cached
 from pipeline.datasets import open_store
 
@@ -129,11 +128,18 @@ def _close_shards(key: str) -> None:
         _SHARDS.pop(name, None)
 
 
+def _shard_without(key: str, dropped: Sequence[str]) -> _Shard:
+    """This worker's shard of the fit ``key``, after dropping its columns ``dropped`` (gone in
+    the fit; first, as their memory is what new columns take)."""
+    shard = _shard(key)
+    for gone in dropped:
+        shard.columns.pop(gone, None)
+    return shard
+
+
 def _new_columns(key: str, name: str, first: np.ndarray, capacity: int,
                  dropped: Sequence[str] = ()) -> None:
-    shard = _shard(key)
-    for gone in dropped:  # first: their memory is what the new columns take
-        shard.columns.pop(gone, None)
+    shard = _shard_without(key, dropped)
     shard.columns[name] = shard.blocks.columns(first, capacity)
 
 
@@ -142,9 +148,7 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
     ``pending`` to the shard's columns ``name``, then return its partial
     (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
-    shard = _shard(key)
-    for gone in dropped:
-        shard.columns.pop(gone, None)
+    shard = _shard_without(key, dropped)
     columns = shard.columns[name]
     with _threads():
         if len(pending):
@@ -169,12 +173,14 @@ def _new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
                 dropped: Sequence[str] = ()) -> tuple[float, tuple | None]:
     """Make the shard's rows of new pivoted-Cholesky factor columns ``name``; their
     reductions (residual trace, best pivot) as :func:`_factor_append` returns them."""
-    shard = _shard(key)
-    for gone in dropped:
-        shard.columns.pop(gone, None)
+    shard = _shard_without(key, dropped)
     factor = CholeskyColumns(shard.blocks, targets, capacity, lo=shard.lo)
     shard.columns[name] = factor
-    return factor.residual_trace(), factor.best(DEGENERATE_RTOL)
+    return _reductions(factor)
+
+
+def _reductions(factor: CholeskyColumns) -> tuple[float, tuple | None]:
+    return factor.residual_trace(), factor.best()
 
 
 def _factor(key: str, name: str) -> CholeskyColumns:
@@ -193,11 +199,7 @@ def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarra
     factor = _factor(key, name)
     with _threads():
         factor.append(X_new, F_new_rows, L_B, considered)
-    return factor.residual_trace(), factor.best(DEGENERATE_RTOL)
-
-
-def _factor_best(key: str, name: str, rtol: float) -> tuple | None:
-    return _factor(key, name).best(rtol)
+    return _reductions(factor)
 
 
 def _factor_gram(key: str, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
@@ -497,11 +499,8 @@ class ClusterCholeskyColumns:
     def residual_trace(self) -> float:
         return self._trace
 
-    def best(self, rtol: float) -> tuple[int, float, np.ndarray] | None:
-        if rtol == DEGENERATE_RTOL:
-            return self._best
-        parts = [b for b in self.blocks._run(_factor_best, lambda b: (self.name, rtol)) if b]
-        return max(parts, key=lambda b: b[1], default=None)
+    def best(self) -> tuple[int, float, np.ndarray] | None:
+        return self._best
 
     def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
         parts = self.blocks._run(_factor_gram, lambda b: (self.name, t0, t1))
