@@ -11,8 +11,9 @@ exp(−‖(x−x')/ℓ‖) and the Matérn-3/2 (1+h)e^{−h} with h = ‖(x−x'
 isotropic scale (``width``, ``omega``, ``mu``) is not used and is recorded as null, so a
 kernel's parameters always say which form it is. RBF distances are formed with
 one GEMM of augmented inputs (‖a‖² + ‖b‖² − 2abᵀ in one product), so a block costs one BLAS-3
-call plus one elementwise map; kernels of the unsquared distance use scipy's cdist, whose
-distances stay exact near zero. Blocks are computed in cache-sized row tiles on
+call plus one fused pass (exp, variance, finiteness; :mod:`algorithms.fused_exp`); kernels of
+the unsquared distance compute direct differences (as scipy's cdist does, exact near zero) and
+their map in one fused pass. Blocks are computed in cache-sized row tiles on
 :func:`kernel_threads` threads (:meth:`Kernel.__call__`).
 
 :data:`KERNELS` maps a name to a :class:`KernelSpec` (function, diagonal, declared parameters
@@ -32,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.spatial.distance import cdist
 from threadpoolctl import ThreadpoolController
 
 from algorithms.errors import InputError
@@ -62,14 +62,35 @@ def _rbf_cols(B: np.ndarray, width: float) -> np.ndarray:
     return Ba
 
 
-def _rbf(Aa: np.ndarray, Ba: np.ndarray, width: float, out: np.ndarray) -> None:
-    """exp(−‖a−b‖²/width) as exp(D) with D = (2abᵀ − ‖a‖² − ‖b‖²)/width from one GEMM of the
-    augmented rows and columns (:func:`_rbf_rows`, :func:`_rbf_cols`, made once per block, not
-    per tile: the norms ride in the product and a tile is two calls)."""
+def _fused():
+    """:mod:`algorithms.fused_exp`, imported on first use (numba's import and the loading of
+    its compiled functions are paid by processes that compute kernel tiles, not by every
+    command)."""
+    from algorithms import fused_exp
+    return fused_exp
+
+
+def _tail(tail, out: np.ndarray, *args: float) -> bool:
+    """A fused elementwise tail (:mod:`algorithms.fused_exp`) over ``out`` in place, through a
+    contiguous copy when ``out`` is a strided view; whether every value is finite."""
+    if out.flags.c_contiguous:
+        return tail(out.reshape(-1), *args)
+    flat = np.ascontiguousarray(out).reshape(-1)
+    ok = tail(flat, *args)
+    out[...] = flat.reshape(out.shape)
+    return ok
+
+
+def _rbf(Aa: np.ndarray, Ba: np.ndarray, width: float, out: np.ndarray,
+         variance: float) -> bool:
+    """variance·exp(−‖a−b‖²/width) as exp(D) with D = (2abᵀ − ‖a‖² − ‖b‖²)/width from one GEMM
+    of the augmented rows and columns (:func:`_rbf_rows`, :func:`_rbf_cols`, made once per
+    block, not per tile: the norms ride in the product), then one fused pass; whether every
+    value is finite."""
     np.matmul(Aa, Ba, out=out)
     # round-off can leave D ≈ +ε(‖a‖² + ‖b‖²)/width where a = b, so a value may exceed 1 by
-    # that much; a clamp would cost a third of the block's time for no gain in accuracy
-    np.exp(out, out=out)
+    # that much; a clamp would cost a pass for no gain in accuracy
+    return _tail(_fused().rbf_tail, out, variance)
 
 
 def _same_rows(A: np.ndarray, **_: float) -> np.ndarray:
@@ -80,30 +101,56 @@ def _same_cols(B: np.ndarray, **_: float) -> np.ndarray:
     return B
 
 
-def _laplacian(A: np.ndarray, B: np.ndarray, omega: float, out: np.ndarray) -> None:
-    # √ of the GEMM form would turn round-off 1e-16 into distance 1e-8: use direct distances
-    cdist(A, B, out=out)
-    out *= -1.0 / omega
-    np.exp(out, out=out)
+def _columns_by_dimension(B: np.ndarray, **_: float) -> np.ndarray:
+    """Columns of the distance kernels' tiles: B as a contiguous d × m array (the fused
+    loops run over the m columns for each dimension)."""
+    return np.ascontiguousarray(B.T)
 
 
-def _matern32(A: np.ndarray, B: np.ndarray, mu: float, out: np.ndarray) -> None:
-    """(1 + h) e^{−h}, h = ‖a−b‖/μ."""
-    cdist(A, B, out=out)
-    out *= 1.0 / mu
-    E = np.exp(-out)
-    out += 1.0
-    out *= E
+def _distance_block(block, A: np.ndarray, Bt: np.ndarray, scale: float, out: np.ndarray,
+                    variance: float) -> bool:
+    """A fused distance kernel (:mod:`algorithms.fused_exp`) into ``out``, through a
+    contiguous buffer when ``out`` is a strided view; whether every value is finite."""
+    A = np.ascontiguousarray(A)
+    if out.flags.c_contiguous:
+        return block(A, Bt, 1.0 / scale, variance, out)
+    buf = np.empty(out.shape)
+    ok = block(A, Bt, 1.0 / scale, variance, buf)
+    out[...] = buf
+    return ok
 
 
-def _linear(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:
+def _laplacian(A: np.ndarray, Bt: np.ndarray, omega: float, out: np.ndarray,
+               variance: float) -> bool:
+    """variance·exp(−‖a−b‖/ω) from direct differences (√ of the GEMM form would turn
+    round-off 1e-16 into distance 1e-8), in one fused pass; whether every value is finite."""
+    return _distance_block(_fused().laplacian_block, A, Bt, omega, out, variance)
+
+
+def _matern32(A: np.ndarray, Bt: np.ndarray, mu: float, out: np.ndarray,
+              variance: float) -> bool:
+    """variance·(1 + h) e^{−h}, h = ‖a−b‖/μ, in one fused pass; whether every value is
+    finite."""
+    return _distance_block(_fused().matern32_block, A, Bt, mu, out, variance)
+
+
+def _finite_times(out: np.ndarray, variance: float) -> bool:
+    if variance != 1.0:
+        out *= variance
+    return bool(np.isfinite(out).all())
+
+
+def _linear(A: np.ndarray, B: np.ndarray, out: np.ndarray, variance: float) -> bool:
     np.matmul(A, B.T, out=out)
+    return _finite_times(out, variance)
 
 
-def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: int, out: np.ndarray) -> None:
+def _polynomial(A: np.ndarray, B: np.ndarray, c: float, degree: int, out: np.ndarray,
+                variance: float) -> bool:
     np.matmul(A, B.T, out=out)
     out += c
     np.power(out, float(degree), out=out)  # an integer power: defined for a negative base too
+    return _finite_times(out, variance)
 
 
 def _unit_diag(A: np.ndarray, **_: float) -> np.ndarray:
@@ -119,7 +166,7 @@ def _polynomial_diag(A: np.ndarray, c: float, degree: int) -> np.ndarray:
 
 
 # A tile of this many float64 values (512 KiB) and its operands stay in a core's L2 cache (1 MiB
-# here), so the elementwise passes after the GEMM (or cdist) run from cache, not memory.
+# here), so the elementwise pass after the GEMM runs from cache, not memory.
 TILE_ENTRIES = 1 << 16
 # Blocks smaller than this are computed on the calling thread (a thread hand-off costs more).
 PARALLEL_ENTRIES = 1 << 17
@@ -224,10 +271,12 @@ VARIANCE = _positive(1.0, "signal variance: the kernel is multiplied by it")
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A covariance function k(A, B; params), its diagonal k(a, a; params) and its parameters."""
+    """A covariance function k(A, B; params), its diagonal k(a, a; params) and its parameters.
+    ``function(A, B, out=, variance=, **shape)`` writes variance·k into ``out`` and returns
+    whether every value is finite (checked in the same pass where it can)."""
 
     name: str
-    function: Callable[..., np.ndarray]
+    function: Callable[..., bool]
     diag: Callable[..., np.ndarray]
     params: Mapping[str, Option]
     stationary: bool
@@ -251,11 +300,11 @@ KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("laplacian", _laplacian, _unit_diag,
                {"omega": _positive(1.0, "ω in exp(−‖x−x'‖/ω)", none_ok=True),
                 "variance": VARIANCE, "lengthscales": _lengthscales("laplacian")},
-               True, ("omega", 1.0)),
+               True, ("omega", 1.0), cols=_columns_by_dimension),
     KernelSpec("matern32", _matern32, _unit_diag,
                {"mu": _positive(1.0, "μ in (1+h)e^{−h}, h = ‖x−x'‖/μ", none_ok=True),
                 "variance": VARIANCE, "lengthscales": _lengthscales("matern32")},
-               True, ("mu", 1.0)),
+               True, ("mu", 1.0), cols=_columns_by_dimension),
     KernelSpec("linear", _linear, _linear_diag, {"variance": VARIANCE}, False),
     KernelSpec("polynomial", _polynomial, _polynomial_diag,
                {"c": Option(1.0, "float", "offset c in (⟨x,x'⟩ + c)^degree"),
@@ -369,10 +418,7 @@ class Kernel:
         whether every value is finite (checked while the tile is in cache). Call it under
         ``np.errstate(over="ignore", invalid="ignore", divide="ignore")``: an overflow is
         reported by the finiteness check, not as a warning."""
-        self.spec.function(A, B, out=out, **self._shape)
-        if self.variance != 1.0:
-            out *= self.variance
-        return bool(np.isfinite(out).all())
+        return self.spec.function(A, B, out=out, variance=self.variance, **self._shape)
 
     def diag(self, A: np.ndarray) -> np.ndarray:
         """k(a, a) for each row a of A (checked like :meth:`__call__`)."""

@@ -212,3 +212,37 @@ def test_an_overflowing_tile_is_the_one_line_error_on_threads():
             Kernel("polynomial", {"degree": 200})(X, X[:59])
     finally:
         set_kernel_threads(before)
+
+
+def test_the_fused_exp_equals_numpy_and_flags_what_is_not_finite():
+    from algorithms import fused_exp
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([-rng.random(100_000) * 708.0, -rng.random(10_000) * 1e-3,
+                        [0.0, -0.0, -1e-300, -707.9999, 2e-16]])
+    ref = np.exp(x)
+    got = x.copy()
+    assert fused_exp.rbf_tail(got, 1.0)
+    rel = np.abs(got - ref) / ref
+    print(f"\nfused exp vs numpy on [-708, 0]: max relative difference {rel.max():.2e}")
+    assert rel.max() < 5e-16
+    below = np.array([-708.5, -1e4, -np.inf])
+    assert fused_exp.rbf_tail(below, 1.0) and np.all(below == 0.0)  # e^x < 3.4e-308: 0
+    for bad in (np.nan, 709.5, np.inf):
+        assert not fused_exp.rbf_tail(np.array([-1.0, bad, -2.0]), 1.0)
+    out, zeros, huge = np.empty((2, 1)), np.zeros((2, 1)), np.array([[1e200, 0.0], [0, 0]])
+    for block in (fused_exp.laplacian_block, fused_exp.matern32_block):
+        assert not block(np.array([[np.nan, 0.0], [0.0, 0.0]]), zeros, 1.0, 1.0, out)
+    # a distance that overflows to inf: e^-inf = 0 for the Laplacian, (1 + inf)·0 for Matérn
+    assert fused_exp.laplacian_block(huge, zeros, 1.0, 1.0, out) and out[0, 0] == 0.0
+    assert not fused_exp.matern32_block(huge, zeros, 1.0, 1.0, out)
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern32"])
+def test_a_block_into_a_strided_output_equals_a_fresh_block(name):
+    rng = np.random.default_rng(1)
+    kernel = Kernel(name, {"variance": 2.0})
+    A, B = rng.standard_normal((300, 3)), rng.standard_normal((40, 3))
+    out = np.zeros((300, 50), order="F")[:, 5:45]  # a strided view, as a column buffer
+    kernel.block(kernel.rows(A), kernel.cols(B), out=out)
+    np.testing.assert_array_equal(out, kernel(A, B))
