@@ -195,23 +195,29 @@ def _run(cfg: dict, out_dir: Path, threads: int) -> dict:
 def _kernel_figure(entries: list[dict], kcfg: dict, path: Path) -> None:
     """ns per entry, naive vs fused, per kernel, against d, one line per thread count."""
     kernels = list(dict.fromkeys(r["kernel"] for r in entries))
-    fig, axes = plt.subplots(1, len(kernels), figsize=(4.2 * len(kernels), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(kernels), figsize=(4.2 * len(kernels), 4.4), squeeze=False)
     for ax, name in zip(axes[0], kernels, strict=True):
+        speedups = []
         for t in sorted({r["threads"] for r in entries}):
             rows = [r for r in entries if r["kernel"] == name and r["threads"] == t]
             d = [r["d"] for r in rows]
             ax.plot(d, [r["naive_ns_per_entry"] for r in rows], "o--",
                     label=f"naive numpy, {t} thread{'s' * (t > 1)}")
             line, = ax.plot(d, [r["fused_ns_per_entry"] for r in rows], "s-",
-                            label=f"tiled, {t} thread{'s' * (t > 1)}")
+                            label=f"fused tiles, {t} thread{'s' * (t > 1)}")
+            speedups.append(f"{t} thread{'s' * (t > 1)}: "
+                            + ", ".join(f"{r['speedup']:.1f}×" for r in rows))
             ax.plot(d, [r["write_ns_per_entry"] for r in rows], ":", color=line.get_color(),
                     label=f"writing the block alone, {t} thread{'s' * (t > 1)}")
         ax.set(xlabel="input dimension d", ylabel="ns per kernel entry", xticks=d,
-               title=f"{name}: ({kcfg['n']} × {kcfg['m']}) block")
+               title=f"{name}: ({kcfg['n']} × {kcfg['m']}) block\nnaive / fused at d = "
+                     f"{', '.join(map(str, d))}\n" + "\n".join(speedups))
+        ax.title.set_fontsize(9)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
