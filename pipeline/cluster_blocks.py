@@ -5,25 +5,28 @@ algorithm keeps, SGMA's [y, K_{:S}] — is spread over the workers with the rows
 The training inputs are split into one contiguous row range per worker; each worker reads its
 rows from the dataset's zarr store (never through the task graph) and keeps them, with its rows
 of every :class:`ClusterColumns`, as a *shard*. The fit itself runs in the calling process and
-sees an ordinary kernel-block provider (:class:`algorithms.contract.KernelBlocks`): a
-projection Wᵀk(X, X_M) is a map-reduce over the shards — one task per worker that appends the
-columns chosen since the last step, computes its rows' tiles of k(X_B, X_M) and returns its
-(p × |M|) partial product and column sums — so a step moves O(t κ) numbers per worker, never a
-kernel column, in one round trip. Everything else an algorithm asks for (rows of X, small
-blocks such as K_SM, the diagonal, predictions) is computed in the calling process from its
-copy of X: n·d values (160 MB at n = 2·10⁶, d = 10), against the n·t of the columns (4.8 GB at
-t = 300). A row fetched from its shard would cost a round trip (~10 ms here) per use.
+sees an ordinary kernel-block provider (:class:`algorithms.contract.KernelBlocks`): a projection
+Wᵀk(X, X_M) is a map-reduce over the shards — one call per worker that appends the columns
+chosen since the last step, computes its rows' tiles of k(X_B, X_M) and returns its (p × |M|)
+partial product and column sums — so a step moves O(t κ) numbers per worker, never a kernel
+column, in one round trip. The calls go through one Dask actor per worker (:class:`_ShardHost`:
+an RPC relayed by the scheduler, not a task, so no scheduling and no batched streams on the way)
+and run in the worker's actor thread, beside its task threads. Everything else an algorithm asks
+for (rows of X, small blocks such as K_SM, the diagonal, predictions) is computed in the calling
+process from its copy of X: n·d values (160 MB at n = 2·10⁶, d = 10), against the n·t of the
+columns (4.8 GB at t = 300). A row fetched from its shard would cost a round trip (a few ms) per
+use.
 
-Shard tasks are pinned to their workers. A worker lost during the fit loses its rows: the fit
-stops with a one-line error (:class:`ClusterFitError`) within :data:`POLL_SECONDS` of the
-scheduler noticing, and nothing is written; rerunning the job starts it afresh. So does a
-worker that Dask has paused for :data:`PAUSED_SECONDS` because its memory is full (the rows
-are not Dask-managed data: they cannot be spilled, and a paused worker runs no task). A
-scheduler that stops answering ends it in one line too. However the fit ends, its shards are
-dropped on the workers' event loops (:meth:`ClusterKernelBlocks.close`), so a worker busy with
-another job frees them at once. A shard task computes on its worker's threads (``nthreads``),
-set for the task's own thread only (:func:`algorithms.kernels.kernel_threads_here`): a job
-running on the same worker process keeps its count.
+Shards and their actors are pinned to their workers. A worker lost during the fit loses its
+rows: the fit stops with a one-line error (:class:`ClusterFitError`) within :data:`POLL_SECONDS`
+of the scheduler noticing, and nothing is written; rerunning the job starts it afresh. So does a
+worker that Dask has paused for :data:`PAUSED_SECONDS` because its memory is full (the rows are
+not Dask-managed data: they cannot be spilled). A scheduler that stops answering ends it in one
+line too. However the fit ends, its shards are dropped on the workers' event loops
+(:meth:`ClusterKernelBlocks.close`), so a worker busy with another job frees them at once. A
+shard call computes on its worker's threads (``nthreads``), set for the actor's own thread only
+(:func:`algorithms.kernels.kernel_threads_here`): a job running on the same worker process keeps
+its count.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from pathlib import Path
 
 import dask
 import numpy as np
-from distributed import Client, get_worker, wait
+from distributed import Client, wait
 
 from algorithms.factor_columns import CholeskyColumns
 from algorithms.kernels import (
@@ -61,7 +64,6 @@ from pipeline.datasets import open_store
 POLL_SECONDS = 1.0
 PAUSED_SECONDS = 30.0  # a worker paused this long (memory full) ends the fit
 CLOSE_SECONDS = 10.0  # the most a fit's end waits for its shards to be dropped
-PRIORITY = 100  # before ordinary jobs queued on the same worker
 
 # ------------------------------------------------------------------------- on the workers
 
@@ -79,7 +81,7 @@ class _Shard:
 
 class _DropLostResults(logging.Filter):
     """Dask's "Couldn't gather N keys, rescheduling" warning: a result lost with its worker,
-    which the fit reports in its own one line (:meth:`ClusterKernelBlocks._gather`)."""
+    which the fit reports in its own one line (:meth:`ClusterKernelBlocks._await`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Couldn't gather")
@@ -90,7 +92,22 @@ _DROP_LOST_RESULTS = _DropLostResults()
 
 class ClusterFitError(RuntimeError):
     """A worker holding training rows of a fit was lost (or restarted) during it, or stopped
-    running tasks because its memory is full."""
+    answering because its memory is full."""
+
+
+class _ShardHost:
+    """A Dask actor on one worker through which the fit calls that worker's shard functions:
+    a call goes from the fit's process to the worker and back (one RPC; no scheduler, no
+    batched streams), and runs in the worker's actor thread, beside the tasks of its thread
+    pool. Measured on 2 local workers: 8 ms a call round trip under load against 22 ms for a
+    pinned task per worker (submit, wait, gather)."""
+
+    def __init__(self, nthreads: int) -> None:
+        self.nthreads = nthreads
+
+    def call(self, fn, *args):
+        with kernel_threads_here(self.nthreads):
+            return fn(*args)
 
 
 def _shard(key: str) -> _Shard:
@@ -101,20 +118,10 @@ def _shard(key: str) -> _Shard:
                               "the fit); rerun the job") from None
 
 
-def _threads():
-    """A shard task's kernel tiles use its worker's threads (``nthreads``), set for this task's
-    thread only: a job computing on the same worker process keeps its own count."""
-    try:
-        n = get_worker().state.nthreads
-    except ValueError:  # not on a worker (tests call the functions directly)
-        n = 1
-    return kernel_threads_here(max(1, n))
-
-
 def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     """Read rows lo:hi of the store's X_train into a shard; its bytes. Dask's synchronous
-    scheduler reads it: a compute inside a task would otherwise go to the cluster, whose
-    worker is busy running this task."""
+    scheduler reads it: a compute on a worker would otherwise go to the cluster, whose worker
+    is busy running this call."""
     with dask.config.set(scheduler="synchronous"):
         X = open_dataset_cached(store, verify=False)["X_train"][lo:hi].values
     X = np.ascontiguousarray(X, dtype=np.float64)
@@ -150,10 +157,9 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
     shard = _shard_without(key, dropped)
     columns = shard.columns[name]
-    with _threads():
-        if len(pending):
-            columns.extend_points(pending)
-        return shard.blocks.project_points(X_cols, columns)
+    if len(pending):
+        columns.extend_points(pending)
+    return shard.blocks.project_points(X_cols, columns)
 
 
 def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
@@ -165,8 +171,7 @@ def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray
             X = open_dataset_cached(store, verify=False)["X_train"].values
         shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
     blocks = shard.blocks
-    with _threads():
-        return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
+    return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
 
 
 def _new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
@@ -197,8 +202,7 @@ def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarra
     pivot (row, residual, F[row, :]) — the reductions the next pivot choice needs, in the
     same round trip."""
     factor = _factor(key, name)
-    with _threads():
-        factor.append(X_new, F_new_rows, L_B, considered)
+    factor.append(X_new, F_new_rows, L_B, considered)
     return _reductions(factor)
 
 
@@ -226,6 +230,10 @@ def _nbytes(key: str) -> int:
 
 def _worker_status(dask_scheduler=None) -> dict[str, str]:
     return {address: ws.status.name for address, ws in dask_scheduler.workers.items()}
+
+
+def _worker_threads(dask_scheduler=None) -> dict[str, int]:
+    return {address: ws.nthreads for address, ws in dask_scheduler.workers.items()}
 
 
 def _workers(client: Client) -> dict[str, str]:
@@ -265,7 +273,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self.key = f"sgp-shard-{uuid.uuid4().hex[:12]}"
         self.bounds = np.array([lo for lo, _ in self.ranges] + [self.n])
         self._names = itertools.count()
-        self._previous: list = []  # the last call's futures (see _run)
+        self._hosts: list = []  # one _ShardHost actor per owner
         self._closed = False
         logging.getLogger("distributed.client").addFilter(_DROP_LOST_RESULTS)
         # columns the fit no longer holds: a finalizer may add one from another thread, and a
@@ -273,6 +281,12 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self._dropped: deque[str] = deque()
         self.bytes_moved = 0  # results received from the shards (the reductions)
         try:
+            nthreads = client.run_on_scheduler(_worker_threads)
+            futures = [client.submit(_ShardHost, max(1, nthreads.get(w, 1)), workers=[w],
+                                     allow_other_workers=False, actor=True, pure=False)
+                       for w in self.owners]
+            self._hosts = self._await(lambda: self._fetch_actors(futures),
+                                      lambda: client.cancel(futures))
             self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
                                                                  kernel))
         except Exception:
@@ -283,28 +297,28 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
     def _shard_key(self, b: int) -> str:
         return f"{self.key}-{b}"
 
-    def _submit(self, b: int, fn, *args):
-        return self.client.submit(fn, self._shard_key(b), *args, workers=[self.owners[b]],
-                                  allow_other_workers=False, pure=False, priority=PRIORITY)
+    def _fetch_actors(self, futures: list) -> list:
+        """The actors the tasks ``futures`` made, waited for at most :data:`POLL_SECONDS`
+        (TimeoutError)."""
+        with self.client.as_current():  # an actor handle binds to the current client
+            wait(futures, timeout=POLL_SECONDS)
+            return [f.result(timeout=POLL_SECONDS) for f in futures]
 
-    def _gather(self, futures: list) -> list:
-        """The futures' results; :class:`ClusterFitError` (one line) as soon as a shard's worker is
-        gone (a task pinned to it would otherwise wait for ever)."""
+    def _await(self, fetch, cancel) -> list:
+        """``fetch()`` (results, or TimeoutError after about :data:`POLL_SECONDS`) until it
+        returns; :class:`ClusterFitError` (one line) as soon as a shard's worker is gone or has
+        been paused for :data:`PAUSED_SECONDS` (a call pinned to it would wait for ever), after
+        ``cancel()``."""
         paused_since: dict[str, float] = {}
         while True:
             try:
-                with self.client.as_current():
-                    wait(futures, timeout=POLL_SECONDS)
-                # fetched with a bound too: the worker holding a finished result may die
-                # between the wait and the fetch, and the pinned task is never rerun (an
-                # unbounded Client.gather then hung the job: seen 2 in 3 runs of the
-                # lost-worker test; Client.gather takes no timeout, so its coroutine is
-                # run with one)
-                results = self.client.sync(self.client._gather, futures,
-                                           callback_timeout=POLL_SECONDS)
+                results = fetch()
                 break
             except TimeoutError:
                 pass
+            except _Unreachable as err:  # the connection to a shard's worker broke
+                cancel()
+                raise ClusterFitError(self._lost(err.worker)) from None
             except (CancelledError, OSError) as err:  # the scheduler went away
                 raise ClusterFitError(_gone(err)) from None
             try:
@@ -320,14 +334,11 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                     paused_since.pop(w, None)
             stuck = [w for w, t in paused_since.items() if now - t >= PAUSED_SECONDS]
             if lost or stuck:
-                self.client.cancel(futures)
-                w = (lost or stuck)[0]
-                lo, hi = self.ranges[self.owners.index(w)]
+                cancel()
                 if lost:
-                    raise ClusterFitError(
-                        f"worker {w} holding training rows {lo}..{hi - 1} of this "
-                        "blocks=cluster fit was lost; rerun the job (a fit is not resumed "
-                        "mid-way)")
+                    raise ClusterFitError(self._lost(lost[0]))
+                w = stuck[0]
+                lo, hi = self.ranges[self.owners.index(w)]
                 raise ClusterFitError(
                     f"worker {w} holding training rows {lo}..{hi - 1} of this blocks=cluster "
                     f"fit has been paused for {PAUSED_SECONDS:.0f} s: its memory is above "
@@ -336,14 +347,29 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self.bytes_moved += sum(_nbytes_of(r) for r in results)
         return results
 
+    def _lost(self, worker: str) -> str:
+        lo, hi = self.ranges[self.owners.index(worker)]
+        return (f"worker {worker} holding training rows {lo}..{hi - 1} of this blocks=cluster "
+                "fit was lost; rerun the job (a fit is not resumed mid-way)")
+
     def _run(self, fn, args) -> list:
-        futures = [self._submit(b, fn, *args(b)) for b in range(len(self.owners))]
-        # The last call's futures are released only now, after this call's tasks went out:
-        # released earlier, their message would hold these tasks in the client's and the
-        # scheduler's batched streams (10 ms and 5 ms windows) — measured 69.6 → 62.6 ms a
-        # step for 50 ms of work on 2 workers.
-        self._previous = futures
-        return self._gather(futures)
+        """``fn(shard key, *args(b))`` on every owner b, through its actor (all calls go out
+        before the first result is awaited); their results in owner order."""
+        calls = [host.call(fn, self._shard_key(b), *args(b))
+                 for b, host in enumerate(self._hosts)]
+        results: list = []
+
+        def fetch() -> list:
+            for b in range(len(results), len(calls)):
+                try:
+                    results.append(calls[b].result(timeout=POLL_SECONDS))
+                except TimeoutError:  # an OSError too: not a broken connection
+                    raise
+                except OSError as err:  # "Unable to contact Actor's worker"
+                    raise _Unreachable(self.owners[b]) from err
+            return results
+
+        return self._await(fetch, lambda: None)
 
     def close(self) -> None:
         """Drop the shards from the workers that are still connected, however the fit ended
@@ -353,7 +379,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         if self._closed:
             return
         self._closed = True
-        self._previous = []
+        self._hosts = []  # released: each worker drops its actor
 
         def drop() -> None:
             with contextlib.suppress(Exception):
@@ -433,7 +459,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 class ClusterColumns:
     """:class:`~algorithms.kernels.KernelColumns` whose rows live in the shards: an append
     only records the input (fetched once), and the shards compute the new kernel columns at
-    the next projection, in the same task."""
+    the next projection, in the same call."""
 
     def __init__(self, blocks: ClusterKernelBlocks, name: str, width: int) -> None:
         self.blocks, self.name, self.width = blocks, name, width
@@ -464,7 +490,7 @@ class ClusterColumns:
 
 class ClusterCholeskyColumns:
     """:class:`~algorithms.factor_columns.CholeskyColumns` whose rows live in the shards: an
-    append is one task per shard that computes its rows of the new columns and returns its
+    append is one call per shard that computes its rows of the new columns and returns its
     residual trace and best pivot with that pivot's factor row, so incomplete Cholesky's
     next pivot costs no further round trip; the Gram products are one reduction."""
 
@@ -510,6 +536,14 @@ class ClusterCholeskyColumns:
         """F (n × t) gathered from the shards (n·t values: for small factors, e.g. a CG
         preconditioner)."""
         return np.concatenate(self.blocks._run(_factor_rows_all, lambda b: (self.name,)))
+
+
+class _Unreachable(Exception):
+    """An actor call whose connection to its worker broke (the worker is gone)."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__(worker)
+        self.worker = worker
 
 
 def _gone(err: BaseException) -> str:

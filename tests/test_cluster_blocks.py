@@ -300,7 +300,6 @@ def test_a_cluster_fit_on_an_existing_scheduler_equals_the_in_memory_one(tmp_pat
     blocks=memory job's. Another fit holding the cluster (its Dask lock) makes the job say so
     and wait for it."""
     import json
-    import threading
 
     from distributed import Lock
 
@@ -313,18 +312,28 @@ def test_a_cluster_fit_on_an_existing_scheduler_equals_the_in_memory_one(tmp_pat
     summaries = {}
     lock = Lock(CLUSTER_FIT_LOCK, scheduler_rpc=dask_processes.scheduler,
                 loop=dask_processes.loop)
-    assert lock.acquire(timeout=10)  # "another fit", released 5 s into the job
-    releaser = threading.Timer(5.0, lock.release)
-    releaser.start()
+    assert lock.acquire(timeout=10)  # "another fit", released once the job said it waits
     for where in ("cluster", "memory"):
         extra = ([f"blocks={where}", "cluster=address", f"scheduler={address}"]
                  if where == "cluster" else [])
-        proc = subprocess.run([*base, *extra], cwd=tmp_path / ".", capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert ("note: another blocks=cluster fit is running on this cluster" in proc.stdout
+        proc = subprocess.Popen([*base, *extra], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        lines = []
+        if where == "cluster":
+            for line in proc.stdout:  # the job waits for the lock: it has said so first
+                lines.append(line)
+                if line.startswith("note: another blocks=cluster fit is running"):
+                    break
+            time.sleep(1.0)  # it goes on waiting while the lock is held
+            assert proc.poll() is None
+            lock.release()
+        out, err = proc.communicate(timeout=300)
+        lines += out.splitlines(keepends=True)
+        assert proc.returncode == 0, err[-3000:]
+        stdout = "".join(lines)
+        assert ("note: another blocks=cluster fit is running on this cluster" in stdout
                 ) is (where == "cluster")
-        path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
+        path = stdout.strip().splitlines()[-1].removeprefix("result: ")
         with xr.open_dataset(path) as ds:
             summaries[where] = json.loads(ds.attrs["summary"])
     clu, mem = summaries["cluster"], summaries["memory"]
