@@ -20,7 +20,7 @@ value is 0 (eˣ < 3.4·10⁻³⁰⁸: the exponent field would underflow); an ar
 :func:`laplacian_block` and :func:`matern32_block` compute a tile row by row from direct
 differences (the distance, its map and the check in one pass over a row in L1). Each releases
 the GIL (the tiles run on several threads) and returns whether every value written is finite.
-Compiled on first use and cached beside this file (numba's ``cache=True``).
+Compiled when first imported and cached beside this file (numba's ``cache=True``).
 """
 
 from __future__ import annotations
@@ -156,3 +156,16 @@ def matern32_block(A: np.ndarray, Bt: np.ndarray, inv_mu: float, variance: float
             row[j] = v
             ok &= _finite(h) & _finite(v)
     return ok
+
+
+def _load() -> None:
+    """Load (or compile, the first time) every function here: a process that imports this
+    module pays it once, and the workers a fork server forks after importing it not at all
+    (``pipeline/prestart.py``)."""
+    x, out = np.zeros((1, 1)), np.empty((1, 1))
+    rbf_tail(out.reshape(-1), 1.0)
+    laplacian_block(x, x, 1.0, 1.0, out)
+    matern32_block(x, x, 1.0, 1.0, out)
+
+
+_load()

@@ -66,8 +66,8 @@ def _fused():
     """:mod:`algorithms.fused_exp`, imported on first use (numba's import and the loading of
     its compiled functions are paid by processes that compute kernel tiles, not by every
     command)."""
-    from algorithms import fused_exp
-    return fused_exp
+    import algorithms.fused_exp
+    return algorithms.fused_exp
 
 
 def _tail(tail, out: np.ndarray, *args: float) -> bool:
