@@ -11,7 +11,7 @@ exp(−‖(x−x')/ℓ‖) and the Matérn-3/2 (1+h)e^{−h} with h = ‖(x−x'
 isotropic scale (``width``, ``omega``, ``mu``) is not used and is recorded as null, so a
 kernel's parameters always say which form it is. RBF distances are formed with
 one GEMM of augmented inputs (‖a‖² + ‖b‖² − 2abᵀ in one product), so a block costs one BLAS-3
-call plus one fused pass (exp, variance, finiteness; :mod:`algorithms.fused_exp`); kernels of
+call plus one fused pass (exp, variance, finiteness; :mod:`algorithms._fused_exp`); kernels of
 the unsquared distance compute direct differences (as scipy's cdist does, exact near zero) and
 their map in one fused pass. Blocks are computed in cache-sized row tiles on
 :func:`kernel_threads` threads (:meth:`Kernel.__call__`).
@@ -63,15 +63,15 @@ def _rbf_cols(B: np.ndarray, width: float) -> np.ndarray:
 
 
 def _fused():
-    """:mod:`algorithms.fused_exp`, imported on first use (numba's import and the loading of
+    """:mod:`algorithms._fused_exp`, imported on first use (numba's import and the loading of
     its compiled functions are paid by processes that compute kernel tiles, not by every
     command)."""
-    import algorithms.fused_exp
-    return algorithms.fused_exp
+    import algorithms._fused_exp
+    return algorithms._fused_exp
 
 
 def _tail(tail, out: np.ndarray, *args: float) -> bool:
-    """A fused elementwise tail (:mod:`algorithms.fused_exp`) over ``out`` in place, through a
+    """A fused elementwise tail (:mod:`algorithms._fused_exp`) over ``out`` in place, through a
     contiguous copy when ``out`` is a strided view; whether every value is finite."""
     if out.flags.c_contiguous:
         return tail(out.reshape(-1), *args)
@@ -109,7 +109,7 @@ def _columns_by_dimension(B: np.ndarray, **_: float) -> np.ndarray:
 
 def _distance_block(block, A: np.ndarray, Bt: np.ndarray, scale: float, out: np.ndarray,
                     variance: float) -> bool:
-    """A fused distance kernel (:mod:`algorithms.fused_exp`) into ``out``, through a
+    """A fused distance kernel (:mod:`algorithms._fused_exp`) into ``out``, through a
     contiguous buffer when ``out`` is a strided view; whether every value is finite."""
     A = np.ascontiguousarray(A)
     if out.flags.c_contiguous:

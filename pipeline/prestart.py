@@ -25,10 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # what a worker runs: the task function and its imports (the command line's module is
-# imported again as the worker's main module, so pipeline.cli is here too), and the kernel
-# tiles' compiled loops (numba and its cached code: ~0.7 s a worker on first use otherwise)
-PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "algorithms.fused_exp",
-           "pipeline.job", "pipeline.blocks", "pipeline.sweep", "pipeline.app", "pipeline.cli")
+# imported again as the worker's main module, so pipeline.cli is here too). Not the kernel
+# tiles' compiled loops (algorithms._fused_exp, loaded at a job's first tile, ~0.7 s): numba
+# and LLVM would add ~60 MiB to every forked worker's resident memory from its start, enough
+# to keep a worker with a small memory_limit paused (tests/test_faults.py, 400 MB)
+PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job",
+           "pipeline.blocks", "pipeline.sweep", "pipeline.app", "pipeline.cli")
 _CONF = Path(__file__).resolve().parent.parent / "conf"
 _started = False
 
