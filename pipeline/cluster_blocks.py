@@ -355,8 +355,14 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
     def _run(self, fn, args) -> list:
         """``fn(shard key, *args(b))`` on every owner b, through its actor (all calls go out
         before the first result is awaited); their results in owner order."""
-        calls = [host.call(fn, self._shard_key(b), *args(b))
-                 for b, host in enumerate(self._hosts)]
+        calls = []
+        for b, host in enumerate(self._hosts):
+            try:
+                calls.append(host.call(fn, self._shard_key(b), *args(b)))
+            except RuntimeError as err:  # the handle knows its worker is gone
+                if not str(err).startswith("Worker holding Actor was lost"):
+                    raise
+                raise ClusterFitError(self._lost(self.owners[b])) from None
         results: list = []
 
         def fetch() -> list:
