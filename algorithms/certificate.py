@@ -19,7 +19,7 @@ import numpy as np
 
 from algorithms.contract import KernelBlocks, block_rows
 from algorithms.evaluation import numerical_guard
-from algorithms.sgma import DualGreedy
+from algorithms.greedy import DualGreedy
 
 
 def primal_value(blocks: KernelBlocks, y: np.ndarray, lam: float, basis: np.ndarray,

@@ -442,7 +442,7 @@ class AlgorithmSpec:
     columns (:meth:`KernelBlocks.cholesky_columns`) or :meth:`KernelBlocks.matmul`,
     and otherwise it reads only rows, small blocks, the diagonal and n-vectors, so it runs
     with those parts spread over a Dask cluster (``blocks=cluster``,
-    :mod:`pipeline.cluster_blocks`); tested against the in-memory run.
+    :mod:`pipeline.cluster.blocks`); tested against the in-memory run.
     """
 
     name: str

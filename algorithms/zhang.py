@@ -37,10 +37,10 @@ import scipy.linalg as sla
 
 from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
 from algorithms.evaluation import Recorder
+from algorithms.greedy import PrimalGreedy
 from algorithms.kernels import tiles_own_the_cores
 from algorithms.objectives import REFERENCES, solve_reference
 from algorithms.options import Option
-from algorithms.sgma import PrimalGreedy
 
 # A 2×2 system whose determinant is below this fraction of a11·a22 means φ(x_i) is parallel to
 # w^{k−1}: the span is one-dimensional and rescaling w alone is the minimiser.

@@ -3,7 +3,7 @@
 import sys
 
 if __name__ == "__main__":
-    from pipeline.prestart import prestart
+    from pipeline.cluster.prestart import prestart
 
     prestart(sys.argv[1:])  # a local sweep's workers import while this process does
 

@@ -39,8 +39,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from algorithms import REGISTRY, ArrayKernelBlocks, Fit, InputError, Kernel, run
 from algorithms.contract import AlgorithmSpec
-from pipeline.job import CONF_DIR
-from pipeline.variables import describe_dataset
+from pipeline.config import CONF_DIR
+from pipeline.results.variables import describe_dataset
 
 
 def default_algorithm() -> str:

@@ -7,7 +7,7 @@ variable has a value; ``--per job``: one row per distinct job with its final val
 and error. Jobs that a sweep repeats along a dim they do not depend on (κ for the exact GP, the
 seed of a deterministic method) appear once, with an empty value in that dim. The format
 follows the suffix: ``.csv``, or ``.parquet`` (needs pyarrow: ``pip install -e '.[export]'``).
-See :func:`pipeline.access.tidy`.
+See :func:`pipeline.results.access.tidy`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from algorithms.errors import InputError
-from pipeline.access import tidy
 from pipeline.command import OneLineParser, fail
-from pipeline.results import load
+from pipeline.results.access import tidy
+from pipeline.results.consolidate import load
 
 USAGE = "python -m pipeline.export <results.zarr> <out.csv|out.parquet> [--per job|step]"
 FORMATS = (".csv", ".parquet")

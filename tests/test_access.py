@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from pipeline.access import evaluated, last_valid
 from pipeline.export import main as export_main
-from pipeline.results import load, load_job_result
+from pipeline.results.access import evaluated, last_valid
+from pipeline.results.consolidate import load
+from pipeline.results.job_file import load_job_result
 
 SWEEP = ["algorithm=exact,sgma", "dataset=friedman1", "dataset.n_train=200", "dataset.n_test=50",
          "kappa=5,10", "seed=0,1", "algorithm.max_basis=30", "cluster.n_workers=2",

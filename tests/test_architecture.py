@@ -1,6 +1,7 @@
 """The shape of the code: no import cycles (imports inside functions included), algorithms/
-knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, and no
-algorithm is named in pipeline/ code (capabilities come from the specs)."""
+knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, no
+algorithm is named in pipeline/ code (capabilities come from the specs), pipeline/ modules are
+at most 500 lines, and only Hydra's public API is used."""
 
 import ast
 import re
@@ -76,7 +77,20 @@ def test_algorithms_know_nothing_of_the_pipeline():
 def test_the_launcher_imports_only_the_sweep_machinery():
     ours = {i for i in _imports(ROOT / "hydra_plugins/sgp_dask_launcher/dask_launcher.py")
             if i.split(".")[0] in PACKAGES}
-    assert ours == {"pipeline.sweep", "pipeline.sweep.launch"}
+    assert ours == {"pipeline.sweep.launch", "pipeline.sweep.launch.launch"}
+
+
+def test_pipeline_modules_are_small():
+    """pipeline/ reads as the flow it carries: sub-packages of modules of at most 500 lines."""
+    big = {name: n for name, path in _modules().items()
+           if name.startswith("pipeline") and (n := len(path.read_text().splitlines())) > 500}
+    assert not big, big
+
+
+def test_only_hydras_public_api_is_used():
+    private = {name: sorted(i for i in _imports(path) if i.startswith("hydra._internal"))
+               for name, path in _modules().items()}
+    assert not {name: found for name, found in private.items() if found}
 
 
 def test_no_algorithm_is_named_in_pipeline_code():

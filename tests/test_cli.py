@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from pipeline.results import load_job_result
+from pipeline.results.job_file import load_job_result
 
 
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -88,7 +88,7 @@ def test_size_small_without_an_experiment_is_a_one_line_error(tmp_path, args):
 
 
 def test_size_is_checked_before_hydra_starts(tmp_path):
-    from pipeline.cli import check_size
+    from pipeline.config.overrides import check_size
 
     assert_one_line_error(run_cli(tmp_path, "size=tiny"), "unknown size 'tiny'",
                           "choose one of: full, small")

@@ -12,9 +12,10 @@ from distributed import LocalCluster
 from omegaconf import OmegaConf
 
 from algorithms.errors import InputError
-from pipeline.cluster import OPTIONS, check, connect, job_script, memory_hint
-from pipeline.job import CONF_DIR
-from pipeline.results import load
+from pipeline.cluster.connect import connect, job_script
+from pipeline.cluster.options import OPTIONS, check, memory_hint
+from pipeline.config import CONF_DIR
+from pipeline.results.consolidate import load
 
 
 def yaml_config(name: str, **changes) -> dict:

@@ -13,9 +13,12 @@ import xarray as xr
 from distributed import Client, LocalCluster
 
 from algorithms import ArrayKernelBlocks, InputError, Kernel, run
-from pipeline.cluster_blocks import ClusterKernelBlocks, row_ranges
+from pipeline.cluster.blocks import ClusterKernelBlocks, row_ranges
+from pipeline.config import CONF_DIR
 from pipeline.datasets import ingest, load_arrays
-from pipeline.job import CONF_DIR, check_config, job_config, run_job
+from pipeline.job.identity import job_config
+from pipeline.job.run import run_job
+from pipeline.job.validate import check_config
 
 
 def compose(overrides: list[str]):
@@ -88,7 +91,7 @@ def test_a_closed_fit_leaves_nothing_on_the_workers(client, store):
         key = blocks.key
 
     def shards():
-        from pipeline.cluster_blocks import _SHARDS
+        from pipeline.cluster.shards import _SHARDS
         return list(_SHARDS)
 
     time.sleep(0.5)
@@ -105,7 +108,7 @@ def test_a_busy_worker_frees_its_shard_when_the_fit_ends(client, store):
     blocks.close()
 
     def shards():
-        from pipeline.cluster_blocks import _SHARDS
+        from pipeline.cluster.shards import _SHARDS
         return list(_SHARDS)
 
     held = client.run(shards)
@@ -164,7 +167,7 @@ def test_a_worker_lost_mid_fit_fails_the_job_in_one_line(tmp_path, dask_processe
                             text=True)
 
     def shard_holders():
-        from pipeline.cluster_blocks import _SHARDS
+        from pipeline.cluster.shards import _SHARDS
         return (os.getpid(), len(_SHARDS))
 
     deadline = time.time() + 120
@@ -214,11 +217,12 @@ def test_a_sweep_mixes_cluster_fits_with_ordinary_jobs(tmp_path):
 
 @pytest.mark.slow
 def test_the_cluster_benchmark_runs_at_small_size(tmp_path):
-    """python -m pipeline.cluster_bench size=small: the spread fit, the one-process fit and the
+    """python -m pipeline.bench.cluster_blocks size=small: the spread fit, the one-process fit
+    and the
     1 → 2 worker runs all finish and their figures are written and consistent."""
     import json
 
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cluster_bench", "size=small"],
+    proc = subprocess.run([sys.executable, "-m", "pipeline.bench.cluster_blocks", "size=small"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "outputs" / "bench_cluster_blocks_small"
@@ -235,7 +239,7 @@ def test_the_cluster_benchmark_runs_at_small_size(tmp_path):
                                                / figures["workers_2"]["step_seconds_median"])
     assert spread["bytes_moved_per_step"] > 0
     assert (out / "cluster_blocks.png").stat().st_size > 10000
-    bad = subprocess.run([sys.executable, "-m", "pipeline.cluster_bench", "size=huge"],
+    bad = subprocess.run([sys.executable, "-m", "pipeline.bench.cluster_blocks", "size=huge"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
 
@@ -303,7 +307,7 @@ def test_a_cluster_fit_on_an_existing_scheduler_equals_the_in_memory_one(tmp_pat
 
     from distributed import Lock
 
-    from pipeline.job import CLUSTER_FIT_LOCK
+    from pipeline.job.run import CLUSTER_FIT_LOCK
 
     address = dask_processes.scheduler.address
     base = [sys.executable, "-m", "pipeline", "algorithm=sgma", "dataset=friedman1",
@@ -347,7 +351,7 @@ def test_a_worker_paused_for_long_ends_the_fit_in_one_line(client, store, monkey
     """A worker Dask keeps paused (its memory above the pause fraction: the rows cannot
     spill, and a paused worker starts no task) ends the fit with one line naming
     cluster.memory_limit instead of waiting for ever."""
-    import pipeline.cluster_blocks as cluster_blocks
+    import pipeline.cluster.blocks as cluster_blocks
 
     with ClusterKernelBlocks(client, store, Kernel("rbf", {"width": 10.0})) as blocks:
         monkeypatch.setattr(cluster_blocks, "PAUSED_SECONDS", 0.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline.job import CONF_DIR
+from pipeline.config import CONF_DIR
 
 
 def _help() -> str:

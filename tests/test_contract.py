@@ -10,8 +10,8 @@ import pytest
 
 from algorithms import REGISTRY
 from algorithms.registry import register_module, unregister
-from pipeline.job import run_job
-from pipeline.results import load_job_result
+from pipeline.job.run import run_job
+from pipeline.results.job_file import load_job_result
 from tests.contract import CHECKS, CONF_DIR, make_problem
 
 

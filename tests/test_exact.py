@@ -5,7 +5,7 @@ from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern
 
 from algorithms import REGISTRY, ArrayKernelBlocks, InputError, Kernel, run
 from algorithms.evaluation import check_size
-from pipeline.job import run_job
+from pipeline.job.run import run_job
 from tests.conftest import make_problem
 
 CASES = [

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from pipeline.job import CONF_DIR
+from pipeline.config import CONF_DIR
 from pipeline.report import render
-from pipeline.results import load
+from pipeline.results.consolidate import load
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
@@ -270,8 +270,8 @@ def test_an_experiment_is_a_sweep_without_dash_m(tmp_path):
     assert "9 sweep points, 7 distinct jobs" in proc.stdout
     ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
     assert ds.sizes["seed"] == 3 and set(np.unique(ds["status"].values)) == {"ok"}
-    from pipeline.cli import declares_sweep
-    from pipeline.job import CONF_DIR
+    from pipeline.config import CONF_DIR
+    from pipeline.config.overrides import declares_sweep
 
     names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
     assert [n for n in names if not declares_sweep([f"experiment={n}"])] == ["bench_sgma_flops"]

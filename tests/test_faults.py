@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import codeversion
-from pipeline.claims import count_fits
-from pipeline.job import config_hash
-from pipeline.results import load, load_job_result
+from pipeline.job import codeversion
+from pipeline.job.identity import config_hash
+from pipeline.results.consolidate import load
+from pipeline.results.job_file import load_job_result
+from pipeline.sweep.claims import count_fits
 
 LOCAL = ("cluster.n_workers=1", "cluster.dashboard_address=:0")
 

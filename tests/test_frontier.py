@@ -3,7 +3,7 @@
 import numpy as np
 import xarray as xr
 
-from pipeline.frontier import budget_table, pareto, points
+from pipeline.report.frontier import budget_table, pareto, points
 
 
 def _sweep() -> xr.Dataset:
@@ -46,7 +46,7 @@ def test_budget_table_names_the_best_setting_per_budget_and_the_target():
 
 
 def test_select_keeps_one_split_and_the_points_follow():
-    from pipeline.report import select
+    from pipeline.report.build import select
 
     one = select(_sweep(), {"dataset.split": "1"})
     assert one["dataset.split"].values.tolist() == [1]
@@ -56,7 +56,7 @@ def test_select_keeps_one_split_and_the_points_follow():
 
 
 def test_a_diverged_point_is_clipped_not_allowed_to_flatten_the_panel():
-    from pipeline.frontier import CLIP_FACTOR, _clip_level
+    from pipeline.report.frontier import CLIP_FACTOR, _clip_level
 
     assert _clip_level([0.2, 0.3, 0.25]) == float("inf")  # nothing to clip
     assert _clip_level([0.2, 0.3, 0.25, 58.0]) == CLIP_FACTOR * 0.275

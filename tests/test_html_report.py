@@ -1,5 +1,5 @@
 """``report.html``: the self-contained page ``python -m pipeline.report`` writes beside
-report.md (:mod:`pipeline.html_report`), opened in headless Chromium to check that every figure
+report.md (:mod:`pipeline.report.html`), opened in headless Chromium to check that every figure
 renders. Chromium is required (``apt-get install chromium``): without it the test fails."""
 
 import html
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from pipeline.html_report import markdown_to_html
-from pipeline.results import load
+from pipeline.report.html import markdown_to_html
+from pipeline.results.consolidate import load
 
 CHROMIUM_TIMEOUT = 120
 # written into the copy of the page only: on load, each <img>'s state and the tables' count

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from algorithms import REGISTRY, InputError, Kernel
+from algorithms.curve_jobs import _curve_spec
 from algorithms.learning_curves import gp_xbar_error, predictor_xbar_error
 from algorithms.learning_curves import learning_curve as _learning_curve
 from algorithms.projected import empirical_density, mercer, uniform_density
-from pipeline.curves import _curve_spec
 
 MATERN = Kernel("matern32", {"mu": 0.1})
 UNIFORM = uniform_density(2000)
@@ -130,7 +130,8 @@ def test_empirical_density_draws_from_the_inputs():
                                         "curve"),
 ])
 def test_algorithm_without_a_learning_curve_is_refused(name, label, message):
-    """The check moved from learning_curve to pipeline.curves, which resolves names to specs."""
+    """The check moved from learning_curve to algorithms.curve_jobs, which resolves names to
+    specs."""
     with pytest.raises(InputError, match=message) as err:
         _curve_spec(name, label)
     able = [n for n, spec in REGISTRY.items() if spec.learning_curve is not None]

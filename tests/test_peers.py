@@ -329,7 +329,7 @@ def test_unsupported_kernel_is_a_one_line_error(data):
 ])
 def test_a_missing_extra_is_one_line_before_any_data(tmp_path, monkeypatch, data, name, module,
                                                      library):
-    from pipeline.job import run_job
+    from pipeline.job.run import run_job
 
     monkeypatch.setitem(sys.modules, module, None)  # importlib.util.find_spec: not installed
     fix = ("pip install -e . (a dependency of the package: the install is incomplete)"
@@ -351,8 +351,8 @@ def test_a_missing_extra_is_one_line_before_any_data(tmp_path, monkeypatch, data
 def test_the_certificate_only_where_it_applies(tmp_path):
     """Untrained peers on training rows are certified; learned hyperparameters are not (no
     certificate keys, as for a spec without one, and the reason in not_applicable)."""
-    from pipeline.job import run_job
-    from pipeline.results import load_job_result
+    from pipeline.job.run import run_job
+    from pipeline.results.job_file import load_job_result
 
     base = {"dataset": {"name": "sine1d", "n_train": 80, "n_test": 40},
             "kernel": {"name": "rbf", "width": 0.1}, "lam": 0.1, "kappa": 5, "seed": 0,
@@ -379,7 +379,7 @@ def test_sklearn_nystroem_job_through_the_cli(tmp_path):
                    "algorithm.max_basis=64", "seed=0", "certificate.max_dual=100")
     assert proc.returncode == 0, proc.stderr
     assert "certified gap" in proc.stdout and "test NLPD" in proc.stdout
-    from pipeline.results import load_job_result
+    from pipeline.results.job_file import load_job_result
 
     ds = load_job_result(result_path(proc))
     summary = ds.attrs["summary"]

@@ -1,4 +1,4 @@
-"""Local workers forked from the command line's warm fork server (pipeline.prestart)."""
+"""Local workers forked from the command line's warm fork server (pipeline.cluster.prestart)."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.prestart import wants_local_workers
+from pipeline.cluster.prestart import wants_local_workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,12 +32,12 @@ def test_only_a_local_sweep_prestarts(argv, expected):
 
 PROBE = """
 import json, multiprocessing, os, sys
-from pipeline.prestart import prestart
+from pipeline.cluster.prestart import prestart
 started = prestart(sys.argv[1:])
 from threadpoolctl import threadpool_info
-from pipeline.cluster import connect
+from pipeline.cluster.connect import connect
 from omegaconf import OmegaConf
-from pipeline.job import CONF_DIR
+from pipeline.config import CONF_DIR
 cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
 cfg.update(n_workers=2, dashboard_address=":0")
 
@@ -45,7 +45,7 @@ def probe():
     blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
     return {"ppid": os.getppid(), "blas_threads": blas,
             "openblas_env": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "preloaded": "pipeline.sweep" in sys.modules,
+            "preloaded": "pipeline.sweep.launch" in sys.modules,
             "method": multiprocessing.get_start_method(allow_none=True)}
 
 with connect(cfg) as client:

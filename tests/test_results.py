@@ -15,7 +15,8 @@ import xarray as xr
 
 from algorithms.errors import InputError
 from pipeline.datasets.spec import StoreError
-from pipeline.results import _write_atomically, consolidate, load, load_job_result
+from pipeline.results.consolidate import consolidate, load
+from pipeline.results.job_file import _write_atomically, load_job_result
 from tests.bad_input import SEED_SWEEP, make_seed_dir
 
 
@@ -193,7 +194,7 @@ def test_a_failed_swap_puts_the_old_store_back(sweep_dir, monkeypatch):
             raise OSError(errno.EACCES, "Permission denied")
         return real_rename(src, dst)
 
-    monkeypatch.setattr("pipeline.results.os.rename", rename)
+    monkeypatch.setattr("pipeline.results.job_file.os.rename", rename)
     with pytest.raises(InputError, match=r"Permission denied \(EACCES\)"):
         consolidate(sweep_dir)
     assert _leftovers(sweep_dir) == []

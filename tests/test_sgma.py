@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from algorithms import ArrayKernelBlocks, InputError, Kernel, run
+from algorithms.greedy import DualGreedy
 from algorithms.objectives import dual_objective, primal_objective
-from algorithms.sgma import DualGreedy
 from tests.conftest import make_problem
 
 
@@ -212,7 +212,7 @@ def test_tiled_threaded_kernel_blocks_select_what_the_textbook_form_selects():
     thread and on two."""
     from algorithms import ArrayKernelBlocks, Kernel, run
     from algorithms.kernels import kernel_threads, set_kernel_threads
-    from pipeline.bench import _naive
+    from pipeline.bench.flops import _naive
 
     class Textbook(ArrayKernelBlocks):  # the step as it was: whole kernel columns, then BLAS
         def block(self, rows, cols):

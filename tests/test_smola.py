@@ -6,7 +6,7 @@ import pytest
 from algorithms import Kernel, run
 from algorithms.sgma import error_bar_basis_sizes
 from pipeline.report import render
-from pipeline.results import load
+from pipeline.results.consolidate import load
 from tests.conftest import make_problem
 from tests.test_experiments import run_experiment
 

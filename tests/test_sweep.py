@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from pipeline.claims import count_fits
-from pipeline.report import overhead_line, render
-from pipeline.results import consolidate, load, load_job_result
+from pipeline.report import render
+from pipeline.report.tables import overhead_line
+from pipeline.results.consolidate import consolidate, load
+from pipeline.results.job_file import load_job_result
+from pipeline.sweep.claims import count_fits
 
 GRID = ["algorithm=exact,sgma", "dataset=sine1d", "lam=0.01,0.1", "kappa=5,10", "seed=0,1",
         "kernel.width=0.1,0.5", "cluster.n_workers=2", "cluster.dashboard_address=:0"]
@@ -209,10 +211,10 @@ def test_the_closing_cluster_leaves_sys_path_alone():
     module, seen in CI)."""
     import sys
 
-    from pipeline.sweep import _Cluster
+    from pipeline.sweep.schedule import SweepCluster
 
     before = list(sys.path)
-    cluster = _Cluster()
+    cluster = SweepCluster()
     cluster.connect({"kind": "local", "n_workers": 1, "threads_per_worker": 1,
                      "memory_limit": "auto", "dashboard_address": ":0",
                      "start_timeout": "30s"})

@@ -12,9 +12,11 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 
-from pipeline.job import CONF_DIR, job_config
-from pipeline.results import _open_job, _read_job
-from pipeline.sweep import _Batches, compose_jobs
+from pipeline.config import CONF_DIR
+from pipeline.job.identity import job_config
+from pipeline.results.job_file import _open_job, _read_job
+from pipeline.sweep.compose import compose_jobs
+from pipeline.sweep.schedule import Batches
 
 POINTS = [
     ["experiment=bench_sweep_overhead", "seed=3"],
@@ -48,7 +50,7 @@ def test_shared_compositions_equal_hydras_composition_of_each_point():
 
 
 def test_job_files_read_for_consolidation_equal_xarrays_reading(tmp_path):
-    from pipeline.job import run_job
+    from pipeline.job.run import run_job
 
     config = {"algorithm": {"name": "sgma", "max_basis": 10}, "dataset": {"name": "sine1d"},
               "kernel": {"name": "rbf", "width": 0.1}, "lam": 0.1, "kappa": 5, "seed": 0,
@@ -74,7 +76,7 @@ def test_batches_follow_the_measured_job_time_and_shrink_towards_the_end():
     store, other = object(), object()
     jobs = [_Job(str(i)) for i in range(100)]
     needs = {j.hash: (store if int(j.hash) < 90 else other) for j in jobs}
-    batches = _Batches(jobs, needs)
+    batches = Batches(jobs, needs)
     assert len(batches.take(workers=2)) == 1  # no job time known yet: one job
     for _ in range(10):
         batches.measured(0.05)  # 50 ms a job: 0.5 s of jobs is 10 of them
@@ -111,11 +113,11 @@ def test_a_dry_run_plans_the_sweep_and_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
-    """python -m pipeline.sweep_bench size=small: the small variants of the three benchmark
+    """python -m pipeline.bench.sweep_overhead size=small: the small variants of the three benchmark
     experiments, timed from outside; phases add up to the whole process."""
     import json
 
-    proc = subprocess.run([sys.executable, "-m", "pipeline.sweep_bench", "size=small"],
+    proc = subprocess.run([sys.executable, "-m", "pipeline.bench.sweep_overhead", "size=small"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "outputs" / "bench_sweeps_small"
@@ -129,16 +131,16 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
         assert s["ratio"] == pytest.approx(s["whole_process_seconds"] / s["ideal_seconds"])
     assert figures["plan"]["points"] == 1000 and figures["plan"]["peak_memory_mib"] > 0
     assert (out / "sweep_overhead.png").stat().st_size > 10000
-    bad = subprocess.run([sys.executable, "-m", "pipeline.sweep_bench", "size=huge"],
+    bad = subprocess.run([sys.executable, "-m", "pipeline.bench.sweep_overhead", "size=huge"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
 
 
 @pytest.mark.slow
-def test_hydras_run_job_runs_the_jobs_when_the_sweep_asks_for_it(tmp_path):
-    """With hydra.job.env_set (or Hydra callbacks) each job runs through Hydra's own run_job,
-    which writes its .hydra/ record and sets the environment; the results are the same
-    jobs as on the direct path."""
+def test_every_job_runs_through_hydras_run_job(tmp_path):
+    """Each job runs through Hydra's own run_job, which writes its .hydra/ record (and sets
+    hydra.job.env_set's environment); the Hydra settings of a sweep are not part of a job's
+    identity: the same jobs with or without them."""
     args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
             "dataset.n_train=60", "seed=0,1", "cluster.n_workers=1",
             "cluster.dashboard_address=:0"]
@@ -151,7 +153,7 @@ def test_hydras_run_job_runs_the_jobs_when_the_sweep_asks_for_it(tmp_path):
     runs = {name: sorted(p.parent.name for p in (out / name / "jobs").glob("*/result.nc"))
             for name in ("direct", "hydra")}
     assert len(runs["direct"]) == 2 and runs["direct"] == runs["hydra"]  # the same jobs
-    assert not list((out / "direct" / "jobs").glob("*/.hydra"))
-    for h in runs["hydra"]:
-        overrides = (out / "hydra" / "jobs" / h / ".hydra" / "overrides.yaml").read_text()
-        assert "dataset=sine1d" in overrides
+    for name in ("direct", "hydra"):
+        for h in runs[name]:
+            overrides = (out / name / "jobs" / h / ".hydra" / "overrides.yaml").read_text()
+            assert "dataset=sine1d" in overrides

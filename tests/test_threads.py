@@ -9,7 +9,7 @@ import sys
 import pytest
 import xarray as xr
 
-from pipeline.job import config_hash
+from pipeline.job.identity import config_hash
 
 JOB = ["algorithm=nystrom", "algorithm.max_basis=20", "dataset=sine1d", "dataset.n_train=60"]
 

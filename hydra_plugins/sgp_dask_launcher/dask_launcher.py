@@ -15,7 +15,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from pipeline.sweep import launch
+from pipeline.sweep.launch import launch
 
 
 class DaskLauncher(Launcher):

@@ -6,31 +6,119 @@ Hydra's ``BasicSweeper`` composes each job's config to check it (~60 ms a job: 1
 Dask launcher that check is its own first step (every job composed, sharing one composition
 per choice of config groups, before anything runs), so this sweeper leaves it there; with any
 other launcher it checks the batch with that shared composition.
+
+It is built on Hydra's public plugin interface (``hydra.plugins.sweeper.Sweeper``, Hydra's
+override parser and ``Plugins.instantiate_launcher``), not on Hydra's internal ``BasicSweeper``.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
 
-from pipeline.sweep import compose_jobs
+from pipeline.sweep.compose import compose_jobs
+
+log = logging.getLogger(__name__)
 
 
-class GroupedSweeper(BasicSweeper):
-    def __init__(self, max_batch_size: int | None, params: dict[str, str] | None = None
-                 ) -> None:
-        # BasicSweeper.__init__'s state, set here: its own super(BasicSweeper, self) call fails
-        # when Hydra's plugin scan has re-imported its module after this class was defined
-        self.overrides = None
-        self.batch_index = 0
+class GroupedSweeper(Sweeper):
+    """The cartesian product of ``params`` then the command-line overrides, launched in
+    batches of ``max_batch_size`` jobs (None or -1: one batch)."""
+
+    def __init__(self, max_batch_size: int | None = None,
+                 params: dict[str, str] | None = None) -> None:
+        # zero-argument super(): Hydra's plugin scan re-executes this module, rebinding its
+        # names, so nothing here refers to a class by its module-level name
+        super().__init__()
+        if max_batch_size is not None and max_batch_size != -1 and max_batch_size <= 0:
+            raise HydraException(f"{type(self).__name__}: max_batch_size must be > 0, "
+                                 f"None or -1 (one batch), not {max_batch_size}")
         self.max_batch_size = max_batch_size
-        self.params = params or {}
-        self.hydra_context = None
-        self.config = None
-        self.launcher = None
+        self.params: dict[str, str] = dict(params or {})
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # ------------------------------------------------------------------ the grid
+
+    def _override_values(self, override: Override) -> list[str]:
+        """The ``key=value`` strings one override contributes to the grid."""
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            return [f"{key}={override.get_value_element_as_str()}"]
+        if not override.is_discrete_sweep():
+            kind = override.value_type.name if override.value_type is not None else "unknown"
+            raise HydraException(
+                f"{type(self).__name__} does not support sweep type : {kind} ({key})")
+        return [f"{key}={value}" for value in override.sweep_string_iterator()]
+
+    def job_overrides(self, arguments: Sequence[str]) -> list[list[str]]:
+        """Every job's overrides: the product of ``params`` then ``arguments`` (a key given
+        twice keeps its first position, its last value), in that key order."""
+        assert self.hydra_context is not None
+        texts = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        axes: dict[str, list[str]] = {}
+        for override in parser.parse_overrides(texts):
+            axes[override.get_key_element()] = self._override_values(override)
+        return [list(job) for job in itertools.product(*axes.values())]
+
+    def batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
+        """``jobs`` in batches of ``max_batch_size`` (None or -1: all in one)."""
+        size = self.max_batch_size
+        if size is None or size == -1:
+            return [jobs]
+        return [jobs[start:start + size] for start in range(0, len(jobs), size)]
+
+    # ------------------------------------------------------------------ the sweep
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Compose ``batch`` (one composition per choice of config groups) to fail before
+        launching; left to a launcher that composes every job itself."""
         if getattr(self.launcher, "composes_every_job", False):
             return
+        assert self.config is not None and self.hydra_context is not None
         compose_jobs(self.config, self.hydra_context.config_loader, batch)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None
+        assert self.launcher is not None
+        assert self.hydra_context is not None
+        batches = self.batches(self.job_overrides(arguments))
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+
+        returns = []
+        job_idx = 0
+        for batch in batches:
+            tic = time.perf_counter()
+            self.validate_batch_is_legal(batch)
+            log.debug("checked %d jobs' configs in %.2f s", len(batch), time.perf_counter() - tic)
+            results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            for result in results:
+                result.return_value  # noqa: B018 -- raises the job's error if it failed
+            job_idx += len(batch)
+            returns.append(results)
+        return returns

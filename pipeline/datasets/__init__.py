@@ -25,6 +25,7 @@ from pipeline.datasets.spec import (
 from pipeline.datasets.store import (
     REQUIRED_ATTRS,
     attrs_digest,
+    content_digest,
     fingerprint,
     ingest,
     load_arrays,
@@ -34,6 +35,6 @@ from pipeline.datasets.store import (
 from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
-           "StoreError", "attrs_digest", "build", "dataset_names", "fingerprint", "friedman1_mean",
-           "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec", "open_store",
-           "spec_hash", "store_path", "task_of", "train_shape"]
+           "StoreError", "attrs_digest", "build", "content_digest", "dataset_names", "fingerprint",
+           "friedman1_mean", "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec",
+           "open_store", "spec_hash", "store_path", "task_of", "train_shape"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
-from pipeline.codeversion import code_version
+from pipeline.job.codeversion import code_version
 
 FORMAT_VERSION = 2  # 2: attrs carry attrs_sha256 (format-1 stores get a new name, re-ingested)
 _MISSING = "???"  # OmegaConf's marker for a mandatory value
@@ -159,12 +159,13 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 
     That is the normalised spec, the store format, the sha256 of every file the spec reads (so
     editing the file gives a new store) and the version of the code that builds it (its
-    builder's module and this one, :func:`pipeline.codeversion.code_version`).
+    builder's module and this one, :func:`pipeline.job.codeversion.code_version`).
     """
     norm = normalise_spec(spec)
     builder = DATASETS[norm["name"]].build.__module__
     material: dict[str, Any] = {"spec": norm, "format_version": FORMAT_VERSION,
-                                "code_version": code_version(builder, __name__)}
+                                "code_version": code_version(builder, __name__,
+                                                             packages=("pipeline.datasets",))}
     files = DATASETS[norm["name"]].source_files(norm)
     if files:
         material["source_sha256"] = sha256_file(files[0]) if len(files) == 1 else [

@@ -247,6 +247,44 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     return path
 
 
+# (spec, store root) -> content digest of the stores this process ingested or built
+_DIGESTS: dict[tuple[str, str], str] = {}
+
+
+def _digest_of(attrs: Mapping[str, Any]) -> str:
+    material = {key: attrs.get(key) for key in ("task", "content_sha256", "standardisation")}
+    return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":"),
+                                     default=str).encode()).hexdigest()
+
+
+def content_digest(spec: Mapping[str, Any], store_root: str | os.PathLike[str], *,
+                   write: bool = True) -> str:
+    """sha256 (64 hex) of what a dataset gives a job: its stored arrays (the split into train
+    and test rows included), their task and the standardisation applied — not the spec or the
+    code that built them. A job's identity holds this, so a change of builder code that leaves
+    the data as it was (a new store name) reruns no job, and one that changes it reruns them.
+
+    The store is ingested if it is not there (:func:`ingest`); with ``write=False`` (a dry run)
+    a missing store is built in memory instead and nothing is written. Cached per process
+    (the store's path names its spec and builder code).
+    """
+    norm = normalise_spec(spec)
+    key = (json.dumps(norm, sort_keys=True, default=str), str(store_path(norm, store_root)))
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    path = Path(key[1])
+    if write or path.exists():
+        ds = open_store(ingest(norm, store_root), verify=False)
+        try:
+            attrs = dict(ds.attrs)
+        finally:
+            ds.close()
+    else:
+        attrs = build(norm)[1]
+    _DIGESTS[key] = digest = _digest_of(attrs)
+    return digest
+
+
 def _unusable_root(store_root: str | os.PathLike[str], err: OSError) -> StoreError:
     reason = err.strerror or one_line(err) or type(err).__name__
     return StoreError(f"cannot write a dataset store under store_root={str(store_root)!r} "

@@ -24,14 +24,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.config import CONF_DIR, default_choice, job_defaults
+
 # what a worker runs: the task function and its imports (the command line's module is
 # imported again as the worker's main module, so pipeline.cli is here too). Not the kernel
 # tiles' compiled loops (algorithms._fused_exp, loaded at a job's first tile, ~0.7 s): numba
 # and LLVM would add ~60 MiB to every forked worker's resident memory from its start, enough
 # to keep a worker with a small memory_limit paused (tests/test_faults.py, 400 MB)
-PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job",
-           "pipeline.blocks", "pipeline.sweep", "pipeline.app", "pipeline.cli")
-_CONF = Path(__file__).resolve().parent.parent / "conf"
+PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job.run",
+           "pipeline.datasets.blocks", "pipeline.sweep.launch", "pipeline.app", "pipeline.cli")
+
 _started = False
 
 
@@ -48,13 +50,16 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
     args = list(argv)
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return False
-    values = {a.lstrip("+").partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}
-    if values.get("cluster", "local") != "local" or values.get("dry_run", "false") != "false":
+    # the command line's values over conf/config.yaml's (as plain text, as typed)
+    values = {"cluster": default_choice("cluster"), "experiment": default_choice("experiment"),
+              **{key: str(value).lower() for key, value in job_defaults().items()},
+              **{a.lstrip("+").partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}}
+    if values["cluster"] != "local" or values["dry_run"] != "false":
         return False
-    if "-m" in args or "--multirun" in args or values.get("blocks") == "cluster":
+    if "-m" in args or "--multirun" in args or values["blocks"] == "cluster":
         return True
-    experiment = values.get("experiment", "")
-    path = _CONF / "experiment" / f"{experiment}.yaml"
+    experiment = values["experiment"] or ""
+    path = CONF_DIR / "experiment" / f"{experiment}.yaml"
     return bool(re.fullmatch(r"[\w\-]+", experiment)) and path.is_file() and \
         re.search(r"^\s+mode:\s*MULTIRUN\b", path.read_text(), flags=re.M) is not None
 

@@ -12,8 +12,8 @@ start to its exit:
   (``cluster=address``: no cluster start, no imports on the workers);
 - ``bench_sweep_plan`` (a 10 000-point ``dry_run=true``): wall and the process's peak memory.
 
-    python -m pipeline.sweep_bench              # 200 and 1000 jobs, a 10 000-point plan
-    python -m pipeline.sweep_bench size=small   # their small variants (40, 100, 1000)
+    python -m pipeline.bench.sweep_overhead              # 200 and 1000 jobs, a 10 000-point plan
+    python -m pipeline.bench.sweep_overhead size=small   # their small variants (40, 100, 1000)
 
 Writes ``outputs/bench_sweeps[_small]/figures.json`` and ``sweep_overhead.png``.
 """
@@ -34,7 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pipeline.results import load  # noqa: E402
+from pipeline.results.consolidate import load
 
 SWEEPS = ("bench_sweep_overhead", "bench_sweep_overhead_1000")
 PLAN = "bench_sweep_plan"

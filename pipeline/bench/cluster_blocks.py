@@ -11,8 +11,8 @@ fresh sweep directory:
   with the fit's peak memory (``profile_memory``): what a single process needs;
 - **speed-up**: ``blocks=cluster`` at n = 200 000 on 1 and on 2 workers, seconds per step.
 
-    python -m pipeline.cluster_bench              # the sizes above (~15 min here)
-    python -m pipeline.cluster_bench size=small   # n = 100 000, t = 60; 20 000 (~2 min)
+    python -m pipeline.bench.cluster_blocks              # the sizes above (~15 min here)
+    python -m pipeline.bench.cluster_blocks size=small   # n = 100 000, t = 60; 20 000 (~2 min)
 
 Writes ``outputs/bench_cluster_blocks[_small]/figures.json`` and ``cluster_blocks.png``.
 """
@@ -33,8 +33,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pipeline.results import load  # noqa: E402
-from pipeline.sweep_bench import size_argument  # noqa: E402
+from pipeline.bench.sweep_overhead import size_argument
+from pipeline.results.consolidate import load
 
 EXPERIMENT = "bench_cluster_blocks"
 SPEEDUP_N = {"full": 200_000, "small": 20_000}

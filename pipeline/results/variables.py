@@ -47,7 +47,7 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "gap_certified": ("certified relative suboptimality (L − L_min)/|L_min| (Theorem 1)", "1"),
     "certified_lower_bound": ("certified lower bound on min L (Theorem 1)", TARGET2),
     "certificate_dual_steps": ("dual greedy steps the certificate ran", "1"),
-    # learned hyperparameters (pipeline.hyper, 004 eq. 62)
+    # learned hyperparameters (pipeline.job.hyper, 004 eq. 62)
     "hyper_kernel": ("learned kernel", "1"),
     "hyper_log_marginal_likelihood": ("log marginal likelihood at the learned "
                                       "hyperparameters", "nats"),

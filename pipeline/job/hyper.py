@@ -29,8 +29,8 @@ from algorithms.errors import InputError
 from algorithms.hyper import OPTIONS, Parameters, learn
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
-from pipeline.codeversion import code_version
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
+from pipeline.job.codeversion import code_version
 
 HYPER_OPTIONS: dict[str, Option] = {
     "name": Option("fixed", "choice", "fixed: the configured kernel and lam; ml: learn them "
@@ -42,8 +42,8 @@ CACHE_DIR = "hyper"
 
 def hyper_options(config: Mapping) -> dict[str, Any] | None:
     """The validated ``hyper`` block of a job config, or None for fixed hyperparameters."""
-    given = dict(config.get("hyper") or {"name": "fixed"})
-    name = given.get("name", "fixed")
+    given = dict(config["hyper"])
+    name = given["name"]
     if name == "fixed":
         extra = sorted(set(given) - {"name"})
         if extra:
@@ -66,7 +66,7 @@ def cache_key(config: Mapping) -> str:
     """Hash of what determines a learning: dataset store, kernel, lam, hyper options, code."""
     blob = {"data": spec_hash(config["dataset"]), "kernel": dict(config["kernel"]),
             "lam": config["lam"], "hyper": hyper_options(config),
-            "code": code_version("algorithms.hyper", "pipeline.hyper")}
+            "code": code_version("algorithms.hyper")}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from pipeline.variables import axis_label, long_name
+from pipeline.results.variables import axis_label, long_name
 
 Point = tuple[str, object, float, float, int]  # setting, over value, cost, metric, jobs
 

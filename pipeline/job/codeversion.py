@@ -4,9 +4,10 @@ A cached result is only as good as the code that computed it. Rather than a vers
 every change must remember to bump, the version of a module is the sha256 of its *syntax tree*
 (docstrings removed) together with that of every project module it imports, transitively. An
 edit that can change a number (a formula, a default, a call) changes the version and reruns what
-depends on it; a comment, a docstring or a reformatting does not, and a change to SGMA does not
-rerun the exact GP. Third-party libraries are not part of it (their versions are recorded in
-every result file).
+depends on it; a comment, a docstring or a reformatting does not. Only modules under the given
+packages count (``algorithms`` for a job: the plumbing of ``pipeline/`` never reruns a job), so
+a change to SGMA's module does not rerun the exact GP. Third-party libraries are not part of it
+(their versions are recorded in every result file).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-PROJECT_PACKAGES = ("algorithms", "pipeline")
+NUMERICS = ("algorithms",)  # the packages whose code computes a job's numbers
 
 
 def _source_file(module: str) -> Path | None:
@@ -43,19 +44,19 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _in_project(module: str) -> bool:
-    return module.split(".")[0] in PROJECT_PACKAGES
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def _project_imports(tree: ast.AST) -> set[str]:
+def _project_imports(tree: ast.AST, packages: tuple[str, ...]) -> set[str]:
     """Project modules a module imports (``from a.b import c`` gives a.b, and a.b.c if that is
     a module)."""
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names if _in_project(alias.name))
+            out.update(alias.name for alias in node.names if _within(alias.name, packages))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and _in_project(node.module):
+                and _within(node.module, packages):
             out.add(node.module)
             for alias in node.names:
                 if _source_file(f"{node.module}.{alias.name}") is not None:
@@ -64,18 +65,18 @@ def _project_imports(tree: ast.AST) -> set[str]:
 
 
 @functools.cache
-def _module_tree(module: str) -> tuple[str, frozenset[str]]:
+def _module_tree(module: str, packages: tuple[str, ...]) -> tuple[str, frozenset[str]]:
     """(normalised syntax tree dump, project imports) of one module."""
     path = _source_file(module)
     if path is None:
         raise ValueError(f"no Python source for module {module!r}")
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    imports = frozenset(_project_imports(tree))
+    imports = frozenset(_project_imports(tree, packages))
     return ast.dump(_strip_docstrings(tree), annotate_fields=False), imports
 
 
-def closure(*modules: str) -> list[str]:
-    """The modules and every project module they import, transitively, sorted."""
+def closure(*modules: str, packages: tuple[str, ...] = NUMERICS) -> list[str]:
+    """The modules and every module under ``packages`` they import, transitively, sorted."""
     seen: set[str] = set()
     todo = list(modules)
     while todo:
@@ -83,7 +84,7 @@ def closure(*modules: str) -> list[str]:
         if module in seen:
             continue
         seen.add(module)
-        todo.extend(_module_tree(module)[1] - seen)
+        todo.extend(_module_tree(module, packages)[1] - seen)
     return sorted(seen)
 
 
@@ -95,10 +96,11 @@ def module_of(fn) -> str:
 
 
 @functools.cache
-def code_version(*modules: str) -> str:
-    """sha256 (16 hex) of the syntax trees of ``modules`` and their project imports."""
+def code_version(*modules: str, packages: tuple[str, ...] = NUMERICS) -> str:
+    """sha256 (16 hex) of the syntax trees of ``modules`` and the modules under ``packages``
+    they import."""
     h = hashlib.sha256()
-    for module in closure(*modules):
+    for module in closure(*modules, packages=packages):
         h.update(module.encode())
-        h.update(_module_tree(module)[0].encode())
+        h.update(_module_tree(module, packages)[0].encode())
     return h.hexdigest()[:16]

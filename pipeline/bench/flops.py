@@ -35,9 +35,10 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 import algorithms  # noqa: E402
 from algorithms import InputError, Kernel  # noqa: E402
 from algorithms.kernels import set_kernel_threads  # noqa: E402
-from pipeline.blocks import open_blocks  # noqa: E402
+from pipeline.cluster.threads import blas_threads
+from pipeline.config import CONF_DIR
 from pipeline.datasets import ingest, load_arrays  # noqa: E402
-from pipeline.job import CONF_DIR, blas_threads  # noqa: E402
+from pipeline.datasets.blocks import open_blocks
 
 
 def gemm_flops(m: int, k: int, n: int, repeats: int, rng: np.random.Generator) -> float:
@@ -246,5 +247,3 @@ def main(cfg: DictConfig) -> None:
     print(f"figures: {out_dir / 'figures.json'}")
 
 
-if __name__ == "__main__":
-    main()

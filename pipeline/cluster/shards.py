@@ -1,0 +1,187 @@
+"""The workers' side of ``blocks=cluster`` (:mod:`pipeline.cluster.blocks`): each worker's
+shard — its row range of X and its rows of every column set a fit keeps — and the calls one
+Dask actor per worker (:class:`_ShardHost`) answers on it.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import dask
+import numpy as np
+
+from algorithms.factor_columns import CholeskyColumns
+from algorithms.kernels import (
+    ArrayKernelBlocks,
+    Kernel,
+    KernelColumns,
+    kernel_threads_here,
+    row_block_matmul,
+)
+from pipeline.datasets.blocks import open_dataset_cached
+
+_SHARDS: dict[str, _Shard] = {}
+
+class ClusterFitError(RuntimeError):
+    """A worker holding training rows of a fit was lost (or restarted) during it, or stopped
+    answering because its memory is full."""
+
+
+
+@dataclass
+class _Shard:
+    lo: int
+    hi: int
+    blocks: ArrayKernelBlocks
+    columns: dict[str, KernelColumns | CholeskyColumns] = field(default_factory=dict)
+    X_all: np.ndarray | None = None  # every training row, for K·V (read on first use)
+
+
+class _ShardHost:
+    """A Dask actor on one worker through which the fit calls that worker's shard functions:
+    a call goes from the fit's process to the worker and back (one RPC; no scheduler, no
+    batched streams), and runs in the worker's actor thread, beside the tasks of its thread
+    pool. Measured on 2 local workers: 8 ms a call round trip under load against 22 ms for a
+    pinned task per worker (submit, wait, gather)."""
+
+    def __init__(self, nthreads: int) -> None:
+        self.nthreads = nthreads
+
+    def call(self, fn, *args):
+        with kernel_threads_here(self.nthreads):
+            return fn(*args)
+
+
+def _shard(key: str) -> _Shard:
+    try:
+        return _SHARDS[key]
+    except KeyError:
+        raise ClusterFitError(f"shard {key} is not on this worker (it was restarted during "
+                              "the fit); rerun the job") from None
+
+
+def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
+    """Read rows lo:hi of the store's X_train into a shard; its bytes. Dask's synchronous
+    scheduler reads it: a compute on a worker would otherwise go to the cluster, whose worker
+    is busy running this call."""
+    with dask.config.set(scheduler="synchronous"):
+        X = open_dataset_cached(store, verify=False)["X_train"][lo:hi].values
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    _SHARDS[key] = _Shard(lo, hi, ArrayKernelBlocks(X, kernel))
+    return X.nbytes
+
+
+def _close_shards(key: str) -> None:
+    """Drop this worker's shards of the fit ``key`` (run on the worker's event loop)."""
+    for name in [k for k in _SHARDS if k.startswith(f"{key}-")]:
+        _SHARDS.pop(name, None)
+
+
+def _shard_without(key: str, dropped: Sequence[str]) -> _Shard:
+    """This worker's shard of the fit ``key``, after dropping its columns ``dropped`` (gone in
+    the fit; first, as their memory is what new columns take)."""
+    shard = _shard(key)
+    for gone in dropped:
+        shard.columns.pop(gone, None)
+    return shard
+
+
+def _new_columns(key: str, name: str, first: np.ndarray, capacity: int,
+                 dropped: Sequence[str] = ()) -> None:
+    shard = _shard_without(key, dropped)
+    shard.columns[name] = shard.blocks.columns(first, capacity)
+
+
+def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
+             dropped: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
+    ``pending`` to the shard's columns ``name``, then return its partial
+    (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
+    shard = _shard_without(key, dropped)
+    columns = shard.columns[name]
+    if len(pending):
+        columns.extend_points(pending)
+    return shard.blocks.project_points(X_cols, columns)
+
+
+def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
+    """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
+    (n·d values on each worker: a product with K needs all of them)."""
+    shard = _shard(key)
+    if shard.X_all is None:
+        with dask.config.set(scheduler="synchronous"):
+            X = open_dataset_cached(store, verify=False)["X_train"].values
+        shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
+    blocks = shard.blocks
+    return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
+
+
+def _new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
+                dropped: Sequence[str] = ()) -> tuple[float, tuple | None]:
+    """Make the shard's rows of new pivoted-Cholesky factor columns ``name``; their
+    reductions (residual trace, best pivot) as :func:`_factor_append` returns them."""
+    shard = _shard_without(key, dropped)
+    factor = CholeskyColumns(shard.blocks, targets, capacity, lo=shard.lo)
+    shard.columns[name] = factor
+    return _reductions(factor)
+
+
+def _reductions(factor: CholeskyColumns) -> tuple[float, tuple | None]:
+    return factor.residual_trace(), factor.best()
+
+
+def _factor(key: str, name: str) -> CholeskyColumns:
+    return _shard(key).columns[name]
+
+
+def _factor_rows(key: str, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _factor(key, name).held_rows(rows)
+
+
+def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarray,
+                   L_B: np.ndarray, considered: np.ndarray) -> tuple[float, tuple | None]:
+    """Append the shard's rows of new factor columns; return its residual trace and its best
+    pivot (row, residual, F[row, :]) — the reductions the next pivot choice needs, in the
+    same round trip."""
+    factor = _factor(key, name)
+    factor.append(X_new, F_new_rows, L_B, considered)
+    return _reductions(factor)
+
+
+def _factor_gram(key: str, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+    return _factor(key, name).gram(t0, t1)
+
+
+def _factor_rows_all(key: str, name: str) -> np.ndarray:
+    return np.array(_factor(key, name).factor())
+
+
+def _peak_rss(key: str) -> int:
+    """This worker process's peak resident memory so far, bytes (the kernel's high-water
+    mark, exact where a sampled reading would miss a short peak)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _nbytes(key: str) -> int:
+    shard = _shard(key)
+    held = shard.blocks.X.nbytes + sum(c.nbytes for c in shard.columns.values())
+    return held + (shard.X_all.nbytes if shard.X_all is not None else 0)
+
+
+def _worker_status(dask_scheduler=None) -> dict[str, str]:
+    return {address: ws.status.name for address, ws in dask_scheduler.workers.items()}
+
+
+def _worker_threads(dask_scheduler=None) -> dict[str, int]:
+    return {address: ws.nthreads for address, ws in dask_scheduler.workers.items()}
+
+
+def _nbytes_of(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes_of(v) for v in value)
+    return 0
+

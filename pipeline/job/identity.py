@@ -1,0 +1,109 @@
+"""A job's identity: the hash of what determines its numbers, and nothing else.
+
+:func:`job_identity` is made of the resolved job config without the keys that say where or how
+it runs, the content of its dataset (:func:`pipeline.datasets.content_digest`: the stored
+arrays and split, not the code that built the store) and the version of the code under
+``algorithms/`` that computes it (:func:`algorithm_version`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from algorithms.contract import AlgorithmSpec
+from algorithms.errors import InputError
+from algorithms.registry import get
+from pipeline.config import complete
+from pipeline.datasets import content_digest
+from pipeline.job.codeversion import code_version, module_of
+from pipeline.job.hyper import hyper_options
+
+# Config keys that say where or how a job runs, not what it computes: not part of its identity.
+LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
+
+
+# How a job runs, not what it computes (BLAS threads change results by round-off only)
+EXECUTION_KEYS = ("threads", "dry_run", "blocks")
+
+
+# Modules whose code computes every result beside the algorithm's own module: the evaluator, the
+# Theorem 1 certificate and the learning-curve jobs (with what they import under algorithms/)
+SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "algorithms.curve_jobs")
+
+
+def job_config(cfg: DictConfig, resolve: bool = True) -> dict:
+    """The job config (no hydra node) as a plain dict, resolved unless ``resolve=False``."""
+    job_keys = [key for key in cfg.keys() if key != "hydra"]
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=resolve)
+
+
+def job_identity(config: Mapping, write_data: bool = True) -> dict:
+    """Everything that determines a job's result: its config without location keys (κ dropped
+    for algorithms that ignore it, λ for classifiers, the seed for deterministic ones; a
+    learning curve depends on the seed through its draws of training inputs), the content of
+    its dataset (:func:`pipeline.datasets.content_digest`: the stored arrays and split; the
+    store is ingested first if it is not there, or built in memory when ``write_data`` is
+    false, as for a dry run) and the version of the code under ``algorithms/`` that computes
+    the result (:func:`algorithm_version`). Nothing of ``pipeline/`` is part of it."""
+    config = complete(config)
+    ident = _config_part(config)
+    spec = _spec_or_none(config)
+    ident["code_version"] = algorithm_version(spec) if spec is not None else None
+    try:
+        if hyper_options(config) is not None:  # the fit depends on the learning code too
+            ident["hyper_code"] = code_version("algorithms.hyper")
+    except InputError:
+        pass  # a bad hyper block: the job reports it
+    try:
+        ident["data"] = content_digest(config["dataset"], config["store_root"],
+                                       write=write_data)
+    except (InputError, KeyError, TypeError):
+        ident["data"] = None  # a bad dataset spec or data (StoreError too): the job reports it
+    return ident
+
+
+def _config_part(config: Mapping) -> dict:
+    """The part of a job's identity its config gives: every key but the location and execution
+    keys, with κ, the seed and λ null where the algorithm's spec says they do not matter."""
+    ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS + EXECUTION_KEYS}
+    spec = _spec_or_none(config)
+    if spec is not None and not spec.uses_kappa:
+        ident["kappa"] = None
+    if spec is not None and spec.seed_free and not config["learning_curve"]:
+        ident["seed"] = None
+    if spec is not None and spec.task == "classification":
+        ident["lam"] = None  # no noise variance: a classifier does not use lam
+    return ident
+
+
+def algorithm_version(spec: AlgorithmSpec) -> str:
+    """Version of the code behind ``spec``'s results: its module and the shared numerics
+    (evaluator, certificate, learning curves) with every module under ``algorithms/`` they
+    import (:func:`pipeline.job.codeversion.code_version`; comments and docstrings do not
+    count)."""
+    return code_version(module_of(spec.fit), *SHARED_NUMERICS)
+
+
+def setting_hash(config: Mapping) -> str:
+    """Hash of a job's settings: its identity without the data content and code version (the
+    same settings on edited data or code are the same sweep point, rerun)."""
+    ident = _config_part(complete(config))
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_hash(config: Mapping, write_data: bool = True) -> str:
+    """Stable hash of a job's identity (names its result; equal hashes are one job)."""
+    blob = json.dumps(job_identity(config, write_data), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _spec_or_none(config: Mapping) -> AlgorithmSpec | None:
+    try:
+        return get(config["algorithm"]["name"])
+    except InputError:
+        return None  # reported by the job itself
+

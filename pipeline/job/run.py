@@ -1,0 +1,171 @@
+"""One job, start to end: config → dataset store → kernel blocks → fit → evaluate → certify →
+result file. The CLI (:mod:`pipeline.app`) and the sweep launcher run jobs only through here.
+
+A job is named by :func:`config_hash`, the hash of what determines its result: its config
+without where it runs (without κ for algorithms that ignore it and without the seed for
+deterministic ones, read from the algorithm's spec), the identity of its dataset store and the
+version of the code that computes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from algorithms.certificate import certify
+from algorithms.contract import AlgorithmSpec, Fit, Result
+from algorithms.curve_jobs import run_curve
+from algorithms.evaluation import options_of, run
+from algorithms.kernels import Kernel, kernel_threads, set_kernel_threads
+from pipeline.cluster.threads import _blas, blas_threads, cpu_model, resolve_threads
+from pipeline.config import complete
+from pipeline.datasets import ingest
+from pipeline.datasets.blocks import open_blocks
+from pipeline.job.hyper import hyper_options, learned
+from pipeline.job.identity import algorithm_version, config_hash
+from pipeline.job.validate import check_config
+from pipeline.results.job_file import write_job_result
+
+CLUSTER_FIT_LOCK = "sgp-bench-cluster-blocks"  # a Dask Lock: one blocks=cluster fit at a time
+
+
+@contextlib.contextmanager
+def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
+    """The job's kernel-block provider: in memory, or spread over the Dask cluster
+    (``blocks=cluster``): the sweep's own cluster when the job runs on one of its workers
+    (its thread leaves the worker's pool while it waits, and one such fit runs at a time),
+    else the cluster ``config["cluster"]`` describes, started for this job."""
+    if config["blocks"] != "cluster":
+        yield open_blocks(store, kernel, verify=False)
+        return
+    from distributed import Lock, get_worker, worker_client
+
+    from pipeline.cluster.blocks import ClusterKernelBlocks
+    from pipeline.cluster.connect import connect
+
+    try:
+        on_worker = get_worker() is not None
+    except ValueError:  # not in a Dask task: a job of its own
+        on_worker = False
+    if on_worker:
+        with worker_client() as client, Lock(CLUSTER_FIT_LOCK), \
+                ClusterKernelBlocks(client, store, kernel) as blocks:
+            yield blocks
+    else:
+        with connect(config["cluster"]) as client, _one_fit_at_a_time(Lock(
+                CLUSTER_FIT_LOCK, scheduler_rpc=client.scheduler, loop=client.loop)), \
+                ClusterKernelBlocks(client, store, kernel) as blocks:
+            yield blocks
+
+
+@contextlib.contextmanager
+def _one_fit_at_a_time(lock):
+    """Hold the cluster's fit lock (a fit uses every worker): other command lines' and sweeps'
+    ``blocks=cluster`` fits on the same scheduler wait, and this one says so if it waits."""
+    if not lock.acquire(blocking=False):
+        print("note: another blocks=cluster fit is running on this cluster; this one starts "
+              "when it ends", flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    result: Result
+    config: dict
+    config_hash: str
+    result_path: Path
+
+
+def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = None
+            ) -> JobOutcome:
+    """Validate a resolved job config, ingest its dataset, fit (or measure a learning curve),
+    certify, and write ``result_path``. ``attrs`` are extra attributes for the result file
+    (e.g. the worker that ran the job). A hand-built config is completed from
+    ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
+    start = time.perf_counter()
+    config = complete(config)
+    spec, lam, kernel, options = check_config(config)
+    threads = resolve_threads(config["threads"])  # validated by check_config
+    limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
+             else contextlib.nullcontext())
+    before = kernel_threads()
+    set_kernel_threads(threads)  # the kernel blocks' tiles: as many threads (null: every core)
+    try:
+        with limit:
+            return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
+    finally:
+        set_kernel_threads(before)
+
+
+def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, start: float,
+             spec: AlgorithmSpec, lam: float, kernel: Kernel, options: dict) -> JobOutcome:
+    seed = config["seed"]
+
+    store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
+    hyper = learned(config, store) if hyper_options(config) is not None else None
+    if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.job.hyper)
+        kernel, lam = hyper.kernel, hyper.lam
+    with kernel_blocks(config, store, kernel) as blocks:
+        return _fit_and_write(config, result_path, attrs, start, spec, lam, kernel, options,
+                              seed, store, hyper, blocks)
+
+
+def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | None,
+                   start: float, spec: AlgorithmSpec, lam: float, kernel: Kernel,
+                   options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
+    y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
+                               for key in ("y_train", "X_test", "y_test"))
+    if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
+        result: Result = run_curve(config, spec, kernel, blocks, options)
+    else:
+        result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
+                     rng=np.random.default_rng(seed), test=(X_test, y_test),
+                     profile_memory=config["profile_memory"], **options)
+        result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
+                                     kernel_threads=kernel_threads(),
+                                     **getattr(blocks, "summary", dict)())
+        result = _certified(result, spec, config, blocks, y_train, lam, seed)
+        if hyper is not None:
+            result = result.with_summary(**hyper.summary)
+    job_hash = config_hash(config)
+    attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
+             "store": store.name,
+             "job_seconds": time.perf_counter() - start,
+             "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
+    path = write_job_result(result, config, result_path, attrs,
+                            hyper.variables() if hyper is not None else None)
+    return JobOutcome(result, dict(config), job_hash, path)
+
+
+def _certified(fit: Fit, spec: AlgorithmSpec, config: Mapping, blocks, y: np.ndarray,
+               lam: float, seed: int) -> Fit:
+    """Theorem 1's certificate of a regression fit (``certificate.*`` in the config); none
+    (no certificate keys in the summary, as for classification) where the spec says it does not
+    apply to a fit with these options (:meth:`~algorithms.contract.AlgorithmSpec.certifies`:
+    a basis off the training rows, a learned kernel or λ)."""
+    cert_cfg = config["certificate"]
+    options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
+    if spec.task != "regression" or not cert_cfg["enabled"] or not spec.certifies(options):
+        return fit
+    certificate = certify(blocks, y, lam, fit.basis, fit.coef,
+                          rng=np.random.default_rng([seed, 1]),
+                          kappa=cert_cfg["kappa"], tol=cert_cfg["tol"],
+                          max_dual=cert_cfg["max_dual"],
+                          dual_objective=fit.summary.get("dual_objective"))
+    extra = {"gap_certified": certificate["gap_certified"],
+             "certified_lower_bound": certificate["objective_lower_bound"],
+             "certificate_dual_steps": certificate["n_dual"]}
+    if not math.isfinite(fit.summary["objective"]):
+        extra["objective"] = certificate["objective"]  # L(α) of methods without one
+    return fit.with_summary(**extra)
+

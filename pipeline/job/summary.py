@@ -1,0 +1,94 @@
+"""What a user sees after one job: one screen made from its result file on disk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from algorithms.registry import get
+from pipeline.results.job_file import load_job_result
+
+
+def _fmt(value, spec: str = ".6g") -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "nan" if isinstance(value, float) and math.isnan(value) else format(value, spec)
+    return str(value)
+
+
+def _value(s: dict, reasons: dict, key: str, spec: str = ".6g") -> str:
+    value = s.get(key, math.nan)
+    if isinstance(value, float) and math.isnan(value) and key in reasons:
+        return f"n/a ({reasons[key]})"
+    return _fmt(value, spec)
+
+
+def fit_text(ds) -> str:
+    """One screen for a fit: basis size, gap, objective, certificate, test metrics, seconds."""
+    c, s, why = ds.attrs["config"], ds.attrs["summary"], ds.attrs.get("not_applicable", {})
+    kernel = ", ".join(f"{k}={v}" for k, v in c["kernel"].items() if k != "name" and v is not None)
+    spec = get(ds.attrs["algorithm"])
+    kappa = f", kappa={c['kappa']}" if spec.uses_kappa else ""
+    lam = f", lam={c['lam']}" if spec.task == "regression" else ""
+    lines = [
+        f"{ds.attrs['algorithm']} on {c['dataset']['name']} (n_train={ds.attrs['n_train']}, "
+        f"n_test={ds.attrs['n_test']}, d={ds.attrs['d']}), kernel {c['kernel']['name']}"
+        f"({kernel}){lam}{kappa}, seed={c['seed']}",
+        f"  basis size       {s['n_basis']}"
+        + (f" (dual {s['n_basis_dual']})" if "n_basis_dual" in s else ""),
+        f"  gap              {_value(s, why, 'gap', '.4g')}  (stopped: {s['stop_reason']})",
+        f"  objective {'L   ' if spec.task == 'regression' else '−Ψ  '}   "
+        f"{_value(s, why, 'objective')}",
+    ]
+    if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ
+        lines[1:1] = [f"  learned (ML)     kernel {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
+                      f"(log marg. lik. {_fmt(s['hyper_log_marginal_likelihood'])} on "
+                      f"{s['hyper_n_subset']} points, {_fmt(s['hyper_seconds'], '.1f')} s)"]
+    if "gap_certified" in s:
+        lines.append(f"  certified gap    {_fmt(s['gap_certified'], '.4g')}  (Theorem 1: relative "
+                     "suboptimality ≤ this)")
+    if "log_marginal_likelihood" in s:
+        lines.append(f"  log marg. lik.   {_fmt(s['log_marginal_likelihood'])}")
+    if spec.task == "classification":
+        lines += [f"  test error rate  {_value(s, why, 'test_error_rate', '.4g')}",
+                  f"  test log loss    {_value(s, why, 'test_log_loss')}",
+                  f"  test Brier       {_value(s, why, 'test_brier')}"]
+    else:
+        lines += [f"  test RMSE        {_value(s, why, 'test_rmse')}",
+                  f"  test NLPD        {_value(s, why, 'test_nlpd')}"]
+    lines.append(f"  seconds          {_fmt(s['seconds'], '.3f')}")
+    return "\n".join(lines)
+
+
+def curve_text(ds) -> str:
+    """One screen for a learning curve: E^g(n) per n, the plateau and detaching point."""
+    c, s = ds.attrs["config"], ds.attrs["summary"]
+    m = f" m={s['m']}" if "m" in s else ""
+    baseline = "xbar_error_minus_baseline" in ds
+    lines = [f"learning curve of {ds.attrs['algorithm']}{m} (Lemma 4, "
+             f"{c['learning_curve'].get('density', 'uniform')} density from "
+             f"{c['dataset']['name']}), kernel {c['kernel']['name']}, lam={c['lam']}, "
+             f"seed={c['seed']}, {s['draws']} draws per n",
+             "  n        E^g(n)     ± se" + ("       E − E_baseline" if baseline else "")]
+    for i, n in enumerate(ds["n_train"].values):
+        row = (f"  {int(n):<8d} {ds['xbar_error'].values[i]:<10.5g} "
+               f"{ds['xbar_error_se'].values[i]:<10.2g}")
+        if baseline:
+            row += f" {ds['xbar_error_minus_baseline'].values[i]:.4g}"
+        lines.append(row)
+    lines.append(f"  plateau σ² + Σ_(i>m) λ_i = {s['plateau']:.6g}")
+    if "detaching_point" in s:
+        lines.append(f"  detaching point n̄ = σ²/λ_m = {s['detaching_point']:.4g}")
+    lines.append(f"  seconds          {s['seconds']:.3f}")
+    return "\n".join(lines)
+
+
+TEXT: dict[str, Callable] = {"fit": fit_text, "learning_curve": curve_text}
+
+
+def summary_text(result_path: str | Path) -> str:
+    """What a user sees after one job: the summary of its result file and where it is."""
+    ds = load_job_result(result_path)
+    return f"{TEXT[ds.attrs['kind']](ds)}\nresult: {result_path}"
+

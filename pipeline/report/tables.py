@@ -1,0 +1,129 @@
+"""A report's tables: failures, the headline table (mean ± sd over seeds), paired tests, and the
+sweep's overhead line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from pipeline.report.figures import _label, _select, settings
+
+TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
+
+
+
+def failures(ds: xr.Dataset) -> str:
+    """One line per distinct failed job: its setting and its one-line error."""
+    lines, seen = [], set()
+    failed = ds["status"] == "failed"
+    for index in zip(*np.nonzero(failed.values), strict=True):
+        point = {d: ds[d].values[i] for d, i in zip(failed.dims, index, strict=True)}
+        h = str(ds["job_hash"].values[index])
+        if h in seen:
+            continue
+        seen.add(h)
+        where = " ".join(f"{d}={v}" for d, v in point.items() if ds.sizes[d] > 1)
+        lines.append(f"- {where}: {ds['error'].values[index]}")
+    return "\n".join(lines)
+
+
+def _mean_sd(values: np.ndarray) -> str:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.4g}"
+    return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
+
+
+def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
+                   at_steps: dict | None = None) -> str:
+    """Markdown table: mean ± sd over distinct jobs of final numbers, per dataset and setting."""
+    columns = [c for c in [*TABLE_COLUMNS, *extra_columns] if c in ds]
+    step_cols = []  # (metric, step, label)
+    if at_steps and at_steps.get("metric") in ds:
+        x = at_steps.get("x")  # steps given as values of a trace variable (e.g. n_train)
+        if x in ds:
+            rows = ds[x].values.reshape(-1, ds.sizes["step"])
+            grid = rows[np.isfinite(rows).any(axis=1)][0]
+            step_cols = [(at_steps["metric"], int(ds["step"].values[np.flatnonzero(grid == k)[0]]),
+                          f"{x}={k}") for k in at_steps["steps"] if k in grid]
+        else:
+            step_cols = [(at_steps["metric"], k, f"step {k}") for k in at_steps["steps"]
+                         if k in ds["step"].values]
+    header = ["dataset", "setting", *columns, *(f"{m} at {label}" for m, _, label in step_cols),
+              "ok/failed/missing"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for dataset in ds["dataset"].values.tolist():
+        for point in settings(ds):
+            sub = _select(ds, point, dataset)
+            status = sub["status"].values.ravel().tolist()
+            # one value per distinct job: a seed-free job repeated along seed counts once
+            _, distinct = np.unique(sub["job_hash"].values.ravel(), return_index=True)
+            cells = [_mean_sd(sub[c].values.ravel()[distinct].astype(float)) for c in columns]
+            cells += [_mean_sd(sub[m].sel(step=k).values.ravel()[distinct].astype(float))
+                      for m, k, _ in step_cols]
+            counts = "/".join(str(status.count(s)) for s in ("ok", "failed", "missing"))
+            rows.append("| " + " | ".join([dataset, _label(ds, point), *cells, counts]) + " |")
+    return "\n".join(rows)
+
+
+def paired_tests(ds: xr.Dataset, specs: list[dict]) -> str:
+    """Markdown table of paired t-tests: ``metric`` of algorithm ``a`` vs ``b``, paired along
+    the dim ``over`` (e.g. the data split), separately for every setting of the other dims."""
+    header = ["metric", "setting", "a", "b", "mean a ± sd", "mean b ± sd", "mean(a − b)",
+              "t", "p", "pairs"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for spec in specs:
+        metric, a, b, over = spec["metric"], spec["a"], spec["b"], spec["over"]
+        if metric not in ds or over not in ds.dims:
+            continue
+        values = ds[metric].sel(algorithm=[a, b])
+        others = [d for d in values.dims if d not in ("algorithm", over) and values.sizes[d] > 1]
+        for combo in itertools.product(*(values[d].values.tolist() for d in others)):
+            sel = values.sel(dict(zip(others, combo, strict=True)))
+            sel = sel.isel({d: 0 for d in sel.dims if d not in ("algorithm", over)})
+            va, vb = sel.sel(algorithm=a).values, sel.sel(algorithm=b).values
+            keep = np.isfinite(va) & np.isfinite(vb)
+            va, vb = va[keep], vb[keep]
+            if len(va) < 2:
+                continue
+            with warnings.catch_warnings():  # identical pairs give t = nan
+                warnings.simplefilter("ignore", RuntimeWarning)
+                t, p = stats.ttest_rel(va, vb)
+            setting = " ".join(f"{d}={v}" for d, v in zip(others, combo, strict=True)) or "–"
+            rows.append("| " + " | ".join([
+                metric, setting, a, b, _mean_sd(va), _mean_sd(vb), f"{np.mean(va - vb):.4g}",
+                f"{t:.3g}", f"{p:.3g}", str(len(va))]) + " |")
+    return "\n".join(rows)
+
+
+def overhead_line(ds: xr.Dataset) -> str:
+    """Sweep wall time against the ideal (sum of job times / workers), with its phases."""
+    timings, workers = ds.attrs.get("timings", {}), int(ds.attrs.get("n_workers", 0))
+    if not workers or "jobs_seconds" not in timings:
+        return "overhead: no jobs ran in the last invocation of this sweep (all were cached)"
+    distinct = np.unique(ds["job_hash"].values.ravel(), return_index=True)[1]
+    compute = float(np.nansum(ds["job_seconds"].values.ravel()[distinct]))
+    ideal = compute / workers
+    wall = timings["wall_seconds"]
+    phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in timings.items()
+                       if k != "startup_seconds")
+    whole = ""
+    if "startup_seconds" in timings:  # the command line's process, from its start
+        process = timings["startup_seconds"] + wall
+        whole = (f"; whole process from its start to the end of the jobs {process:.2f} s, / "
+                 f"ideal = {process / ideal:.2f} (consolidation not included)")
+    return (f"overhead: {len(distinct)} jobs on {workers} workers; sum of job times "
+            f"{compute:.2f} s, / workers = {ideal:.2f} s; launcher wall {wall:.2f} s "
+            f"({phases}); wall / ideal = {wall / ideal:.2f}, job phase / ideal = "
+            f"{timings['jobs_seconds'] / ideal:.2f}{whole}")
+

@@ -1,0 +1,133 @@
+"""What runs on a Dask worker: a batch of jobs, each claimed, looked up on disk and run through
+Hydra's ``run_job`` (as Hydra's own launchers run a job), its failure recorded; the ingest and
+hyperparameter-learning tasks the jobs wait for.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+
+import dask
+from hydra.core.utils import JobStatus, run_job
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from pipeline.cluster.connect import worker_name
+from pipeline.datasets import ingest
+from pipeline.job.hyper import learned
+from pipeline.job.identity import config_hash
+from pipeline.results.job_file import (
+    JOB_FILE,
+    job_status,
+    load_job_result,
+    write_job_failure,
+)
+from pipeline.sweep.claims import claim_job, record_fit
+from pipeline.sweep.compose import PlannedJob
+
+# Hydra's job context (HydraConfig) is process-global: a worker process runs one job at a time
+_HYDRA_JOB = threading.Lock()
+
+
+def execute(task_function: TaskFunction, hydra_context: HydraContext, job: PlannedJob,
+            sweep_dir: Path, since: float = 0.0) -> dict:
+    """Run one job where this is called (a Dask worker) through Hydra's ``run_job`` on the
+    job's full config, and record its failure if it fails. Never raises for an error of the
+    job itself.
+
+    The job first claims its directory (:func:`pipeline.sweep.claims.claim_job`: another sweep on
+    the same directory fitting it makes this wait), then looks at the disk: a result written
+    with status ok (or a failure recorded since this sweep started at ``since``) is returned
+    as it is, so a task Dask reruns after a worker died, or a job another sweep just fitted,
+    is never fitted again."""
+    out_dir = sweep_dir / "jobs" / job.hash
+    here = config_hash(job.config)
+    if here != job.hash:  # the job would be filed under a name the client never looks up
+        return {"status": "failed", "config_hash": job.hash,
+                "error": f"the worker names this job {here}, the client {job.hash}: they run "
+                         "different code or data (restart workers started before a change; "
+                         "give them the client's Python, package and files)"}
+    with claim_job(out_dir):
+        done = _finished(out_dir / JOB_FILE, job.hash, since)
+        if done is not None:
+            return done
+        record_fit(out_dir, worker_name())
+        start = time.perf_counter()
+        with dask.config.set(scheduler="synchronous"):
+            # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
+            with _HYDRA_JOB:
+                ret = run_job(hydra_context=hydra_context, task_function=task_function,
+                              config=_hydra_job_config(job, sweep_dir),
+                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+                              configure_logging=False)
+        if ret.status == JobStatus.COMPLETED:
+            return ret.return_value
+        return _record_failure(job, out_dir, ret._return_value, start)
+
+
+def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs: list[PlannedJob],
+                  sweep_dir: Path, need: object, since: float) -> list[dict]:
+    """One Dask task: ``jobs`` one after another on this worker (:func:`execute`), each
+    record with the seconds it took here. ``need`` (the result of the ingest or learning task
+    the jobs need) makes the task wait for it."""
+    records = []
+    for job in jobs:
+        start = time.perf_counter()
+        record = execute(task_function, hydra_context, job, sweep_dir, since)
+        records.append({**record, "seconds": time.perf_counter() - start})
+    return records
+
+
+def _hydra_job_config(job: PlannedJob, sweep_dir: Path) -> DictConfig:
+    cfg = job.composed.hydra_config()
+    with open_dict(cfg):
+        cfg.algorithm = job.config["algorithm"]  # resolved, without the dropped options
+        cfg.store_root = job.config["store_root"]
+        for key in ("blocks", "threads"):  # as the sweep resolved them (execution keys)
+            if key in job.config:
+                cfg[key] = job.config[key]
+        cfg.hydra.sweep.dir = str(sweep_dir)
+        cfg.hydra.sweep.subdir = f"jobs/{job.hash}"
+        cfg.hydra.job.num = job.num
+        cfg.hydra.job.id = f"{cfg.hydra.job.name}_{job.num}"
+    return cfg
+
+
+def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: float) -> dict:
+    error = f"{type(err).__name__}: {err}"
+    write_job_failure(job.config, error, out_dir / JOB_FILE,
+                      {"config_hash": job.hash, "worker": worker_name(), "pid": os.getpid(),
+                       "job_seconds": time.perf_counter() - start,
+                       "traceback": "".join(traceback.format_exception(err))})
+    return {"status": "failed", "error": error, "config_hash": job.hash}
+
+
+def _finished(path: Path, h: str, since: float) -> dict | None:
+    status = job_status(path)
+    if status == ("ok", h):
+        return {"status": "cached", "error": "", "config_hash": h}
+    if status == ("failed", h) and path.stat().st_mtime >= since:
+        error = str(load_job_result(path).attrs.get("error", ""))
+        return {"status": "failed", "error": error, "config_hash": h}
+    return None
+
+
+def ingest_task(spec: Mapping, store_root: str) -> Path:
+    """A sweep's ingest task: :func:`pipeline.datasets.ingest` with its dask arrays computed in
+    this task (on a worker dask's default is the cluster: every chunk read would be a round
+    trip through the scheduler, 0.5 s for a small store's checksums)."""
+    with dask.config.set(scheduler="synchronous"):
+        return ingest(spec, store_root)
+
+
+def learn_task(config: Mapping, store: str) -> str:
+    """A sweep's hyperparameter-learning task: learn (or find cached) and return the store."""
+    with dask.config.set(scheduler="synchronous"):
+        learned(config, store)
+    return store
+

@@ -1,0 +1,136 @@
+"""A sweep, start to end: the work behind the ``hydra/launcher=dask`` plugin.
+
+The client composes every job's config (:mod:`~pipeline.sweep.compose`), names each job by
+the hash of what it computes (:func:`pipeline.job.identity.config_hash`), skips jobs whose
+result file is already there with status ok (resume), and submits the rest as Dask tasks
+(:mod:`~pipeline.sweep.schedule`), after one ingest task per dataset. Each task runs Hydra's
+task function through Hydra's own ``run_job`` (the job's output directory is
+``<sweep>/jobs/<hash>/``), as Hydra's own launchers do (:mod:`~pipeline.sweep.execute`).
+Workers read the dataset from its zarr store path; only configs and paths travel through the
+task graph. A job that raises is recorded as failed; a worker that dies is replaced by Dask and
+its job rerun (results are written atomically under the job's hash, so a rerun never
+duplicates one). Each task claims its job's directory (:mod:`pipeline.sweep.claims`) and looks
+at the disk before fitting, so sweeps sharing a directory, and tasks Dask reruns, never fit a
+finished job again. A directory holds one sweep: its points are claimed in ``manifest.json``
+(under a lock, :mod:`~pipeline.sweep.manifest`) before the jobs run, and a sweep with other
+points or settings is refused unless ``merge=true``. The sweep ends with
+:func:`pipeline.results.consolidate.consolidate` into ``<sweep dir>/results.zarr``, and every
+sweep point's JobReturn carries a record (status, job hash, error, results path) that the
+caller summarises with :meth:`pipeline.sweep.outcome.SweepOutcome.from_returns`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+from algorithms.errors import InputError
+from pipeline.results.consolidate import consolidate
+from pipeline.results.job_file import (
+    job_path,
+    job_status,
+    write_job_failure,
+)
+from pipeline.sweep.clock import startup_seconds
+from pipeline.sweep.manifest import (
+    entries_kept,
+    entry_set,
+    manifest_entries,
+    read_manifest,
+    restore_hydra_record,
+    sweep_lock,
+    write_bytes,
+    write_manifest,
+)
+from pipeline.sweep.plan import PlannedJob, finished_jobs, plan_only, prepare
+from pipeline.sweep.schedule import SweepCluster, run_on_dask
+
+
+def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
+           job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+           retries: int) -> list[JobReturn]:
+    """Run a batch of Hydra multirun jobs on Dask; see the module docstring."""
+    t_start = time.perf_counter()
+    startup = startup_seconds()  # process start → here (None when not the command line)
+    sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
+    try:
+        cluster_cfg, jobs, dims, too_large = prepare(master, hydra_context, job_overrides,
+                                                      initial_job_idx, sweep_dir)
+        if master.dry_run:
+            plan_only(jobs, sweep_dir, t_start)
+        manifest = sweep_dir / "manifest.json"
+        with sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
+            before = manifest.read_bytes() if manifest.exists() else None
+            old = read_manifest(sweep_dir)
+            kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
+            if old is None or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs)):
+                write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, {}, 0)
+    except BaseException:
+        restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
+        raise
+    unique: dict[str, PlannedJob] = {}
+    for job in jobs:
+        unique.setdefault(job.hash, job)
+    cached = finished_jobs(sweep_dir, unique)
+    refused = {h: f"TooLarge: {why}" for h, why in too_large.items() if h not in cached}
+    to_run = [job for h, job in unique.items() if h not in cached and h not in refused]
+    print(f"sweep {sweep_dir}: {len(jobs)} points, {len(unique)} distinct jobs, "
+          f"{len(cached)} already finished, {len(to_run)} to run"
+          + (f", {len(refused)} too large (recorded as failed)" if refused else ""), flush=True)
+    for why in refused.values():
+        print(f"  {why}", flush=True)
+    timings = {} if startup is None else {"startup_seconds": startup}
+    timings["compose_seconds"] = time.perf_counter() - t_start
+    cluster = SweepCluster()
+    try:  # the cluster closes while results are consolidated; waited for here
+        try:
+            records, n_workers = run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
+                                             task_function, retries, timings, cluster)
+        except InputError:  # the cluster did not start: no job ran, leave the directory as it was
+            with sweep_lock(sweep_dir):
+                write_bytes(manifest, before)
+                restore_hydra_record(sweep_dir)
+            raise
+        for h, why in refused.items():  # no result of theirs exists: record why there is none
+            write_job_failure(unique[h].config, why, job_path(sweep_dir, h),
+                              {"config_hash": h, "worker": ""})
+            records[h] = {"status": "too_large", "error": why}
+        timings["wall_seconds"] = time.perf_counter() - t_start
+
+        with sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
+            kept = entries_kept(sweep_dir, read_manifest(sweep_dir), jobs, dims, merge=True)
+            write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
+            t_consolidate = time.perf_counter()
+            results_path = consolidate(sweep_dir)
+            if startup is not None:
+                print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "
+                      f"launcher {timings['wall_seconds']:.1f} s, consolidation "
+                      f"{time.perf_counter() - t_consolidate:.1f} s)", flush=True)
+            if (sweep_dir / "report").exists():  # a report describes the results beside it
+                from pipeline.report import render
+
+                print(f"report: {render(results_path)}", flush=True)
+        returns = []
+        for job in jobs:
+            record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
+            status = job_status(job_path(sweep_dir, job.hash))
+            if record["status"] == "ok" and (status is None or status[0] != "ok"):
+                record = {"status": "failed", "error": "no result file"}
+            record = {**record, "config_hash": job.hash, "results": str(results_path)}
+            # COMPLETED even for a failed job: the failure is recorded, and Hydra's sweeper would
+            # raise on the first FAILED return before the others are reported
+            # no per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
+            # config is in its result file and in the consolidated store
+            returns.append(JobReturn(overrides=job.overrides, cfg=None,
+                                     working_dir=str(job_path(sweep_dir, job.hash).parent),
+                                     task_name=str(master.hydra.job.name),
+                                     status=JobStatus.COMPLETED, _return_value=record))
+        return returns
+    finally:
+        cluster.close()
+

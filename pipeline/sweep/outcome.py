@@ -1,0 +1,50 @@
+"""What a sweep did, summed up from the JobReturns it gave back (one per sweep point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.utils import JobReturn
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep did, from the JobReturns it gave back (one per sweep point)."""
+
+    results_path: Path
+    n_points: int
+    n_jobs: int
+    n_cached: int
+    n_run: int
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (overrides, error)
+    too_large: list[tuple[str, str]] = field(default_factory=list)  # refused, not failed
+
+    @classmethod
+    def from_returns(cls, returns: Sequence[JobReturn]) -> SweepOutcome:
+        records = [ret.return_value for ret in returns]
+        jobs = {r["config_hash"]: r["status"] for r in records}
+
+        def points(keep) -> list[tuple[str, str]]:
+            return [(" ".join(o.removeprefix("++") for o in ret.overrides), r["error"])
+                    for ret, r in zip(returns, records, strict=True) if keep(r["status"])]
+
+        return cls(Path(records[0]["results"]), len(records), len(jobs),
+                   sum(s == "cached" for s in jobs.values()),
+                   sum(s not in ("cached", "too_large") for s in jobs.values()),
+                   points(lambda s: s not in ("ok", "cached", "too_large")),
+                   points(lambda s: s == "too_large"))
+
+    def text(self) -> str:
+        lines = [f"{self.n_points} sweep points, {self.n_jobs} distinct jobs: "
+                 f"{self.n_cached} already finished, {self.n_run} run, "
+                 f"{len(self.failed)} failed"
+                 + (f", {len(self.too_large)} too large" if self.too_large else "")]
+        lines += [f"failed: {overrides}: {error}" for overrides, error in self.failed]
+        lines += [f"too large (not run): {overrides}: {error}"
+                  for overrides, error in self.too_large]
+        lines.append(f"results: {self.results_path}")
+        return "\n".join(lines)
+

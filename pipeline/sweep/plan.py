@@ -1,0 +1,164 @@
+"""A sweep's plan: every point composed, checked and named by its job hash before anything
+runs; ``dry_run=true`` stops here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hydra.types import HydraContext
+from omegaconf import DictConfig
+
+from algorithms.errors import InputError, TooLarge
+from algorithms.registry import get
+from pipeline.cluster.connect import job_script
+from pipeline.cluster.options import check
+from pipeline.cluster.threads import resolve_threads
+from pipeline.job.identity import config_hash, job_config, setting_hash
+from pipeline.job.validate import (
+    blocks_in_memory_unless_declared,
+    check_config,
+    drop_inapplicable_options,
+)
+from pipeline.results.consolidate import FIXED_DIMS
+from pipeline.results.job_file import (
+    job_path,
+    job_status,
+)
+from pipeline.sweep.clock import startup_seconds
+from pipeline.sweep.compose import (
+    PlannedJob,
+    compose_jobs,
+    coordinate_value,
+    swept_keys,
+)
+from pipeline.sweep.manifest import HYDRA_RECORD, old_dims, restore_hydra_record
+
+
+def finished_jobs(sweep_dir: Path, hashes) -> set[str]:
+    """The jobs among ``hashes`` whose result in ``sweep_dir`` is there with status ok."""
+    return {h for h in hashes if job_status(job_path(sweep_dir, h)) == ("ok", h)}
+
+
+def plan_only(jobs: list[PlannedJob], sweep_dir: Path, t_start: float) -> None:
+    """``dry_run=true``: every point composed, named and checked, the cache looked up; say
+    what would run, how long planning took and the client's peak memory, and stop without
+    writing anything (Hydra's record of the sweep is put back)."""
+    unique = {job.hash for job in jobs}
+    cached = len(finished_jobs(sweep_dir, unique))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    whole = startup_seconds()
+    print(f"dry run: {len(jobs)} sweep points, {len(unique)} distinct jobs: {cached} already "
+          f"finished, {len(unique) - cached} would run; planned in "
+          f"{time.perf_counter() - t_start:.1f} s"
+          + (f" (whole process {whole:.1f} s)" if whole is not None else "")
+          + f", client peak memory {peak:.0f} MiB; nothing submitted", flush=True)
+    restore_hydra_record(sweep_dir)
+    if not (sweep_dir / "manifest.json").exists():  # a new directory: Hydra's record goes too
+        (sweep_dir / HYDRA_RECORD).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            sweep_dir.rmdir()
+    raise SystemExit(0)
+
+
+def print_job_script(cluster_cfg: Mapping) -> None:
+    print(job_script(cluster_cfg))
+    print("dry run: nothing submitted")
+    raise SystemExit(0)
+
+
+def prepare(master: DictConfig, hydra_context: HydraContext,
+             job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+             sweep_dir: Path) -> tuple[dict, list[PlannedJob], list[str], dict[str, str]]:
+    """Check the cluster options and every job's config, and name the jobs: (cluster config,
+    jobs, the swept dims beside the fixed ones, the jobs too large to fit with the reason).
+    Raises InputError before anything runs; a job too large for its ``max_n`` or the memory
+    (e.g. the exact GP at the largest n of a scaling sweep) is only refused when every job
+    of the sweep is."""
+    cluster_cfg = job_config(master)["cluster"]
+    dry_run = bool(master.dry_run)
+    check(cluster_cfg)  # bad cluster options stop the sweep even when every job is cached
+    if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
+        print_job_script(cluster_cfg)
+
+    extra_dims = [k for k in swept_keys(job_overrides) if k not in FIXED_DIMS]
+    # a rerun of part of a sweep is expressed in that sweep's dims (a dim it sweeps, fixed now)
+    dims = extra_dims + [d for d in old_dims(sweep_dir) if d not in extra_dims]
+    jobs: list[PlannedJob] = []
+    composed = compose_jobs(master, hydra_context.config_loader, job_overrides)
+    ignored: dict[str, set[str]] = {}
+    in_memory: set[str] = set()  # algorithms whose blocks=cluster jobs run in memory
+    checked: dict[str, str | None] = {}  # config → why it is too large (None: it is not)
+    too_large: dict[str, str] = {}
+    # the memory a fit may have is known here only when the workers run on this machine
+    here = None if cluster_cfg.get("kind") == "local" else math.inf
+    # threads=auto: the cores of this machine shared among its workers' jobs; elsewhere
+    # (workers on other machines, cores unknown here) one thread a job
+    jobs_at_once = ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
+                    * (cluster_cfg.get("threads_per_worker") or 1)
+                    if cluster_cfg.get("kind") == "local" else os.cpu_count() or 1)
+    for idx, point in enumerate(composed):
+        config = point.config()
+        coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
+        dropped = drop_inapplicable_options(config)
+        ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
+        if blocks_in_memory_unless_declared(config):
+            in_memory.add(config["algorithm"]["name"])
+        config["store_root"] = str(Path(config["store_root"]).resolve())
+        config["threads"] = resolve_threads(config["threads"], jobs_at_once)
+        key = json.dumps(config, sort_keys=True, default=str)
+        if key not in checked:  # bad input stops the sweep before any data is read
+            try:
+                check_config(config, available=here)
+                checked[key] = None
+            except TooLarge as err:
+                checked[key] = str(err)
+        # a dry run writes nothing: a dataset not ingested yet is built in memory
+        h = config_hash(config, write_data=not dry_run)
+        if checked[key] is not None:
+            too_large[h] = checked[key]
+        jobs.append(PlannedJob(point.overrides, point, config, h, coords, setting_hash(config),
+                         initial_job_idx + idx))
+    _check_options_taken(ignored)
+    if in_memory:
+        print(f"note: {', '.join(sorted(in_memory))} cannot spread a fit over the cluster: its "
+              "blocks=cluster jobs run with blocks=memory", flush=True)
+    for name, keys in sorted(ignored.items()):
+        if keys:
+            print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
+                  "jobs, which are repeated along those dims", flush=True)
+    _check_distinct_coordinates(jobs)
+    if checked and all(why is not None for why in checked.values()):
+        raise TooLarge(next(iter(too_large.values())))
+    return cluster_cfg, jobs, dims, too_large
+
+
+def _check_options_taken(ignored: Mapping[str, set[str]]) -> None:
+    """An ``algorithm.<option>`` that no algorithm of the sweep takes is a typo."""
+    if not ignored:
+        return
+    nobody = set.intersection(*ignored.values())
+    if nobody:
+        key = sorted(nobody)[0]
+        valid = sorted({o for name in ignored for o in get(name).options})
+        raise InputError(f"no algorithm of this sweep ({', '.join(sorted(ignored))}) takes "
+                         f"algorithm.{key}; their options: {', '.join(valid) or '(none)'}")
+
+
+def _check_distinct_coordinates(jobs: list[PlannedJob]) -> None:
+    seen: dict[tuple, PlannedJob] = {}
+    for job in jobs:
+        key = tuple(sorted((k, str(v)) for k, v in job.coords.items()))
+        other = seen.setdefault(key, job)
+        if other is not job and other.hash != job.hash:
+            raise InputError(f"sweep points '{' '.join(other.overrides)}' and "
+                             f"'{' '.join(job.overrides)}' differ but have the same coordinates; "
+                             "sweep the differing key explicitly")
+

@@ -1,0 +1,269 @@
+"""The client's side of a sweep on Dask: the cluster, one ingest (and learning) task per
+dataset, the jobs in batches sized to their measured time, progress, and the records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from distributed import KilledWorker, as_completed
+from hydra.types import HydraContext, TaskFunction
+
+from algorithms.errors import InputError
+from pipeline.cluster.connect import connect
+from pipeline.cluster.options import memory_hint
+from pipeline.job.hyper import cache_key, hyper_options
+from pipeline.results.job_file import (
+    job_path,
+    write_job_failure,
+)
+from pipeline.sweep.compose import PlannedJob
+from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
+from pipeline.sweep.signals import QuietCancellations, quiet_dask_logging, silent_on_interrupt
+
+
+class SweepCluster:
+    """The sweep's Dask cluster: connected when the first job is submitted (bad input stops a
+    sweep before any cluster starts), closed on a thread while the results are consolidated
+    (:meth:`close` with ``wait=False``), so that its shutdown overlaps the client's own work."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.closer: threading.Thread | None = None
+        self.sys_path = list(sys.path)
+
+    def connect(self, cfg: Mapping):
+        self.sys_path = list(sys.path)
+        client = self.stack.enter_context(connect(cfg))
+        client.register_plugin(QuietCancellations())
+        return client
+
+    def close(self, wait: bool = True) -> None:
+        """Close the cluster (on a thread unless ``wait``); waits for a close under way.
+
+        A Dask scheduler or nanny in this process puts its scratch directory first on
+        ``sys.path`` and takes it off when it closes (if it is still first). Taken off here,
+        before the closing thread starts, so that the thread never changes ``sys.path`` while
+        this one imports (an import walking the list as an entry is removed skips one:
+        zarr's ``typing_extensions`` was then not found during consolidation)."""
+        if self.closer is None:
+            for entry in [p for p in sys.path if p not in self.sys_path]:
+                sys.path.remove(entry)
+            self.closer = threading.Thread(target=self._close, name="sweep-cluster-close",
+                                           daemon=True)
+            self.closer.start()
+        if wait:
+            self.closer.join()
+
+    def _close(self) -> None:
+        with contextlib.suppress(Exception), silent_on_interrupt():
+            self.stack.close()
+
+
+def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
+                 hydra_context: HydraContext, task_function: TaskFunction, retries: int,
+                 timings: dict, cluster: SweepCluster) -> tuple[dict[str, dict], int]:
+    """Submit one ingest task per dataset (and learning task per hyperparameter setting),
+    then the jobs in batches (:class:`Batches`); show progress; collect."""
+    records: dict[str, dict] = {}
+    if not to_run:
+        return records, 0
+    quiet_dask_logging()
+    t0 = time.perf_counter()
+    with silent_on_interrupt():
+        client = cluster.connect(cluster_cfg)
+        timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
+        n_workers = len(client.scheduler_info().get("workers", {}))
+        print(f"dask dashboard: {client.dashboard_link}", flush=True)
+        t1 = time.perf_counter()
+        # as tasks, not scattered data: a task's result is recomputed if the worker holding
+        # it dies, where scattered data would be lost with it (and every job with it)
+        task = client.submit(_same, task_function, pure=False)
+        context = client.submit(_same, hydra_context, pure=False)
+        since = time.time()
+        stores: dict[str, object] = {}
+        needs: dict[str, object] = {}  # per job: what it waits for (ingest, or learning)
+        # every ingest (and hyperparameter learning) first and at a higher priority: a
+        # worker's queue holding one behind a long job would keep the jobs needing it waiting
+        for job in to_run:
+            if _dataset_key(job) not in stores:
+                stores[_dataset_key(job)] = client.submit(
+                    ingest_task, job.config["dataset"], job.config["store_root"], retries=retries,
+                    pure=False, priority=1)
+        learnings: dict[str, object] = {}
+        for job in to_run:
+            store = stores[_dataset_key(job)]
+            key = _hyper_key(job)
+            if key is not None and key not in learnings:
+                learnings[key] = client.submit(learn_task, job.config, store, retries=retries,
+                                               pure=False, priority=1)
+            needs[job.hash] = learnings[key] if key is not None else store
+
+        def submit(jobs: list[PlannedJob]):
+            return client.submit(execute_batch, task, context, jobs, sweep_dir,
+                                 needs[jobs[0].hash], since, retries=retries, pure=False,
+                                 key=f"job-{jobs[0].hash}-x{len(jobs)}-{time.time_ns()}")
+
+        batches = Batches(to_run, needs)
+        progress = Progress(len(to_run))
+        running = as_completed(loop=client.loop)
+        in_flight: dict[object, list[PlannedJob]] = {}
+        adaptive = _adaptive_workers(cluster_cfg)
+        while True:
+            workers = max(1, len(client.scheduler_info().get("workers", {})))
+            # an adaptive cluster grows with the work the scheduler sees queued: it is shown
+            # every job at once, in batches sized for its largest size
+            window = 2 * workers if adaptive is None else math.inf
+            while len(in_flight) < window and batches:
+                jobs = batches.take(workers if adaptive is None else adaptive)
+                future = submit(jobs)
+                in_flight[future] = jobs
+                running.add(future)
+            if not in_flight:
+                break
+            future = next(running)
+            jobs = in_flight.pop(future)
+            if future.status == "finished":
+                for job, record in zip(jobs, future.result(), strict=True):
+                    records[job.hash] = record
+                    batches.measured(record["seconds"])
+            elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
+                # the task failed outside its jobs (workers died): rerun each job alone, so
+                # that only a job that kills its worker fails (finished ones are found on disk)
+                for job in jobs:
+                    alone = submit([job])
+                    in_flight[alone] = [job]
+                    running.add(alone)
+                continue
+            else:
+                for job in jobs:
+                    records[job.hash] = _collect(future, needs[job.hash], job, sweep_dir,
+                                                 cluster_cfg)
+            progress.advance(len(jobs))
+        progress.close()
+        # release every future (and the errors that reference them) while the client is open
+        in_flight.clear()
+        stores.clear()
+        learnings.clear()
+        needs.clear()
+        task = context = running = future = None
+        gc.collect()
+        timings["jobs_seconds"] = time.perf_counter() - t1
+    cluster.close(wait=False)  # while the results are consolidated
+    return records, n_workers
+
+
+def _adaptive_workers(cluster_cfg: Mapping) -> int | None:
+    """The most workers an adaptive batch cluster may start (cluster.adapt.maximum batch jobs
+    × cluster.processes), or None for a cluster of fixed size."""
+    adapt = cluster_cfg.get("adapt") or {}
+    if cluster_cfg.get("kind") not in ("slurm", "pbs") or adapt.get("maximum") is None:
+        return None
+    return int(adapt["maximum"]) * int(cluster_cfg.get("processes") or 1)
+
+
+class Batches:
+    """The jobs still to submit, taken in batches sized to the measured job time.
+
+    Guided self-scheduling: a batch holds about :data:`TASK_SECONDS` of jobs (by the median
+    time of the jobs finished so far: a worker's first job, which loads the code paths and the
+    data, is several times slower; one job until a time is known) and never more than a
+    1/(2·workers) share of those left, so batches shrink towards the end and the workers
+    finish together. A batch holds jobs that wait for the same ingest or learning task."""
+
+    def __init__(self, jobs: list[PlannedJob], needs: Mapping[str, object]) -> None:
+        self.left = list(reversed(jobs))  # popped from the end: submission in sweep order
+        self.needs = needs
+        self.seconds: list[float] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.left)
+
+    def measured(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+    def size(self, workers: int) -> int:
+        if not self.seconds:
+            return 1
+        by_time = TASK_SECONDS / max(float(np.median(self.seconds[-200:])), 1e-9)
+        return max(1, min(int(by_time), math.ceil(len(self.left) / (2 * workers))))
+
+    def take(self, workers: int) -> list[PlannedJob]:
+        size = self.size(workers)
+        batch = [self.left.pop()]
+        need = self.needs[batch[0].hash]
+        while self.left and len(batch) < size and self.needs[self.left[-1].hash] is need:
+            batch.append(self.left.pop())
+        return batch
+
+
+TASK_SECONDS = 0.5  # a batch's target duration: Dask's ~ms per task is then a fraction of 1 %
+
+
+class Progress:
+    """A text bar over the jobs, advanced as batches finish (or fail) on the client's side."""
+
+    def __init__(self, n: int, width: int = 40) -> None:
+        self.n, self.done, self.width, self.start = n, 0, width, time.perf_counter()
+
+    def advance(self, k: int) -> None:
+        self.done += k
+        filled = self.width * self.done // self.n
+        print(f"\r[{'#' * filled}{' ' * (self.width - filled)}] | "
+              f"{100 * self.done // self.n:3d}% Completed | "
+              f"{time.perf_counter() - self.start:.1f}s", end="", flush=True)
+
+    def close(self) -> None:
+        print(flush=True)
+
+
+def _hyper_key(job: PlannedJob) -> str | None:
+    """Jobs learning the same hyperparameters share one learning task (None: none learned)."""
+    try:
+        return cache_key(job.config) if hyper_options(job.config) is not None else None
+    except InputError:
+        return None  # a bad hyper block: the job itself reports it
+
+
+def _dataset_key(job: PlannedJob) -> str:
+    """Jobs with equal dataset specs share one ingest task."""
+    return json.dumps(job.config["dataset"], sort_keys=True, default=str)
+
+
+def _same(value):
+    return value
+
+
+def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mapping) -> dict:
+    """The job's record; an error raised outside the job (in the ingest or hyperparameter
+    learning it needed, ``need``; lost workers) is recorded."""
+    if future.status == "finished":
+        return future.result()
+    if need.status == "error":  # the job never ran: say why its data or learning failed
+        future = need
+    try:
+        exc = future.exception()
+        error = f"{type(exc).__name__}: {exc}"
+    except Exception as err:  # cancelled
+        exc, error = err, f"{type(err).__name__}: {err}"
+    if isinstance(exc, KilledWorker):
+        error = killed_worker_hint(cluster_cfg)
+    write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
+                      {"config_hash": job.hash, "worker": ""})
+    return {"status": "failed", "error": error}
+
+
+def killed_worker_hint(cluster_cfg: Mapping) -> str:
+    """What to say when the workers running a job kept dying (most often: out of memory)."""
+    return ("KilledWorker: the workers running this job died (usually killed for exceeding "
+            f"their memory): {memory_hint(cluster_cfg)}; or use a sparse algorithm")
+

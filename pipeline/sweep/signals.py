@@ -1,0 +1,62 @@
+"""Ctrl-C and Dask's logging during a sweep: one line for the user, not the chatter of a
+cluster torn down mid-conversation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+
+from distributed import WorkerPlugin
+
+
+def silence_dask_logging() -> None:
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _interrupted(signum, frame) -> None:
+    # silenced before the KeyboardInterrupt exists: Dask reacts to it on its event-loop thread
+    # at once (distributed's sync() schedules a cancel that can fail with a NameError when the
+    # call had not started yet, logged by tornado with a traceback), racing an except clause
+    silence_dask_logging()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def silent_on_interrupt():
+    """On Ctrl-C the cluster is torn down mid-conversation; what Dask and asyncio log about
+    the broken connections is noise beside the one line the CLI prints."""
+    handler = None
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        handler = signal.signal(signal.SIGINT, _interrupted)
+    try:
+        yield
+    except KeyboardInterrupt:
+        silence_dask_logging()
+        raise
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+
+
+class QuietCancellations(WorkerPlugin):
+    """On the workers: the state machine's warning for each task cancelled by Ctrl-C ("Async
+    instruction ... ended with CancelledError", one per running task) would follow the CLI's
+    one error line on the terminal the workers share; only its errors are kept."""
+
+    name = "sgp-quiet-cancellations"
+
+    def setup(self, worker) -> None:
+        logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
+
+
+def quiet_dask_logging() -> None:
+    # Hydra configures the root logger at INFO: keep Dask's connection chatter out of the console
+    for name in ("distributed", "dask", "tornado"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("bokeh").setLevel(logging.ERROR)  # the dashboard's host-wildcard notice
+
