@@ -60,6 +60,10 @@ def complete(config: Mapping[str, Any]) -> dict:
     leaves out (a Python caller's hand-built config) take the yaml's value, and so does each
     key of the ``certificate`` block it leaves out. A composed config is returned as it is."""
     defaults = job_defaults()
+    if defaults.keys() <= config.keys() and (
+            not isinstance(config["certificate"], Mapping)
+            or defaults["certificate"].keys() <= config["certificate"].keys()):
+        return dict(config)  # composed by Hydra: complete already
     out = {**copy.deepcopy(defaults), **config}
     if isinstance(config.get("certificate"), Mapping):
         out["certificate"] = {**defaults["certificate"], **config["certificate"]}
