@@ -25,7 +25,7 @@ not Dask-managed data: they cannot be spilled). A scheduler that stops answering
 line too. However the fit ends, its shards are dropped on the workers' event loops
 (:meth:`ClusterKernelBlocks.close`), so a worker busy with another job frees them at once. A
 shard call computes on its worker's threads (``nthreads``), set for the actor's own thread only
-(:func:`algorithms.kernels.kernel_threads_here`): a job running on the same worker process keeps
+(:func:`algorithms.kernels.use_kernel_threads`): a job running on the same worker process keeps
 its count.
 """
 
@@ -55,8 +55,8 @@ from algorithms.kernels import (
     ArrayKernelBlocks,
     Kernel,
     KernelColumns,
-    kernel_threads_here,
     row_block_matmul,
+    use_kernel_threads,
 )
 from pipeline.blocks import open_dataset_cached
 from pipeline.datasets import open_store
@@ -106,7 +106,7 @@ class _ShardHost:
         self.nthreads = nthreads
 
     def call(self, fn, *args):
-        with kernel_threads_here(self.nthreads):
+        with use_kernel_threads(self.nthreads):
             return fn(*args)
 
 

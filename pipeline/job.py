@@ -31,7 +31,7 @@ from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
 from algorithms.errors import InputError
 from algorithms.evaluation import check_size, options_of, run
-from algorithms.kernels import Kernel, kernel_threads, set_kernel_threads
+from algorithms.kernels import Kernel, kernel_threads, use_kernel_threads
 from algorithms.options import Option, validate
 from algorithms.registry import REGISTRY, get
 from pipeline.blocks import open_blocks
@@ -335,13 +335,9 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     threads = resolve_threads(config.get("threads", 1))  # validated by check_config
     limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
-    before = kernel_threads()
-    set_kernel_threads(threads)  # the kernel blocks' tiles: as many threads (null: every core)
-    try:
-        with limit:
-            return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
-    finally:
-        set_kernel_threads(before)
+    # the kernel blocks' tiles: as many threads (null: every core), for this job only
+    with limit, use_kernel_threads(threads):
+        return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
 
 
 def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, start: float,
