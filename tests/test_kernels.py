@@ -270,3 +270,50 @@ def test_the_kernel_thread_count_is_scoped_to_its_context_and_thread():
     with pytest.raises(InputError, match="at least 1"), use_kernel_threads(0):
         pass
 
+
+_NUMBA_PROBE = """
+import numpy as np
+from algorithms import Kernel
+X = np.random.default_rng(0).normal(size=(30, 2))
+for name in ("rbf", "laplacian", "matern32"):
+    assert np.isfinite(Kernel(name)(X, X[:7])).all()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("where", ["xdg", "numba_cache_dir", "unwritable"])
+def test_compiled_tiles_are_cached_in_the_user_cache_not_the_source_tree(tmp_path, where):
+    """The kernel tiles' compiled code (numba's ``cache=True``) goes to NUMBA_CACHE_DIR if set,
+    else $XDG_CACHE_HOME/sparse-gp-bench/numba, never into the source tree; a cache directory
+    that cannot be written turns caching off, without a traceback."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
+               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cache = tmp_path / "xdg" / "sparse-gp-bench" / "numba"
+    if where == "numba_cache_dir":
+        cache = tmp_path / "numba-user"
+        env["NUMBA_CACHE_DIR"] = str(cache)
+    elif where == "unwritable":
+        (tmp_path / "xdg").write_text("a file, not a directory")
+    start = time.time() - 1
+    proc = subprocess.run([sys.executable, "-c", _NUMBA_PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    cached = [p for p in tmp_path.rglob("*") if p.suffix in (".nbi", ".nbc")]
+    in_tree = [Path(d, f) for top in ("algorithms", "pipeline")
+               for d, _, files in os.walk(root / top) for f in files
+               if f.endswith((".nbi", ".nbc")) and os.path.getmtime(Path(d, f)) >= start]
+    assert in_tree == []
+    if where == "unwritable":
+        assert cached == []
+    else:
+        assert {p.suffix for p in cached} == {".nbi", ".nbc"}
+        assert all(cache in p.parents for p in cached)
