@@ -207,6 +207,23 @@ def kernel_threads() -> int:
     return _THREADS.get()
 
 
+FUSED_KERNELS = ("rbf", "laplacian", "matern32")  # the kernels whose tiles are compiled loops
+
+
+def warm_up(kernels: Iterable[str] = FUSED_KERNELS) -> None:
+    """Compute a tiny block of each kernel named, on this thread: the first block of a process
+    loads (or compiles, the first time on a machine) the tiles' compiled loops
+    (:mod:`algorithms._fused_exp`: numba's import and its cached code, ~0.7 s), which would
+    otherwise be paid inside whatever times that block — a job's fit. Nothing for a kernel
+    without compiled tiles (linear, polynomial: numba is not loaded for them); at once after the
+    first call. The job runner calls it for its kernel before the fit (untimed), and a local
+    Dask worker at its start (:func:`pipeline.prestart.dask_setup`)."""
+    X = np.zeros((2, 1))
+    for name in kernels:
+        if name in FUSED_KERNELS:
+            Kernel(name)(X, X)
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
     with _pools_lock:
         if threads not in _pools:

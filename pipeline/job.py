@@ -31,7 +31,7 @@ from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result, check_kappa, check_lam
 from algorithms.errors import InputError
 from algorithms.evaluation import check_size, options_of, run
-from algorithms.kernels import Kernel, kernel_threads, use_kernel_threads
+from algorithms.kernels import Kernel, kernel_threads, use_kernel_threads, warm_up
 from algorithms.options import Option, validate
 from algorithms.registry import REGISTRY, get
 from pipeline.blocks import open_blocks
@@ -332,6 +332,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     (e.g. the worker that ran the job)."""
     start = time.perf_counter()
     spec, lam, kernel, options = check_config(config)
+    warm_up([kernel.name])  # a process's first tiles load their compiled code here, not in the fit
     threads = resolve_threads(config.get("threads", 1))  # validated by check_config
     limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
