@@ -20,12 +20,17 @@ value is 0 (eˣ < 3.4·10⁻³⁰⁸: the exponent field would underflow); an ar
 :func:`laplacian_block` and :func:`matern32_block` compute a tile row by row from direct
 differences (the distance, its map and the check in one pass over a row in L1). Each releases
 the GIL (the tiles run on several threads) and returns whether every value written is finite.
-Compiled when first imported and cached beside this file (numba's ``cache=True``).
+Compiled when first imported and cached (numba's ``cache=True``) in the user's cache directory,
+never in the source tree: ``NUMBA_CACHE_DIR`` when set, else
+``$XDG_CACHE_HOME/sparse-gp-bench/numba`` (``~/.cache/sparse-gp-bench/numba``); a cache
+directory that cannot be written turns the cache off (each process compiles, ~1 s).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 
 import numba
 import numpy as np
@@ -39,7 +44,44 @@ _LN2_LO = 1.90821492927058770002e-10
 _SHIFTER = 6755399441055744.0  # 1.5·2⁵²: x + _SHIFTER rounds x to an integer in the low bits
 _LOW, _HIGH = -708.0, 709.0
 _C = tuple(1.0 / math.factorial(i) for i in range(14))
-_JIT = {"nogil": True, "cache": True, "boundscheck": False, "fastmath": {"contract"}}
+
+
+def _cache_dir() -> str | None:
+    """Where the compiled functions are cached: ``NUMBA_CACHE_DIR`` if the user set it, else
+    ``sparse-gp-bench/numba`` in the user's cache directory (XDG); None (no cache) when that
+    directory cannot be made or written."""
+    path = os.environ.get("NUMBA_CACHE_DIR")
+    if not path:
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        if not os.path.isabs(base):  # unset, or relative (which XDG says to ignore)
+            base = os.path.join(os.path.expanduser("~"), ".cache")
+        path = os.path.join(base, "sparse-gp-bench", "numba")
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return None
+    return os.path.abspath(path)
+
+
+_CACHE_DIR = _cache_dir()
+_JIT = {"nogil": True, "cache": _CACHE_DIR is not None, "boundscheck": False,
+        "fastmath": {"contract"}}
+
+
+def _njit(**options):
+    """``numba.njit`` with :data:`_JIT`, cached in :data:`_CACHE_DIR`. numba picks a function's
+    cache directory when it is decorated (its first locator, ``config.CACHE_DIR``), so the
+    setting is made for the decoration only: other numba code in the process keeps numba's own
+    (the source tree's ``__pycache__`` unless the user set ``NUMBA_CACHE_DIR``)."""
+    def decorate(function):
+        saved = numba.config.CACHE_DIR
+        numba.config.CACHE_DIR = _CACHE_DIR or ""
+        try:
+            return numba.njit(**_JIT, **options)(function)
+        finally:
+            numba.config.CACHE_DIR = saved
+    return decorate
 
 
 @intrinsic
@@ -58,7 +100,7 @@ def _float(typingctx, x):
     return types.float64(types.int64), codegen
 
 
-@numba.njit(inline="always", **_JIT)
+@_njit(inline="always")
 def _exp(x: float) -> float:
     """eˣ for −708 ≤ x ≤ 709; 0 below (and for NaN: the callers flag x > 709 and NaN by
     :func:`_in_range`, so a value that is not eˣ never leaves unflagged)."""
@@ -86,17 +128,17 @@ def _exp(x: float) -> float:
     return e if x > _LOW else 0.0
 
 
-@numba.njit(inline="always", **_JIT)
+@_njit(inline="always")
 def _in_range(x: float) -> bool:
     return x <= _HIGH  # False for NaN too
 
 
-@numba.njit(inline="always", **_JIT)
+@_njit(inline="always")
 def _finite(v: float) -> bool:
     return abs(v) < np.inf  # False for NaN too
 
 
-@numba.njit(**_JIT)
+@_njit()
 def rbf_tail(x: np.ndarray, variance: float) -> bool:
     """x ← variance·exp(x) (x the RBF's D = −‖a − b‖²/width); whether all are finite."""
     ok = True
@@ -108,7 +150,7 @@ def rbf_tail(x: np.ndarray, variance: float) -> bool:
     return ok
 
 
-@numba.njit(inline="always", **_JIT)
+@_njit(inline="always")
 def _distances(A: np.ndarray, Bt: np.ndarray, i: int, row: np.ndarray) -> None:
     """row ← ‖A[i] − b_j‖ for the columns b_j of Bt (d × m): direct differences, summed over
     the dimensions in order, as scipy's cdist does (exact near zero, unlike the GEMM form)."""
@@ -124,7 +166,7 @@ def _distances(A: np.ndarray, Bt: np.ndarray, i: int, row: np.ndarray) -> None:
         row[j] = np.sqrt(row[j])
 
 
-@numba.njit(**_JIT)
+@_njit()
 def laplacian_block(A: np.ndarray, Bt: np.ndarray, inv_omega: float, variance: float,
                     out: np.ndarray) -> bool:
     """out ← variance·exp(−‖a − b‖/ω) for the rows a of A and the columns b of Bt (d × m),
@@ -141,7 +183,7 @@ def laplacian_block(A: np.ndarray, Bt: np.ndarray, inv_omega: float, variance: f
     return ok
 
 
-@numba.njit(**_JIT)
+@_njit()
 def matern32_block(A: np.ndarray, Bt: np.ndarray, inv_mu: float, variance: float,
                    out: np.ndarray) -> bool:
     """out ← variance·(1 + h)·exp(−h), h = ‖a − b‖/μ, for the rows a of A and the columns b

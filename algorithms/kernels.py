@@ -25,9 +25,10 @@ computed by :class:`Kernel` and checked to be finite there: a kernel that overfl
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,44 +172,56 @@ TILE_ENTRIES = 1 << 16
 # Blocks smaller than this are computed on the calling thread (a thread hand-off costs more).
 PARALLEL_ENTRIES = 1 << 17
 
-_threads = 1
-_here = threading.local()  # a thread's own count (kernel_threads_here), before _threads
+# the thread count of large kernel blocks, scoped to the job (or task) that set it
+# (:func:`use_kernel_threads`): a context variable, so another thread — a Dask worker's next
+# task, an actor call, a tile pool's thread — never sees it
+_THREADS: contextvars.ContextVar[int] = contextvars.ContextVar("kernel_threads", default=1)
 _pools: dict[int, ThreadPoolExecutor] = {}  # one per thread count in use, never shut down
 _pools_lock = threading.Lock()
 _blas = ThreadpoolController()
 
 
-def set_kernel_threads(n: int | None) -> int:
-    """Compute large kernel blocks on ``n`` threads (None: every core); returns the count.
-
-    The job runner sets it from the ``threads`` config, beside the BLAS thread count; inside a
-    tile BLAS runs single-threaded, so the two never oversubscribe the cores. A thread inside
-    :func:`kernel_threads_here` keeps its own count."""
-    global _threads
-    n = (os.cpu_count() or 1) if n is None else int(n)
-    if n < 1:
-        raise InputError(f"kernel threads={n} must be at least 1 (or null: every core)")
-    _threads = n
-    return n
-
-
 @contextlib.contextmanager
-def kernel_threads_here(n: int):
-    """Within the context, blocks computed by *this* thread use ``n`` threads, whatever the
-    process-wide setting (a Dask task computing beside a job on the same worker process
-    changes neither's count)."""
-    before = getattr(_here, "threads", None)
-    _here.threads = max(1, int(n))
+def use_kernel_threads(n: int | None) -> Iterator[int]:
+    """Within the context, large kernel blocks computed here are computed on ``n`` threads
+    (None: every core); yields the count. Elsewhere (outside it, or on another thread) blocks
+    use one thread, or the count of the context around them.
+
+    The job runner enters it with the ``threads`` config, beside the BLAS thread count; inside a
+    tile BLAS runs single-threaded, so the two never oversubscribe the cores. The count is read
+    on the calling thread and handed to the tiles' pool (:func:`_on_threads`); a block computed
+    on a pool's thread is computed on that thread alone."""
+    count = (os.cpu_count() or 1) if n is None else int(n)
+    if count < 1:
+        raise InputError(f"kernel threads={n} must be at least 1 (or null: every core)")
+    token = _THREADS.set(count)
     try:
-        yield
+        yield count
     finally:
-        _here.threads = before
+        _THREADS.reset(token)
 
 
 def kernel_threads() -> int:
-    """The number of threads large kernel blocks are computed on by this thread
-    (:func:`kernel_threads_here`, else :func:`set_kernel_threads`)."""
-    return getattr(_here, "threads", None) or _threads
+    """The number of threads large kernel blocks are computed on here
+    (:func:`use_kernel_threads`; 1 outside it)."""
+    return _THREADS.get()
+
+
+FUSED_KERNELS = ("rbf", "laplacian", "matern32")  # the kernels whose tiles are compiled loops
+
+
+def warm_up(kernels: Iterable[str] = FUSED_KERNELS) -> None:
+    """Compute a tiny block of each kernel named, on this thread: the first block of a process
+    loads (or compiles, the first time on a machine) the tiles' compiled loops
+    (:mod:`algorithms._fused_exp`: numba's import and its cached code, ~0.7 s), which would
+    otherwise be paid inside whatever times that block — a job's fit. Nothing for a kernel
+    without compiled tiles (linear, polynomial: numba is not loaded for them); at once after the
+    first call. The job runner calls it for its kernel before the fit (untimed), and a local
+    Dask worker at its start (:func:`pipeline.cluster.prestart.dask_setup`)."""
+    X = np.zeros((2, 1))
+    for name in kernels:
+        if name in FUSED_KERNELS:
+            Kernel(name)(X, X)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

@@ -131,7 +131,6 @@ def toy_package(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "helper.py").write_text("SCALE = 2.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(codeversion, "PROJECT_PACKAGES", ("toypkg",))
 
     def version(source: str, helper: str | None = None) -> str:
         (pkg / "algo.py").write_text(source)
@@ -139,7 +138,7 @@ def toy_package(tmp_path, monkeypatch):
             (pkg / "helper.py").write_text(helper)
         codeversion.code_version.cache_clear()
         codeversion._module_tree.cache_clear()
-        return codeversion.code_version("toypkg.algo")
+        return codeversion.code_version("toypkg.algo", packages=("toypkg",))
 
     yield version
     codeversion.code_version.cache_clear()
@@ -149,7 +148,8 @@ def toy_package(tmp_path, monkeypatch):
 def test_code_version_follows_code_not_comments(toy_package):
     base = toy_package('"""Doc."""\nfrom toypkg.helper import SCALE\n\n\ndef f(x):\n'
                        '    return SCALE * x\n')
-    assert codeversion.closure("toypkg.algo") == ["toypkg.algo", "toypkg.helper"]
+    assert codeversion.closure("toypkg.algo", packages=("toypkg",)) == ["toypkg.algo",
+                                                                        "toypkg.helper"]
     reworded = toy_package('"""Other doc."""\nfrom toypkg.helper import SCALE  # note\n\n\n'
                            'def f(x):\n    """Doubles."""\n    return SCALE*x\n')
     assert reworded == base  # comments, docstrings and layout do not count
@@ -164,13 +164,13 @@ def test_job_identity_covers_data_and_code(tmp_path, monkeypatch):
     data.write_text("1,2\n2,3\n3,5\n")
     config = {"algorithm": {"name": "sgma"}, "dataset": {"name": "csv", "path": str(data)},
               "kernel": {"name": "rbf", "width": 1.0}, "lam": 0.1,
-              "kappa": 5, "seed": 0, "store_root": "a"}
+              "kappa": 5, "seed": 0, "store_root": str(tmp_path / "a")}
     h = config_hash(config)
-    assert config_hash({**config, "store_root": "b"}) == h  # where it runs is not identity
+    assert config_hash({**config, "store_root": str(tmp_path / "b")}) == h  # where it runs is not identity
     data.write_text("1,2\n2,3\n3,6\n")
     assert config_hash(config) != h  # the data changed
     h = config_hash(config)
-    monkeypatch.setattr("pipeline.job.algorithm_version", lambda spec: "another")
+    monkeypatch.setattr("pipeline.job.identity.algorithm_version", lambda spec: "another")
     assert config_hash(config) != h  # the code changed
     assert json.dumps(config)  # the config itself is untouched
 

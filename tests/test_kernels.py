@@ -179,39 +179,31 @@ def test_tiled_threaded_blocks_equal_one_evaluation_and_the_formula(name, d):
     one untiled evaluation (bit for bit for cdist; GEMM kernels may round the rows at a tile
     edge differently, by ≤ 4 ulp of the block's largest value), and the explicit formula to
     1e-12 relative."""
-    from algorithms.kernels import TILE_ENTRIES, kernel_threads, set_kernel_threads
+    from algorithms.kernels import TILE_ENTRIES, use_kernel_threads
     gen = np.random.default_rng(d)
     X, Z = gen.normal(size=(5000, d)) / np.sqrt(d), gen.normal(size=(59, d)) / np.sqrt(d)
     kernel = Kernel(name, TILED[name])
     whole = np.empty((len(X), len(Z)))
     kernel.tile(kernel.rows(X), kernel.cols(Z), whole)  # one tile: the whole block
-    before = kernel_threads()
-    try:
-        for threads in (1, 2):
-            set_kernel_threads(threads)
+    for threads in (1, 2):
+        with use_kernel_threads(threads):
             K = kernel(X, Z)
-            assert K.size > 4 * TILE_ENTRIES  # several tiles
-            if name in ("laplacian", "matern32"):
-                np.testing.assert_array_equal(K, whole)
-            else:
-                np.testing.assert_allclose(K, whole, rtol=0,
-                                           atol=4 * np.spacing(np.abs(whole).max()))
-    finally:
-        set_kernel_threads(before)
+        assert K.size > 4 * TILE_ENTRIES  # several tiles
+        if name in ("laplacian", "matern32"):
+            np.testing.assert_array_equal(K, whole)
+        else:
+            np.testing.assert_allclose(K, whole, rtol=0,
+                                       atol=4 * np.spacing(np.abs(whole).max()))
     ref = _explicit(name, X, Z)
     np.testing.assert_allclose(K, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
 
 
 def test_an_overflowing_tile_is_the_one_line_error_on_threads():
-    from algorithms.kernels import kernel_threads, set_kernel_threads
+    from algorithms.kernels import use_kernel_threads
     X = np.random.default_rng(0).normal(size=(5000, 3)) * 1e3
-    before = kernel_threads()
-    try:
-        set_kernel_threads(2)
-        with pytest.raises(InputError, match=r"NaN/inf for \d+ of 295000 values"):
-            Kernel("polynomial", {"degree": 200})(X, X[:59])
-    finally:
-        set_kernel_threads(before)
+    with use_kernel_threads(2), \
+            pytest.raises(InputError, match=r"NaN/inf for \d+ of 295000 values"):
+        Kernel("polynomial", {"degree": 200})(X, X[:59])
 
 
 def test_the_fused_exp_equals_numpy_and_flags_what_is_not_finite():
@@ -246,3 +238,82 @@ def test_a_block_into_a_strided_output_equals_a_fresh_block(name):
     out = np.zeros((300, 50), order="F")[:, 5:45]  # a strided view, as a column buffer
     kernel.block(kernel.rows(A), kernel.cols(B), out=out)
     np.testing.assert_array_equal(out, kernel(A, B))
+
+
+def test_the_kernel_thread_count_is_scoped_to_its_context_and_thread():
+    """``use_kernel_threads`` sets the count for the code inside it, on its own thread only
+    (a context variable: a Dask worker's other tasks, an actor's thread and the tiles' own
+    pool threads keep theirs), and restores it on leaving, by an error too."""
+    import os
+    import threading
+
+    from algorithms.kernels import kernel_threads, use_kernel_threads
+
+    seen = {}
+
+    def other():
+        seen["other"] = kernel_threads()
+
+    assert kernel_threads() == 1
+    with use_kernel_threads(2) as count:
+        assert count == kernel_threads() == 2
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        with use_kernel_threads(None):
+            assert kernel_threads() == (os.cpu_count() or 1)
+        assert kernel_threads() == 2
+        with pytest.raises(ValueError), use_kernel_threads(3):
+            raise ValueError
+        assert kernel_threads() == 2
+    assert seen["other"] == 1 and kernel_threads() == 1
+    with pytest.raises(InputError, match="at least 1"), use_kernel_threads(0):
+        pass
+
+
+_NUMBA_PROBE = """
+import numpy as np
+from algorithms import Kernel
+X = np.random.default_rng(0).normal(size=(30, 2))
+for name in ("rbf", "laplacian", "matern32"):
+    assert np.isfinite(Kernel(name)(X, X[:7])).all()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("where", ["xdg", "numba_cache_dir", "unwritable"])
+def test_compiled_tiles_are_cached_in_the_user_cache_not_the_source_tree(tmp_path, where):
+    """The kernel tiles' compiled code (numba's ``cache=True``) goes to NUMBA_CACHE_DIR if set,
+    else $XDG_CACHE_HOME/sparse-gp-bench/numba, never into the source tree; a cache directory
+    that cannot be written turns caching off, without a traceback."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
+               PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]))
+    cache = tmp_path / "xdg" / "sparse-gp-bench" / "numba"
+    if where == "numba_cache_dir":
+        cache = tmp_path / "numba-user"
+        env["NUMBA_CACHE_DIR"] = str(cache)
+    elif where == "unwritable":
+        (tmp_path / "xdg").write_text("a file, not a directory")
+    start = time.time() - 1
+    proc = subprocess.run([sys.executable, "-c", _NUMBA_PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    cached = [p for p in tmp_path.rglob("*") if p.suffix in (".nbi", ".nbc")]
+    in_tree = [Path(d, f) for top in ("algorithms", "pipeline")
+               for d, _, files in os.walk(root / top) for f in files
+               if f.endswith((".nbi", ".nbc")) and os.path.getmtime(Path(d, f)) >= start]
+    assert in_tree == []
+    if where == "unwritable":
+        assert cached == []
+    else:
+        assert {p.suffix for p in cached} == {".nbi", ".nbc"}
+        assert all(cache in p.parents for p in cached)

@@ -70,3 +70,36 @@ def test_local_workers_fork_from_the_prestarted_server_with_pinned_blas(argv, fo
         assert worker["preloaded"] is forked
         assert worker["openblas_env"] == "1"
         assert worker["blas_threads"] and set(worker["blas_threads"]) == {1}
+
+
+WARM_PROBE = """
+import json, sys, time
+from omegaconf import OmegaConf
+from pipeline.cluster import connect
+from pipeline.job import CONF_DIR
+cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
+cfg.update(n_workers=1, dashboard_address=":0", memory_limit=sys.argv[1])
+
+def loaded():
+    return {"tiles": "algorithms._fused_exp" in sys.modules, "numba": "numba" in sys.modules}
+
+with connect(cfg) as client:  # wait for the load (or 3 s to see that none starts)
+    deadline = time.monotonic() + float(sys.argv[2])
+    state = list(client.run(loaded).values())[0]
+    while not state["tiles"] and time.monotonic() < deadline:
+        time.sleep(0.25)
+        state = list(client.run(loaded).values())[0]
+print(json.dumps(state))
+"""
+
+
+@pytest.mark.parametrize("limit, warmed", [("auto", True), ("400MB", False)])
+def test_a_local_worker_warms_up_the_kernel_tiles_at_its_start(limit, warmed):
+    """A local worker loads the kernel tiles' compiled code on a thread at its start (Dask
+    preload pipeline.cluster.prestart), so its first job does not wait for it — except under a memory
+    limit below 1 GiB, where numba is not loaded until a job needs it."""
+    out = subprocess.run([sys.executable, "-c", WARM_PROBE, limit, "60" if warmed else "3"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"tiles": warmed,
+                                                               "numba": warmed}

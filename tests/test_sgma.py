@@ -208,10 +208,10 @@ def test_lam_that_float64_cannot_add_to_the_kernel_is_refused_before_fitting(lam
 def test_tiled_threaded_kernel_blocks_select_what_the_textbook_form_selects():
     """The speed-up must not change results: SGMA with the tiled, threaded RBF blocks and the
     fused projection picks the same basis, in the same order, with the same objectives (1e-10)
-    as with whole kernel columns in the textbook numpy form (pipeline.bench._naive), on one
+    as with whole kernel columns in the textbook numpy form (pipeline.bench.flops._naive), on one
     thread and on two."""
     from algorithms import ArrayKernelBlocks, Kernel, run
-    from algorithms.kernels import kernel_threads, set_kernel_threads
+    from algorithms.kernels import use_kernel_threads
     from pipeline.bench.flops import _naive
 
     class Textbook(ArrayKernelBlocks):  # the step as it was: whole kernel columns, then BLAS
@@ -228,15 +228,11 @@ def test_tiled_threaded_kernel_blocks_select_what_the_textbook_form_selects():
     kernel = Kernel("rbf", {"width": 10.0})
     options = {"eps": 0.0, "max_basis": 60}
     ref = run("sgma", Textbook(X, kernel), y, lam=0.1, kappa=59, rng=0, **options)
-    before = kernel_threads()
-    try:
-        for threads in (1, 2):
-            set_kernel_threads(threads)
+    for threads in (1, 2):
+        with use_kernel_threads(threads):
             fit = run("sgma", ArrayKernelBlocks(X, kernel), y, lam=0.1, kappa=59, rng=0,
                       **options)
-            np.testing.assert_array_equal(fit.basis, ref.basis)
-            np.testing.assert_allclose(fit.trace["objective"], ref.trace["objective"],
-                                       rtol=1e-10)
-            np.testing.assert_allclose(fit.coef, ref.coef, rtol=1e-8, atol=1e-10)
-    finally:
-        set_kernel_threads(before)
+        np.testing.assert_array_equal(fit.basis, ref.basis)
+        np.testing.assert_allclose(fit.trace["objective"], ref.trace["objective"],
+                                   rtol=1e-10)
+        np.testing.assert_allclose(fit.coef, ref.coef, rtol=1e-8, atol=1e-10)

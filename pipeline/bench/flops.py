@@ -34,7 +34,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 import algorithms  # noqa: E402
 from algorithms import InputError, Kernel  # noqa: E402
-from algorithms.kernels import set_kernel_threads  # noqa: E402
+from algorithms.kernels import use_kernel_threads  # noqa: E402
 from pipeline.cluster.threads import blas_threads
 from pipeline.config import CONF_DIR
 from pipeline.datasets import ingest, load_arrays  # noqa: E402
@@ -92,8 +92,7 @@ def kernel_entry_times(n: int, m: int, dims: list[int], threads: list[int], repe
             kernel = Kernel(name, {param: scale})
             ref = _naive(name, A, B, scale)
             for t in threads:
-                with threadpool_limits(limits=t, user_api="blas"):
-                    set_kernel_threads(t)
+                with threadpool_limits(limits=t, user_api="blas"), use_kernel_threads(t):
                     naive = _best(functools.partial(_naive, name, A, B, scale), repeats)
                     fused = _best(functools.partial(kernel, A, B), repeats)
                     write = _best(functools.partial(_write_block, n, m, t), repeats)
@@ -118,8 +117,7 @@ def _best(f, repeats: int) -> float:
 
 def run(cfg: dict, out_dir: Path) -> dict:
     threads = int(cfg.get("threads") or os.cpu_count() or 1)
-    with threadpool_limits(limits=threads, user_api="blas"):
-        set_kernel_threads(threads)
+    with threadpool_limits(limits=threads, user_api="blas"), use_kernel_threads(threads):
         return _run(cfg, out_dir, threads)
 
 
@@ -128,7 +126,6 @@ def _run(cfg: dict, out_dir: Path, threads: int) -> dict:
     kcfg = cfg["kernel_bench"]
     entries = kernel_entry_times(kcfg["n"], kcfg["m"], list(kcfg["d"]),
                                  sorted({1, threads}), kcfg["repeats"], rng)
-    set_kernel_threads(threads)
     peak = gemm_flops(cfg["gemm_size"], cfg["gemm_size"], cfg["gemm_size"], cfg["gemm_repeats"],
                       rng)
     t_max = int(cfg["t_max"])

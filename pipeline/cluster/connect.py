@@ -244,6 +244,9 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             # restarts a healthy worker and kills the job. A local worker that really dies is
             # seen by its nanny, so the ttl is off here.
             settings: dict[str, Any] = {"distributed.scheduler.worker-ttl": None}
+            # each worker warms up the kernel tiles' compiled code at its start, on a thread
+            settings["distributed.worker.preload"] = [
+                *dask.config.get("distributed.worker.preload", default=[]), "pipeline.cluster.prestart"]
             if prestart.started():  # workers forked from the command line's warm fork server
                 settings["distributed.worker.multiprocessing-method"] = "forkserver"
             with _quiet("distributed.deploy.spec"), dask.config.set(settings):

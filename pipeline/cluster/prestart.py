@@ -13,6 +13,9 @@ OpenMP pinned to one thread, as spawned workers have), and it exits with the com
 
 This module imports only the standard library and ``dask.config`` so that it can run before
 the command line's own imports.
+
+It is also the local workers' Dask preload (:func:`dask_setup`): a worker warms up the kernel
+tiles' compiled code on a thread at its start, so its first job does not wait for it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import importlib.util
 import multiprocessing
 import os
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +39,35 @@ PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job.r
            "pipeline.datasets.blocks", "pipeline.sweep.launch", "pipeline.app", "pipeline.cli")
 
 _started = False
+
+
+# the resident memory the kernel tiles' compiled code adds to a process (numba and LLVM)
+WARM_UP_BYTES = 128 << 20
+
+
+def dask_setup(worker) -> None:
+    """Dask's preload hook (``distributed.worker.preload: [pipeline.cluster.prestart]``, set for local
+    workers by :func:`pipeline.cluster.connect`): warm up the kernel tiles
+    (:func:`algorithms.kernels.warm_up`) on a daemon thread, beside the worker's start and
+    its first job's data loading; a job that needs them before it is done waits for the
+    import, outside its timed fit. Not under a memory limit below 8 × :data:`WARM_UP_BYTES`
+    (1 GiB): there the code would take a large share of a worker that may never need it (a
+    restarted worker under ``cluster.memory_limit=400MB`` would sit paused at Dask's 80 % mark);
+    its first job then loads it, still untimed (:func:`pipeline.job.run.run_job`)."""
+    memory = getattr(worker, "memory_manager", None)
+    limit = getattr(memory, "memory_limit", None)
+    if limit and limit < 8 * WARM_UP_BYTES:
+        return
+
+    def warm() -> None:
+        try:
+            from algorithms.kernels import warm_up
+
+            warm_up()
+        except Exception:  # a job reports the same fault in its own words
+            pass
+
+    threading.Thread(target=warm, name="kernel-warm-up", daemon=True).start()
 
 
 def started() -> bool:

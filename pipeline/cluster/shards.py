@@ -17,7 +17,7 @@ from algorithms.kernels import (
     ArrayKernelBlocks,
     Kernel,
     KernelColumns,
-    kernel_threads_here,
+    use_kernel_threads,
     row_block_matmul,
 )
 from pipeline.datasets.blocks import open_dataset_cached
@@ -50,7 +50,7 @@ class _ShardHost:
         self.nthreads = nthreads
 
     def call(self, fn, *args):
-        with kernel_threads_here(self.nthreads):
+        with use_kernel_threads(self.nthreads):
             return fn(*args)
 
 
