@@ -166,7 +166,8 @@ def test_job_identity_covers_data_and_code(tmp_path, monkeypatch):
               "kernel": {"name": "rbf", "width": 1.0}, "lam": 0.1,
               "kappa": 5, "seed": 0, "store_root": str(tmp_path / "a")}
     h = config_hash(config)
-    assert config_hash({**config, "store_root": str(tmp_path / "b")}) == h  # where it runs is not identity
+    # where it runs is not identity
+    assert config_hash({**config, "store_root": str(tmp_path / "b")}) == h
     data.write_text("1,2\n2,3\n3,6\n")
     assert config_hash(config) != h  # the data changed
     h = config_hash(config)

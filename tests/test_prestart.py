@@ -96,8 +96,8 @@ print(json.dumps(state))
 @pytest.mark.parametrize("limit, warmed", [("auto", True), ("400MB", False)])
 def test_a_local_worker_warms_up_the_kernel_tiles_at_its_start(limit, warmed):
     """A local worker loads the kernel tiles' compiled code on a thread at its start (Dask
-    preload pipeline.cluster.prestart), so its first job does not wait for it — except under a memory
-    limit below 1 GiB, where numba is not loaded until a job needs it."""
+    preload pipeline.cluster.prestart), so its first job does not wait for it — except under a
+    memory limit below 1 GiB, where numba is not loaded until a job needs it."""
     out = subprocess.run([sys.executable, "-c", WARM_PROBE, limit, "60" if warmed else "3"],
                          cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -246,7 +246,8 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             settings: dict[str, Any] = {"distributed.scheduler.worker-ttl": None}
             # each worker warms up the kernel tiles' compiled code at its start, on a thread
             settings["distributed.worker.preload"] = [
-                *dask.config.get("distributed.worker.preload", default=[]), "pipeline.cluster.prestart"]
+                *dask.config.get("distributed.worker.preload", default=[]),
+                "pipeline.cluster.prestart"]
             if prestart.started():  # workers forked from the command line's warm fork server
                 settings["distributed.worker.multiprocessing-method"] = "forkserver"
             with _quiet("distributed.deploy.spec"), dask.config.set(settings):

@@ -46,8 +46,8 @@ WARM_UP_BYTES = 128 << 20
 
 
 def dask_setup(worker) -> None:
-    """Dask's preload hook (``distributed.worker.preload: [pipeline.cluster.prestart]``, set for local
-    workers by :func:`pipeline.cluster.connect`): warm up the kernel tiles
+    """Dask's preload hook (``distributed.worker.preload: [pipeline.cluster.prestart]``, set
+    for local workers by :func:`pipeline.cluster.connect.connect`): warm up the kernel tiles
     (:func:`algorithms.kernels.warm_up`) on a daemon thread, beside the worker's start and
     its first job's data loading; a job that needs them before it is done waits for the
     import, outside its timed fit. Not under a memory limit below 8 × :data:`WARM_UP_BYTES`

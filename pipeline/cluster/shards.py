@@ -17,8 +17,8 @@ from algorithms.kernels import (
     ArrayKernelBlocks,
     Kernel,
     KernelColumns,
-    use_kernel_threads,
     row_block_matmul,
+    use_kernel_threads,
 )
 from pipeline.datasets.blocks import open_dataset_cached
 
