@@ -83,7 +83,8 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
     args = list(argv)
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return False
-    # the command line's values over conf/config.yaml's (as plain text, as typed)
+    # the command line's values over conf/config.yaml's, as typed: a peek made before Hydra is
+    # imported (its parser reads them afterwards; a wrong guess costs an idle fork server only)
     values = {"cluster": default_choice("cluster"), "experiment": default_choice("experiment"),
               **{key: str(value).lower() for key, value in job_defaults().items()},
               **{a.lstrip("+").partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}}

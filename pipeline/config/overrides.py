@@ -5,11 +5,49 @@ one-line error, and the one rewrite the product makes of them (``algorithm.eps=�
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
+from hydra.errors import HydraException
 
 from pipeline.config import CONF_DIR, GROUPS, group_options, read_yaml, top_level_keys
 from pipeline.job.validate import check_sweep_name
+
+_PARSER = OverridesParser.create()
+
+
+def parse(argv: Sequence[str]) -> list[Override] | str:
+    """``argv``'s overrides as Hydra's parser reads them (flags such as ``-m`` skipped), or a
+    one-line message naming the first that is not ``key=value``."""
+    out = []
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        try:
+            out.append(_PARSER.parse_override(arg))
+        except HydraException:
+            return (f"override {arg!r} is not key=value; pass e.g. lam=0.1 (keys: python -m "
+                    "pipeline --cfg job)")
+    return out
+
+
+def _choices(override: Override) -> list[str]:
+    """The values an override gives its key as typed: one, or each of ``a,b`` (Hydra's sweep
+    functions such as ``choice(...)``, ``range(...)`` or globs: none, left to Hydra)."""
+    if override.value_type is None:
+        return []
+    if not override.is_sweep_override():
+        return [override.get_value_element_as_str()]
+    value = override.value()
+    if isinstance(value, ChoiceSweep) and value.simple_form:
+        return [str(v) for v in override.sweep_string_iterator()]
+    return []
+
+
+def _values(overrides: list[Override], key: str) -> list[str]:
+    return [v for o in overrides if o.key_or_group == key and o.package is None
+            for v in _choices(o) if v]
 
 
 def check_group_choices(argv: list[str]) -> str | None:
@@ -18,13 +56,16 @@ def check_group_choices(argv: list[str]) -> str | None:
     Plain and comma-separated choices are checked (``algorithm=a,b``); Hydra's sweep
     functions (``choice(...)``, globs) are left to Hydra.
     """
-    for arg in argv:
-        match = re.fullmatch(rf"({'|'.join(GROUPS)})=([\w.,\-]+)", arg)
-        if not match:
+    overrides = parse(argv)
+    if isinstance(overrides, str):
+        return overrides
+    for override in overrides:
+        group = override.key_or_group
+        if group not in GROUPS or override.package is not None \
+                or override.type != OverrideType.CHANGE:
             continue
-        group, values = match.groups()
         options = group_options(group)
-        for value in values.split(","):
+        for value in _choices(override):
             if value not in options:
                 return (f"unknown {group} '{value}'; choose one of: {', '.join(options)} "
                         f"(files in conf/{group}/)")
@@ -36,14 +77,13 @@ def check_size(argv: list[str]) -> str | None:
     without ``experiment=<name>`` it would silently run the default job, and an experiment
     without that variant (``conf/reduced/<name>_<variant>.yaml``) would silently run at full
     size."""
-    def values(key: str) -> list[str]:
-        return [v for arg in argv if arg.lstrip("+").partition("=")[0] == key
-                for v in arg.partition("=")[2].split(",") if v]
-
-    sizes = [s for s in values("size") if s != "full"]
+    overrides = parse(argv)
+    if isinstance(overrides, str):
+        return overrides
+    sizes = [s for s in _values(overrides, "size") if s != "full"]
     if not sizes:
         return None
-    experiments = values("experiment")
+    experiments = _values(overrides, "experiment")
     if not experiments:
         return (f"size={sizes[0]} reduces an experiment; pass experiment=<name> too "
                 f"(experiments: {', '.join(group_options('experiment'))})")
@@ -57,38 +97,36 @@ def check_size(argv: list[str]) -> str | None:
 
 
 def check_override_syntax(argv: list[str]) -> str | None:
-    """A one-line message for the first override that is not ``key=value`` with a known key."""
+    """A one-line message for the first override that is not ``key=value`` with a known key
+    (Hydra's parser reads them; ``+key=…``, ``++key=…`` and ``~key`` are Hydra's to judge)."""
+    overrides = parse(argv)
+    if isinstance(overrides, str):
+        return overrides
     known = None
-    for arg in argv:
-        if arg.startswith("-"):
-            continue
-        match = re.fullmatch(r"([~+]*)([A-Za-z_][\w\-]*)([\w.\-/@]*)=(.*)", arg, flags=re.S)
-        if match is None:
-            if re.fullmatch(r"~[\w.\-/@]+", arg):  # Hydra's delete of a key
-                continue
-            return (f"override {arg!r} is not key=value; pass e.g. lam=0.1 (keys: python -m "
-                    "pipeline --cfg job)")
-        prefix, head = match.group(1), match.group(2)
-        known = known if known is not None else top_level_keys()
-        value = match.group(4)
-        if head == "sweep" and not match.group(3) and "${" not in value \
-                and not value.startswith(("'", '"')):  # checked before Hydra makes the directory
-            check_sweep_name(value)
-        if not prefix and head not in known:
-            return (f"unknown key {head!r} in {arg!r}; the keys are: {', '.join(sorted(known))}"
-                    " (see python -m pipeline --cfg job)")
+    for override in overrides:
+        head = override.key_or_group.split(".")[0].split("/")[0]
+        if head == "sweep" and override.key_or_group == "sweep" \
+                and not override.is_sweep_override():  # checked before Hydra makes the directory
+            value = override.value()
+            if not (isinstance(value, str) and "${" in value):
+                check_sweep_name(value if isinstance(value, str) else
+                                 override.get_value_element_as_str())
+        if override.type == OverrideType.CHANGE:
+            known = known if known is not None else top_level_keys()
+            if head not in known:
+                return (f"unknown key {head!r} in {override.input_line!r}; the keys are: "
+                        f"{', '.join(sorted(known))} (see python -m pipeline --cfg job)")
     return None
 
 
-def _experiment_sweep_keys(argv: list[str]) -> set[str]:
+def _experiment_sweep_keys(overrides: list[Override]) -> set[str]:
     """Keys an ``experiment=<name>`` on the command line sweeps in ``hydra.sweeper.params``."""
     keys: set[str] = set()
-    for arg in argv:
-        if arg.startswith("experiment="):
-            path = CONF_DIR / "experiment" / f"{arg.partition('=')[2]}.yaml"
-            if path.is_file():
-                params = ((read_yaml(path).get("hydra") or {}).get("sweeper") or {}).get("params")
-                keys.update(params.keys() if params is not None else ())
+    for name in _values(overrides, "experiment"):
+        path = CONF_DIR / "experiment" / f"{name}.yaml"
+        if path.is_file():
+            params = ((read_yaml(path).get("hydra") or {}).get("sweeper") or {}).get("params")
+            keys.update(params.keys() if params is not None else ())
     return keys
 
 
@@ -102,24 +140,24 @@ def force_group_keys(argv: list[str]) -> list[str]:
     typo) is one error listing the valid ones. Keys an experiment sweeps keep their plain form
     (Hydra's sweeper matches them to the experiment's by their spelling).
     """
-    groups = "|".join((*GROUPS, "cluster"))
-    swept = _experiment_sweep_keys(argv)
-    out = []
-    for arg in argv:
-        match = re.match(rf"(({groups})\.[\w.]+)=", arg)
-        out.append(f"++{arg}" if match and match.group(1) not in swept else arg)
-    return out
+    overrides = parse(argv)
+    if isinstance(overrides, str):
+        return list(argv)  # Hydra says what is wrong
+    swept = _experiment_sweep_keys(overrides)
+    forced = {o.input_line for o in overrides
+              if o.type == OverrideType.CHANGE and o.package is None
+              and "." in o.key_or_group and o.key_or_group.split(".")[0] in GROUPS
+              and o.key_or_group not in swept}
+    return [f"++{arg}" if arg in forced else arg for arg in argv]
 
 
 def declares_sweep(overrides: Sequence[str]) -> bool:
     """Whether the ``experiment=<name>`` among ``overrides`` is a sweep (its file sets Hydra's
     ``hydra.mode: MULTIRUN``), which then runs as one without ``-m``."""
-    for item in overrides:
-        key, _, name = item.lstrip("+").partition("=")
-        if key == "experiment" and name:
-            path = CONF_DIR / "experiment" / f"{name}.yaml"
-            if path.is_file():
-                mode = (read_yaml(path).get("hydra") or {}).get("mode")
-                return str(mode) == "MULTIRUN"
+    parsed = parse(overrides)
+    for name in [] if isinstance(parsed, str) else _values(parsed, "experiment")[:1]:
+        path = CONF_DIR / "experiment" / f"{name}.yaml"
+        if path.is_file():
+            mode = (read_yaml(path).get("hydra") or {}).get("mode")
+            return str(mode) == "MULTIRUN"
     return False
-

@@ -71,6 +71,7 @@ class ComposedJob:
     overrides: list[str]
     base: Composition
     leaves: list[tuple[str, Any]] = field(default_factory=list)  # (dotted key, value)
+    keys: list[tuple[str, str]] = field(default_factory=list)  # every override's key, value
 
     def config(self) -> dict:
         """The resolved job config (no hydra node): :func:`pipeline.job.identity.job_config` of
@@ -119,19 +120,20 @@ def _set_leaf(config: dict, key: str, value) -> None:
         node[last] = value
 
 
-def _parse_override(text: str) -> tuple[str, str]:
-    key, _, value = text.partition("=")
-    return key.lstrip("+~"), value
-
-
-def swept_keys(job_overrides: Sequence[Sequence[str]]) -> list[str]:
-    """Override keys that take more than one value across the sweep, in command-line order."""
+def swept_keys(points: Sequence[ComposedJob]) -> list[str]:
+    """Override keys that take more than one value across the sweep, in command-line order
+    (as Hydra's parser read each point's overrides, :func:`compose_jobs`)."""
     values: dict[str, set[str]] = {}
-    for overrides in job_overrides:
-        for text in overrides:
-            key, value = _parse_override(text)
+    for point in points:
+        for key, value in point.keys:
             values.setdefault(key, set()).add(value)
     return [k for k, v in values.items() if len(v) > 1]
+
+
+def _key_and_value(override: Override) -> tuple[str, str]:
+    """An override's key (with its package, without its +/~ prefix) and its value as typed."""
+    key = override.key_or_group + (f"@{override.package}" if override.package else "")
+    return key, override.get_value_element_as_str() if override.value_type is not None else ""
 
 
 def coordinate_value(config: Mapping, key: str):
@@ -183,12 +185,13 @@ def compose_jobs(master: DictConfig, config_loader,
             bases[structural] = Composition.of(
                 config_loader.load_sweep_config(master, list(structural)))
         base = bases[structural]
+        keys = [_key_and_value(o) for o in parsed]
         if all(_is_leaf(base.cfg, o.key_or_group) for o in leaves):
             out.append(ComposedJob(list(overrides), base,
-                                   [(o.key_or_group, o.value()) for o in leaves]))
+                                   [(o.key_or_group, o.value()) for o in leaves], keys))
         else:
             full = config_loader.load_sweep_config(master, list(overrides))
-            out.append(ComposedJob(list(overrides), Composition.of(full)))
+            out.append(ComposedJob(list(overrides), Composition.of(full), keys=keys))
     return out
 
 

@@ -69,7 +69,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             old = read_manifest(sweep_dir)
             kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
             if old is None or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs)):
-                write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, {}, 0)
+                write_manifest(sweep_dir, master, jobs, kept, dims, {}, 0)
     except BaseException:
         restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
         raise
@@ -104,7 +104,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
 
         with sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
             kept = entries_kept(sweep_dir, read_manifest(sweep_dir), jobs, dims, merge=True)
-            write_manifest(sweep_dir, master, jobs, kept, dims, job_overrides, timings, n_workers)
+            write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers)
             t_consolidate = time.perf_counter()
             results_path = consolidate(sweep_dir)
             if startup is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -122,13 +122,13 @@ def restore_hydra_record(sweep_dir: Path) -> None:
 
 
 def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], kept: list[dict],
-                    extra_dims: list[str], job_overrides: Sequence[Sequence[str]], timings: dict,
+                    extra_dims: list[str], timings: dict,
                     n_workers: int) -> None:
     manifest = {
         "sweep": sweep_dir.name,
         "command": list(master.hydra.overrides.task),
         "config": job_config(master),
-        "swept_keys": swept_keys(job_overrides),
+        "swept_keys": swept_keys([job.composed for job in jobs]),
         "extra_dims": extra_dims,
         "entries": kept + manifest_entries(jobs),
         "timings": timings,

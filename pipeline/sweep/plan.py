@@ -88,11 +88,11 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
         print_job_script(cluster_cfg)
 
-    extra_dims = [k for k in swept_keys(job_overrides) if k not in FIXED_DIMS]
+    composed = compose_jobs(master, hydra_context.config_loader, job_overrides)
+    extra_dims = [k for k in swept_keys(composed) if k not in FIXED_DIMS]
     # a rerun of part of a sweep is expressed in that sweep's dims (a dim it sweeps, fixed now)
     dims = extra_dims + [d for d in old_dims(sweep_dir) if d not in extra_dims]
     jobs: list[PlannedJob] = []
-    composed = compose_jobs(master, hydra_context.config_loader, job_overrides)
     ignored: dict[str, set[str]] = {}
     in_memory: set[str] = set()  # algorithms whose blocks=cluster jobs run in memory
     checked: dict[str, str | None] = {}  # config → why it is too large (None: it is not)
