@@ -27,6 +27,7 @@ from pipeline.job.summary import summary_text
 from pipeline.results.consolidate import load
 from pipeline.sweep.clock import mark_command_line
 from pipeline.sweep.outcome import SweepOutcome
+from pipeline.sweep.signals import silent_on_interrupt
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -72,16 +73,10 @@ def main(argv: list[str]) -> int:
         return _error(error)
     overrides = force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
     try:
-        if not any(a in MULTIRUN_FLAGS for a in argv) and not declares_sweep(overrides):
-            record = app.run(overrides).return_value
-            if record["status"] == "error":
-                return _error(record["error"])
-            if record["status"] == "failed":  # the job failed, its input was fine
-                print(f"error: {_one_line(record['error'])}", file=sys.stderr)
-                return 1
-            print(summary_text(record["result"]))
-            return 0
-        outcome = SweepOutcome.from_returns(app.multirun(overrides))
+        # Ctrl-C silences Dask's logging before the KeyboardInterrupt exists, wherever it comes
+        # (a cluster's event-loop thread logs the interrupted calls with tracebacks otherwise)
+        with silent_on_interrupt():
+            return _run(argv, overrides)
     except InputError as err:
         return _error(err)
     except (HydraException, OmegaConfBaseException) as err:  # a bad override
@@ -90,6 +85,21 @@ def main(argv: list[str]) -> int:
         print("error: interrupted; rerun the same command to resume (finished jobs are kept "
               "and not fitted again)", file=sys.stderr)
         return 130
+
+
+def _run(argv: list[str], overrides: list[str]) -> int:
+    """One job, or a sweep (``-m``, or an experiment that declares one); its text and exit
+    code (1: the job, or a sweep's job, failed)."""
+    if not any(a in MULTIRUN_FLAGS for a in argv) and not declares_sweep(overrides):
+        record = app.run(overrides).return_value
+        if record["status"] == "error":
+            return _error(record["error"])
+        if record["status"] == "failed":  # the job failed, its input was fine
+            print(f"error: {_one_line(record['error'])}", file=sys.stderr)
+            return 1
+        print(summary_text(record["result"]))
+        return 0
+    outcome = SweepOutcome.from_returns(app.multirun(overrides))
     print(outcome.text())
     return 1 if outcome.failed else 0
 
