@@ -31,6 +31,7 @@ import contextlib
 import copy
 import hashlib
 import importlib
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -60,8 +61,9 @@ ENTRY_POINTS = {"pipeline": "pipeline.cli"}
 # command line" mark, say): put back after every in-process case
 PROJECT_PACKAGES = ("pipeline", "algorithms", "hydra_plugins")
 # seconds a case's test may take beyond the command's own timeout: the copy of the seed, the
-# setup, the hashing and, in the first case of a process, importing the entry point
-SLACK = 60
+# setup, the hashing and, in the first case of a process, importing the entry point (a call
+# that returns later than the command's timeout fails too: run_case measures it)
+SLACK = 30
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,15 @@ def entry_point(module: str) -> Callable[[list[str]], int]:
     return importlib.import_module(ENTRY_POINTS.get(module, module)).main
 
 
+def script_path(module: str) -> str:
+    """``sys.argv[0]`` under ``python -m <module>``: the file it runs (a package's
+    ``__main__.py``)."""
+    spec = importlib.util.find_spec(module)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(f"{module}.__main__")
+    return spec.origin if spec is not None and spec.origin else module
+
+
 def run_case(case: Case, seed_dir: Path, workdir: Path, capfd: pytest.CaptureFixture,
              monkeypatch: pytest.MonkeyPatch) -> Ran:
     """Run ``case`` in-process in a copy of ``seed_dir`` and assert everything the module
@@ -176,8 +187,7 @@ def run_case(case: Case, seed_dir: Path, workdir: Path, capfd: pytest.CaptureFix
     before = prepare(case, seed_dir, workdir)
     argv = _argv(case, workdir)
     main = entry_point(argv[0])
-    module = sys.modules[ENTRY_POINTS.get(argv[0], argv[0])]
-    with isolated(workdir, case.env, monkeypatch, [module.__file__ or argv[0], *argv[1:]]):
+    with isolated(workdir, case.env, monkeypatch, [script_path(argv[0]), *argv[1:]]):
         capfd.readouterr()  # only the command's own output
         start = time.monotonic()
         code = call(main, argv[1:])
