@@ -1,6 +1,9 @@
-"""Shared tiny problems, and a real Dask scheduler with two workers."""
+"""Shared tiny problems, a real Dask scheduler with two workers, and the test pyramid's
+markers (``unit``, ``contract``, ``e2e``), assigned here to every collected test."""
 
+import inspect
 import os
+import re
 import subprocess
 import time
 
@@ -65,3 +68,75 @@ def dask_processes(tmp_path):
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+# ----------------------------------------------------------------------------- markers
+
+# files whose every test checks a contract: every registered algorithm against the algorithm
+# contract, the scikit-learn estimator checks, the CLI's bad-input tables (one error line)
+CONTRACT_FILES = re.compile(r"test_(contract|estimators|bad_input_\w+)\.py")
+# what a test (or a helper or fixture of its file) does to start another process, a Dask
+# cluster or SLURM: it is e2e
+STARTS_PROCESSES = re.compile(r"\bsubprocess\.|\bPopen\(|\bLocalCluster\(|\brun_sweep\(|"
+                              r"\bmake_seed_dir\(|\bdask_processes\b")
+PYRAMID = ("unit", "contract", "e2e")
+
+
+def _starting_functions(module) -> set[str]:
+    """Names of the module's functions (helpers, fixtures) that start processes, directly or
+    through another such function of the module."""
+    sources = {}
+    for name, obj in vars(module).items():
+        func = getattr(obj, "__wrapped__", obj)  # a fixture's function
+        if inspect.isfunction(func) and getattr(func, "__module__", None) == module.__name__:
+            try:
+                sources[name] = inspect.getsource(func)
+            except (OSError, TypeError):
+                continue
+    starting = {n for n, src in sources.items() if STARTS_PROCESSES.search(src)}
+    while True:
+        calls = re.compile(rf"\b({'|'.join(map(re.escape, starting))})\b") if starting else None
+        more = {n for n, src in sources.items()
+                if n not in starting and calls is not None and calls.search(src)}
+        if not more:
+            return starting
+        starting |= more
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test gets its pyramid markers (explicit ones are kept): ``contract`` by file
+    (:data:`CONTRACT_FILES`); ``e2e`` when it starts another process, a Dask cluster or SLURM
+    (:data:`STARTS_PROCESSES` in its source, a helper's or a fixture's of its module, or in
+    the fixtures it uses: ``dask_processes``, ``slurm``, ...); ``unit`` when neither."""
+    cache: dict[str, set[str]] = {}
+    for item in items:
+        function = getattr(item, "function", None)
+        module = getattr(item, "module", None)
+        if function is None or module is None:
+            continue
+        if module.__name__ not in cache:
+            cache[module.__name__] = _starting_functions(module)
+        starting = cache[module.__name__]
+        have = {m.name for m in item.iter_markers() if m.name in PYRAMID}
+        if CONTRACT_FILES.fullmatch(item.path.name):
+            have.add("contract")
+            item.add_marker("contract")
+        if "e2e" not in have and _starts_processes(item, function, starting):
+            have.add("e2e")
+            item.add_marker("e2e")
+        if not have:
+            item.add_marker("unit")
+
+
+def _starts_processes(item, function, starting: set[str]) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & (starting | {"dask_processes", "slurm"}):
+        return True
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
+    if STARTS_PROCESSES.search(source):
+        return True
+    return bool(starting) and re.search(
+        rf"\b({'|'.join(map(re.escape, starting))})\(", source) is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import Case, run_case
+from tests.bad_input import Case, params, run_case, run_command
 
 SWEEP = ("pipeline", "-m", "seed=0,1", "dataset=sine1d")
 # PATH without a batch system's submit commands (this machine has none anyway)
@@ -119,7 +119,17 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("case", params(CASES))
+def test_bad_input(case, seed_dir, tmp_path, capfd, monkeypatch):
+    run_case(case, seed_dir, tmp_path / "work", capfd, monkeypatch)
+
+
+# also as real `python -m` commands: a cluster that cannot start, a batch system found on PATH
+E2E = ["address-unreachable", "slurm-submit-refused"]
+
+
+@pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case, seed_dir, tmp_path):
-    run_case(case, seed_dir, tmp_path / "work")
+@pytest.mark.parametrize("case", params(CASES, E2E))
+def test_bad_input_as_a_command(case, seed_dir, tmp_path):
+    run_command(case, seed_dir, tmp_path / "work")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import zarr
 
-from tests.bad_input import Case, run_case
+from tests.bad_input import Case, params, run_case, run_command
 
 # the dataset of the seed sweep: its store exists, so these jobs ingest nothing
 SEED_DATA = ("dataset=sine1d", "dataset.n_train=40", "dataset.n_test=20")
@@ -187,7 +187,17 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("case", params(CASES))
+def test_bad_input(case, seed_dir, tmp_path, capfd, monkeypatch):
+    run_case(case, seed_dir, tmp_path / "work", capfd, monkeypatch)
+
+
+# also as real `python -m` commands: a fit whose arithmetic breaks down, a bad CSV file
+E2E = ["lam-cholesky-breaks-down", "csv-inf-value"]
+
+
+@pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case, seed_dir, tmp_path):
-    run_case(case, seed_dir, tmp_path / "work")
+@pytest.mark.parametrize("case", params(CASES, E2E))
+def test_bad_input_as_a_command(case, seed_dir, tmp_path):
+    run_command(case, seed_dir, tmp_path / "work")

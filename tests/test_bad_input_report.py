@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import Case, run_case
+from tests.bad_input import Case, params, run_case, run_command
 
 RESULTS = "outputs/seed/results.zarr"
 REBUILD = "rerunning the sweep command that wrote it (sweep=seed)"
@@ -122,7 +122,17 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("case", params(CASES))
+def test_bad_input(case, seed_dir, tmp_path, capfd, monkeypatch):
+    run_case(case, seed_dir, tmp_path / "work", capfd, monkeypatch)
+
+
+# also as real `python -m` commands: argparse, a damaged results store
+E2E = ["unknown-flag", "truncated-chunk"]
+
+
+@pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case, seed_dir, tmp_path):
-    run_case(case, seed_dir, tmp_path / "work")
+@pytest.mark.parametrize("case", params(CASES, E2E))
+def test_bad_input_as_a_command(case, seed_dir, tmp_path):
+    run_command(case, seed_dir, tmp_path / "work")

@@ -27,6 +27,7 @@ from pipeline.cluster.threads import _blas, blas_threads, cpu_model, resolve_thr
 from pipeline.config import complete
 from pipeline.datasets import ingest
 from pipeline.datasets.blocks import open_blocks
+from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
 from pipeline.job.validate import check_config
@@ -54,7 +55,8 @@ def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
     except ValueError:  # not in a Dask task: a job of its own
         on_worker = False
     if on_worker:
-        with worker_client() as client, Lock(CLUSTER_FIT_LOCK), \
+        # out of the worker's pool while it waits: the worker's next task may run meanwhile
+        with released_while_seceded(), worker_client() as client, Lock(CLUSTER_FIT_LOCK), \
                 ClusterKernelBlocks(client, store, kernel) as blocks:
             yield blocks
     else:

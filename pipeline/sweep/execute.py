@@ -6,7 +6,6 @@ hyperparameter-learning tasks the jobs wait for.
 from __future__ import annotations
 
 import os
-import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from omegaconf import DictConfig, open_dict
 
 from pipeline.cluster.connect import worker_name
 from pipeline.datasets import ingest
+from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
 from pipeline.job.identity import config_hash
 from pipeline.results.job_file import (
@@ -29,9 +29,6 @@ from pipeline.results.job_file import (
 )
 from pipeline.sweep.claims import claim_job, record_fit
 from pipeline.sweep.compose import PlannedJob
-
-# Hydra's job context (HydraConfig) is process-global: a worker process runs one job at a time
-_HYDRA_JOB = threading.Lock()
 
 
 def execute(task_function: TaskFunction, hydra_context: HydraContext, job: PlannedJob,
@@ -60,7 +57,7 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
         start = time.perf_counter()
         with dask.config.set(scheduler="synchronous"):
             # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
-            with _HYDRA_JOB:
+            with one_hydra_job():  # Hydra's job context is process-global
                 ret = run_job(hydra_context=hydra_context, task_function=task_function,
                               config=_hydra_job_config(job, sweep_dir),
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
