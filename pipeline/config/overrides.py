@@ -25,10 +25,17 @@ def parse(argv: Sequence[str]) -> list[Override] | str:
         if arg.startswith("-"):
             continue
         try:
-            out.append(_PARSER.parse_override(arg))
+            override = _PARSER.parse_override(arg)
         except HydraException:
+            key, equals, value = arg.partition("=")
+            if equals and key in GROUPS and "" in value.split(","):  # algorithm=sgma,
+                return (f"unknown {key} ''; choose one of: {', '.join(group_options(key))} "
+                        f"(files in conf/{key}/; {arg!r} has an empty choice)")
+            override = None
+        if override is None or not override.key_or_group:
             return (f"override {arg!r} is not key=value; pass e.g. lam=0.1 (keys: python -m "
                     "pipeline --cfg job)")
+        out.append(override)
     return out
 
 
