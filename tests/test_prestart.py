@@ -76,7 +76,7 @@ WARM_PROBE = """
 import json, sys, time
 from omegaconf import OmegaConf
 from pipeline.cluster import connect
-from pipeline.job import CONF_DIR
+from pipeline.config import CONF_DIR
 cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
 cfg.update(n_workers=1, dashboard_address=":0", memory_limit=sys.argv[1])
 
