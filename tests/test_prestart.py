@@ -75,7 +75,7 @@ def test_local_workers_fork_from_the_prestarted_server_with_pinned_blas(argv, fo
 WARM_PROBE = """
 import json, sys, time
 from omegaconf import OmegaConf
-from pipeline.cluster import connect
+from pipeline.cluster.connect import connect
 from pipeline.config import CONF_DIR
 cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
 cfg.update(n_workers=1, dashboard_address=":0", memory_limit=sys.argv[1])
