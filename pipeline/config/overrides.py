@@ -5,6 +5,7 @@ one-line error, and the one rewrite the product makes of them (``algorithm.eps=â
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -17,9 +18,15 @@ from pipeline.job.validate import check_sweep_name
 _PARSER = OverridesParser.create()
 
 
-def parse(argv: Sequence[str]) -> list[Override] | str:
+def parse(argv: Sequence[str]) -> tuple[Override, ...] | str:
     """``argv``'s overrides as Hydra's parser reads them (flags such as ``-m`` skipped), or a
-    one-line message naming the first that is not ``key=value``."""
+    one-line message naming the first that is not ``key=value``. Parsed once per command
+    line: each check below asks for it."""
+    return _parse(tuple(argv))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(argv: tuple[str, ...]) -> tuple[Override, ...] | str:
     out = []
     for arg in argv:
         if arg.startswith("-"):
@@ -36,7 +43,7 @@ def parse(argv: Sequence[str]) -> list[Override] | str:
             return (f"override {arg!r} is not key=value; pass e.g. lam=0.1 (keys: python -m "
                     "pipeline --cfg job)")
         out.append(override)
-    return out
+    return tuple(out)  # shared by the checks: not to be changed
 
 
 def _choices(override: Override) -> list[str]:
@@ -52,7 +59,7 @@ def _choices(override: Override) -> list[str]:
     return []
 
 
-def _values(overrides: list[Override], key: str) -> list[str]:
+def _values(overrides: Sequence[Override], key: str) -> list[str]:
     return [v for o in overrides if o.key_or_group == key and o.package is None
             for v in _choices(o) if v]
 
@@ -126,7 +133,7 @@ def check_override_syntax(argv: list[str]) -> str | None:
     return None
 
 
-def _experiment_sweep_keys(overrides: list[Override]) -> set[str]:
+def _experiment_sweep_keys(overrides: Sequence[Override]) -> set[str]:
     """Keys an ``experiment=<name>`` on the command line sweeps in ``hydra.sweeper.params``."""
     keys: set[str] = set()
     for name in _values(overrides, "experiment"):
