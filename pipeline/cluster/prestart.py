@@ -86,7 +86,7 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
     # the command line's values over conf/config.yaml's, as typed: a peek made before Hydra is
     # imported (its parser reads them afterwards; a wrong guess costs an idle fork server only)
     values = {"cluster": default_choice("cluster"), "experiment": default_choice("experiment"),
-              **{key: str(value).lower() for key, value in job_defaults().items()},
+              **{key: str(job_defaults()[key]).lower() for key in ("dry_run", "blocks")},
               **{a.lstrip("+").partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}}
     if values["cluster"] != "local" or values["dry_run"] != "false":
         return False
