@@ -185,20 +185,27 @@ def run_case(case: Case, seed_dir: Path, workdir: Path, capfd: pytest.CaptureFix
     """Run ``case`` in-process in a copy of ``seed_dir`` and assert everything the module
     docstring lists (``capfd`` and ``monkeypatch``: the test's fixtures)."""
     before = prepare(case, seed_dir, workdir)
-    argv = _argv(case, workdir)
-    main = entry_point(argv[0])
-    with isolated(workdir, case.env, monkeypatch, [script_path(argv[0]), *argv[1:]]):
-        capfd.readouterr()  # only the command's own output
-        start = time.monotonic()
-        code = call(main, argv[1:])
-        elapsed = time.monotonic() - start
-        sys.stdout.flush()
-        sys.stderr.flush()
-        out, err = capfd.readouterr()
-    ran = Ran(code, out, err)
+    start = time.monotonic()
+    ran = run_in_process(_argv(case, workdir), workdir, capfd, monkeypatch, case.env)
+    elapsed = time.monotonic() - start
     assert elapsed <= case.timeout, f"{case.id}: took {elapsed:.0f} s, more than {case.timeout} s"
     check(case, ran, workdir, before)
     return ran
+
+
+def run_in_process(argv: list[str], workdir: Path, capfd: pytest.CaptureFixture,
+                   monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str] | None = None) -> Ran:
+    """What ``python -m <argv>`` run in ``workdir`` (with ``env`` added) does, run in this
+    process: the entry point's ``main`` (:func:`entry_point`) under :func:`isolated`, its
+    output captured at the file-descriptor level (``capfd``)."""
+    main = entry_point(argv[0])
+    with isolated(workdir, env or {}, monkeypatch, [script_path(argv[0]), *argv[1:]]):
+        capfd.readouterr()  # only the command's own output
+        code = call(main, argv[1:])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out, err = capfd.readouterr()
+    return Ran(code, out, err)
 
 
 def call(main: Callable[[list[str]], int], args: list[str]) -> int:

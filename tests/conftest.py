@@ -6,13 +6,14 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from distributed import Client
 
 from algorithms import ArrayKernelBlocks, Kernel
-from tests.bad_input import make_seed_dir
+from tests.bad_input import Ran, make_seed_dir, run_in_process
 
 
 def make_problem(n=60, d=3, n_test=25, seed=0, kernel=None, noise=0.1):
@@ -29,6 +30,16 @@ def make_problem(n=60, d=3, n_test=25, seed=0, kernel=None, noise=0.1):
 @pytest.fixture
 def problem():
     return make_problem()
+
+
+@pytest.fixture
+def in_process(capfd, monkeypatch):
+    """``in_process(cwd, module, *args, env=None)``: what ``python -m module args...`` run in
+    ``cwd`` does (exit code, stdout, stderr), run in this process through the same ``main``
+    (``tests/bad_input.py``: :func:`~tests.bad_input.run_in_process`)."""
+    def run(cwd, module: str, *args: str, env=None) -> Ran:
+        return run_in_process([module, *args], Path(cwd), capfd, monkeypatch, env)
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -61,13 +72,16 @@ def dask_processes(tmp_path):
         yield client
     finally:
         client.close()
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        # the workers first, while their scheduler is still there to say goodbye to (a
+        # nanny stopped after its scheduler retries the connection for ~20 s)
+        for group in (procs[1:], procs[:1]):
+            for proc in group:
+                proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 # ----------------------------------------------------------------------------- markers

@@ -1,7 +1,7 @@
-"""The command line, end to end: `python -m pipeline key=value ...` in a scratch directory."""
+"""The command line: `python -m pipeline key=value ...` in a scratch directory, run in-process
+through the same ``main`` (``tests/bad_input.py``; the subprocess wiring of ``python -m`` is
+kept honest by the bad-input tables' e2e cases and tests/test_console.py)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,18 +12,19 @@ import zarr
 from pipeline.results.job_file import load_job_result
 
 
-def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def run_cli(in_process):
+    """``run_cli(cwd, *args)``: what ``python -m pipeline args...`` in ``cwd`` does."""
+    return lambda cwd, *args: in_process(cwd, "pipeline", *args)
 
 
-def result_path(proc: subprocess.CompletedProcess) -> Path:
+def result_path(proc) -> Path:
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("result: "), proc.stdout
     return Path(last.removeprefix("result: "))
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+def assert_one_line_error(proc, *fragments: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, proc.stderr
@@ -32,7 +33,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
     assert "Traceback" not in proc.stderr
 
 
-def test_sgma_and_exact_jobs_on_abalone(tmp_path):
+def test_sgma_and_exact_jobs_on_abalone(tmp_path, run_cli):
     sgma = run_cli(tmp_path, "algorithm=sgma", "dataset=abalone", "lam=0.1", "kappa=59", "seed=0")
     assert sgma.returncode == 0, sgma.stderr
     for label in ("basis size", "gap", "test RMSE", "seconds"):
@@ -73,13 +74,13 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path):
     (["algorithm=exact", "dataset=matern1d", "+learning_curve.draws=5"],
      ["learning_curve.n is missing"]),
 ])
-def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments):
+def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments, run_cli):
     assert_one_line_error(run_cli(tmp_path, *args), *fragments)
 
 
 @pytest.mark.parametrize("args", [["size=small"], ["-m", "size=small", "seed=0,1"],
                                   ["size=full,small"]])
-def test_size_small_without_an_experiment_is_a_one_line_error(tmp_path, args):
+def test_size_small_without_an_experiment_is_a_one_line_error(tmp_path, args, run_cli):
     """size=small reduces an experiment: alone it would silently run the default job."""
     assert_one_line_error(run_cli(tmp_path, *args),
                           "size=small reduces an experiment; pass experiment=<name> too",
@@ -87,7 +88,7 @@ def test_size_small_without_an_experiment_is_a_one_line_error(tmp_path, args):
     assert not (tmp_path / "outputs").exists()  # nothing ran
 
 
-def test_size_is_checked_before_hydra_starts(tmp_path):
+def test_size_is_checked_before_hydra_starts(tmp_path, run_cli):
     from pipeline.config.overrides import check_size
 
     assert_one_line_error(run_cli(tmp_path, "size=tiny"), "unknown size 'tiny'",
@@ -99,7 +100,7 @@ def test_size_is_checked_before_hydra_starts(tmp_path):
         "size=full or another experiment")
 
 
-def test_nan_in_data_is_a_one_line_error(tmp_path):
+def test_nan_in_data_is_a_one_line_error(tmp_path, run_cli):
     data = np.random.default_rng(0).normal(size=(30, 4))
     data[17, 2] = np.nan
     np.savetxt(tmp_path / "bad.csv", data, delimiter=",")
@@ -110,7 +111,7 @@ def test_nan_in_data_is_a_one_line_error(tmp_path):
         for p in (tmp_path / "outputs" / "stores").iterdir())
 
 
-def test_inf_and_ragged_csv_are_one_line_errors(tmp_path):
+def test_inf_and_ragged_csv_are_one_line_errors(tmp_path, run_cli):
     (tmp_path / "inf.csv").write_text("1,2,3\n4,inf,6\n7,8,9\n1,1,1\n")
     assert_one_line_error(run_cli(tmp_path, "dataset=csv", f"dataset.path={tmp_path}/inf.csv"),
                           "NaN/inf")
@@ -120,7 +121,7 @@ def test_inf_and_ragged_csv_are_one_line_errors(tmp_path):
         "cannot read", "same number of columns")
 
 
-def test_good_csv_runs(tmp_path):
+def test_good_csv_runs(tmp_path, run_cli):
     rng = np.random.default_rng(1)
     X = rng.uniform(size=(120, 2))
     np.savetxt(tmp_path / "ok.csv", np.column_stack([X, np.sin(6 * X[:, 0])]), delimiter=",")
@@ -131,7 +132,7 @@ def test_good_csv_runs(tmp_path):
     assert load_job_result(result_path(proc)).attrs["summary"]["test_rmse"] < 0.2
 
 
-def test_store_failing_its_checksum_is_a_one_line_error(tmp_path):
+def test_store_failing_its_checksum_is_a_one_line_error(tmp_path, run_cli):
     args = ["algorithm=sgma", "dataset=sine1d", "kappa=5", "kernel.width=0.1"]
     assert run_cli(tmp_path, *args).returncode == 0
     (store,) = (tmp_path / "outputs" / "stores").glob("sine1d-*.zarr")
@@ -141,7 +142,7 @@ def test_store_failing_its_checksum_is_a_one_line_error(tmp_path):
                           f"delete outputs/stores/{store.name}")
 
 
-def test_learning_curve_job_prints_the_curve(tmp_path):
+def test_learning_curve_job_prints_the_curve(tmp_path, run_cli):
     proc = run_cli(tmp_path, "algorithm=finite_optimal", "algorithm.m=3", "dataset=matern1d",
                    "kernel=matern32", "kernel.mu=0.1", "lam=1", "+learning_curve.n=[2,10]",
                    "+learning_curve.draws=4", "certificate.enabled=false")

@@ -128,12 +128,13 @@ def test_optimum_equals_scikit_learn_on_abalone(abalone, ard, n):
     assert np.all(ours_ls[~relevant] > 1e2)
 
 
-def _run(args, cwd):
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+@pytest.fixture
+def _run(in_process):
+    """``_run(args, cwd)``: what ``python -m pipeline args...`` in ``cwd`` does (in-process)."""
+    return lambda args, cwd: in_process(cwd, "pipeline", *args)
 
 
-def test_a_job_fits_with_learned_hyperparameters_and_records_them(tmp_path):
+def test_a_job_fits_with_learned_hyperparameters_and_records_them(tmp_path, _run):
     args = ["algorithm=nystrom", "algorithm.max_basis=32", "dataset=sine1d", "dataset.n_train=300",
             "hyper=ml", "hyper.subset=200", "hyper.restarts=2", "lam=0.5", "kernel.width=1.0"]
     proc = _run(args, tmp_path)
@@ -168,7 +169,7 @@ def test_a_job_fits_with_learned_hyperparameters_and_records_them(tmp_path):
     (["hyper=ml", "hyper.ard=maybe"], "error: hyper: hyper.ard='maybe' is invalid"),
     (["hyper=bayes"], "error: "),
 ])
-def test_bad_hyper_input_is_one_line(tmp_path, args, message):
+def test_bad_hyper_input_is_one_line(tmp_path, args, message, _run):
     proc = _run(["algorithm=nystrom", "dataset=sine1d", *args], tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr

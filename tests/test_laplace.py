@@ -139,8 +139,8 @@ def _pipeline(args, cwd, multirun=False):
      "error: algorithm exact is a regression algorithm but dataset two_moons is a "
      "classification set; pass a regression dataset ("),
 ])
-def test_task_mismatch_is_one_line_before_any_data(tmp_path, args, message):
-    proc = _pipeline(args, tmp_path)
+def test_task_mismatch_is_one_line_before_any_data(tmp_path, args, message, in_process):
+    proc = in_process(tmp_path, "pipeline", *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "outputs" / "stores").exists()

@@ -86,7 +86,8 @@ def loaded():
 with connect(cfg) as client:  # wait for the load (or 3 s to see that none starts)
     deadline = time.monotonic() + float(sys.argv[2])
     state = list(client.run(loaded).values())[0]
-    while not state["tiles"] and time.monotonic() < deadline:
+    while not all(state.values()) and time.monotonic() < deadline:  # the module is in
+        # sys.modules from the start of its import, before numba is
         time.sleep(0.25)
         state = list(client.run(loaded).values())[0]
 print(json.dumps(state))

@@ -123,13 +123,13 @@ def test_a_batch_job_that_never_starts_fails_at_the_start_timeout(slurm, tmp_pat
     cluster.start_timeout with one line naming it, and cancels its batch job."""
     start = time.monotonic()
     proc = run(slurm, tmp_path, "algorithm=exact", "dataset=abalone", "lam=0.1",
-               "cluster.n_jobs=1", "cluster.start_timeout=15s",
+               "cluster.n_jobs=1", "cluster.start_timeout=5s",
                "cluster.job_extra_directives=['--begin=now+1hour']", timeout=180)
     took = time.monotonic() - start
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
-    assert "no batch job" in lines[0] and "cluster.start_timeout=15s" in lines[0]
-    assert 15 <= took < 120
+    assert "no batch job" in lines[0] and "cluster.start_timeout=5s" in lines[0]
+    assert 5 <= took < 120
     assert slurm.wait_until_empty(30) == []
 
 

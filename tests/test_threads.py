@@ -3,8 +3,6 @@ recorded with the CPU model; the count is not part of what a job computes (its h
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import xarray as xr
@@ -14,16 +12,16 @@ from pipeline.job.identity import config_hash
 JOB = ["algorithm=nystrom", "algorithm.max_basis=20", "dataset=sine1d", "dataset.n_train=60"]
 
 
-def _job(tmp_path, *extra):
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *JOB, *extra], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    return proc
+@pytest.fixture
+def _job(in_process):
+    """``_job(tmp_path, *extra)``: what ``python -m pipeline`` of :data:`JOB` does (in-process)."""
+    return lambda tmp_path, *extra: in_process(tmp_path, "pipeline", *JOB, *extra)
 
 
 @pytest.mark.parametrize("extra,threads", [((), os.cpu_count()), (("threads=1",), 1),
                                            (("threads=2",), 2)])
 def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path, extra,
-                                                                        threads):
+                                                                        threads, _job):
     proc = _job(tmp_path, *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
@@ -35,7 +33,7 @@ def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
-def test_bad_threads_is_one_line(tmp_path, value):
+def test_bad_threads_is_one_line(tmp_path, value, _job):
     proc = _job(tmp_path, f"threads={value}")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: threads=") and proc.stderr.count("\n") == 1
