@@ -5,10 +5,7 @@ import pytest
 
 from algorithms import Kernel, run
 from algorithms.sgma import error_bar_basis_sizes
-from pipeline.report import render
-from pipeline.results.consolidate import load
 from tests.conftest import make_problem
-from tests.test_experiments import run_experiment
 
 
 @pytest.mark.parametrize("eps", [0.2, 0.025])
@@ -45,33 +42,3 @@ def test_suboptimality_traces_use_the_exact_optimum(problem, reference):
     assert primal[-1] < 1e-9 and dual[-1] < 1e-9
     assert np.isnan(run("sgma", blocks, y, lam=0.1, kappa=5, rng=np.random.default_rng(0),
                         max_basis=3).trace["primal_subopt"]).all()
-
-
-def test_convergence_experiment_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=smola2000_convergence",
-                          "kappa=1,59", "seed=range(0,3)", "dataset.standardize_y=false",
-                          "algorithm.max_basis=40")
-    ds = load(path).load()
-    gap = ds["gap"].sel(step=40).squeeze()
-    assert gap.sel(kappa=59).mean() < gap.sel(kappa=1).mean()  # larger subsets converge faster
-    assert (ds["final_gap_certified"] >= ds["primal_subopt"].sel(step=40) - 1e-12).all()
-    report = render(path).read_text()
-    assert "gap at step 20" in report and "Fig. 1" in report
-
-
-def test_errorbar_and_generalisation_experiments_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=smola2000_errorbars",
-                          "kernel.width=10.0,50.0")  # the command line overrides params
-    ds = load(path).load()
-    means = ds["final_error_bar_basis_mean"].squeeze()
-    assert 5 < means.sel({"kernel.width": 10.0}) < 40  # paper: 17 ± 16
-    assert means.sel({"kernel.width": 50.0}) < means.sel({"kernel.width": 10.0})  # paper: 8 ± 5
-    assert "79±61" in render(path).read_text()
-
-    path = run_experiment(tmp_path, "experiment=smola2000_generalisation",
-                          "dataset.split_seed=range(0,3)", "dataset.standardize_y=false")
-    ds = load(path).load()
-    rmse = ds["final_test_rmse"].squeeze()
-    assert np.all(np.abs(rmse.sel(algorithm="sgma") - rmse.sel(algorithm="exact")) < 0.05)
-    text = render(path).read_text()
-    assert "Paired t-tests" in text and "| final_test_rmse | – | sgma | exact |" in text

@@ -14,6 +14,8 @@ from hydra.types import RunMode
 
 from pipeline.config import CONF_DIR
 from pipeline.job.identity import job_config
+from pipeline.report import render
+from pipeline.results.consolidate import load
 from pipeline.results.job_file import _open_job, _read_job
 from pipeline.sweep.compose import compose_jobs
 from pipeline.sweep.schedule import Batches
@@ -131,6 +133,14 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
         assert s["ratio"] == pytest.approx(s["whole_process_seconds"] / s["ideal_seconds"])
     assert figures["plan"]["points"] == 1000 and figures["plan"]["peak_memory_mib"] > 0
     assert (out / "sweep_overhead.png").stat().st_size > 10000
+    # the experiment's own results and report (experiment=bench_sweep_overhead size=small)
+    ds = load(tmp_path / "outputs" / "bench_sweep_overhead_small" / "results.zarr").load()
+    assert ds.attrs["sweep"] == "bench_sweep_overhead_small" and ds.sizes["seed"] == 40
+    assert set(np.unique(ds["status"].values)) == {"ok"}
+    report = render(tmp_path / "outputs" / "bench_sweep_overhead_small" / "results.zarr")
+    assert "overhead:" in report.read_text()
+    drawn = sorted(report.parent.glob("fig*.png"))
+    assert len(drawn) == 1 and drawn[0].stat().st_size > 5000
     bad = subprocess.run([sys.executable, "-m", "pipeline.bench.sweep_overhead", "size=huge"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
