@@ -42,6 +42,12 @@ def in_process(capfd, monkeypatch):
     return run
 
 
+@pytest.fixture
+def run_cli(in_process):
+    """``run_cli(cwd, *args)``: what ``python -m pipeline args...`` in ``cwd`` does (in-process)."""
+    return lambda cwd, *args: in_process(cwd, "pipeline", *args)
+
+
 @pytest.fixture(scope="session")
 def seed_dir(tmp_path_factory):
     """A finished tiny sweep and its report, copied into each bad-input case's workdir

@@ -12,12 +12,6 @@ import zarr
 from pipeline.results.job_file import load_job_result
 
 
-@pytest.fixture
-def run_cli(in_process):
-    """``run_cli(cwd, *args)``: what ``python -m pipeline args...`` in ``cwd`` does."""
-    return lambda cwd, *args: in_process(cwd, "pipeline", *args)
-
-
 def result_path(proc) -> Path:
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("result: "), proc.stdout

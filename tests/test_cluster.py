@@ -195,3 +195,18 @@ def test_a_slurm_sweep_runs_through_its_submit_command(tmp_path):
     ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
     assert set(ds["status"].values.ravel().tolist()) == {"ok"}
     assert set(ds["worker"].values.ravel().tolist()) == {"SLURMCluster-0"}
+
+
+def test_importing_dask_jobqueue_keeps_the_ctrl_c_handler(monkeypatch):
+    """dask_jobqueue's runner module sets SIGINT to ``sys.exit()`` when imported: a SLURM
+    sweep's Ctrl-C would exit 0 in silence. The pipeline imports it with the handler kept."""
+    import signal
+
+    from pipeline.cluster.connect import _import_jobqueue
+
+    for name in [m for m in sys.modules if m.split(".")[0] == "dask_jobqueue"]:
+        monkeypatch.delitem(sys.modules, name)  # imported afresh here (put back afterwards)
+    before = signal.getsignal(signal.SIGINT)
+    _import_jobqueue()
+    assert "dask_jobqueue.runner" in sys.modules  # the module that sets the handler ran
+    assert signal.getsignal(signal.SIGINT) is before

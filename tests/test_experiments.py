@@ -27,8 +27,16 @@ def run_experiment(cwd, *args):
 
 
 def test_zhang2001_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=zhang2001", "size=small")
+    """Run without -m: experiment files set Hydra's hydra.mode: MULTIRUN (it used to run one
+    job silently); every experiment but the single-run benchmarks declares it."""
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=zhang2001", "size=small",
+                           "cluster.n_workers=2", "cluster.dashboard_address=:0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "9 sweep points, 7 distinct jobs" in proc.stdout
+    path = proc.stdout.strip().splitlines()[-1].removeprefix("results: ")
     ds = load(path).load()
+    assert ds.sizes["seed"] == 3
     assert ds.attrs["sweep"] == "zhang2001_small"
     assert ds["algorithm"].values.tolist() == ["zhang_greedy", "zhang_kappa_greedy",
                                                "zhang_random"]
@@ -261,17 +269,7 @@ def test_smola2001_sparsity_reduced(tmp_path):
         report.read_text()
 
 
-def test_an_experiment_is_a_sweep_without_dash_m(tmp_path):
-    """Experiment files set Hydra's hydra.mode: MULTIRUN: no -m needed (it used to run one job
-    silently); every experiment but the single-run benchmark declares it."""
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=zhang2001", "size=small",
-                           "cluster.n_workers=1", "cluster.dashboard_address=:0"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "9 sweep points, 7 distinct jobs" in proc.stdout
-    ds = load(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    assert ds.sizes["seed"] == 3 and set(np.unique(ds["status"].values)) == {"ok"}
-    from pipeline.config import CONF_DIR
+def test_only_the_single_run_benchmarks_declare_no_sweep():
     from pipeline.config.overrides import declares_sweep
 
     names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
@@ -372,3 +370,7 @@ def test_bench_sgma_flops_small(tmp_path):
     figures = json.loads(path.read_text())
     assert figures["n"] == 5000 and figures["steps_run"] == figures["t_max"] == 100
     assert figures["flops_per_s"] > 0 and (path.parent / "sgma_flops.png").stat().st_size > 1000
+    assert figures["algorithm"] == "sgma"
+    for key in ("gemm_flops_per_s", "flops_per_s", "step_seconds_at_t_max",
+                "ratio_to_gemm", "ratio_to_gemm_at_t_max"):
+        assert np.isfinite(figures[key]) and figures[key] > 0, key

@@ -19,7 +19,7 @@ from algorithms.errors import InputError
 from algorithms.lowrank import LowRankSolve, PartialCholesky, solution
 from tests.contract import CHECKS, CONF_DIR
 from tests.contract import make_problem as contract_problem
-from tests.test_cli import result_path, run_cli
+from tests.test_cli import result_path
 
 LAM = 0.1
 TOL = 1e-8
@@ -374,7 +374,7 @@ def test_the_certificate_only_where_it_applies(tmp_path):
 
 
 @pytest.mark.slow
-def test_sklearn_nystroem_job_through_the_cli(tmp_path):
+def test_sklearn_nystroem_job_through_the_cli(tmp_path, run_cli):
     proc = run_cli(tmp_path, "algorithm=sklearn_nystroem", "dataset=abalone", "lam=0.1",
                    "algorithm.max_basis=64", "seed=0", "certificate.max_dual=100")
     assert proc.returncode == 0, proc.stderr

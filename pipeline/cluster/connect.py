@@ -22,7 +22,9 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -100,9 +102,24 @@ def _quiet(logger_name: str) -> Iterator[None]:
         logger.removeFilter(flt)
 
 
-def _jobqueue_cluster(opts: Mapping, dashboard_address: str):
+def _import_jobqueue():
+    """dask_jobqueue, imported with this process's Ctrl-C handler kept: its ``runner`` module
+    installs ``signal.signal(SIGINT, lambda *_: sys.exit())`` when imported (0.9.0), which
+    would turn Ctrl-C during a SLURM/PBS sweep into a silent exit with status 0 instead of the
+    sweep's one line and exit 130 (:mod:`pipeline.sweep.signals`)."""
+    handler = signal.getsignal(signal.SIGINT)
     try:
         import dask_jobqueue
+    finally:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is not handler and handler is not None):
+            signal.signal(signal.SIGINT, handler)
+    return dask_jobqueue
+
+
+def _jobqueue_cluster(opts: Mapping, dashboard_address: str):
+    try:
+        dask_jobqueue = _import_jobqueue()
     except ImportError:  # pragma: no cover - dask-jobqueue is a declared dependency
         raise InputError("cluster.kind=" + opts["kind"] + " needs dask-jobqueue; "
                          "pip install dask-jobqueue") from None
