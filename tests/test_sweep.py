@@ -37,7 +37,7 @@ def run_ids(sweep_dir: Path) -> dict[str, str]:
             for p in (sweep_dir / "jobs").glob("*/result.nc")}
 
 
-def test_grid_sweep_resume_and_report(tmp_path):
+def test_grid_sweep_resume_and_report(tmp_path, in_process):
     first = sweep(tmp_path, *GRID)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "dask dashboard: http" in first.stdout and "% Completed" in first.stdout
@@ -71,7 +71,7 @@ def test_grid_sweep_resume_and_report(tmp_path):
     consolidate(path.parent)  # idempotent
     xr.testing.assert_identical(xr.open_zarr(path).load(), ds.load())
 
-    again = sweep(tmp_path, *GRID)
+    again = in_process(tmp_path, "pipeline", "-m", *GRID)  # all cached: nothing starts
     assert again.returncode == 0, again.stderr[-3000:]
     assert "20 distinct jobs: 20 already finished, 0 run, 0 failed" in again.stdout
     assert run_ids(path.parent) == before  # no job was fitted again
@@ -84,7 +84,7 @@ def test_grid_sweep_resume_and_report(tmp_path):
     # another grid in the same directory is refused, and nothing there changes ...
     other = [a.replace("lam=0.01,0.1", "lam=0.01,0.2") for a in GRID]
     manifest = (path.parent / "manifest.json").read_bytes()
-    refused = sweep(tmp_path, *other)
+    refused = in_process(tmp_path, "pipeline", "-m", *other)
     assert refused.returncode == 2 and "pass sweep=<new name>" in refused.stderr
     assert refused.stderr.count("\n") == 1 and "merge=true" in refused.stderr
     assert (path.parent / "manifest.json").read_bytes() == manifest
@@ -116,9 +116,10 @@ def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
     assert ok["status"].item() == "ok" and np.isfinite(ok["final_test_rmse"].item())
 
 
-def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path):
-    proc = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "lam=0.1,-1", "kappa=5",
-                 "cluster.n_workers=2", "cluster.dashboard_address=:0")
+def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):
+    proc = in_process(tmp_path, "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
+                      "lam=0.1,-1", "kappa=5", "cluster.n_workers=2",
+                      "cluster.dashboard_address=:0")
     assert proc.returncode == 2 and proc.stderr.startswith("error: lam=-1 must be"), proc.stderr
     sweep_dir = tmp_path / "outputs" / "multirun"
     assert not (sweep_dir / "jobs").exists() and not (sweep_dir / "manifest.json").exists()
@@ -149,9 +150,9 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
 
 
 @pytest.mark.parametrize("kind,marker", [("slurm", "#SBATCH"), ("pbs", "#PBS")])
-def test_batch_cluster_dry_run_prints_job_script(tmp_path, kind, marker):
-    proc = sweep(tmp_path, f"cluster={kind}", "cluster.dry_run=true", "seed=0,1",
-                 "cluster.walltime=00:10:00")
+def test_batch_cluster_dry_run_prints_job_script(tmp_path, kind, marker, in_process):
+    proc = in_process(tmp_path, "pipeline", "-m", f"cluster={kind}", "cluster.dry_run=true",
+                      "seed=0,1", "cluster.walltime=00:10:00")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert marker in proc.stdout and "dask" in proc.stdout
     assert "dry run: nothing submitted" in proc.stdout
