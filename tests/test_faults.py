@@ -20,9 +20,17 @@ from pipeline.sweep.claims import count_fits
 LOCAL = ("cluster.n_workers=1", "cluster.dashboard_address=:0")
 
 
+def _default_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(cwd: Path, *args: str) -> subprocess.Popen:
+    """``python -m pipeline -m args...`` with Ctrl-C's default disposition, as from a terminal:
+    a shell starts a background job (``pytest ... &``, a CI script) with SIGINT ignored, which
+    its children inherit, and Python then installs no Ctrl-C handler at all."""
     return subprocess.Popen([sys.executable, "-m", "pipeline", "-m", *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_ctrl_c)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:
