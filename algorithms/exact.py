@@ -3,20 +3,21 @@
 α = (K+σ²I)⁻¹y with K+σ²I = LLᵀ; mean k(x)ᵀα; variance k(x,x) + σ² − ‖L⁻¹k(x)‖²;
 log marginal likelihood −½yᵀα − Σ log L_ii − (n/2) log 2π.
 
-O(n³) time and one n×n float64 matrix: K + σ²I is written into a single array in blocks of
-rows and LAPACK overwrites it with L (the factorisation and every solve work on its
-Fortran-ordered transpose, so nothing is copied); Kα for the objectives is y − σ²α. The test
-variance, the predictive mean (:meth:`algorithms.contract.Solution.mean`) and the certificate's
-L(α) (:func:`algorithms.certificate.primal_value`) stream kernel rows in blocks of ≈
-:data:`~algorithms.contract.BLOCK_BYTES` = 32 MiB. Measured with tracemalloc (friedman1, rbf,
-d = 10, 1000 test points): the fit with its test evaluation (:func:`algorithms.evaluation.run`)
-peaks at n²·8 + 17 MiB at n = 2000 (1.56·n²·8, 48 MiB) and n²·8 + 34 MiB at n = 4000
-(1.28·n²·8, 156 MiB); the whole pipeline job with its certificate
-(:func:`pipeline.job.run_job`) at n²·8 + 35 MiB (2.14·n²·8) and n²·8 + 37 MiB (1.30·n²·8).
-The excess is one block of kernel values and its finiteness mask, whatever n: at kin40k's
-n = 36000 it is 0.4 % of the 9.7 GiB of L. The process RSS grew by n²·8 + 25 and 51 MiB (fit),
-+ 41 and 53 MiB (job). Before, three n×n matrices (K, K + σ²I, L) made the same fits peak at
-3.00·n²·8. :func:`memory_bytes` declares :data:`MEMORY_FACTOR` = 1 times n²·8, plus X, plus
+O(n³) time and one n×n float64 matrix: K + σ²I is written into a single array in blocks of rows
+and the blocked Cholesky (:func:`algorithms.cholesky.cholesky_in_place`) overwrites it with L
+(the factorisation and every solve work on its Fortran-ordered transpose, so nothing is copied;
+the factorisation's workspace is one n × 1024 panel and one product). Kα for the objectives is y
+− σ²α. The test variance, the predictive mean (:meth:`algorithms.contract.Solution.mean`) and
+the certificate's L(α) (:func:`algorithms.certificate.primal_value`) stream kernel rows in
+blocks of ≈ :data:`~algorithms.contract.BLOCK_BYTES` = 32 MiB. Measured with tracemalloc
+(friedman1, rbf, d = 10, 1000 test points): the fit with its test evaluation
+(:func:`algorithms.evaluation.run`) peaks at n²·8 + 17 MiB at n = 2000 (1.56·n²·8, 48 MiB) and
+n²·8 + 34 MiB at n = 4000 (1.28·n²·8, 156 MiB); the whole pipeline job with its certificate
+(:func:`pipeline.job.run_job`) at n²·8 + 35 MiB (2.14·n²·8) and n²·8 + 37 MiB (1.30·n²·8). The
+excess is one block of kernel values and its finiteness mask, whatever n: at kin40k's n = 36000
+it is 0.4 % of the 9.7 GiB of L. The process RSS grew by n²·8 + 25 and 51 MiB (fit), + 41 and 53
+MiB (job). Before, three n×n matrices (K, K + σ²I, L) made the same fits peak at 3.00·n²·8.
+:func:`memory_bytes` declares :data:`MEMORY_FACTOR` = 1 times n²·8, plus X, plus
 :data:`WORKING_BYTES` = 64 MiB, so the pipeline refuses a fit above ``max_n`` or above the
 available memory before it ingests the data (:func:`algorithms.evaluation.check_size`).
 """
@@ -30,6 +31,8 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
+from algorithms.cholesky import BLOCK as CHOLESKY_BLOCK
+from algorithms.cholesky import cholesky_in_place
 from algorithms.contract import (
     BLOCK_BYTES,
     AlgorithmSpec,
@@ -50,8 +53,10 @@ WORKING_BYTES = 2 * BLOCK_BYTES  # one streamed block with its temporaries (37 M
 
 def memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
     """Peak memory of :func:`fit`, its evaluation and certificate on n points of dimension d:
-    L (K + σ²I overwritten in place), X and one streamed block of kernel values."""
-    return 8.0 * (MEMORY_FACTOR * n * n + n * d) + WORKING_BYTES
+    L (K + σ²I overwritten in place), X, the factorisation's panel and product (n × 1024
+    each, :mod:`algorithms.cholesky`) and one streamed block of kernel values."""
+    panel = min(n, CHOLESKY_BLOCK)
+    return 8.0 * (MEMORY_FACTOR * n * n + n * d + 2 * n * panel) + WORKING_BYTES
 
 
 def _block_rows(n: int) -> int:
@@ -82,10 +87,11 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         A[lo: lo + rows, lo:] = blocks.block(slice(lo, lo + rows), slice(lo, None))
     A.flat[:: n + 1] += lam
     # A is C-ordered and K + σ²I symmetric, so A.T is a Fortran-ordered view holding K + σ²I in
-    # its lower triangle, which LAPACK factors in place (a C-ordered array would be copied
-    # first): L = A.T from here on, K + σ²I = LLᵀ in its lower triangle. A LinAlgError (K + σ²I
-    # numerically singular) becomes the evaluator's one-line error.
-    L, _ = sla.cho_factor(A.T, lower=True, overwrite_a=True, check_finite=False)
+    # its lower triangle, factored there in place by the blocked Cholesky (LAPACK's potrf on
+    # the whole matrix crashes in OpenBLAS from n ≈ 16 400: algorithms/cholesky.py): L = A.T
+    # from here on, K + σ²I = LLᵀ in its lower triangle. A LinAlgError (K + σ²I numerically
+    # singular) becomes the evaluator's one-line error.
+    L = cholesky_in_place(A.T)
     alpha = sla.cho_solve((L, True), y, check_finite=False)  # (K+σ²I)α = y (eq. 47)
     log_ml = float(-0.5 * y @ alpha - np.log(np.diag(L)).sum()
                    - 0.5 * n * math.log(2 * math.pi))

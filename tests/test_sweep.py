@@ -173,7 +173,7 @@ def test_sweep_runs_on_an_existing_scheduler(tmp_path, dask_processes):
 def test_killing_a_worker_mid_sweep_costs_nothing(tmp_path, dask_processes):
     address = dask_processes.scheduler.address
     args = ["cluster=address", f"scheduler={address}", "algorithm=sgma", "dataset=friedman1",
-            "dataset.n_train=20000", "dataset.n_test=100", "kappa=59", "algorithm.eps=0",
+            "dataset.n_train=12000", "dataset.n_test=100", "kappa=59", "algorithm.eps=0",
             "algorithm.max_basis=150", "seed=range(0,8)", "sweep=killtest"]
     runner = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", *args], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

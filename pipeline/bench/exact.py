@@ -1,0 +1,174 @@
+"""Benchmark: the exact GP's Cholesky factorisation, GFLOP/s against n (issue 31).
+
+    python -m pipeline.bench.exact              # conf/experiment/bench_exact.yaml
+    python -m pipeline.bench.exact size=small   # its reduced variant
+
+For each n of ``sizes``, one SPD matrix (an RBF kernel matrix plus lam·I, as the exact GP
+factors) is factored by
+
+- the blocked in-place factorisation the exact GP uses (:mod:`algorithms.cholesky`), on every
+  core;
+- scipy's ``cho_factor`` on one thread (up to ``one_thread_max_n``) and on every core (up to
+  ``crash_free_n``: OpenBLAS's multithreaded potrf crashes above ≈ 16 400 on these hosts);
+
+each as n³/3 flops over its best time, beside the best square GEMM (2N³ flops, ``gemm_size``)
+of the same run, and the factor's largest difference from scipy's where both ran. Writes
+``outputs/<sweep>/figures.json`` and ``cholesky_gflops.png`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.linalg as sla  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+from algorithms import Kernel  # noqa: E402
+from algorithms.cholesky import cholesky_in_place  # noqa: E402
+from pipeline.bench.sweep_overhead import size_argument  # noqa: E402
+from pipeline.config import CONF_DIR  # noqa: E402
+
+
+def load_config(size: str) -> dict:
+    """conf/experiment/bench_exact.yaml, under conf/reduced/bench_exact_small.yaml for
+    ``size=small``."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(CONF_DIR / "experiment" / "bench_exact.yaml")
+    if size == "small":
+        cfg = OmegaConf.merge(cfg, OmegaConf.load(CONF_DIR / "reduced" / "bench_exact_small.yaml"))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def spd_matrix(n: int, cfg: dict) -> np.ndarray:
+    """K + lam·I for n Gaussian points in ``d`` dimensions (RBF, 2ω² = ``width``) as a
+    Fortran-ordered array (the transpose of the symmetric C-ordered kernel matrix: no copy)."""
+    X = np.random.default_rng(cfg["seed"]).standard_normal((n, cfg["d"]))
+    A = Kernel("rbf", {"width": cfg["width"]})(X, X).T
+    A.flat[:: n + 1] += cfg["lam"]
+    return A
+
+
+def _timed(factor: Callable[[np.ndarray], object], n: int, cfg: dict) -> tuple[float, np.ndarray]:
+    """The best of ``repeats`` factorisations of a fresh matrix (built untimed) and the last
+    factored array (one n×n array alive at a time)."""
+    best, A = np.inf, None
+    for _ in range(cfg["repeats"]):
+        A = None
+        A = spd_matrix(n, cfg)
+        t0 = time.perf_counter()
+        factor(A)
+        best = min(best, time.perf_counter() - t0)
+    return best, A
+
+
+def gemm_gflops(size: int, repeats: int) -> float:
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((size, size)), rng.standard_normal((size, size))
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        A @ B
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * size**3 / best / 1e9
+
+
+def measure(n: int, cfg: dict) -> dict:
+    """Seconds and GFLOP/s of each method at n, and the blocked factor's largest difference
+    from scipy's (relative to the factor's largest entry) where scipy ran."""
+    flops = n**3 / 3.0
+    row: dict = {"n": n}
+    seconds, A = _timed(lambda A: cholesky_in_place(A, block=cfg["block"]), n, cfg)
+    row["blocked_seconds"], row["blocked_gflops"] = seconds, flops / seconds / 1e9
+    compared = n <= max(cfg["crash_free_n"], cfg["one_thread_max_n"])
+    ours = np.tril(A) if compared else None
+    A = None
+
+    def scipy_factor(A: np.ndarray) -> None:
+        sla.cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+
+    if n <= cfg["one_thread_max_n"]:
+        with threadpool_limits(limits=1, user_api="blas"):
+            seconds, A = _timed(scipy_factor, n, cfg)
+        row["scipy_1_thread_seconds"] = seconds
+        row["scipy_1_thread_gflops"] = flops / seconds / 1e9
+    if n <= cfg["crash_free_n"]:
+        A = None
+        seconds, A = _timed(scipy_factor, n, cfg)
+        row["scipy_seconds"], row["scipy_gflops"] = seconds, flops / seconds / 1e9
+    if ours is not None and A is not None:
+        reference = np.tril(A)
+        row["max_rel_diff_vs_scipy"] = float(np.abs(ours - reference).max()
+                                             / np.abs(reference).max())
+    return row
+
+
+def figure(rows: list[dict], gemm: float, cfg: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    n = np.array([r["n"] for r in rows])
+    series = (("blocked_gflops", "blocked in place (ours), every core", "C0", "o-"),
+              ("scipy_gflops", "scipy cho_factor, every core", "C1", "s--"),
+              ("scipy_1_thread_gflops", "scipy cho_factor, 1 thread", "C2", "^:"))
+    for key, label, color, style in series:
+        have = [i for i, r in enumerate(rows) if key in r]
+        if have:
+            ax.plot(n[have], [rows[i][key] for i in have], style, color=color, label=label)
+    ax.axhline(gemm, color="k", lw=1.5, label=f"GEMM {cfg['gemm_size']}³, every core")
+    ax.axhline(0.7 * gemm, color="k", lw=1, ls="--", label="0.7 × GEMM (the goal)")
+    ax.axvline(16400, color="C3", lw=1, ls="-.",
+               label="above ≈ 16 400 OpenBLAS's threaded potrf crashes")
+    ax.set(xlabel="n (matrix rows)", ylabel="GFLOP/s (n³/3 flops)",
+           title=f"Cholesky of K + σ²I on {os.cpu_count()} cores: "
+                 f"ours at the largest n = {rows[-1]['n']}: "
+                 f"{rows[-1]['blocked_gflops'] / gemm:.2f} × GEMM")
+    ax.set_ylim(0, 1.15 * max(gemm, max(r["blocked_gflops"] for r in rows)))
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    size = size_argument(argv)
+    if size is None:
+        return 2
+    cfg = load_config(size)
+    out_dir = Path(os.getcwd()) / "outputs" / cfg["sweep"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gemm = gemm_gflops(cfg["gemm_size"], cfg["gemm_repeats"])
+    print(f"GEMM {cfg['gemm_size']}³: {gemm:.1f} GFLOP/s", flush=True)
+    rows = []
+    for n in cfg["sizes"]:
+        row = measure(n, cfg)
+        row["blocked_vs_gemm"] = row["blocked_gflops"] / gemm
+        rows.append(row)
+        print(f"n={n:6d}: blocked {row['blocked_seconds']:8.2f} s "
+              f"{row['blocked_gflops']:6.1f} GFLOP/s ({row['blocked_vs_gemm']:.2f} × GEMM)"
+              + (f"; scipy 1 thread {row['scipy_1_thread_gflops']:6.1f}"
+                 if "scipy_1_thread_gflops" in row else "")
+              + (f"; scipy {row['scipy_gflops']:6.1f}" if "scipy_gflops" in row else "")
+              + (f"; max rel diff {row['max_rel_diff_vs_scipy']:.1e}"
+                 if "max_rel_diff_vs_scipy" in row else ""), flush=True)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures = {"gemm_gflops": gemm, "cores": os.cpu_count(), "rows": rows,
+               "peak_rss_mib": peak_mib, "config": cfg}
+    (out_dir / "figures.json").write_text(json.dumps(figures, indent=2))
+    figure(rows, gemm, cfg, out_dir / "cholesky_gflops.png")
+    print(f"figures: {out_dir / 'figures.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
