@@ -32,6 +32,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from algorithms.cholesky import BLOCK as CHOLESKY_BLOCK
+from algorithms.cholesky import DIRECT as CHOLESKY_DIRECT
 from algorithms.cholesky import cholesky_in_place
 from algorithms.contract import (
     BLOCK_BYTES,
@@ -53,9 +54,9 @@ WORKING_BYTES = 2 * BLOCK_BYTES  # one streamed block with its temporaries (37 M
 
 def memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
     """Peak memory of :func:`fit`, its evaluation and certificate on n points of dimension d:
-    L (K + σ²I overwritten in place), X, the factorisation's panel and product (n × 1024
-    each, :mod:`algorithms.cholesky`) and one streamed block of kernel values."""
-    panel = min(n, CHOLESKY_BLOCK)
+    L (K + σ²I overwritten in place), X, above 8192 rows the factorisation's two n × 1024
+    blocks (:mod:`algorithms.cholesky`) and one streamed block of kernel values."""
+    panel = 0 if n <= CHOLESKY_DIRECT else CHOLESKY_BLOCK  # up to DIRECT: potrf in place
     return 8.0 * (MEMORY_FACTOR * n * n + n * d + 2 * n * panel) + WORKING_BYTES
 
 

@@ -109,7 +109,7 @@ def _sklearn_optimum(X, y, ard):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ard,n", [(False, 2000), (True, 600)])
+@pytest.mark.parametrize("ard,n", [(False, 1000), (True, 600)])
 def test_optimum_equals_scikit_learn_on_abalone(abalone, ard, n):
     """Same start (variance 1, ℓ = 1, σ² = 0.1), same bounds, one L-BFGS-B run each: the same
     optimum. The first n training rows of abalone (standardised targets)."""
