@@ -126,8 +126,9 @@ def figure(rows: list[dict], gemm: float, cfg: dict, path: Path) -> None:
             ax.plot(n[have], [rows[i][key] for i in have], style, color=color, label=label)
     ax.axhline(gemm, color="k", lw=1.5, label=f"GEMM {cfg['gemm_size']}³, every core")
     ax.axhline(0.7 * gemm, color="k", lw=1, ls="--", label="0.7 × GEMM (the goal)")
-    ax.axvline(16400, color="C3", lw=1, ls="-.",
-               label="above ≈ 16 400 OpenBLAS's threaded potrf crashes")
+    if n.max() >= 12000:  # the crash size in view
+        ax.axvline(16400, color="C3", lw=1, ls="-.",
+                   label="above ≈ 16 400 OpenBLAS's threaded potrf crashes")
     ax.set(xlabel="n (matrix rows)", ylabel="GFLOP/s (n³/3 flops)",
            title=f"Cholesky of K + σ²I on {os.cpu_count()} cores: "
                  f"ours at the largest n = {rows[-1]['n']}: "
