@@ -2,12 +2,12 @@
 (Golub & Van Loan, *Matrix Computations*, 4th ed., §4.2.9).
 
 Why not LAPACK's ``potrf`` on the whole matrix: OpenBLAS's multithreaded ``dpotrf`` (0.3.30 in
-scipy's wheel, 0.3.31 in numpy's) dies with SIGSEGV on this project's AVX-512 hosts from
-n ≈ 16 400 up, for any SPD matrix (measured: ``cho_factor`` at n = 17 000 exits 139); one
-thread, or a smaller matrix, works. So ``potrf`` is only called here on a diagonal block of
-:data:`BLOCK` rows (or on the whole matrix up to :data:`DIRECT` rows, half the size that
-crashes), and the O(n³) of the work is matrix products. For each block column j (columns
-j0:j1), with the columns left of it already factored:
+scipy's wheel, 0.3.31 in numpy's) dies with SIGSEGV on this project's AVX-512 hosts at the
+sizes the exact GP needs (measured: ``cho_factor`` of an RBF K + 0.01·I exits 139 at
+n = 16 000 and 17 000 and works at 12 000); one thread works. So ``potrf`` is only called
+here on a diagonal block of :data:`BLOCK` rows (or on the whole matrix up to :data:`DIRECT`
+rows, two thirds of the largest size seen to work), and the O(n³) of the work is matrix
+products. For each block column j (columns j0:j1), with the columns left of it factored:
 
     A_ij −= Σ_(k<j) L_ik L_jkᵀ   (i ≥ j)    one GEMM, inner dimension j0, of strided views
     A_jj  = L_jj L_jjᵀ                      potrf on the nb × nb diagonal block
@@ -31,9 +31,9 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 
 # rows of a diagonal block handed to LAPACK's potrf: far below the size that crashes
-# (≈ 16 400), large enough for GEMM to run near its full rate on the products
+# (≈ 16 000), large enough for GEMM to run near its full rate on the products
 BLOCK = 1024
-# up to this n the whole matrix goes to potrf at once (half the size that crashes): faster
+# up to this n the whole matrix goes to potrf at once (2/3 of 12 000, seen to work): faster
 # there than blocks (measured at n = 2000: 77 against 29 GFLOP/s)
 DIRECT = 8192
 

@@ -9,7 +9,7 @@ factors) is factored by
 - the blocked in-place factorisation the exact GP uses (:mod:`algorithms.cholesky`), on every
   core;
 - scipy's ``cho_factor`` on one thread (up to ``one_thread_max_n``) and on every core (up to
-  ``crash_free_n``: OpenBLAS's multithreaded potrf crashes above ≈ 16 400 on these hosts);
+  ``crash_free_n``: OpenBLAS's multithreaded potrf crashes at 16 000 and above on these hosts);
 
 each as n³/3 flops over its best time, beside the best square GEMM (2N³ flops, ``gemm_size``)
 of the same run, and the factor's largest difference from scipy's where both ran. Writes
@@ -126,9 +126,9 @@ def figure(rows: list[dict], gemm: float, cfg: dict, path: Path) -> None:
             ax.plot(n[have], [rows[i][key] for i in have], style, color=color, label=label)
     ax.axhline(gemm, color="k", lw=1.5, label=f"GEMM {cfg['gemm_size']}³, every core")
     ax.axhline(0.7 * gemm, color="k", lw=1, ls="--", label="0.7 × GEMM (the goal)")
-    if n.max() >= 12000:  # the crash size in view
-        ax.axvline(16400, color="C3", lw=1, ls="-.",
-                   label="above ≈ 16 400 OpenBLAS's threaded potrf crashes")
+    if n.max() >= 12000:  # the crash sizes in view
+        ax.axvline(16000, color="C3", lw=1, ls="-.",
+                   label="from n = 16 000 scipy's threaded potrf crashes")
     ax.set(xlabel="n (matrix rows)", ylabel="GFLOP/s (n³/3 flops)",
            title=f"Cholesky of K + σ²I on {os.cpu_count()} cores: "
                  f"ours at the largest n = {rows[-1]['n']}: "
