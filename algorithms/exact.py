@@ -18,8 +18,9 @@ excess is one block of kernel values and its finiteness mask, whatever n: at kin
 it is 0.4 % of the 9.7 GiB of L. The process RSS grew by n²·8 + 25 and 51 MiB (fit), + 41 and 53
 MiB (job). Before, three n×n matrices (K, K + σ²I, L) made the same fits peak at 3.00·n²·8.
 :func:`memory_bytes` declares :data:`MEMORY_FACTOR` = 1 times n²·8, plus X, plus
-:data:`WORKING_BYTES` = 64 MiB, so the pipeline refuses a fit above ``max_n`` or above the
-available memory before it ingests the data (:func:`algorithms.evaluation.check_size`).
+:data:`WORKING_BYTES` = 64 MiB, so the pipeline refuses a fit above the available memory (or
+above ``max_n``, if one is set; the default null leaves the memory alone to decide) before it
+ingests the data (:func:`algorithms.evaluation.check_size`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _block_rows(n: int) -> int:
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
-        recorder: Recorder, max_n: int) -> Solution:
+        recorder: Recorder, max_n: int | None) -> Solution:
     """Exact GP posterior with noise variance ``lam`` = σ² (004 §3.4 eqs. 47-48).
 
     The trace has one step (the full basis). ``summary`` holds the log marginal likelihood and
@@ -128,7 +129,9 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
 
 SPECS = [AlgorithmSpec(
     "exact", fit, "exact GP regression by Cholesky (forms the n×n kernel matrix)",
-    options={"max_n": Option(20000, "int", "refuse larger n (n²·8 bytes of memory)", lo=1)},
+    options={"max_n": Option(None, "int", "refuse larger n; null: refuse only a fit whose "
+                             "n²·8 bytes exceed the memory available (memory_bytes)", lo=1,
+                             none_ok=True, example=20000)},
     seed_free=True, has_variance=True, memory_bytes=memory_bytes,
     learning_curve=CurveModel(lambda kernel, density, basis, X, sigma2:
                               gp_xbar_error(kernel, density, X, sigma2), needs_basis=False),

@@ -92,6 +92,12 @@ CASES = [
          ("cluster.n_jobs=0",), env=NO_BATCH),
     Case("slurm-cores-zero", (*SWEEP, "cluster=slurm", "cluster.cores=0"), ("cluster.cores=0",),
          env=NO_BATCH),
+    # every job needs more than a local worker may hold (its nanny would kill it mid-fit)
+    Case("local-worker-memory-below-exact-fit",
+         ("pipeline", "-m", "algorithm=exact", "dataset=gaussian_bumps",
+          "dataset.n_train=6000,7000", "cluster.n_workers=1", "cluster.memory_limit=300MB"),
+         ("a fit on n_train=6000 needs 339.6 MiB of memory but 271.8 MiB is available",
+          "cluster.memory_limit=300MB")),
     Case("slurm-adapt-minimum-zero",
          (*SWEEP, "cluster=slurm", "cluster.adapt.minimum=0", "cluster.adapt.maximum=4"),
          ("cluster.adapt=", "1 ≤ minimum ≤ maximum"), env=NO_BATCH),

@@ -281,6 +281,24 @@ def check(cfg: Mapping) -> dict[str, Any]:
     return opts
 
 
+def local_worker_bytes(cluster_cfg: Mapping) -> float | None:
+    """The memory one job may use on a worker of a local cluster: the bytes at which its nanny
+    terminates it (``cluster.memory_limit`` × Dask's ``distributed.worker.memory.terminate``),
+    or None if the limit is off (memory_limit=0) or the cluster is not local."""
+    opts = check(cluster_cfg)
+    if opts["kind"] != "local":
+        return None
+    import dask.config
+    from distributed.worker_memory import parse_memory_limit
+
+    limit = parse_memory_limit(opts["memory_limit"], opts["threads_per_worker"],
+                               logger=logging.getLogger(__name__))
+    terminate = dask.config.get("distributed.worker.memory.terminate")
+    if not limit or not terminate:
+        return None
+    return float(limit) * float(terminate)
+
+
 def memory_hint(cluster_cfg: Mapping) -> str:
     """How much memory one worker of this cluster may use and which option changes it (for a
     job whose worker was killed for memory, e.g. a KilledWorker message)."""
@@ -297,7 +315,8 @@ def memory_hint(cluster_cfg: Mapping) -> str:
                                    logger=logging.getLogger(__name__))
         n_workers = opts["n_workers"] or os.cpu_count() or 1
         return (f"each worker may use {format_bytes(limit) if limit else 'any amount'} "
-                f"(cluster.memory_limit={opts['memory_limit']}, {n_workers} workers on "
+                f"(cluster.memory_limit={opts['memory_limit']}, {n_workers} "
+                f"worker{'s' if n_workers != 1 else ''} on "
                 f"{format_bytes(MEMORY_LIMIT)}); raise cluster.memory_limit, with fewer "
                 f"cluster.n_workers so that together they fit in {format_bytes(MEMORY_LIMIT)}")
     if kind == "address":

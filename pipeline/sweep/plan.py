@@ -13,13 +13,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
 from hydra.types import HydraContext
 from omegaconf import DictConfig
 
 from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
 from pipeline.cluster.connect import job_script
-from pipeline.cluster.options import check
+from pipeline.cluster.options import check, local_worker_bytes, memory_hint
 from pipeline.cluster.threads import resolve_threads
 from pipeline.job.identity import config_hash, job_config, setting_hash
 from pipeline.job.validate import (
@@ -97,8 +98,14 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     in_memory: set[str] = set()  # algorithms whose blocks=cluster jobs run in memory
     checked: dict[str, str | None] = {}  # config → why it is too large (None: it is not)
     too_large: dict[str, str] = {}
-    # the memory a fit may have is known here only when the workers run on this machine
-    here = None if cluster_cfg.get("kind") == "local" else math.inf
+    # the memory a fit may have is known here only when the workers run on this machine: what
+    # it has free, and at most what a worker may hold before its nanny terminates it
+    here, worker_bytes = math.inf, None
+    if cluster_cfg.get("kind") == "local":
+        here = float(psutil.virtual_memory().available)
+        worker_bytes = local_worker_bytes(cluster_cfg)
+        if worker_bytes is not None and worker_bytes < here:
+            here = worker_bytes
     # threads=auto: the cores of this machine shared among its workers' jobs; elsewhere
     # (workers on other machines, cores unknown here) one thread a job
     jobs_at_once = ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
@@ -119,7 +126,8 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
                 check_config(config, available=here)
                 checked[key] = None
             except TooLarge as err:
-                checked[key] = str(err)
+                limited = here == worker_bytes and "is available" in str(err)
+                checked[key] = str(err) + (f" ({memory_hint(cluster_cfg)})" if limited else "")
         # a dry run writes nothing: a dataset not ingested yet is built in memory
         h = config_hash(config, write_data=not dry_run)
         if checked[key] is not None:
