@@ -1,12 +1,19 @@
-"""``python -m pipeline key=value ...``: run one job, or a sweep with ``-m`` (see pipeline.cli)."""
+"""``python -m pipeline key=value ...``: run one job, or a sweep with ``-m`` (see pipeline.cli).
+The program runs in a child process that :func:`pipeline.watch.watched` waits for, so a death by
+a signal (a crash in the BLAS library, the out-of-memory killer) still ends with one line."""
 
 import sys
 
 if __name__ == "__main__":
-    from pipeline.cluster.prestart import prestart
+    from pipeline.watch import watched
 
-    prestart(sys.argv[1:])  # a local sweep's workers import while this process does
+    def program() -> int:
+        from pipeline.cluster.prestart import prestart
 
-    from pipeline.cli import exit_now, main
+        prestart(sys.argv[1:])  # a local sweep's workers import while this process does
 
-    exit_now(main(sys.argv[1:]))
+        from pipeline.cli import exit_now, main
+
+        exit_now(main(sys.argv[1:]))
+
+    watched(program)

@@ -28,6 +28,7 @@ from pipeline.results.consolidate import load
 from pipeline.sweep.clock import mark_command_line
 from pipeline.sweep.outcome import SweepOutcome
 from pipeline.sweep.signals import silent_on_interrupt
+from pipeline.watch import watched
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -105,9 +106,13 @@ def _run(argv: list[str], overrides: list[str]) -> int:
 
 
 def console() -> None:
-    """The ``sgp-bench`` console script: the same program as ``python -m pipeline``."""
-    prestart(sys.argv[1:])
-    exit_now(main(sys.argv[1:]))
+    """The ``sgp-bench`` console script: the same program as ``python -m pipeline``, watched
+    in the same way (:func:`pipeline.watch.watched`)."""
+    def program() -> int:
+        prestart(sys.argv[1:])
+        exit_now(main(sys.argv[1:]))
+
+    watched(program)
 
 
 def exit_now(code: int) -> NoReturn:

@@ -186,9 +186,12 @@ def test_job_identity_covers_data_and_code(tmp_path, monkeypatch):
 
 
 def test_worker_killed_for_memory_is_reported_with_its_limit(tmp_path):
-    # the exact GP's 7000×7000 matrices need ~1.2 GB; each worker may use 400 MB
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", "algorithm=exact",
-                           "dataset=friedman1", "dataset.n_train=7000", "dataset.n_test=10",
+    # CG's error bars for 4000 test points at once hold ~8 n×4000 arrays, ~1 GB; each
+    # worker may use 400 MB (a declared need, like the exact GP's, is refused before it runs)
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", "algorithm=cg",
+                           "algorithm.error_bars=true", "algorithm.var_batch=4000",
+                           "algorithm.max_iter=5",
+                           "dataset=friedman1", "dataset.n_train=4000", "dataset.n_test=4000",
                            "cluster.n_workers=1", "cluster.memory_limit=400MB",
                            "cluster.dashboard_address=:0"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
@@ -229,3 +232,75 @@ def test_hydra_flags_with_values_still_work(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "lam: 0.5" in proc.stdout and "algorithm:" in proc.stdout
+
+
+# ------------------------------------------------------------------ deaths by a signal
+
+def _descendants(root: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,cause", [
+    (signal.SIGSEGV, "killed by SIGSEGV, a crash inside native code (the BLAS/LAPACK library"),
+    (signal.SIGKILL, "killed by SIGKILL, most likely by the operating system's out-of-memory "
+                     "killer"),
+], ids=["SIGSEGV", "SIGKILL"])
+def test_a_job_killed_by_a_signal_ends_with_one_line(tmp_path, sig, cause):
+    """A crash inside the BLAS library or the OOM killer, as a single job meets them: the
+    program's process is killed mid-fit (once its n×n matrix exists) by the signal."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "algorithm=exact",
+                             "dataset=friedman1", "dataset.n_train=10000", "dataset.n_test=10"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        children = _descendants(proc.pid)
+        if children and children[0].memory_info().rss > 600e6:  # filling K (800 MB)
+            children[0].send_signal(sig)
+            break
+        time.sleep(0.05)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stdout[-2000:] + stderr[-2000:]
+    assert stderr.count("\n") == 1 and stderr.startswith(
+        "error: the exact fit on friedman1 at n_train=10000 ("), stderr
+    assert cause in stderr and "declared memory 1.0 GiB" in stderr
+
+
+@pytest.mark.slow
+def test_a_sweep_job_whose_workers_are_killed_by_a_signal_fails_with_its_cause(tmp_path):
+    """Every worker that runs the job dies by SIGSEGV (as a BLAS crash would kill it): the job
+    is recorded as failed with the signal's cause, and the sweep goes on to its end."""
+    proc = start(tmp_path, "algorithm=exact", "dataset=friedman1", "dataset.n_train=10000",
+                 "dataset.n_test=10", "sweep=crash", *LOCAL)
+    killed: set[int] = set()
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        for p in _descendants(proc.pid):  # workers: the forkserver's children, or respawned
+            try:
+                cmd = " ".join(p.cmdline())
+                worker = ("forkserver" in " ".join(p.parent().cmdline())
+                          or "spawn_main" in cmd)
+                if worker and p.pid not in killed and time.time() - p.create_time() > 1.5:
+                    p.send_signal(signal.SIGSEGV)
+                    killed.add(p.pid)
+            except Exception:  # gone meanwhile
+                continue
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stdout[-2000:] + stderr[-2000:]
+    failed = next(ln for ln in stdout.splitlines() if ln.startswith("failed: "))
+    assert failed.endswith("KilledWorker: the workers running this job were killed by "
+                           "SIGSEGV, a crash inside native code (the BLAS/LAPACK library or a "
+                           "compiled kernel); rerun with threads=1 to rule out a threading "
+                           "fault of the BLAS library, and report the command if it still "
+                           "crashes"), failed
+    ds = load(tmp_path / "outputs/crash/results.zarr")
+    assert ds["status"].values.ravel().tolist() == ["failed"]
+    assert "killed by SIGSEGV" in str(ds["error"].values.ravel()[0])
+    assert "Traceback" not in stderr and len(killed) >= 4

@@ -32,6 +32,7 @@ from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
 from pipeline.job.validate import check_config
 from pipeline.results.job_file import write_job_result
+from pipeline.watch import announce
 
 CLUSTER_FIT_LOCK = "sgp-bench-cluster-blocks"  # a Dask Lock: one blocks=cluster fit at a time
 
@@ -111,7 +112,10 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
              spec: AlgorithmSpec, lam: float, kernel: Kernel, options: dict) -> JobOutcome:
     seed = config["seed"]
 
+    job = f"the {spec.name} job on {config['dataset']['name']}"
+    announce(f"{job}, reading its dataset")  # named if a signal kills the process (watch.py)
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
+    announce(f"{job}, learning its hyperparameters")
     hyper = learned(config, store) if hyper_options(config) is not None else None
     if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.job.hyper)
         kernel, lam = hyper.kernel, hyper.lam
@@ -125,6 +129,9 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
                    options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
+    what = (f"the {spec.name} fit on {config['dataset']['name']} at n_train={blocks.n} "
+            f"({blas_threads()} BLAS threads{_declared_memory(spec, blocks, options)})")
+    announce(what)
     if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
         result: Result = run_curve(config, spec, kernel, blocks, options)
     else:
@@ -134,6 +141,7 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
         result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
                                      kernel_threads=kernel_threads(),
                                      **getattr(blocks, "summary", dict)())
+        announce(f"the certificate of {what}")
         result = _certified(result, spec, config, blocks, y_train, lam, seed)
         if hyper is not None:
             result = result.with_summary(**hyper.summary)
@@ -145,6 +153,14 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
     path = write_job_result(result, config, result_path, attrs,
                             hyper.variables() if hyper is not None else None)
     return JobOutcome(result, dict(config), job_hash, path)
+
+
+def _declared_memory(spec: AlgorithmSpec, blocks, options: Mapping) -> str:
+    """``, declared memory 9.8 GiB`` for a spec that declares its memory, else empty."""
+    if spec.memory_bytes is None:
+        return ""
+    need = float(spec.memory_bytes(blocks.n, blocks.d, options))
+    return f", declared memory {need / 2**30:.1f} GiB"
 
 
 def _certified(fit: Fit, spec: AlgorithmSpec, config: Mapping, blocks, y: np.ndarray,

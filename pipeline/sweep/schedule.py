@@ -8,6 +8,7 @@ import contextlib
 import gc
 import json
 import math
+import signal
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ from hydra.types import HydraContext, TaskFunction
 
 from algorithms.errors import InputError
 from pipeline.cluster.connect import connect
+from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
 from pipeline.cluster.options import memory_hint
 from pipeline.job.hyper import cache_key, hyper_options
 from pipeline.results.job_file import (
@@ -29,6 +31,7 @@ from pipeline.results.job_file import (
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
 from pipeline.sweep.signals import QuietCancellations, quiet_dask_logging, silent_on_interrupt
+from pipeline.watch import signal_cause
 
 
 class SweepCluster:
@@ -79,7 +82,7 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         return records, 0
     quiet_dask_logging()
     t0 = time.perf_counter()
-    with silent_on_interrupt():
+    with silent_on_interrupt(), watching_worker_deaths() as deaths:
         client = cluster.connect(cluster_cfg)
         timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
         n_workers = len(client.scheduler_info().get("workers", {}))
@@ -147,7 +150,7 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
             else:
                 for job in jobs:
                     records[job.hash] = _collect(future, needs[job.hash], job, sweep_dir,
-                                                 cluster_cfg)
+                                                 cluster_cfg, deaths)
             progress.advance(len(jobs))
         progress.close()
         # release every future (and the errors that reference them) while the client is open
@@ -243,7 +246,8 @@ def _same(value):
     return value
 
 
-def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mapping) -> dict:
+def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mapping,
+             deaths: WorkerDeaths | None = None) -> dict:
     """The job's record; an error raised outside the job (in the ingest or hyperparameter
     learning it needed, ``need``; lost workers) is recorded."""
     if future.status == "finished":
@@ -256,14 +260,21 @@ def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mappin
     except Exception as err:  # cancelled
         exc, error = err, f"{type(err).__name__}: {err}"
     if isinstance(exc, KilledWorker):
-        error = killed_worker_hint(cluster_cfg)
+        error = killed_worker_hint(cluster_cfg, deaths)
     write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
                       {"config_hash": job.hash, "worker": ""})
     return {"status": "failed", "error": error}
 
 
-def killed_worker_hint(cluster_cfg: Mapping) -> str:
-    """What to say when the workers running a job kept dying (most often: out of memory)."""
-    return ("KilledWorker: the workers running this job died (usually killed for exceeding "
-            f"their memory): {memory_hint(cluster_cfg)}; or use a sparse algorithm")
+def killed_worker_hint(cluster_cfg: Mapping, deaths: WorkerDeaths | None = None) -> str:
+    """What to say when the workers running a job kept dying: killed by a signal that is not
+    the memory monitor's (a crash in native code, the OOM killer: :func:`signal_cause`), or
+    (the usual case, and what is said when nothing was seen) for exceeding their memory."""
+    sig = None if deaths is None or deaths.memory_terminations else deaths.signal()
+    if sig is None:
+        return ("KilledWorker: the workers running this job died (usually killed for "
+                f"exceeding their memory): {memory_hint(cluster_cfg)}; or use a sparse "
+                "algorithm")
+    memory = f"; {memory_hint(cluster_cfg)}" if sig == signal.SIGKILL else ""
+    return f"KilledWorker: the workers running this job were {signal_cause(sig)}{memory}"
 
