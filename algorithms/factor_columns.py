@@ -101,6 +101,13 @@ class CholeskyColumns:
         i = int(np.argmax(np.where(ok, self.resid, -np.inf)))
         return self.lo + i, float(self.resid[i]), self.F[i, : self.t].copy()
 
+    def top(self, k: int) -> np.ndarray:
+        """Up to ``k`` admissible global rows with the largest residuals above
+        ``DEGENERATE_RTOL``·k(x,x), largest first (ties: the lowest row): a block of pivots at
+        once, for :meth:`algorithms.lowrank.PartialCholesky.greedy_block`."""
+        idx = np.flatnonzero(self.admissible & (self.resid > DEGENERATE_RTOL * self.diag))
+        return self.lo + idx[np.lexsort((idx, -self.resid[idx]))[:k]]
+
     def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
         """(F[:, :t1]ᵀ F[:, t0:t1], F[:, t0:t1]ᵀ y) over the rows held here."""
         if self.y is None:

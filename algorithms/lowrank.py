@@ -134,6 +134,18 @@ class PartialCholesky:
         k = len(kept)
         return kept, L[:k, :k]
 
+    def greedy_block(self, k: int) -> list[int]:
+        """The ``k`` admissible indices with the largest residual diagonals, largest first
+        (:meth:`add` accepts them in that order, dropping any made degenerate by the ones
+        before it): k greedy steps in one BLAS-3 update, for a preconditioner, where the
+        exact greedy order matters less than the speed. One pivot (:meth:`greedy_pivot`)
+        where the provider cannot list them (a cluster's columns)."""
+        top = getattr(self.columns, "top", None)
+        if top is None:
+            pivot = self.greedy_pivot()
+            return [] if pivot is None else [pivot]
+        return [int(i) for i in top(k)]
+
     def greedy_pivot(self) -> int | None:
         """The admissible index with the largest residual diagonal (symmetric diagonal
         pivoting), or None when every residual is degenerate."""

@@ -55,6 +55,7 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "preconditioner": ("preconditioner", "1"),
     "precond_rank": ("rank of the pivoted-Cholesky preconditioner", "1"),
     "precond_seconds": ("time to build the preconditioner", "s"),
+    "precond_trace": ("residual trace of the preconditioner tr(K − FFᵀ)/(n·σ²)", "1"),
     "iteration_seconds": ("time per iteration", "s"),
     "flops": ("floating-point operations of the step (BLAS work counted)", "FLOP"),
     "project_seconds": ("time of the step computing kernel columns k(X, X_M) and "

@@ -143,6 +143,45 @@ def test_preconditioners_are_the_dense_inverses():
     assert np.linalg.eigvalsh(K - F @ F.T).min() > -1e-10
 
 
+@pytest.mark.parametrize("tol", [5.0, 0.5, 0.05])
+def test_preconditioner_rank_follows_the_residual_trace(tol):
+    """Pivots in blocks until tr(K − FFᵀ) ≤ tol·n·σ²: the trace falls at every block, the
+    first block below tol is the last, and M = FFᵀ + σ²I (recovered densely from M⁻¹) has
+    K + σ²I − M = K − FFᵀ positive semidefinite with the recorded trace."""
+    blocks, _, _, _ = make_problem(n=300, d=3)
+    lam, n = 0.01, blocks.n
+    K = dense(blocks)
+    precond = make_preconditioner("pivoted_cholesky", blocks, lam, rank=n, tol=tol)
+    ranks, traces = zip(*precond.trace, strict=True)
+    assert ranks[0] == 0 and traces[0] == pytest.approx(np.trace(K) / (n * lam))
+    assert all(b < a for a, b in zip(traces, traces[1:]))
+    assert traces[-1] <= tol < traces[-2] and precond.rank == ranks[-1] < n
+    M = np.linalg.inv(precond.apply(np.eye(n)))
+    E = K + lam * np.eye(n) - M  # K − FFᵀ
+    assert np.trace(E) / (n * lam) == pytest.approx(traces[-1], rel=1e-6, abs=1e-9)
+    assert np.linalg.eigvalsh((E + E.T) / 2).min() > -1e-8
+
+
+def test_the_default_pcg_reaches_the_exact_fit_in_few_iterations_where_plain_cg_crawls():
+    """The default (pivoted-Cholesky, rank from the residual trace) against plain CG on an
+    ill-conditioned problem (σ² = 1e-3 beside a unit kernel variance)."""
+    blocks, y, X_test, y_test = make_problem(n=1500, d=2)
+    exact = run("exact", blocks, y, lam=1e-3, test=(X_test, y_test))
+    default = run("cg", blocks, y, lam=1e-3, tol=1e-6, test=(X_test, y_test))
+    plain = run("cg", blocks, y, lam=1e-3, tol=1e-6, preconditioner="none", max_iter=2000,
+                test=(X_test, y_test))
+    assert default.summary["preconditioner"] == "pivoted_cholesky"
+    assert default.summary["precond_trace"] <= 2.0
+    print(f"\niterations to 1e-6: default {default.summary['iterations']} (rank "
+          f"{default.summary['precond_rank']}), plain {plain.summary['iterations']}")
+    assert default.summary["iterations"] * 5 < plain.summary["iterations"]
+    np.testing.assert_allclose(default.coef, exact.coef, rtol=1e-3, atol=1e-3 * abs(
+        exact.coef).max())
+    assert default.summary["test_rmse"] == pytest.approx(exact.summary["test_rmse"], rel=1e-4)
+    assert np.isfinite(default.trace["residual"]).all()  # one residual per iteration
+    assert len(default.trace["residual"]) == default.summary["iterations"]
+
+
 @pytest.fixture(scope="module")
 def abalone_blocks():
     arrays, _ = build({"name": "abalone"})

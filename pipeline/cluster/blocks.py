@@ -59,6 +59,7 @@ from pipeline.cluster.shards import (
     _factor_gram,
     _factor_rows,
     _factor_rows_all,
+    _factor_top,
     _matmul,
     _nbytes,
     _nbytes_of,
@@ -391,6 +392,14 @@ class ClusterCholeskyColumns:
 
     def best(self) -> tuple[int, float, np.ndarray] | None:
         return self._best
+
+    def top(self, k: int) -> np.ndarray:
+        """The ``k`` best pivots over every shard, largest residual first (ties: the lowest
+        row), as :meth:`algorithms.factor_columns.CholeskyColumns.top` over all rows."""
+        parts = self.blocks._run(_factor_top, lambda b: (self.name, k))
+        rows = np.concatenate([r for r, _ in parts]).astype(np.int64)
+        values = np.concatenate([v for _, v in parts])
+        return rows[np.lexsort((rows, -values))[:k]]
 
     def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
         parts = self.blocks._run(_factor_gram, lambda b: (self.name, t0, t1))

@@ -150,6 +150,13 @@ def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarra
     return _reductions(factor)
 
 
+def _factor_top(key: str, name: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shard's ``k`` best pivots (global rows) with their residuals, largest first."""
+    factor = _factor(key, name)
+    rows = factor.top(k)
+    return rows, factor.resid[rows - factor.lo]
+
+
 def _factor_gram(key: str, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
     return _factor(key, name).gram(t0, t1)
 
