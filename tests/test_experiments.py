@@ -212,10 +212,14 @@ def test_uci_frontier_reduced(tmp_path):
     spread = lam.max([d for d in lam.dims if d not in ("dataset", "dataset.split")]) - lam.min(
         [d for d in lam.dims if d not in ("dataset", "dataset.split")])
     assert float(spread.max()) == 0.0 and bool((lam > 0).all())
-    assert (ds["final_blas_threads"] == 1).all()  # Dask workers pin BLAS to one thread
+    assert (ds["final_blas_threads"] == 1).all()  # a worker per core: one BLAS thread a job
     assert np.isfinite(ds["final_hyper_seconds"]).all() and np.isfinite(ds["final_seconds"]).all()
     for ard in range(10):  # abalone has 10 inputs: an ARD length scale each
         assert f"hyper_log_lengthscale_{ard}" in ds
+    # preconditioned CG, stopped by its residual within its 100 iterations, is the exact GP
+    rmse = ds["final_test_rmse"]
+    assert float(abs(rmse.sel(algorithm="cg") / rmse.sel(algorithm="exact") - 1).max()) <= 1e-3
+    assert float(ds["final_iterations"].sel(algorithm="cg").max()) < 100
     sgpr = ds["final_test_rmse"].sel(algorithm="gpytorch_sgpr")
     assert not np.allclose(sgpr.sel({"algorithm.steps": 0}), sgpr.sel({"algorithm.steps": 20}))
     report = render(path)
