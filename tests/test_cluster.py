@@ -98,6 +98,17 @@ def test_valid_forms_are_accepted():
         "tcp://127.0.0.1:8786"
 
 
+def test_auto_memory_shares_the_machine_among_the_workers_not_the_cores():
+    from distributed.system import MEMORY_LIMIT
+
+    from pipeline.cluster.options import worker_memory_limit
+
+    one = check(yaml_config("local", n_workers=1))
+    assert worker_memory_limit(one) == MEMORY_LIMIT  # the one worker may use all of it
+    assert worker_memory_limit(check(yaml_config("local", n_workers=4))) == MEMORY_LIMIT // 4
+    assert worker_memory_limit(check(yaml_config("local", memory_limit="4GB"))) == 4 * 10**9
+
+
 def test_memory_hint_names_the_limit_and_the_option():
     assert "cluster.memory_limit=4GB" in memory_hint(yaml_config("local", memory_limit="4GB"))
     assert "3.73 GiB" in memory_hint(yaml_config("local", memory_limit="4GB"))

@@ -230,6 +230,21 @@ def test_uci_frontier_reduced(tmp_path):
         assert (report.parent / f"fig{i}_frontier_{metric}.png").stat().st_size > 20000
 
 
+def test_pcg_exact_reduced(tmp_path):
+    """PCG with its defaults against the exact GP at the learned kernels: the same test RMSE
+    to 0.1 %, well within 100 iterations, the preconditioner's rank and trace reported."""
+    path = run_experiment(tmp_path, "experiment=pcg_exact", "size=small")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    rmse = ds["final_test_rmse"]
+    assert float(abs(rmse.sel(algorithm="cg") / rmse.sel(algorithm="exact") - 1).max()) <= 1e-3
+    cg = ds.sel(algorithm="cg")
+    assert float(cg["final_iterations"].max()) < 100
+    assert (cg["final_precond_trace"] <= 2.0).all() and (cg["final_precond_rank"] > 0).all()
+    text = render(path).read_text()
+    assert "final_precond_rank" in text and "| pol |" in text
+
+
 def test_smola2001_classification_reduced(tmp_path):
     """Full and low-rank Laplace, RVM classification and scikit-learn's GPC on breast_cancer
     (2 seeds = 2 splits, m = 8, 64): one Dataset, the error against basis size figures and

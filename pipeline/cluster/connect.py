@@ -35,7 +35,13 @@ from distributed import Client, LocalCluster
 
 from algorithms.errors import InputError
 from pipeline.cluster import prestart
-from pipeline.cluster.options import JOBQUEUE_KEYS, SUBMIT_COMMAND, check, seconds
+from pipeline.cluster.options import (
+    JOBQUEUE_KEYS,
+    SUBMIT_COMMAND,
+    check,
+    seconds,
+    worker_memory_limit,
+)
 
 _POLL_SECONDS = 0.25
 
@@ -270,7 +276,7 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             with _quiet("distributed.deploy.spec"), dask.config.set(settings):
                 cluster = LocalCluster(n_workers=n_workers,
                                        threads_per_worker=opts["threads_per_worker"],
-                                       processes=True, memory_limit=opts["memory_limit"],
+                                       processes=True, memory_limit=worker_memory_limit(opts),
                                        dashboard_address=opts["dashboard_address"])
         except (RuntimeError, OSError, ValueError) as err:
             raise InputError(f"cluster local could not start ({' '.join(str(err).split())[:200]})"

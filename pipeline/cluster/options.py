@@ -6,7 +6,6 @@ against its table before anything starts: each bad value is one
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import socket
@@ -281,6 +280,17 @@ def check(cfg: Mapping) -> dict[str, Any]:
     return opts
 
 
+def worker_memory_limit(opts: Mapping) -> int:
+    """The bytes each worker of a local cluster may use, from its validated options: a size,
+    or ``auto``: this machine's memory shared equally among the ``n_workers`` workers (Dask's
+    own ``auto`` shares it among the cores, so one worker on two cores would get half)."""
+    if opts["memory_limit"] != "auto":
+        return int(parse_bytes(opts["memory_limit"]))
+    from distributed.system import MEMORY_LIMIT
+
+    return int(MEMORY_LIMIT // (opts["n_workers"] or os.cpu_count() or 1))
+
+
 def local_worker_bytes(cluster_cfg: Mapping) -> float | None:
     """The memory one job may use on a worker of a local cluster: the bytes at which its nanny
     terminates it (``cluster.memory_limit`` × Dask's ``distributed.worker.memory.terminate``),
@@ -289,10 +299,8 @@ def local_worker_bytes(cluster_cfg: Mapping) -> float | None:
     if opts["kind"] != "local":
         return None
     import dask.config
-    from distributed.worker_memory import parse_memory_limit
 
-    limit = parse_memory_limit(opts["memory_limit"], opts["threads_per_worker"],
-                               logger=logging.getLogger(__name__))
+    limit = worker_memory_limit(opts)
     terminate = dask.config.get("distributed.worker.memory.terminate")
     if not limit or not terminate:
         return None
@@ -309,10 +317,8 @@ def memory_hint(cluster_cfg: Mapping) -> str:
     kind = opts["kind"]
     if kind == "local":
         from distributed.system import MEMORY_LIMIT
-        from distributed.worker_memory import parse_memory_limit
 
-        limit = parse_memory_limit(opts["memory_limit"], opts["threads_per_worker"],
-                                   logger=logging.getLogger(__name__))
+        limit = worker_memory_limit(opts)
         n_workers = opts["n_workers"] or os.cpu_count() or 1
         return (f"each worker may use {format_bytes(limit) if limit else 'any amount'} "
                 f"(cluster.memory_limit={opts['memory_limit']}, {n_workers} "
