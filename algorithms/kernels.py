@@ -242,6 +242,9 @@ def tiles_own_the_cores():
             else contextlib.nullcontext())
 
 
+MATMUL_TILE_ROWS = 8  # K·V's tiles: at least this many rows, so a tile's product is BLAS-2
+
+
 def tile_rows(n_cols: int) -> int:
     """Rows of a tile of ``n_cols`` columns (:data:`TILE_ENTRIES` values)."""
     return max(1, TILE_ENTRIES // max(1, n_cols))
@@ -508,9 +511,32 @@ class ArrayKernelBlocks:
         return self.kernel.diag(self.X)
 
     def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
-        """K·V for V of shape (n,) or (n, b), over row blocks K[lo:hi, :] of about
-        ``block_bytes`` of kernel values each (K is never formed): CG's product."""
-        return row_block_matmul(self.kernel, self.X, self.X, V, block_bytes)
+        """K·V for V of shape (n,) or (n, b) (K is never formed): CG's product. Each tile of
+        rows of K is computed by the fused kernel, multiplied into its rows of the output
+        while in cache and dropped, on :func:`kernel_threads` threads, as
+        :meth:`project_points` does (``block_bytes`` is the unfused path's block size; it is
+        not needed here: a tile is at most :data:`MATMUL_TILE_ROWS` rows)."""
+        kernel, A = self.kernel, self.kernel_rows
+        if not hasattr(kernel, "tile"):
+            return row_block_matmul(kernel, self.X, self.X, V, block_bytes)
+        B = kernel.cols(self.X)
+        n = self.n
+        W = np.asarray(V, dtype=np.float64).reshape(n, -1)
+        out = np.empty((n, W.shape[1]))
+        rows = min(n, max(tile_rows(n), MATMUL_TILE_ROWS))
+
+        def run(starts: range) -> bool:
+            buf, ok = np.empty((rows, n)), True
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                for lo in starts:
+                    T = buf[: min(rows, n - lo)]
+                    ok &= kernel.tile(A[lo: lo + len(T)], B, T)
+                    np.matmul(T, W, out=out[lo: lo + len(T)])
+            return ok
+
+        if not all(_on_threads(run, range(0, n, rows), n * n)):
+            kernel(self.X, self.X[:1])  # raises the one-line overflow error
+        return out.reshape(V.shape)
 
     def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
         """An n × p matrix [first, K[:, i₁], K[:, i₂], …] to which kernel columns are appended

@@ -154,7 +154,7 @@ def test_preconditioner_rank_follows_the_residual_trace(tol):
     precond = make_preconditioner("pivoted_cholesky", blocks, lam, rank=n, tol=tol)
     ranks, traces = zip(*precond.trace, strict=True)
     assert ranks[0] == 0 and traces[0] == pytest.approx(np.trace(K) / (n * lam))
-    assert all(b < a for a, b in zip(traces, traces[1:]))
+    assert all(b < a for a, b in zip(traces, traces[1:], strict=False))
     assert traces[-1] <= tol < traces[-2] and precond.rank == ranks[-1] < n
     M = np.linalg.inv(precond.apply(np.eye(n)))
     E = K + lam * np.eye(n) - M  # K − FFᵀ
