@@ -120,13 +120,12 @@ def make_preconditioner(name: str, blocks: KernelBlocks, lam: float, rank: int,
     chol = PartialCholesky(blocks, min(rank, n))
     unit = n * lam  # the residual trace in units of n·σ²
     trace = [(0, chol.residual_trace() / unit)]
+    step = PIVOT_BLOCK if tol > 0 else 1  # tol = 0: the exact greedy order, pivot by pivot
     while chol.t < min(rank, n) and trace[-1][1] > tol:
-        room = min(rank, n) - chol.t
-        pivots = chol.greedy_block(min(PIVOT_BLOCK, room)) if tol > 0 else [chol.greedy_pivot()]
-        if not pivots or pivots[0] is None:  # every residual degenerate: K has rank chol.t
+        pivots = chol.greedy_block(min(step, min(rank, n) - chol.t))
+        if not pivots:  # every residual degenerate: K has numerical rank chol.t
             break
-        if not chol.add(pivots) and len(pivots) == 1:
-            break
+        chol.add(pivots)  # the ones it drops leave the admissible set: the loop moves on
         trace.append((chol.t, chol.residual_trace() / unit))
     F = chol.factor()
     del chol
