@@ -514,11 +514,10 @@ class ArrayKernelBlocks:
         """K·V for V of shape (n,) or (n, b) (K is never formed): CG's product. Each tile of
         rows of K is computed by the fused kernel, multiplied into its rows of the output
         while in cache and dropped, on :func:`kernel_threads` threads, as
-        :meth:`project_points` does (``block_bytes`` is the unfused path's block size; it is
-        not needed here: a tile is at most :data:`MATMUL_TILE_ROWS` rows)."""
+        :meth:`project_points` does (``block_bytes``, the row-block size of
+        :func:`row_block_matmul`, is not needed: a tile is a few rows, at least
+        :data:`MATMUL_TILE_ROWS`)."""
         kernel, A = self.kernel, self.kernel_rows
-        if not hasattr(kernel, "tile"):
-            return row_block_matmul(kernel, self.X, self.X, V, block_bytes)
         B = kernel.cols(self.X)
         n = self.n
         W = np.asarray(V, dtype=np.float64).reshape(n, -1)
