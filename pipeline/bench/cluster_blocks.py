@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pipeline.bench.sweep_overhead import size_argument
+from pipeline.bench.sweep_overhead import save_figure, size_argument
 from pipeline.results.consolidate import load
 
 EXPERIMENT = "bench_cluster_blocks"
@@ -111,9 +111,7 @@ def figure(runs: dict, path: Path) -> None:
     bx.tick_params(axis="x", labelsize=8)
     bx.set_title(f"memory at n = {runs['spread']['n']:,}, t = {runs['spread']['steps']}",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str]) -> int:

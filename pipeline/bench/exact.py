@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from algorithms import Kernel  # noqa: E402
 from algorithms.cholesky import cholesky_in_place  # noqa: E402
-from pipeline.bench.sweep_overhead import size_argument  # noqa: E402
+from pipeline.bench.sweep_overhead import save_figure, size_argument  # noqa: E402
 from pipeline.config import CONF_DIR  # noqa: E402
 
 
@@ -136,9 +136,7 @@ def figure(rows: list[dict], gemm: float, cfg: dict, path: Path) -> None:
     ax.set_ylim(0, 1.15 * max(gemm, max(r["blocked_gflops"] for r in rows)))
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str]) -> int:

@@ -147,6 +147,11 @@ def figure(sweeps: list[dict], plan: dict, path: Path) -> None:
                  f"{plan['whole_process_seconds']:.1f} s, {plan['peak_memory_mib']:.0f} MiB",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.45, -0.14), ncol=2)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write (100 dpi) and close a benchmark's figure."""
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
