@@ -1,71 +1,114 @@
 """A blocked, in-place Cholesky factorisation in BLAS-3: the left-looking block-column form
-(Golub & Van Loan, *Matrix Computations*, 4th ed., §4.2.9).
+(Golub & Van Loan, *Matrix Computations*, 4th ed., §4.2.9), with block columns as wide as
+LAPACK factors well.
 
 Why not LAPACK's ``potrf`` on the whole matrix: OpenBLAS's multithreaded ``dpotrf`` (0.3.30 in
 scipy's wheel, 0.3.31 in numpy's) dies with SIGSEGV on this project's AVX-512 hosts at the
 sizes the exact GP needs (measured: ``cho_factor`` of an RBF K + 0.01·I exits 139 at
 n = 16 000 and 17 000 and works at 12 000); one thread works. So ``potrf`` is only called
-here on a diagonal block of :data:`BLOCK` rows (or on the whole matrix up to :data:`DIRECT`
-rows, two thirds of the largest size seen to work), and the O(n³) of the work is matrix
-products. For each block column j (columns j0:j1), with the columns left of it factored:
+here on a diagonal block of at most :data:`BLOCK` rows (or on the whole matrix up to
+:data:`DIRECT` rows, two thirds of the largest size seen to work). Above DIRECT the matrix is
+cut into the fewest block columns of at most BLOCK columns each (n = 12 000: two of 6000;
+36 000: six of 6000); for each block column j (columns j0:j1), with the columns left of it
+factored:
 
-    A_ij −= Σ_(k<j) L_ik L_jkᵀ   (i ≥ j)    one GEMM, inner dimension j0, of strided views
+    A_jj −= Σ_(k<j) L_jk L_jkᵀ              GEMMs on its lower part, TILE columns at a time
     A_jj  = L_jj L_jjᵀ                      potrf on the nb × nb diagonal block
-    L_ij  = A_ij L_jj⁻ᵀ          (i > j)    trsm on the rows below it
+    A_ij −= Σ_(k<j) L_ik L_jkᵀ   (i > j)    GEMMs of inner dimension j0, ROWS rows at a time
+    L_ij  = A_ij L_jj⁻ᵀ          (i > j)    trsm, ROWS rows at a time
+
+Wide blocks put most of the flops in large potrf and trsm calls, which run near GEMM's rate,
+rather than in many small ones (measured on 2 cores, GEMM 108 GFLOP/s: n = 12 000 in 7.0 s,
+82 GFLOP/s, against 8.9 s with blocks of 1024; n = 17 000 87.8 against 77.0 GFLOP/s). All
+the GEMMs of a block column run before all its trsm calls: numpy's OpenBLAS (GEMM) and
+scipy's (potrf, trsm) each keep threads spinning after a call, and a trsm right after a
+GEMM runs 1.5× slower than alone.
 
 The matrix is one Fortran-ordered n × n array whose lower triangle holds A on entry and L on
 exit; its upper triangle is not read, and is zero within the diagonal blocks on exit (left as
-it was elsewhere). Allocated besides it: the GEMM's product and the trsm's copy of the rows
-below, (n − j0) × nb each (0.29 GB at n = 36 000, nb = 1024). The GEMM reads the factored
-columns in place (numpy passes the strided views to BLAS). Measured on 2 cores (AVX-512,
-GEMM 110 GFLOP/s): n = 17 000 in 20.9 s, 78.5 GFLOP/s = 0.71 × GEMM; what is left is potrf and
-trsm on the blocks (their share falls like nb/n) and the two OpenBLAS copies (numpy's for
-GEMM, scipy's for potrf and trsm) whose idle threads spin after each call: a trsm right after
-a GEMM runs 1.5× slower than alone.
+it was elsewhere). The GEMMs read the factored columns in place (numpy passes the strided
+views to BLAS); allocated besides the matrix, at most: the diagonal block's copy for potrf
+(nb² values) and a chunk's GEMM product or trsm input and output (ROWS × nb each), 0.5 GB at
+nb = 6144 (:func:`work_bytes`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 
-# rows of a diagonal block handed to LAPACK's potrf: far below the size that crashes
-# (≈ 16 000), large enough for GEMM to run near its full rate on the products
-BLOCK = 1024
+# the widest block column: potrf and trsm on blocks this wide run near GEMM's rate, far
+# below the size at which the whole-matrix potrf crashes (≈ 16 000)
+BLOCK = 6144
 # up to this n the whole matrix goes to potrf at once (2/3 of 12 000, seen to work): faster
-# there than blocks (measured at n = 2000: 77 against 29 GFLOP/s)
+# there than blocks (measured at n = 2000: 63 against 38 GFLOP/s with two blocks)
 DIRECT = 8192
+TILE = 1024  # columns per GEMM on a diagonal block (the part above its diagonal is skipped)
+ROWS = 2048  # rows per GEMM and trsm chunk below a diagonal block (bounds the temporaries)
 
 
-def cholesky_in_place(A: np.ndarray, block: int = BLOCK, direct: int = DIRECT) -> np.ndarray:
+def block_width(n: int, block: int = BLOCK) -> int:
+    """Columns per block column: the fewest blocks of at most ``block`` columns, equal widths."""
+    return -(-n // -(-n // block)) if n else 0
+
+
+def work_bytes(n: int, block: int = BLOCK, direct: int = DIRECT, rows: int = ROWS) -> int:
+    """Bytes :func:`cholesky_in_place` allocates besides the matrix, at most: 0 up to
+    ``direct`` rows (potrf in place), else the diagonal block's copy and a chunk's two
+    ROWS × nb arrays (the trsm's input and output)."""
+    if n <= direct:
+        return 0
+    nb = block_width(n, block)
+    return 8 * (nb * nb + 2 * min(rows, n) * nb)
+
+
+def _potrf(block: np.ndarray, offset: int) -> np.ndarray:
+    """LAPACK's potrf of the lower triangle of ``block`` (in place when it is contiguous);
+    a not positive definite leading minor is named as of the whole matrix."""
+    factor, info = lapack.dpotrf(block, lower=1, clean=1, overwrite_a=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(
+            f"{offset + info}-th leading minor of the array is not positive definite"
+            if info > 0 else f"dpotrf: illegal value in argument {-info}")
+    return factor
+
+
+def cholesky_in_place(A: np.ndarray, block: int = BLOCK, direct: int = DIRECT,
+                      rows: int = ROWS, tile: int = TILE) -> np.ndarray:
     """Overwrite the lower triangle of the Fortran-ordered square float64 array ``A`` (which
     holds a symmetric positive definite matrix there) with its Cholesky factor L, A = LLᵀ;
     returns ``A``. Raises :class:`numpy.linalg.LinAlgError` naming the leading minor that is
     not positive definite (as :func:`scipy.linalg.cho_factor` does). Up to ``direct`` rows
-    the whole matrix is one block."""
+    the whole matrix is one block; above, block columns of at most ``block`` columns
+    (module docstring), their updates ``tile`` columns and ``rows`` rows at a time."""
     n = A.shape[0]
     if A.ndim != 2 or A.shape[1] != n or A.dtype != np.float64 or not A.flags.f_contiguous:
         raise ValueError("cholesky_in_place needs a square Fortran-ordered float64 array, got "
                          f"shape {A.shape}, dtype {A.dtype}, f_contiguous={A.flags.f_contiguous}")
-    if block < 1:
-        raise ValueError(f"block={block} must be ≥ 1")
+    for name, value in (("block", block), ("rows", rows), ("tile", tile)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be ≥ 1")
     if n <= direct:
-        block = max(n, 1)  # one diagonal block: potrf on the whole matrix
-    for j0 in range(0, n, block):
-        j1 = min(j0 + block, n)
-        strip = A[j0:, j0:j1]  # block column j, from its diagonal block down (a view)
-        if j0:  # A_ij -= Σ_(k<j) L_ik L_jkᵀ: one GEMM of inner dimension j0 (a strided view)
-            strip -= A[j0:, :j0] @ A[j0:j1, :j0].T
-        # in place when the block is the whole (contiguous) matrix; else on a copy of it
-        diagonal, info = lapack.dpotrf(strip[: j1 - j0], lower=1, clean=1, overwrite_a=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(
-                f"{j0 + info}-th leading minor of the array is not positive definite"
-                if info > 0 else f"dpotrf: illegal value in argument {-info}")
-        if not np.shares_memory(diagonal, A):
-            strip[: j1 - j0] = diagonal  # its strict upper triangle zero (clean=1)
-        if j1 < n:  # the rows below: L_ij = A_ij L_jj⁻ᵀ, i.e. L_jj L_ijᵀ = A_ijᵀ
-            strip[j1 - j0:] = sla.solve_triangular(diagonal, strip[j1 - j0:].T, lower=True,
-                                                   check_finite=False).T
+        if n and not np.shares_memory(factor := _potrf(A, 0), A):  # in place: contiguous
+            A[...] = factor
+        return A
+    nb = block_width(n, block)
+    for j0 in range(0, n, nb):
+        j1 = min(j0 + nb, n)
+        left = A[j0:j1, :j0]  # L_jk for k < j: the factored columns of block row j
+        if j0:  # A_jj −= L_jk L_jkᵀ on and below its diagonal, a tile of columns at a time
+            for c0 in range(j0, j1, tile):
+                c1 = min(c0 + tile, j1)
+                A[c0:j1, c0:c1] -= A[c0:j1, :j0] @ A[c0:c1, :j0].T
+        diagonal = _potrf(A[j0:j1, j0:j1], j0)  # a copy (the block is strided): nb² values
+        A[j0:j1, j0:j1] = diagonal  # its strict upper triangle zero (clean=1)
+        if j1 == n:
+            break
+        chunks = [(r0, min(r0 + rows, n)) for r0 in range(j1, n, rows)]
+        if j0:  # A_ij −= L_ik L_jkᵀ for the rows below
+            for r0, r1 in chunks:
+                A[r0:r1, j0:j1] -= A[r0:r1, :j0] @ left.T
+        for r0, r1 in chunks:  # L_ij = A_ij L_jj⁻ᵀ
+            A[r0:r1, j0:j1] = blas.dtrsm(1.0, diagonal, A[r0:r1, j0:j1], side=1, lower=1,
+                                         trans_a=1)
     return A

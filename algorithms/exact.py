@@ -6,21 +6,22 @@ log marginal likelihood −½yᵀα − Σ log L_ii − (n/2) log 2π.
 O(n³) time and one n×n float64 matrix: K + σ²I is written into a single array in blocks of rows
 and the blocked Cholesky (:func:`algorithms.cholesky.cholesky_in_place`) overwrites it with L
 (the factorisation and every solve work on its Fortran-ordered transpose, so nothing is copied;
-the factorisation's workspace is one n × 1024 panel and one product). Kα for the objectives is y
-− σ²α. The test variance, the predictive mean (:meth:`algorithms.contract.Solution.mean`) and
-the certificate's L(α) (:func:`algorithms.certificate.primal_value`) stream kernel rows in
-blocks of ≈ :data:`~algorithms.contract.BLOCK_BYTES` = 32 MiB. Measured with tracemalloc
-(friedman1, rbf, d = 10, 1000 test points): the fit with its test evaluation
-(:func:`algorithms.evaluation.run`) peaks at n²·8 + 17 MiB at n = 2000 (1.56·n²·8, 48 MiB) and
-n²·8 + 34 MiB at n = 4000 (1.28·n²·8, 156 MiB); the whole pipeline job with its certificate
-(:func:`pipeline.job.run_job`) at n²·8 + 35 MiB (2.14·n²·8) and n²·8 + 37 MiB (1.30·n²·8). The
-excess is one block of kernel values and its finiteness mask, whatever n: at kin40k's n = 36000
-it is 0.4 % of the 9.7 GiB of L. The process RSS grew by n²·8 + 25 and 51 MiB (fit), + 41 and 53
-MiB (job). Before, three n×n matrices (K, K + σ²I, L) made the same fits peak at 3.00·n²·8.
-:func:`memory_bytes` declares :data:`MEMORY_FACTOR` = 1 times n²·8, plus X, plus
-:data:`WORKING_BYTES` = 64 MiB, so the pipeline refuses a fit above the available memory (or
-above ``max_n``, if one is set; the default null leaves the memory alone to decide) before it
-ingests the data (:func:`algorithms.evaluation.check_size`).
+the factorisation's workspace is one diagonal block and two row chunks, 0.5 GB at most). Kα for
+the objectives is y − σ²α. The test variance, the predictive mean
+(:meth:`algorithms.contract.Solution.mean`) and the certificate's L(α)
+(:func:`algorithms.certificate.primal_value`) stream kernel rows in blocks of ≈
+:data:`~algorithms.contract.BLOCK_BYTES` = 32 MiB. Measured with tracemalloc (friedman1, rbf, d
+= 10, 1000 test points): the fit with its test evaluation (:func:`algorithms.evaluation.run`)
+peaks at n²·8 + 17 MiB at n = 2000 (1.56·n²·8, 48 MiB) and n²·8 + 34 MiB at n = 4000 (1.28·n²·8,
+156 MiB); the whole pipeline job with its certificate (:func:`pipeline.job.run_job`) at n²·8 +
+35 MiB (2.14·n²·8) and n²·8 + 37 MiB (1.30·n²·8). The excess is one block of kernel values and
+its finiteness mask, whatever n: at kin40k's n = 36000 it is 0.4 % of the 9.7 GiB of L. The
+process RSS grew by n²·8 + 25 and 51 MiB (fit), + 41 and 53 MiB (job). Before, three n×n
+matrices (K, K + σ²I, L) made the same fits peak at 3.00·n²·8. :func:`memory_bytes` declares
+:data:`MEMORY_FACTOR` = 1 times n²·8, plus X, plus :data:`WORKING_BYTES` = 64 MiB, so the
+pipeline refuses a fit above the available memory (or above ``max_n``, if one is set; the
+default null leaves the memory alone to decide) before it ingests the data
+(:func:`algorithms.evaluation.check_size`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
-from algorithms.cholesky import BLOCK as CHOLESKY_BLOCK
-from algorithms.cholesky import DIRECT as CHOLESKY_DIRECT
-from algorithms.cholesky import cholesky_in_place
+from algorithms.cholesky import cholesky_in_place, work_bytes
 from algorithms.contract import (
     BLOCK_BYTES,
     AlgorithmSpec,
@@ -55,10 +54,10 @@ WORKING_BYTES = 2 * BLOCK_BYTES  # one streamed block with its temporaries (37 M
 
 def memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
     """Peak memory of :func:`fit`, its evaluation and certificate on n points of dimension d:
-    L (K + σ²I overwritten in place), X, above 8192 rows the factorisation's two n × 1024
-    blocks (:mod:`algorithms.cholesky`) and one streamed block of kernel values."""
-    panel = 0 if n <= CHOLESKY_DIRECT else CHOLESKY_BLOCK  # up to DIRECT: potrf in place
-    return 8.0 * (MEMORY_FACTOR * n * n + n * d + 2 * n * panel) + WORKING_BYTES
+    L (K + σ²I overwritten in place), X, above 8192 rows the factorisation's diagonal block
+    and row chunks (:func:`algorithms.cholesky.work_bytes`) and one streamed block of kernel
+    values."""
+    return 8.0 * (MEMORY_FACTOR * n * n + n * d) + work_bytes(n) + WORKING_BYTES
 
 
 def _block_rows(n: int) -> int:

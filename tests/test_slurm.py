@@ -134,12 +134,12 @@ def test_a_batch_job_that_never_starts_fails_at_the_start_timeout(slurm, tmp_pat
 
 
 def test_an_adaptive_sweep_grows_to_its_maximum_and_releases_its_workers(slurm, tmp_path):
-    """cluster.adapt: a 20-job sweep starts with the minimum of batch jobs, grows to the
+    """cluster.adapt: a 12-job sweep starts with the minimum of batch jobs, grows to the
     maximum while jobs are queued, and leaves none in the queue at the end."""
     comment = "sgp-test-adapt"
     args = pipeline_args(tmp_path, "algorithm=sgma", "dataset=friedman1",
-                         "dataset.n_train=4000", "dataset.n_test=50", "algorithm.max_basis=300",
-                         "algorithm.eps=0", "certificate.enabled=false", "seed=range(0,20)",
+                         "dataset.n_train=4000", "dataset.n_test=50", "algorithm.max_basis=150",
+                         "algorithm.eps=0", "certificate.enabled=false", "seed=range(0,12)",
                          "sweep=adapt", "cluster.adapt.minimum=1", "cluster.adapt.maximum=2",
                          "cluster.memory=1500MB",
                          f"cluster.job_extra_directives=['--comment={comment}']")
@@ -159,7 +159,7 @@ def test_an_adaptive_sweep_grows_to_its_maximum_and_releases_its_workers(slurm, 
     assert counts and counts[0] == 1  # the minimum first
     assert max(counts) == 2  # grown to the maximum, never past it
     ds = load(tmp_path / "outputs" / "adapt" / "results.zarr")
-    assert set(ds["status"].values.ravel()) == {"ok"} and ds.sizes["seed"] == 20
+    assert set(ds["status"].values.ravel()) == {"ok"} and ds.sizes["seed"] == 12
     workers = {str(w) for w in ds["worker"].values.ravel()}
     assert len(workers) >= 2 and all(w.startswith("SLURMCluster-") for w in workers)
     assert slurm.wait_until_empty(30) == []
