@@ -23,10 +23,10 @@ from pipeline.config.overrides import (
     declares_sweep,
     force_group_keys,
 )
-from pipeline.job.summary import summary_text
+from pipeline.job.summary import job_warnings, summary_text
 from pipeline.results.consolidate import load
 from pipeline.sweep.clock import mark_command_line
-from pipeline.sweep.outcome import SweepOutcome
+from pipeline.sweep.outcome import SweepOutcome, sweep_warnings
 from pipeline.sweep.signals import silent_on_interrupt
 from pipeline.watch import watched
 
@@ -99,9 +99,13 @@ def _run(argv: list[str], overrides: list[str]) -> int:
             print(f"error: {_one_line(record['error'])}", file=sys.stderr)
             return 1
         print(summary_text(record["result"]))
+        for line in job_warnings(record["result"]):
+            print(line, file=sys.stderr)
         return 0
     outcome = SweepOutcome.from_returns(app.multirun(overrides))
     print(outcome.text())
+    for line in sweep_warnings(outcome.results_path):
+        print(line, file=sys.stderr)
     return 1 if outcome.failed else 0
 
 

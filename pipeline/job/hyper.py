@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.errors import InputError
-from algorithms.hyper import OPTIONS, Parameters, learn
+from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
@@ -82,6 +82,11 @@ class LearnedRecord:
     names: list[str]
     runs: list[dict]
 
+    @property
+    def y_offset(self) -> float:
+        """The constant prior mean the job subtracts from its targets (``hyper.center_y``)."""
+        return float(self.summary.get("hyper_y_offset", 0.0))
+
     def variables(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
         """The trace as arrays over dim ``hyper_eval`` (θ split by parameter name)."""
         out = {"hyper_run": (("hyper_eval",), np.asarray(self.trace["run"], dtype=np.int32)),
@@ -90,6 +95,30 @@ class LearnedRecord:
         for j, name in enumerate(self.names):
             out[f"hyper_{name}"] = (("hyper_eval",), theta[:, j])
         return out
+
+
+def bound_warning(at_bound: str) -> str | None:
+    """The one warning line for a learning whose optimum has parameters on a bound
+    (``hyper_at_bound``, :func:`algorithms.hyper.at_bound`), or None."""
+    if not at_bound:
+        return None
+    names = at_bound.split(",")
+    noise_like = [p for p in names if p in ("log_variance=lower", "log_noise=upper")
+                  or (p.startswith("log_lengthscale") and p.endswith("=lower"))]
+    if noise_like:
+        why = ("a white-noise model: check the targets' scale (dataset.standardize_y, "
+               "hyper.center_y) or add random starts (hyper.restarts)")
+    elif "log_lengthscale=upper" in names:
+        why = "a constant kernel: the model ignores every input"
+    elif any(p.startswith("log_lengthscale_") and p.endswith("=upper") for p in names):
+        inputs = [p.split("=")[0].removeprefix("log_lengthscale_") for p in names
+                  if p.startswith("log_lengthscale_") and p.endswith("=upper")]
+        why = ("an ARD length scale at its upper bound: inputs the model ignores: "
+               + ", ".join(inputs))
+    else:
+        why = "the optimum may lie beyond the bounds"
+    return (f"warning: hyper=ml learned {', '.join(names)} (within 1 % of the bounds "
+            f"{BOUNDS[0]:g} … {BOUNDS[1]:g}, in log): {why}")
 
 
 def _record_from_json(data: Mapping) -> LearnedRecord:

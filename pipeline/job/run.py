@@ -129,6 +129,8 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
                    options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
+    if hyper is not None and hyper.y_offset:  # the learned constant prior mean (hyper.center_y)
+        y_train, y_test = y_train - hyper.y_offset, y_test - hyper.y_offset
     what = (f"the {spec.name} fit on {config['dataset']['name']} at n_train={blocks.n} "
             f"({blas_threads()} BLAS threads{_declared_memory(spec, blocks, options)})")
     announce(what)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from algorithms.registry import get
+from pipeline.job.hyper import bound_warning
 from pipeline.results.job_file import load_job_result
 
 
@@ -44,7 +45,11 @@ def fit_text(ds) -> str:
     if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ
         lines[1:1] = [f"  learned (ML)     kernel {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
                       f"(log marg. lik. {_fmt(s['hyper_log_marginal_likelihood'])} on "
-                      f"{s['hyper_n_subset']} points, {_fmt(s['hyper_seconds'], '.1f')} s)"]
+                      f"{s['hyper_n_subset']} points, {_fmt(s['hyper_seconds'], '.1f')} s"
+                      + (f", prior mean {_fmt(s['hyper_y_offset'], '.4g')}"
+                         if s.get("hyper_y_offset") else "")
+                      + (f", on a bound: {s['hyper_at_bound']}" if s.get("hyper_at_bound")
+                         else "") + ")"]
     if "gap_certified" in s:
         lines.append(f"  certified gap    {_fmt(s['gap_certified'], '.4g')}  (Theorem 1: relative "
                      "suboptimality ≤ this)")
@@ -85,6 +90,13 @@ def curve_text(ds) -> str:
 
 
 TEXT: dict[str, Callable] = {"fit": fit_text, "learning_curve": curve_text}
+
+
+def job_warnings(result_path: str | Path) -> list[str]:
+    """The ``warning: …`` lines of one job's result (a learning that ended on a bound)."""
+    summary = load_job_result(result_path).attrs.get("summary", {})
+    line = bound_warning(summary.get("hyper_at_bound", ""))
+    return [line] if line else []
 
 
 def summary_text(result_path: str | Path) -> str:

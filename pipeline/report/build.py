@@ -50,7 +50,13 @@ from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
 from pipeline.report.html import html_path, write_html
 from pipeline.report.scaling import scaling_figure, scaling_table
-from pipeline.report.tables import failures, headline_table, overhead_line, paired_tests
+from pipeline.report.tables import (
+    at_bound,
+    failures,
+    headline_table,
+    overhead_line,
+    paired_tests,
+)
 from pipeline.results.consolidate import load
 
 DEFAULT_FIGURES = [
@@ -126,6 +132,10 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
         lines += [f"Paper: {report_cfg['paper']}", ""]
     if (ds["status"] == "failed").any():
         lines += ["Failed jobs:", "", failures(ds), ""]
+    if bounds := at_bound(ds):
+        lines += ["Learned hyperparameters on a bound (hyper_at_bound; a length scale at its "
+                  "lower bound or the noise at its upper one is a white-noise model):", "",
+                  bounds, ""]
     lines += [overhead_line(ds), ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
     report = out_dir / "report.md"

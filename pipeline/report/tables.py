@@ -35,6 +35,33 @@ def failures(ds: xr.Dataset) -> str:
     return "\n".join(lines)
 
 
+AT_BOUND = "final_hyper_at_bound"  # hyper=ml: the learned parameters on a bound (summary)
+
+
+def at_bound_settings(ds: xr.Dataset) -> list[tuple[str, str, int]]:
+    """(setting, parameters on a bound, jobs) for each distinct setting whose learned
+    hyperparameters ended on a bound (``hyper_at_bound``); the setting names the swept dims
+    other than the algorithm's (every algorithm of a setting shares its learning)."""
+    if AT_BOUND not in ds:
+        return []
+    values, status = xr.broadcast(ds[AT_BOUND], ds["status"])
+    counts: dict[tuple[str, str], int] = {}
+    for index in zip(*np.nonzero(np.asarray(status.values) == "ok"), strict=True):
+        value = str(np.asarray(values.values)[index])
+        if not value or value == "nan":
+            continue
+        where = " ".join(f"{d}={ds[d].values[i]}" for d, i in zip(status.dims, index, strict=True)
+                         if ds.sizes[d] > 1 and not d.startswith("algorithm")) or "every setting"
+        counts[where, value] = counts.get((where, value), 0) + 1
+    return [(where, value, n) for (where, value), n in counts.items()]
+
+
+def at_bound(ds: xr.Dataset) -> str:
+    """One line per :func:`at_bound_settings` row; empty if no learning ended on a bound."""
+    return "\n".join(f"- {where}: {value} ({n} job{'s' if n > 1 else ''})"
+                     for where, value, n in at_bound_settings(ds))
+
+
 def _mean_sd(values: np.ndarray) -> str:
     values = values[np.isfinite(values)]
     if not len(values):

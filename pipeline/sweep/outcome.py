@@ -9,6 +9,10 @@ from pathlib import Path
 
 from hydra.core.utils import JobReturn
 
+from pipeline.job.hyper import bound_warning
+from pipeline.report.tables import at_bound_settings
+from pipeline.results.consolidate import load
+
 
 @dataclass
 class SweepOutcome:
@@ -48,3 +52,14 @@ class SweepOutcome:
         lines.append(f"results: {self.results_path}")
         return "\n".join(lines)
 
+
+
+def sweep_warnings(results_path: str | Path) -> list[str]:
+    """The ``warning: …`` lines of a finished sweep: one per distinct learning whose optimum
+    has parameters on a bound (``hyper_at_bound``), naming its setting."""
+    try:
+        settings = at_bound_settings(load(results_path))
+    except (OSError, ValueError, KeyError):
+        return []  # no consolidated results to read: the sweep's own lines say why
+    return [line.replace("hyper=ml learned", f"hyper=ml at {where} learned", 1)
+            for where, value, _ in settings if (line := bound_warning(value))]
