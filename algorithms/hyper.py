@@ -1,19 +1,11 @@
 """Kernel hyperparameters and noise by maximising the log marginal likelihood (004 §3.6).
 
-log p(y | θ) = −½ yᵀα − ½ log|K_y| − (n/2) log 2π with K_y = K_θ + σ²I and α = K_y⁻¹y
-(eq. 62), and its gradient (eq. 64)
-
-    ∂ log p / ∂θ_i = ½ tr((ααᵀ − K_y⁻¹) ∂K_y/∂θ_i),
-
-over θ = (log variance, log length scale(s), log σ²). K_y is factored once per evaluation by
-Cholesky; α comes from two triangular solves and the K_y⁻¹ the trace needs from the same factor
-(LAPACK ``potri``, no general inverse). With M = ααᵀ − K_y⁻¹ the gradient is
-
-- signal variance v: ½ Σ M∘K;  noise: ½ σ² tr M;
-- length scale ℓ_j of a stationary kernel k(r), r = ‖(x−x')/ℓ‖: ∂K/∂log ℓ_j = G∘D_j with
-  D_j = (x_j − x'_j)²/ℓ_j² and G = K (RBF), v e^{−r} (Matérn-3/2), K/r (Laplacian), so with
-  P = M∘G and s = X_{·j}/ℓ_j, ½ Σ P∘D_j = sᵀ((P1)∘s) − sᵀPs: one GEMM P·X for all j
-  (an isotropic length scale is the sum over j).
+Which likelihood (``method``): ``subset``, the dense form (:mod:`algorithms.marginal_likelihood`)
+on a random subset of at most ``subset`` training points (the subset form of §3.6:
+O(subset³) per evaluation whatever n); ``lowrank``, Titsias' collapsed bound or the
+subset-of-regressors evidence on every training point with a basis of ``basis`` points chosen
+by pivoted Cholesky at the first start (:mod:`algorithms.marginal_likelihood_lowrank`,
+O(n·basis²)); ``exact``, the dense form on every training point (O(n³), n² memory).
 
 :func:`learn` runs scipy's L-BFGS-B on −log p from a first start and from ``restarts`` random
 starts drawn log-uniformly over the whole bounds box [1e-5, 1e5] of every parameter (as
@@ -26,9 +18,8 @@ at ℓ = r̃ the RBF is e^{−1/2} at the median pair, so flat over the data tha
 leaves it for white noise — on pumadyn32nm (d = 32, r̃ ≈ 8) ℓ = 8 and ℓ = 10 both end at the
 white-noise likelihood, ℓ = 1.5 … 4 all at the same optimum with four relevant inputs; ℓ = r̃/2
 puts the median pair at e^{−2}), the variance at var(y) and σ² at the configured ``lam``; or
-the configured kernel and ``lam`` (``init="kernel"``). It learns on a random subset of at most
-``subset`` training points (the subset form of §3.6: O(subset³) per evaluation whatever n)
-and returns the best optimum with the whole optimiser trace.
+the configured kernel and ``lam`` (``init="kernel"``). It returns the best optimum with the
+whole optimiser trace.
 
 The prior mean is a constant, the training targets' mean (``center_y``, the default): the
 targets are centred before the learning, and the job fits and scores the centred targets
@@ -50,20 +41,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.linalg as sla
 from scipy.optimize import minimize
-from scipy.spatial.distance import cdist
 
 from algorithms.errors import InputError
-from algorithms.kernels import KERNELS, Kernel
+from algorithms.kernels import Kernel
+from algorithms.marginal_likelihood import (
+    BOUNDS,
+    LEARNABLE,
+    Parameters,
+    length_scale_of,
+    log_marginal_likelihood,
+)
+from algorithms.marginal_likelihood_lowrank import (
+    BOUNDS_OF_LOWRANK,
+    LowRankObjective,
+    pivoted_basis,
+)
 from algorithms.options import Option
 
-LEARNABLE = ("rbf", "matern32", "laplacian")  # kernels whose length-scale gradient is here
-BOUNDS = (1e-5, 1e5)  # of every hyperparameter (variance, length scales, σ²)
+METHODS = ("subset", "lowrank", "exact")  # hyper.method: which marginal likelihood is maximised
+
+__all__ = ["BOUNDS", "LEARNABLE", "OPTIONS", "Learned", "Parameters", "at_bound", "learn",
+           "log_marginal_likelihood", "median_distance"]
 
 OPTIONS: dict[str, Option] = {
-    "subset": Option(2000, "int", "learn on a random subset of this many training points "
-                     "(one evaluation is O(subset³))", lo=2),
+    "method": Option("subset", "choice", "subset: the dense marginal likelihood on a random "
+                     "subset; lowrank: Titsias' bound (or the SoR evidence) on every training "
+                     "point with a pivoted-Cholesky basis, O(n·basis²); exact: the dense one on "
+                     "every training point, O(n³)", choices=METHODS),
+    "subset": Option(2000, "int", "method=subset: learn on a random subset of this many "
+                     "training points (one evaluation is O(subset³))", lo=2),
+    "basis": Option(512, "int", "method=lowrank: basis points, chosen by pivoted Cholesky of "
+                    "the kernel at the first start", lo=1),
+    "bound": Option("vfe", "choice", "method=lowrank: vfe (Titsias' collapsed bound) or sor "
+                    "(the subset-of-regressors evidence)", choices=BOUNDS_OF_LOWRANK),
     "restarts": Option(5, "int", "L-BFGS-B runs from random starts, log-uniform over the "
                        "bounds box, besides the first start (init)", lo=0),
     "ard": Option(False, "bool", "one length scale per input dimension (else one for all)"),
@@ -76,109 +87,6 @@ OPTIONS: dict[str, Option] = {
     "max_iter": Option(200, "int", "L-BFGS-B iterations per run", lo=1),
     "seed": Option(0, "int", "seeds the subset and the random starts", lo=0),
 }
-
-
-def _scale_of(kernel: Kernel) -> tuple[str, float]:
-    """(name of the isotropic scale parameter, that scale as a length ℓ): the RBF's width is
-    2ℓ² (its unit scale, width 2, is ℓ = 1), the others' scale is ℓ."""
-    name, unit = kernel.spec.unit_scale
-    value = kernel.params[name]
-    return name, math.sqrt(value / unit) if kernel.name == "rbf" else value
-
-
-def _scale_from_length(name: str, ell: float) -> tuple[str, float]:
-    """The inverse of :func:`_scale_of`: (scale parameter, its value) for length ℓ."""
-    scale, unit = KERNELS[name].unit_scale
-    return scale, unit * ell * ell if name == "rbf" else ell
-
-
-@dataclass(frozen=True)
-class Parameters:
-    """θ = (log variance, log length scale(s), log σ²) for one kernel family."""
-
-    name: str
-    n_lengths: int  # 1 (isotropic) or d (ARD)
-
-    @classmethod
-    def of(cls, kernel: Kernel, d: int, ard: bool) -> Parameters:
-        if kernel.name not in LEARNABLE:
-            raise InputError(f"hyper=ml learns the kernels {', '.join(LEARNABLE)}; kernel "
-                             f"'{kernel.name}' has no length-scale gradient here: pass "
-                             "kernel=rbf (or matern32, laplacian), or hyper=fixed")
-        return cls(kernel.name, d if ard else 1)
-
-    def theta(self, kernel: Kernel, lam: float, d: int) -> np.ndarray:
-        """θ of ``kernel`` and σ² = ``lam`` (ARD from an isotropic kernel: all equal)."""
-        ls = kernel.lengthscales
-        if ls is None:
-            ls = np.full(d, _scale_of(kernel)[1])
-        if self.n_lengths == 1:
-            ls = np.array([np.exp(np.mean(np.log(ls)))])  # geometric mean of ARD scales
-        return np.log(np.concatenate([[kernel.variance], ls, [lam]]))
-
-    def kernel(self, theta: np.ndarray) -> tuple[Kernel, float]:
-        """(kernel, σ²) of θ, in the kernel's own parameters (the RBF's width = 2ℓ²)."""
-        v, ls, lam = math.exp(theta[0]), np.exp(theta[1:-1]), math.exp(theta[-1])
-        if self.n_lengths > 1:
-            return Kernel(self.name, {"variance": v, "lengthscales": ls.tolist()}), lam
-        scale, value = _scale_from_length(self.name, float(ls[0]))
-        return Kernel(self.name, {"variance": v, scale: value}), lam
-
-    def names(self) -> list[str]:
-        lengths = (["log_lengthscale"] if self.n_lengths == 1
-                   else [f"log_lengthscale_{j}" for j in range(self.n_lengths)])
-        return ["log_variance", *lengths, "log_noise"]
-
-
-def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
-                            theta: np.ndarray, gradient: bool = True
-                            ) -> tuple[float, np.ndarray | None]:
-    """log p(y | θ) (eq. 62) and, if ``gradient``, its gradient over θ (eq. 64; module
-    docstring). Raises ``numpy.linalg.LinAlgError`` if K_y is not positive definite."""
-    X = np.asarray(X, dtype=np.float64)
-    n, d = X.shape
-    v, lam = math.exp(theta[0]), math.exp(theta[-1])
-    ls = np.exp(theta[1:-1])
-    S = X / (ls if params.n_lengths > 1 else ls[0])  # inputs at unit length scale
-    if params.name == "rbf":
-        sq = np.einsum("ij,ij->i", S, S)
-        R2 = S @ (-2.0 * S.T)
-        R2 += sq[:, None]
-        R2 += sq[None, :]
-        np.maximum(R2, 0.0, out=R2)
-        K = np.exp(-0.5 * R2)
-        K *= v
-        G = K
-    else:
-        R = cdist(S, S)
-        E = np.exp(-R)
-        E *= v
-        if params.name == "matern32":
-            K, G = (1.0 + R) * E, E
-        else:  # laplacian
-            K = E
-            with np.errstate(divide="ignore", invalid="ignore"):
-                G = np.where(R > 0, E / np.where(R > 0, R, 1.0), 0.0)
-    Ky = K + lam * np.eye(n)
-    L = sla.cholesky(Ky, lower=True, overwrite_a=True, check_finite=False)
-    alpha = sla.cho_solve((L, True), y, check_finite=False)
-    value = float(-0.5 * y @ alpha - np.log(np.diag(L)).sum() - 0.5 * n * math.log(2 * math.pi))
-    if not gradient:
-        return value, None
-    W, info = sla.lapack.dpotri(L, lower=1)  # K_y⁻¹ from its factor (lower triangle)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed with info={info}")
-    W = np.tril(W) + np.tril(W, -1).T
-    M = np.outer(alpha, alpha)
-    M -= W
-    grad = np.empty(len(theta))
-    grad[0] = 0.5 * np.einsum("ij,ij->", M, K)
-    grad[-1] = 0.5 * lam * np.trace(M)
-    P = M * G
-    PS = P @ S
-    per_dim = np.einsum("ij,ij->j", S, S * P.sum(1)[:, None]) - np.einsum("ij,ij->j", S, PS)
-    grad[1:-1] = per_dim if params.n_lengths > 1 else per_dim.sum()
-    return value, grad
 
 
 @dataclass(frozen=True)
@@ -199,6 +107,9 @@ class Learned:
     runs: list[dict[str, Any]] = field(default_factory=list)
     y_offset: float = 0.0  # the constant prior mean subtracted from the targets (center_y)
     at_bound: list[str] = field(default_factory=list)  # :func:`at_bound` of the optimum
+    method: str = "subset"  # which marginal likelihood (:data:`METHODS`)
+    n_basis: int = 0  # method=lowrank: basis points
+    jitter: float = 0.0  # method=lowrank: the largest jitter added to K_mm
 
     def summary(self) -> dict[str, Any]:
         """Flat scalars for a result record (learned values, optimiser outcome)."""
@@ -208,10 +119,12 @@ class Learned:
                                "hyper_lam": self.lam, "hyper_variance": self.kernel.variance,
                                "hyper_evaluations": len(self.trace["run"]),
                                "hyper_runs": len(self.runs), "hyper_y_offset": self.y_offset,
+                               "hyper_method": self.method, "hyper_n_basis": self.n_basis,
+                               "hyper_jitter": self.jitter,
                                "hyper_at_bound": ",".join(self.at_bound)}
         ls = self.kernel.lengthscales
         if ls is None:
-            out["hyper_lengthscale"] = _scale_of(self.kernel)[1]
+            out["hyper_lengthscale"] = length_scale_of(self.kernel)[1]
         else:
             out.update({f"hyper_lengthscale_{j}": float(v) for j, v in enumerate(ls)})
         return out
@@ -237,12 +150,13 @@ def at_bound(theta: np.ndarray, names: list[str], fraction: float = 0.01) -> lis
 
 
 def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
-          rng: np.random.Generator, subset: int = 2000, restarts: int = 5,
-          ard: bool = False, max_iter: int = 200, init: str = "median",
-          center_y: bool = True) -> Learned:
-    """Maximise :func:`log_marginal_likelihood` from the first start (``init``) and from
-    ``restarts`` log-uniform random starts over the bounds box; keep the best (module
-    docstring). With ``center_y`` the targets' mean is subtracted first (``Learned.y_offset``)."""
+          rng: np.random.Generator, method: str = "subset", subset: int = 2000,
+          basis: int = 512, bound: str = "vfe", restarts: int = 5, ard: bool = False,
+          max_iter: int = 200, init: str = "median", center_y: bool = True) -> Learned:
+    """Maximise the marginal likelihood of ``method`` (:data:`METHODS`) from the first start
+    (``init``) and from ``restarts`` log-uniform random starts over the bounds box; keep the
+    best (module docstring). With ``center_y`` the targets' mean is subtracted first
+    (``Learned.y_offset``)."""
     start = time.perf_counter()
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -250,7 +164,9 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     params = Parameters.of(kernel, d, ard)
     y_offset = float(np.mean(y)) if center_y and n else 0.0
     y = y - y_offset
-    if n > subset:
+    if method not in METHODS:
+        raise InputError(f"hyper.method={method!r}: pass one of {', '.join(METHODS)}")
+    if method == "subset" and n > subset:
         rows = np.sort(rng.choice(n, size=subset, replace=False))
         X, y = X[rows], y[rows]
     theta0 = params.theta(kernel, lam, d)
@@ -260,6 +176,17 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     log_bounds = np.log(BOUNDS)
     theta0 = np.clip(theta0, *log_bounds)
     starts = [theta0] + [rng.uniform(*log_bounds, size=len(theta0)) for _ in range(restarts)]
+    if method == "lowrank":  # the basis: pivoted Cholesky at the first start, then fixed
+        chosen = pivoted_basis(X, params.kernel(theta0)[0], basis)
+        lowrank = LowRankObjective(X, y, X[chosen], params, bound)
+
+        def evaluate(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            return lowrank(theta)
+    else:
+        lowrank = None
+
+        def evaluate(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            return log_marginal_likelihood(X, y, params, theta)
     rows_run: list[int] = []
     rows_value: list[float] = []
     rows_theta: list[np.ndarray] = []
@@ -267,7 +194,7 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
 
     def objective(theta: np.ndarray, run: int) -> tuple[float, np.ndarray]:
         try:
-            value, grad = log_marginal_likelihood(X, y, params, theta)
+            value, grad = evaluate(theta)
         except np.linalg.LinAlgError:  # K_y not positive definite: a step too far
             value, grad = -math.inf, np.zeros(len(theta))
         rows_run.append(run)
@@ -293,4 +220,6 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
              "log_marginal_likelihood": np.array(rows_value),
              "theta": np.array(rows_theta)}
     return Learned(learned, learned_lam, best[0], len(y), time.perf_counter() - start,
-                   params.names(), trace, runs, y_offset, at_bound(best[1], params.names()))
+                   params.names(), trace, runs, y_offset, at_bound(best[1], params.names()),
+                   method, 0 if lowrank is None else len(lowrank.Z),
+                   0.0 if lowrank is None else lowrank.jitter)

@@ -310,8 +310,8 @@ def test_the_default_abalone_job_learns_scikit_learns_optimum(tmp_path, _run):
 def test_the_report_and_the_sweep_name_each_setting_on_a_bound(monkeypatch):
     """Two algorithms share each split's learning: one line per split that ended on a bound,
     counting its jobs; the sweep's warning names the setting."""
+    from pipeline.job.hyper import at_bound_settings
     from pipeline.report.tables import at_bound as at_bound_text
-    from pipeline.report.tables import at_bound_settings
     from pipeline.sweep import outcome
 
     dims = ("algorithm", "dataset.split")

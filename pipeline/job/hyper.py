@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
+import xarray as xr
 
 from algorithms.errors import InputError
 from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn
@@ -38,6 +40,7 @@ HYPER_OPTIONS: dict[str, Option] = {
     **OPTIONS,
 }
 CACHE_DIR = "hyper"
+EXACT_ARRAYS = 5  # n×n float64 arrays alive in one dense evaluation (K, its factor, K⁻¹, M, M∘G)
 
 
 def hyper_options(config: Mapping) -> dict[str, Any] | None:
@@ -59,6 +62,14 @@ def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:
     if options is not None:
         shape = train_shape(config["dataset"])
         Parameters.of(kernel, shape[1] if shape else 1, options["ard"])
+        if options["method"] == "exact" and shape:
+            need = EXACT_ARRAYS * 8.0 * shape[0] ** 2
+            available = float(psutil.virtual_memory().available)
+            if need > available:
+                raise InputError(
+                    f"hyper.method=exact on n_train={shape[0]} needs {need / 2**30:.1f} GiB "
+                    f"({EXACT_ARRAYS} n×n arrays) but {available / 2**30:.1f} GiB is available; "
+                    "pass hyper.method=lowrank (every point, O(n·basis²)) or hyper.method=subset")
     return options
 
 
@@ -119,6 +130,27 @@ def bound_warning(at_bound: str) -> str | None:
         why = "the optimum may lie beyond the bounds"
     return (f"warning: hyper=ml learned {', '.join(names)} (within 1 % of the bounds "
             f"{BOUNDS[0]:g} … {BOUNDS[1]:g}, in log): {why}")
+
+
+AT_BOUND = "final_hyper_at_bound"  # hyper=ml: the learned parameters on a bound (summary)
+
+
+def at_bound_settings(ds: xr.Dataset) -> list[tuple[str, str, int]]:
+    """(setting, parameters on a bound, jobs) for each distinct setting whose learned
+    hyperparameters ended on a bound (``hyper_at_bound``); the setting names the swept dims
+    other than the algorithm's (every algorithm of a setting shares its learning)."""
+    if AT_BOUND not in ds:
+        return []
+    values, status = xr.broadcast(ds[AT_BOUND], ds["status"])
+    counts: dict[tuple[str, str], int] = {}
+    for index in zip(*np.nonzero(np.asarray(status.values) == "ok"), strict=True):
+        value = str(np.asarray(values.values)[index])
+        if not value or value == "nan":
+            continue
+        where = " ".join(f"{d}={ds[d].values[i]}" for d, i in zip(status.dims, index, strict=True)
+                         if ds.sizes[d] > 1 and not d.startswith("algorithm")) or "every setting"
+        counts[where, value] = counts.get((where, value), 0) + 1
+    return [(where, value, n) for (where, value), n in counts.items()]
 
 
 def _record_from_json(data: Mapping) -> LearnedRecord:

@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from pipeline.job.hyper import at_bound_settings
 from pipeline.report.figures import _label, _select, settings
 
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
@@ -33,27 +34,6 @@ def failures(ds: xr.Dataset) -> str:
         where = " ".join(f"{d}={v}" for d, v in point.items() if ds.sizes[d] > 1)
         lines.append(f"- {where}: {ds['error'].values[index]}")
     return "\n".join(lines)
-
-
-AT_BOUND = "final_hyper_at_bound"  # hyper=ml: the learned parameters on a bound (summary)
-
-
-def at_bound_settings(ds: xr.Dataset) -> list[tuple[str, str, int]]:
-    """(setting, parameters on a bound, jobs) for each distinct setting whose learned
-    hyperparameters ended on a bound (``hyper_at_bound``); the setting names the swept dims
-    other than the algorithm's (every algorithm of a setting shares its learning)."""
-    if AT_BOUND not in ds:
-        return []
-    values, status = xr.broadcast(ds[AT_BOUND], ds["status"])
-    counts: dict[tuple[str, str], int] = {}
-    for index in zip(*np.nonzero(np.asarray(status.values) == "ok"), strict=True):
-        value = str(np.asarray(values.values)[index])
-        if not value or value == "nan":
-            continue
-        where = " ".join(f"{d}={ds[d].values[i]}" for d, i in zip(status.dims, index, strict=True)
-                         if ds.sizes[d] > 1 and not d.startswith("algorithm")) or "every setting"
-        counts[where, value] = counts.get((where, value), 0) + 1
-    return [(where, value, n) for (where, value), n in counts.items()]
 
 
 def at_bound(ds: xr.Dataset) -> str:

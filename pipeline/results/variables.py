@@ -10,7 +10,7 @@ import re
 
 import xarray as xr
 
-from algorithms.variables import TARGET2
+from algorithms.variables import TARGET, TARGET2
 from algorithms.variables import describe as describe_key
 
 STEP = ("iteration of the fit (1-based; the basis size at each step is the n_basis variable; "
@@ -56,6 +56,13 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "hyper_lam": ("learned noise variance σ²", TARGET2),
     "hyper_variance": ("learned kernel variance", TARGET2),
     "hyper_evaluations": ("marginal-likelihood evaluations while learning", "1"),
+    "hyper_runs": ("L-BFGS-B runs of the learning (first start and random restarts)", "1"),
+    "hyper_y_offset": ("constant prior mean subtracted from the targets (hyper.center_y)",
+                       TARGET),
+    "hyper_at_bound": ("learned log-parameters within 1 % of a bound (name=lower|upper)", "1"),
+    "hyper_method": ("marginal likelihood maximised (subset, lowrank, exact)", "1"),
+    "hyper_n_basis": ("basis points of the low-rank marginal likelihood (0: dense)", "1"),
+    "hyper_jitter": ("jitter added to K_mm's diagonal by the low-rank likelihood", TARGET2),
     "hyper_lengthscale": ("learned length scale", "input units"),
     "hyper_run": ("restart of the hyperparameter optimiser", "1"),
     "hyper_lml": ("log marginal likelihood at this evaluation", "nats"),

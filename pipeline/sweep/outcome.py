@@ -9,8 +9,7 @@ from pathlib import Path
 
 from hydra.core.utils import JobReturn
 
-from pipeline.job.hyper import bound_warning
-from pipeline.report.tables import at_bound_settings
+from pipeline.job.hyper import at_bound_settings, bound_warning
 from pipeline.results.consolidate import load
 
 
