@@ -11,21 +11,28 @@ kernel (:mod:`algorithms.peers` translates it) and λ.
 
 - ``steps`` = 0: nothing is trained; kernel, noise and Z are the job's, so the solution is a
   kernel expansion on training rows with the job's kernel and λ and the certificate applies.
-- ``steps`` > 0: Adam (learning rate ``lr``) on the negative of GPyTorch's
-  ``ExactMarginalLogLikelihood`` with the InducingPointKernel's added loss term, which is
-  Titsias's collapsed bound log N(y | 0, Q + σ²I) − tr(K − Q)/(2σ²), Q = K_XZ K_ZZ⁻¹ K_ZX
-  (divided by n), over the kernel's variance and length scale(s), the noise and Z. The learned
+- ``steps`` > 0: training on the negative of GPyTorch's ``ExactMarginalLogLikelihood`` with
+  the InducingPointKernel's added loss term, which is Titsias's collapsed bound
+  log N(y | 0, Q + σ²I) − tr(K − Q)/(2σ²), Q = K_XZ K_ZZ⁻¹ K_ZX (divided by n), over the
+  kernel's variance and length scale(s), the noise and Z, by ``optimizer``: ``lbfgs`` (the
+  default: the bound is deterministic and full-batch, the case for a quasi-Newton method, as
+  GPflow's SGPR examples optimise it with scipy's L-BFGS-B and BoTorch's ``fit_gpytorch_mll``
+  fits GPyTorch models) — torch's L-BFGS with a strong-Wolfe line search, one iteration per
+  step — or ``adam`` at learning rate ``lr`` (0.1, GPyTorch's SGPR example's). It stops after
+  ``steps`` iterations or once the bound's relative change is below ``elbo_tol`` (1e-4): over one
+  L-BFGS iteration, or over :data:`ADAM_WINDOW` Adam steps (they oscillate). The learned
   kernel is translated back into ours; Z is no longer on training rows (``basis`` then holds
-  the rows each inducing input started from) and there is no certificate.
+  the rows each inducing input started from) and there is no certificate. The summary has
+  ``steps_run`` and the stopping reason.
 
-The trace has a row per Adam step, 0 (the start) to ``steps``: ``elbo`` (n × GPyTorch's MLL,
-i.e. Titsias's bound), ``noise`` and the basis size. Prediction is GPyTorch's own,
-``likelihood(model(x))`` (noise included). With ``diagonal_correction`` (GPyTorch's default,
-``gpytorch.settings.sgpr_diagonal_correction``) GPyTorch adds diag(K − Q) to the training
-covariance when it predicts, so its mean is Q_*X (Q + Λ)⁻¹y with Λ = diag(K − Q) + σ²I and its
-variance k** − Q_*X (Q + Λ)⁻¹ Q_X* + σ² (FITC's predictive with Titsias's hyperparameters);
-without it the mean is Titsias's DTC mean Q_*X (Q + σ²I)⁻¹y and the variance the
-subset-of-regressors one, Q** − Q_*X (Q + σ²I)⁻¹ Q_X* + σ² (tests/test_peers.py checks both
+The trace has a row per training step, 0 (the start) to the last one run: ``elbo`` (n ×
+GPyTorch's MLL, i.e. Titsias's bound), ``noise`` and the basis size. Prediction is GPyTorch's
+own, ``likelihood(model(x))`` (noise included). With ``diagonal_correction`` (GPyTorch's
+default, ``gpytorch.settings.sgpr_diagonal_correction``) GPyTorch adds diag(K − Q) to the
+training covariance when it predicts, so its mean is Q_*X (Q + Λ)⁻¹y with Λ = diag(K − Q) + σ²I
+and its variance k** − Q_*X (Q + Λ)⁻¹ Q_X* + σ² (FITC's predictive with Titsias's
+hyperparameters); without it the mean is Titsias's DTC mean Q_*X (Q + σ²I)⁻¹y and the variance
+the subset-of-regressors one, Q** − Q_*X (Q + σ²I)⁻¹ Q_X* + σ² (tests/test_peers.py checks both
 against dense formulas). With Z = X (m = n) and no training either is the exact GP.
 
 The mean is held exactly as k(x, Z) @ c (our kernel, the learned one translated back), with c
@@ -73,6 +80,7 @@ from algorithms.peers import (
     torch_linalg_errors,
 )
 
+ADAM_WINDOW = 10  # Adam steps over which the bound's change is measured (module docstring)
 NOISE_FLOOR = 1e-4  # GaussianLikelihood's default lower bound on the noise, lowered for a lam below
 JITTER = re.compile(r"added jitter of ([0-9.eE+-]+)")
 
@@ -178,22 +186,33 @@ def _summary(m: int, stop: str, steps: int, kernel, noise: float, caught: list[s
 
 
 def fit_sgpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
-             recorder: Recorder, max_basis: int, steps: int, lr: float,
-             diagonal_correction: bool) -> Solution:
-    """GPyTorch's SGPR on ``max_basis`` inducing inputs at random training rows, trained for
-    ``steps`` Adam steps at learning rate ``lr`` (module docstring)."""
+             recorder: Recorder, max_basis: int, steps: int, optimizer: str, lr: float,
+             elbo_tol: float, diagonal_correction: bool) -> Solution:
+    """GPyTorch's SGPR on ``max_basis`` inducing inputs at random training rows, trained by
+    ``optimizer`` (L-BFGS or Adam at learning rate ``lr``) for at most ``steps`` iterations,
+    stopped once the bound's relative change falls below ``elbo_tol`` (module docstring)."""
     owner = "algorithm gpytorch_sgpr"
     check_translatable(blocks.kernel, owner)
     try:
-        return _fit_sgpr(blocks, y, lam, rng, recorder, max_basis, steps, lr,
-                         diagonal_correction, owner)
+        return _fit_sgpr(blocks, y, lam, rng, recorder, max_basis, steps, optimizer, lr,
+                         elbo_tol, diagonal_correction, owner)
     except torch_linalg_errors() as err:  # the evaluator's one-line error for a breakdown
         raise np.linalg.LinAlgError(" ".join(str(err).split())[:100]) from None
 
 
+def _converged(bounds: list[float], optimizer: str, tol: float) -> float | None:
+    """The relative change of the bound that stops training (:data:`ADAM_WINDOW` steps back
+    for Adam, whose steps oscillate; one iteration back for L-BFGS), if it is below ``tol``."""
+    back = ADAM_WINDOW if optimizer == "adam" else 1
+    if tol <= 0 or len(bounds) <= back:
+        return None
+    change = abs(bounds[-1] - bounds[-1 - back]) / max(abs(bounds[-1]), 1e-300)
+    return change if change < tol else None
+
+
 def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
-              recorder: Recorder, max_basis: int, steps: int, lr: float,
-              diagonal_correction: bool, owner: str) -> Solution:
+              recorder: Recorder, max_basis: int, steps: int, optimizer_name: str, lr: float,
+              tol: float, diagonal_correction: bool, owner: str) -> Solution:
     torch, gpytorch = import_gpytorch()
 
     f64 = torch.float64
@@ -203,30 +222,49 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     X = blocks.inputs(slice(None))
     tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
     caught: list[str] = []
+    bounds: list[float] = []
+    converged = None
     with library_warnings(caught):
         likelihood = _likelihood(torch, gpytorch, lam)
         base = gpytorch_kernel(blocks.kernel, X.shape[1], owner)
         model = sgpr_model()(tX, ty, likelihood, base, tX[rows].clone()).double()
         mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr) if steps else None
+        if optimizer_name == "adam":
+            optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        else:  # one L-BFGS iteration (with its strong-Wolfe line search) per step
+            optimizer = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=1,
+                                          line_search_fn="strong_wolfe")
+
+        def closure():
+            optimizer.zero_grad()
+            loss = -mll(model(tX), ty)
+            loss.backward()
+            return loss
+
         model.train()
         likelihood.train()
         for step in range(steps + 1):
-            with torch.set_grad_enabled(step < steps):
+            with torch.set_grad_enabled(step < steps and optimizer_name == "adam"):
                 value = mll(model(tX), ty)
             bound = float(value.detach()) * n
             if not math.isfinite(bound):
                 if step == 0:
                     raise FloatingPointError("GPyTorch's marginal likelihood is NaN/inf")
                 raise InputError(f"{owner}: GPyTorch's marginal likelihood became NaN/inf at "
-                                 f"Adam step {step} with algorithm.lr={lr:g}; pass a smaller "
-                                 "algorithm.lr or fewer algorithm.steps")
+                                 f"{optimizer_name} step {step} with algorithm.lr={lr:g}; pass "
+                                 "a smaller algorithm.lr or fewer algorithm.steps")
+            bounds.append(bound)
             recorder.step(n_basis=m, objective=math.nan, gap=math.nan, elbo=bound,
                           noise=float(likelihood.noise.detach()))
-            if step < steps:
+            converged = _converged(bounds, optimizer_name, tol)
+            if step == steps or converged is not None:
+                break
+            if optimizer_name == "adam":
                 optimizer.zero_grad()
                 (-value).backward()
                 optimizer.step()
+            else:
+                optimizer.step(closure)
         model.eval()
         likelihood.eval()
         setting = gpytorch.settings.sgpr_diagonal_correction(diagonal_correction)
@@ -249,10 +287,17 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
 
     reasons = {"objective": "GPyTorch optimises Titsias's bound (elbo), not L(α)",
                "gap": "GPyTorch solves no dual problem (no duality gap)"}
-    stop = (f"{steps} Adam steps (lr={lr:g}) on Titsias's bound" if steps
-            else "no training (steps = 0): the job's kernel, lam and inducing rows")
+    run = len(bounds) - 1
+    how = "L-BFGS iterations" if optimizer_name == "lbfgs" else f"Adam steps (lr={lr:g})"
+    if not steps:
+        stop = "no training (steps = 0): the job's kernel, lam and inducing rows"
+    elif converged is not None:
+        stop = (f"converged: the bound changed by {converged:.2g} (relative) < elbo_tol={tol:g} "
+                f"after {run} {how}")
+    else:
+        stop = f"steps = {steps} {how} reached on Titsias's bound"
     summary = {**_summary(m, stop, steps, kernel, noise, caught, reasons),
-               "jitter": _jitter(caught), "elbo": bound}
+               "jitter": _jitter(caught), "elbo": bound, "steps_run": run}
     return Solution(rows, coef, Z, kernel, lam_fit, summary, variance_bounds,
                     not_applicable=reasons)
 
@@ -336,13 +381,20 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
 SPECS: list[AlgorithmSpec] = [
     AlgorithmSpec(
         "gpytorch_sgpr", fit_sgpr,
-        "GPyTorch's SGPR (Titsias; InducingPointKernel, optional Adam training)",
+        "GPyTorch's SGPR (Titsias; InducingPointKernel, optional L-BFGS or Adam training)",
         options={
             "max_basis": Option(256, "int", "inducing points m (start at random training rows)",
                                 lo=1),
-            "steps": Option(0, "int", "Adam steps on Titsias's bound (0: the job's kernel, lam "
-                            "and inducing rows, untrained)", lo=0),
-            "lr": Option(0.1, "float", "Adam learning rate", lo=0.0, lo_open=True),
+            "steps": Option(0, "int", "at most this many training iterations on Titsias's "
+                            "bound (0: the job's kernel, lam and inducing rows, untrained)",
+                            lo=0),
+            "optimizer": Option("lbfgs", "choice", "lbfgs (full-batch L-BFGS, strong-Wolfe "
+                                "line search) or adam", choices=("lbfgs", "adam")),
+            "lr": Option(0.1, "float", "Adam learning rate (GPyTorch's SGPR example's)", lo=0.0,
+                         lo_open=True),
+            "elbo_tol": Option(1e-4, "float", "stop once the bound's relative change (one L-BFGS "
+                          "iteration, or 10 Adam steps, back) is below this (0: run all steps)",
+                          lo=0.0),
             "diagonal_correction": Option(True, "bool", "GPyTorch's sgpr_diagonal_correction "
                                           "when predicting (its default; false: Titsias's DTC "
                                           "mean, subset-of-regressors variance)"),

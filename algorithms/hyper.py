@@ -62,7 +62,7 @@ from algorithms.options import Option
 METHODS = ("subset", "lowrank", "exact")  # hyper.method: which marginal likelihood is maximised
 
 __all__ = ["BOUNDS", "LEARNABLE", "OPTIONS", "Learned", "Parameters", "at_bound", "learn",
-           "log_marginal_likelihood", "median_distance"]
+           "log_marginal_likelihood", "median_distance", "memory_bytes"]
 
 OPTIONS: dict[str, Option] = {
     "method": Option("subset", "choice", "subset: the dense marginal likelihood on a random "
@@ -138,6 +138,20 @@ def median_distance(X: np.ndarray, rng: np.random.Generator, pairs: int = 4000) 
     d = np.sqrt(((X[a] - X[b]) ** 2).sum(1))
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0
+
+
+DENSE_ARRAYS = 5  # square arrays alive in one dense evaluation (K, its factor, K⁻¹, M, M∘G)
+
+
+def memory_bytes(options: Mapping[str, Any], n: int) -> tuple[float, str]:
+    """(bytes, what they hold) of one marginal-likelihood evaluation of ``options["method"]``
+    on n training points: the dense form's :data:`DENSE_ARRAYS` square arrays (on every point
+    or on the subset), the low-rank form's seven m × n arrays."""
+    if options["method"] == "lowrank":
+        m = min(options["basis"], n)
+        return 7 * 8.0 * m * n, f"7 arrays of {m}×{n}"
+    rows = n if options["method"] == "exact" else min(options["subset"], n)
+    return DENSE_ARRAYS * 8.0 * rows * rows, f"{DENSE_ARRAYS} arrays of {rows}×{rows}"
 
 
 def at_bound(theta: np.ndarray, names: list[str], fraction: float = 0.01) -> list[str]:

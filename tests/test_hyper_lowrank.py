@@ -96,4 +96,4 @@ def test_exact_learning_beyond_the_memory_is_one_line(tmp_path, run_cli):
                    "hyper.method=exact")
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: hyper.method=exact on n_train=36000 needs 48.3 GiB "
-                                  "(5 n×n arrays)") and proc.stderr.count("\n") == 1
+                                  "(5 arrays of 36000×36000) but ") and proc.stderr.count("\n") == 1

@@ -28,7 +28,7 @@ import psutil
 import xarray as xr
 
 from algorithms.errors import InputError
-from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn
+from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn, memory_bytes
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
@@ -40,7 +40,6 @@ HYPER_OPTIONS: dict[str, Option] = {
     **OPTIONS,
 }
 CACHE_DIR = "hyper"
-EXACT_ARRAYS = 5  # n×n float64 arrays alive in one dense evaluation (K, its factor, K⁻¹, M, M∘G)
 
 
 def hyper_options(config: Mapping) -> dict[str, Any] | None:
@@ -62,14 +61,15 @@ def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:
     if options is not None:
         shape = train_shape(config["dataset"])
         Parameters.of(kernel, shape[1] if shape else 1, options["ard"])
-        if options["method"] == "exact" and shape:
-            need = EXACT_ARRAYS * 8.0 * shape[0] ** 2
+        if shape:
+            need, what = memory_bytes(options, shape[0])
             available = float(psutil.virtual_memory().available)
             if need > available:
                 raise InputError(
-                    f"hyper.method=exact on n_train={shape[0]} needs {need / 2**30:.1f} GiB "
-                    f"({EXACT_ARRAYS} n×n arrays) but {available / 2**30:.1f} GiB is available; "
-                    "pass hyper.method=lowrank (every point, O(n·basis²)) or hyper.method=subset")
+                    f"hyper.method={options['method']} on n_train={shape[0]} needs "
+                    f"{need / 2**30:.1f} GiB ({what}) but {available / 2**30:.1f} GiB is "
+                    "available; pass hyper.method=lowrank (every point, O(n·basis²)) or "
+                    "hyper.method=subset with a smaller hyper.subset")
     return options
 
 

@@ -60,7 +60,7 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "hyper_y_offset": ("constant prior mean subtracted from the targets (hyper.center_y)",
                        TARGET),
     "hyper_at_bound": ("learned log-parameters within 1 % of a bound (name=lower|upper)", "1"),
-    "hyper_method": ("marginal likelihood maximised (subset, lowrank, exact)", "1"),
+    "hyper_method": ("marginal likelihood maximised (hyper.method)", "1"),
     "hyper_n_basis": ("basis points of the low-rank marginal likelihood (0: dense)", "1"),
     "hyper_jitter": ("jitter added to K_mm's diagonal by the low-rank likelihood", TARGET2),
     "hyper_lengthscale": ("learned length scale", "input units"),
