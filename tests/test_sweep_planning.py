@@ -124,7 +124,7 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "outputs" / "bench_sweeps_small"
     figures = json.loads((out / "figures.json").read_text())
-    assert [s["jobs"] for s in figures["sweeps"]] == [16, 30, 16]
+    assert [s["jobs"] for s in figures["sweeps"]] == [10, 20, 10]
     assert [s["warm_workers"] for s in figures["sweeps"]] == [False, False, True]
     for s in figures["sweeps"]:
         assert s["workers"] == 2 and s["ideal_seconds"] == pytest.approx(
@@ -135,7 +135,7 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
     assert (out / "sweep_overhead.png").stat().st_size > 10000
     # the experiment's own results and report (experiment=bench_sweep_overhead size=small)
     ds = load(tmp_path / "outputs" / "bench_sweep_overhead_small" / "results.zarr").load()
-    assert ds.attrs["sweep"] == "bench_sweep_overhead_small" and ds.sizes["seed"] == 16
+    assert ds.attrs["sweep"] == "bench_sweep_overhead_small" and ds.sizes["seed"] == 10
     assert set(np.unique(ds["status"].values)) == {"ok"}
     report = render(tmp_path / "outputs" / "bench_sweep_overhead_small" / "results.zarr")
     assert "overhead:" in report.read_text()

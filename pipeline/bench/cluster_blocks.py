@@ -12,7 +12,7 @@ fresh sweep directory:
 - **speed-up**: ``blocks=cluster`` at n = 200 000 on 1 and on 2 workers, seconds per step.
 
     python -m pipeline.bench.cluster_blocks              # the sizes above (~15 min here)
-    python -m pipeline.bench.cluster_blocks size=small   # n = 50 000, t = 40; 10 000 (~1 min)
+    python -m pipeline.bench.cluster_blocks size=small   # n = 30 000, t = 30; 6000 (~1 min)
 
 Writes ``outputs/bench_cluster_blocks[_small]/figures.json`` and ``cluster_blocks.png``.
 """
@@ -37,7 +37,7 @@ from pipeline.bench.sweep_overhead import save_figure, size_argument
 from pipeline.results.consolidate import load
 
 EXPERIMENT = "bench_cluster_blocks"
-SPEEDUP_N = {"full": 200_000, "small": 10_000}
+SPEEDUP_N = {"full": 200_000, "small": 6_000}
 SPEEDUP_GOAL = 1.6
 GIB = 2**30
 

@@ -13,7 +13,7 @@ start to its exit:
 - ``bench_sweep_plan`` (a 10 000-point ``dry_run=true``): wall and the process's peak memory.
 
     python -m pipeline.bench.sweep_overhead              # 200 and 1000 jobs, a 10 000-point plan
-    python -m pipeline.bench.sweep_overhead size=small   # their small variants (16, 30, 1000)
+    python -m pipeline.bench.sweep_overhead size=small   # their small variants (10, 20, 1000)
 
 Writes ``outputs/bench_sweeps[_small]/figures.json`` and ``sweep_overhead.png``.
 """
