@@ -34,6 +34,7 @@ an input the model ignores.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Mapping
@@ -190,17 +191,11 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     log_bounds = np.log(BOUNDS)
     theta0 = np.clip(theta0, *log_bounds)
     starts = [theta0] + [rng.uniform(*log_bounds, size=len(theta0)) for _ in range(restarts)]
+    lowrank = None
     if method == "lowrank":  # the basis: pivoted Cholesky at the first start, then fixed
         chosen = pivoted_basis(X, params.kernel(theta0)[0], basis)
         lowrank = LowRankObjective(X, y, X[chosen], params, bound)
-
-        def evaluate(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            return lowrank(theta)
-    else:
-        lowrank = None
-
-        def evaluate(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            return log_marginal_likelihood(X, y, params, theta)
+    evaluate = lowrank or functools.partial(log_marginal_likelihood, X, y, params)
     rows_run: list[int] = []
     rows_value: list[float] = []
     rows_theta: list[np.ndarray] = []
