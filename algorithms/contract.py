@@ -443,6 +443,11 @@ class AlgorithmSpec:
     and otherwise it reads only rows, small blocks, the diagonal and n-vectors, so it runs
     with those parts spread over a Dask cluster (``blocks=cluster``,
     :mod:`pipeline.cluster.blocks`); tested against the in-memory run.
+    ``own_protocol``: for a method that learns its hyperparameters itself as its users run it
+    (the peers: GPyTorch's trained SGPR and SVGP, scikit-learn's optimiser), the option values
+    of that training; the pipeline's ``protocol=own`` applies them instead of fitting at a
+    shared learned kernel (None: the method learns nothing itself, so its own protocol is the
+    shared one).
     """
 
     name: str
@@ -460,6 +465,7 @@ class AlgorithmSpec:
     certifiable: bool | Callable[[Mapping[str, Any]], bool] = True
     requires: tuple[Requirement, ...] = ()
     cluster_blocks: bool = False
+    own_protocol: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -19,7 +19,9 @@ leaves it for white noise — on pumadyn32nm (d = 32, r̃ ≈ 8) ℓ = 8 and ℓ
 white-noise likelihood, ℓ = 1.5 … 4 all at the same optimum with four relevant inputs; ℓ = r̃/2
 puts the median pair at e^{−2}), the variance at var(y) and σ² at the configured ``lam``; or
 the configured kernel and ``lam`` (``init="kernel"``). It returns the best optimum with the
-whole optimiser trace.
+whole optimiser trace. With ``max_iter = 0`` it returns the first start itself, evaluated but
+not optimised, and draws no restarts: the start from which a method that learns by itself
+(``protocol=own``, :mod:`pipeline.job.protocol`) trains.
 
 The prior mean is a constant, the training targets' mean (``center_y``, the default): the
 targets are centred before the learning, and the job fits and scores the centred targets
@@ -85,7 +87,9 @@ OPTIONS: dict[str, Option] = {
                    choices=("median", "kernel")),
     "center_y": Option(True, "bool", "a constant prior mean, the training targets' mean: "
                        "learn, fit and score the centred targets"),
-    "max_iter": Option(200, "int", "L-BFGS-B iterations per run", lo=1),
+    "max_iter": Option(200, "int", "L-BFGS-B iterations per run (0: the first start only, "
+                       "not optimised: the start a method that learns by itself trains from)",
+                       lo=0),
     "seed": Option(0, "int", "seeds the subset and the random starts", lo=0),
 }
 
@@ -190,7 +194,8 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
         theta0[1:-1] = math.log(0.5 * median_distance(X, rng))  # module docstring
     log_bounds = np.log(BOUNDS)
     theta0 = np.clip(theta0, *log_bounds)
-    starts = [theta0] + [rng.uniform(*log_bounds, size=len(theta0)) for _ in range(restarts)]
+    starts = [theta0] + [rng.uniform(*log_bounds, size=len(theta0))
+                         for _ in range(restarts if max_iter else 0)]
     lowrank = None
     if method == "lowrank":  # the basis: pivoted Cholesky at the first start, then fixed
         chosen = pivoted_basis(X, params.kernel(theta0)[0], basis)
@@ -213,6 +218,13 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
 
     best = None
     for run, theta in enumerate(starts):
+        if not max_iter:  # the first start, evaluated, not optimised
+            value = -objective(theta, run)[0]
+            runs.append({"run": run, "log_marginal_likelihood": value, "iterations": 0,
+                         "converged": False, "message": "not optimised (max_iter = 0)"})
+            if math.isfinite(value) and value > -1e299:
+                best = (value, theta)
+            continue
         res = minimize(objective, theta, args=(run,), jac=True, method="L-BFGS-B",
                        bounds=[tuple(log_bounds)] * len(theta), options={"maxiter": max_iter})
         value = -float(res.fun)

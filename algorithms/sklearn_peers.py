@@ -231,6 +231,7 @@ SPECS = [
         has_variance=True, memory_bytes=gpr_memory_bytes,
         exact_limit=ExactLimit({"optimize": False}, variance=True),
         certifiable=lambda options: not options["optimize"], requires=(SKLEARN,),
+        own_protocol={"optimize": True, "n_restarts": 5},
     ),
     AlgorithmSpec(
         "sklearn_nystroem", fit_nystroem,
@@ -250,6 +251,6 @@ SPECS = [
             "n_restarts": Option(0, "int", "further random starts of the optimiser", lo=0),
         },
         task="classification", memory_bytes=gpc_memory_bytes, certifiable=False,
-        requires=(SKLEARN,),
+        requires=(SKLEARN,), own_protocol={"optimize": True, "n_restarts": 5},
     ),
 ]

@@ -28,7 +28,7 @@ EXPECTED_FAILURES = {"finite_diagonal": RESTRICTED, "finite_full": RESTRICTED,
 
 # the checks are of the API, not of the training: GPyTorch's SVGP with its default 200 Adam
 # steps made 62 of the checks' 80 s (its numerics are checked in tests/test_peers.py)
-CHECK_PARAMS = {"gpytorch_svgp": {"steps": 50}}
+CHECK_PARAMS = {"gpytorch_svgp": {"epochs": 12, "batch_size": 64}}
 
 
 def _estimator(name: str):

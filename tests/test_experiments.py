@@ -198,36 +198,52 @@ def test_toolbox_accuracy_reduced(tmp_path):
 
 
 def test_uci_frontier_reduced(tmp_path):
-    """Learned hyperparameters once per dataset and split, every algorithm and peer with
-    them, the frontier figures and the best-per-budget table."""
+    """Both modes: learned hyperparameters once per dataset and split shared by every method,
+    and each peer's own protocol from the same start; the frontier figures and the
+    best-per-budget table of each mode."""
     path = run_experiment(tmp_path, "experiment=uci_frontier", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     assert set(ds["algorithm"].values) == {"exact", "cg", "nystrom", "incomplete_cholesky", "sgma",
                                            "zhang_kappa_greedy", "sklearn_nystroem",
-                                           "gpytorch_sgpr"}
-    # one learning per dataset (and split), shared by every job on it
-    assert len(list((tmp_path / "outputs" / "stores" / "hyper").glob("*.json"))) == 2
-    lam = ds["final_hyper_lam"]
-    spread = lam.max([d for d in lam.dims if d not in ("dataset", "dataset.split")]) - lam.min(
-        [d for d in lam.dims if d not in ("dataset", "dataset.split")])
-    assert float(spread.max()) == 0.0 and bool((lam > 0).all())
+                                           "gpytorch_sgpr", "gpytorch_svgp", "sklearn_gpr"}
+    shared, own = (ds.sel(protocol=p) for p in ("shared", "own"))
+    # one learning per dataset (and split) shared by every job on it, and one start (not
+    # optimised) for the peers' own protocols
+    assert len(list((tmp_path / "outputs" / "stores" / "hyper").glob("*.json"))) == 4
+    lam = shared["final_hyper_lam"]
+    others = [d for d in lam.dims if d not in ("dataset", "dataset.split")]
+    assert float((lam.max(others) - lam.min(others)).max()) == 0.0 and bool((lam > 0).all())
     assert (ds["final_blas_threads"] == 1).all()  # a worker per core: one BLAS thread a job
     assert np.isfinite(ds["final_hyper_seconds"]).all() and np.isfinite(ds["final_seconds"]).all()
-    for ard in range(10):  # abalone has 10 inputs: an ARD length scale each
-        assert f"hyper_log_lengthscale_{ard}" in ds
+    assert "hyper_log_lengthscale" in ds  # one length scale (ARD in the full run)
+    # ours learn nothing themselves: their own-protocol jobs are the shared ones
+    ours = ["exact", "cg", "nystrom", "incomplete_cholesky", "sgma", "zhang_kappa_greedy",
+            "sklearn_nystroem"]
+    assert (shared["job_hash"].sel(algorithm=ours) == own["job_hash"].sel(algorithm=ours)).all()
+    peers = ["gpytorch_sgpr", "gpytorch_svgp", "sklearn_gpr"]
+    assert (shared["job_hash"].sel(algorithm=peers) != own["job_hash"].sel(algorithm=peers)).all()
+    assert (own["final_hyper_runs"].sel(algorithm=peers) == 1).all()  # the start only
+    assert (own["final_hyper_evaluations"].sel(algorithm=peers) == 1).all()
+    sgpr = own.sel(algorithm="gpytorch_sgpr")
+    assert (sgpr["final_steps_run"] > 0).all()
+    assert (shared["final_steps_run"].sel(algorithm="gpytorch_sgpr") == 0).all()
     # preconditioned CG, stopped by its residual within its 100 iterations, is the exact GP
-    rmse = ds["final_test_rmse"]
+    rmse = shared["final_test_rmse"]
     assert float(abs(rmse.sel(algorithm="cg") / rmse.sel(algorithm="exact") - 1).max()) <= 1e-3
     assert float(ds["final_iterations"].sel(algorithm="cg").max()) < 100
-    sgpr = ds["final_test_rmse"].sel(algorithm="gpytorch_sgpr")
-    assert not np.allclose(sgpr.sel({"algorithm.steps": 0}), sgpr.sel({"algorithm.steps": 20}))
+    # scikit-learn's GPR at the shared kernel is our exact GP
+    gpr = rmse.sel(algorithm="sklearn_gpr")
+    assert float(abs(gpr / rmse.sel(algorithm="exact") - 1).max()) <= 1e-6
     report = render(path)
     text = report.read_text()
     assert "Best final_test_rmse within a budget (seconds (final_seconds" in text
     assert "| abalone |" in text and "| pol |" in text and "≤ 600 s" in text
-    for i, metric in enumerate(("final_test_rmse", "final_test_nlpd"), start=1):
-        assert (report.parent / f"fig{i}_frontier_{metric}.png").stat().st_size > 20000
+    assert "**shared kernel: every method" in text and "**own protocol: each peer" in text
+    figures = [f"fig{i}_frontier_{metric}_{mode}.png" for i, (mode, metric) in enumerate(
+        ((m, k) for m in ("shared", "own") for k in ("final_test_rmse", "final_test_nlpd")), 1)]
+    for name in figures:
+        assert (report.parent / name).stat().st_size > 20000, name
 
 
 def test_pcg_exact_reduced(tmp_path):

@@ -285,9 +285,10 @@ def test_gpytorch_svgp_is_gpytorch(data):
     import torch
 
     X, y, X_test, y_test = data
-    n, m, steps, batch = len(y), 20, 30, 64
+    n, m, epochs, batch = len(y), 20, 6, 64
     fit = run("gpytorch_svgp", ArrayKernelBlocks(X, KERNELS["rbf"][0]), y, lam=LAM, rng=4,
-              test=(X_test, y_test), max_basis=m, steps=steps, lr=0.05, batch_size=batch)
+              test=(X_test, y_test), max_basis=m, epochs=epochs, lr=0.05, batch_size=batch,
+              learn_kernel=True)
     f64 = torch.float64
     rng = np.random.default_rng(4)
     rows = np.sort(rng.choice(n, m, replace=False))
@@ -316,19 +317,37 @@ def test_gpytorch_svgp_is_gpytorch(data):
     optimizer = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=0.05)
     model.train()
     likelihood.train()
-    for _ in range(steps):
-        take = torch.as_tensor(rng.choice(n, batch, replace=False))
-        optimizer.zero_grad()
-        (-elbo(model(tX[take]), ty[take])).backward()
-        optimizer.step()
+    steps = 0
+    for _ in range(epochs):  # a shuffled DataLoader's minibatches, the last one smaller
+        order = rng.permutation(n)
+        for lo in range(0, n, batch):
+            take = torch.as_tensor(order[lo: lo + batch])
+            optimizer.zero_grad()
+            (-elbo(model(tX[take]), ty[take])).backward()
+            optimizer.step()
+            steps += 1
     model.eval()
     likelihood.eval()
     with torch.no_grad():
         out = likelihood(model(torch.tensor(X_test, dtype=f64)))
     report("gpytorch_svgp mean vs GPyTorch", fit.predict(X_test), out.mean.numpy())
     report("gpytorch_svgp var vs GPyTorch", fit.predict_var(X_test), out.variance.numpy())
+    assert steps == epochs * -(-n // batch) == fit.summary["steps_run"]
     assert len(fit.trace["elbo_batch"]) == steps + 1 and fit.summary["inducing_moved"]
     assert fit.summary["test_rmse"] < np.std(y_test)  # it learned something
+
+
+def test_gpytorch_svgp_without_learn_kernel_trains_only_q_and_z(data):
+    """learn_kernel=false (the frontier's shared-kernel mode): the job's kernel and λ stay,
+    q(u) and the inducing inputs are trained."""
+    X, y, X_test, y_test = data
+    kernel = KERNELS["rbf"][0]
+    fit = run("gpytorch_svgp", ArrayKernelBlocks(X, kernel), y, lam=LAM, rng=4,
+              test=(X_test, y_test), max_basis=20, epochs=6, lr=0.05, batch_size=64,
+              learn_kernel=False)
+    assert fit.summary["learned_kernel"] == str(kernel) and fit.summary["learned_lam"] == LAM
+    assert np.all(fit.trace["noise"] == LAM) and fit.summary["inducing_moved"]
+    assert fit.summary["test_rmse"] < np.std(y_test)
 
 
 # ----------------------------------------------------------------------------- contract
@@ -336,7 +355,7 @@ def test_gpytorch_svgp_is_gpytorch(data):
 @pytest.mark.slow
 @pytest.mark.parametrize("name,options", [("sklearn_gpr", {"optimize": True, "n_restarts": 1}),
                                           ("gpytorch_sgpr", {"max_basis": 10, "steps": 3}),
-                                          ("gpytorch_svgp", {"max_basis": 10, "steps": 0})])
+                                          ("gpytorch_svgp", {"max_basis": 10, "epochs": 0})])
 def test_the_learning_modes_follow_the_contract(tmp_path, name, options):
     """The contract suite runs each spec's check_options; here the same checks with the
     hyperparameters learned."""

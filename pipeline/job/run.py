@@ -30,6 +30,7 @@ from pipeline.datasets.blocks import open_blocks
 from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
+from pipeline.job.protocol import apply_protocol
 from pipeline.job.validate import check_config
 from pipeline.results.job_file import write_job_result
 from pipeline.watch import announce
@@ -97,6 +98,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
     start = time.perf_counter()
     config = complete(config)
+    apply_protocol(config)  # protocol=own: the method's own training options (idempotent)
     spec, lam, kernel, options = check_config(config)
     # compiled kernel tiles loaded before the fit's clock starts (a no-op once loaded)
     warm_up([kernel.name])

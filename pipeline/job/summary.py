@@ -42,8 +42,13 @@ def fit_text(ds) -> str:
         f"  objective {'L   ' if spec.task == 'regression' else '−Ψ  '}   "
         f"{_value(s, why, 'objective')}",
     ]
-    if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ
-        lines[1:1] = [f"  learned (ML)     kernel {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
+    own = c.get("protocol") == "own"  # the method trained from hyper=ml's first start
+    if own and "learned_kernel" in s:
+        lines[1:1] = [f"  trained (own)    kernel {s['learned_kernel']}, "
+                      f"lam={_fmt(s.get('learned_lam', math.nan))}"]
+    if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ (own: its start)
+        what = "start (own)      kernel" if own else "learned (ML)     kernel"
+        lines[1:1] = [f"  {what} {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
                       f"(log marg. lik. {_fmt(s['hyper_log_marginal_likelihood'])} on "
                       f"{s['hyper_n_subset']} points, {_fmt(s['hyper_seconds'], '.1f')} s"
                       + (f", prior mean {_fmt(s['hyper_y_offset'], '.4g')}"

@@ -9,6 +9,15 @@ A report's ``frontier`` block (``conf/experiment/uci_frontier.yaml``)::
       series: [algorithm.steps]                     # settings told apart beside the algorithm
       budgets: [10, 60, 600]                        # seconds
 
+With ``modes`` the figures and the table are drawn once per value of a swept dim, each titled
+by its label (``conf/experiment/uci_frontier.yaml`` compares the methods at one shared kernel
+and at their own protocols)::
+
+      modes:
+        dim: protocol
+        order: [shared, own]
+        labels: {shared: "shared kernel: …", own: "own protocol: …"}
+
 The cost need not be time: with ``cost: [final_n_basis]``, ``cost_label: basis size`` and
 ``unit: basis functions`` the same figures and table compare methods at a basis size (a
 budget is then a largest basis size; ``logx: false`` keeps a linear axis).
@@ -86,10 +95,33 @@ def pareto(pts: Sequence[Point]) -> list[Point]:
     return front
 
 
+def modes(ds: xr.Dataset, spec: dict) -> list[tuple[str, str, xr.Dataset]]:
+    """(file-name tag, title, results) of each mode of ``spec['modes']`` the sweep holds, or one
+    untitled mode of every result when the spec has none or the sweep does not vary its dim."""
+    given = spec.get("modes") or {}
+    dim = given.get("dim")
+    if not dim or dim not in ds.dims:
+        return [("", "", ds)]
+    labels = given.get("labels") or {}
+    held = ds[dim].values.tolist()
+    order = list(given.get("order") or [])
+    values = [v for v in order if v in held] + [v for v in held if v not in order]
+    return [(f"_{value}", str(labels.get(value, f"{dim}={value}")), ds.sel({dim: value}))
+            for value in values]
+
+
 def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> list[Path]:
-    """One figure per metric: a panel per dataset, each algorithm's points joined along
-    ``over`` (labelled with its value), the Pareto frontier as a black step line and the time
-    budgets as dotted verticals."""
+    """One figure per metric (and mode, :func:`modes`): a panel per dataset, each algorithm's
+    points joined along ``over`` (labelled with its value), the Pareto frontier as a black step
+    line and the time budgets as dotted verticals."""
+    out: list[Path] = []
+    for tag, title, sub in modes(ds, spec):
+        out += _frontier_figures(sub, spec, out_dir, start + len(out), tag, title)
+    return out
+
+
+def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag: str,
+                      title: str) -> list[Path]:
     out = []
     datasets = ds["dataset"].values.tolist()
     metrics = spec.get("metrics", ["final_test_rmse"])
@@ -144,11 +176,13 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
                    frameon=False)
         against = spec.get("cost_label", "wall time")
         labels = f"point labels: {spec['over']}; " if spec.get("over") else ""
-        fig.suptitle(f"{long_name(metric, ds)} against {against}, mean over splits and "
+        head = f"{title}\n" if title else ""
+        fig.suptitle(f"{head}{long_name(metric, ds)} against {against}, mean over splits and "
                      f"seeds\n({labels}dotted: budgets)", fontsize=10)
         legend_rows = math.ceil(len(drawn) / ncol)
-        fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1, 0.95))
-        path = out_dir / f"fig{start + k}_frontier_{metric}.png"
+        fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1,
+                               0.93 if title else 0.95))
+        path = out_dir / f"fig{start + k}_frontier_{metric}{tag}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         out.append(path)
@@ -178,6 +212,12 @@ def _best(pts: Sequence[Point]) -> Point | None:
 
 
 def budget_table(ds: xr.Dataset, spec: dict) -> str:
+    """:func:`_budget_table` of each mode (:func:`modes`), under its title."""
+    return "\n\n".join((f"**{title}**\n\n" if title else "") + _budget_table(sub, spec)
+                       for _, title, sub in modes(ds, spec))
+
+
+def _budget_table(ds: xr.Dataset, spec: dict) -> str:
     """Markdown: per dataset and budget, the setting with the lowest mean metric among those
     whose mean cost is within the budget (metric, seconds); with ``per_setting``, a table per
     dataset of every setting's best point within each budget; with ``target`` (metric →

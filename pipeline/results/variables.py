@@ -83,6 +83,8 @@ SWEPT: dict[str, tuple[str, str]] = {
     "dataset.standardize": ("targets standardised", "1"),
     "algorithm.max_basis": ("maximum basis size m", "1"),
     "algorithm.steps": ("optimiser steps of the peer", "1"),
+    "algorithm.epochs": ("passes over the training rows of the peer's minibatch training", "1"),
+    "protocol": ("shared: every method at one kernel; own: each peer learns by itself", ""),
 }
 
 _NUMBERED = re.compile(r"^(hyper_(?:log_)?lengthscale)_(\d+)$")

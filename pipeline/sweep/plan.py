@@ -23,6 +23,7 @@ from pipeline.cluster.connect import job_script
 from pipeline.cluster.options import check, local_worker_bytes, memory_hint
 from pipeline.cluster.threads import resolve_threads
 from pipeline.job.identity import config_hash, job_config, setting_hash
+from pipeline.job.protocol import apply_protocol
 from pipeline.job.validate import (
     blocks_in_memory_unless_declared,
     check_config,
@@ -115,6 +116,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
         config = point.config()
         coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
         dropped = drop_inapplicable_options(config)
+        apply_protocol(config)  # protocol=own: the method's own training, or the shared job
         ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
         if blocks_in_memory_unless_declared(config):
             in_memory.add(config["algorithm"]["name"])

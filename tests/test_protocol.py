@@ -1,0 +1,70 @@
+"""protocol=shared|own (pipeline/job/protocol.py): a method that learns by itself trains from
+hyper=ml's first start; one that does not is the shared job."""
+
+import math
+
+import numpy as np
+import pytest
+
+from algorithms import REGISTRY, InputError, Kernel
+from algorithms.evaluation import options_of
+from algorithms.hyper import Parameters, learn, log_marginal_likelihood
+from pipeline.config import complete
+from pipeline.job.identity import config_hash
+from pipeline.job.protocol import apply_protocol
+
+
+def job(algorithm: str, protocol: str, **algorithm_options) -> dict:
+    return complete({"algorithm": {"name": algorithm, **algorithm_options},
+                     "dataset": {"name": "sine1d", "n_train": 100},
+                     "kernel": {"name": "rbf", "width": 2.0}, "protocol": protocol,
+                     "hyper": {"name": "ml", "restarts": 5, "max_iter": 200}})
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in REGISTRY.items() if s.own_protocol))
+def test_own_protocols_are_valid_options_of_their_spec(name):
+    spec = REGISTRY[name]
+    assert set(spec.own_protocol) <= set(spec.options)
+    options = options_of(spec, dict(spec.own_protocol))
+    assert {k: options[k] for k in spec.own_protocol} == dict(spec.own_protocol)
+
+
+def test_a_method_that_learns_nothing_itself_runs_the_shared_job():
+    own, shared = job("nystrom", "own"), job("nystrom", "shared")
+    assert apply_protocol(own) == "shared" and own == shared
+    assert config_hash(own) == config_hash(shared)
+
+
+def test_own_protocol_applies_the_specs_training_from_the_first_start_only():
+    config = job("gpytorch_sgpr", "own", max_basis=16, steps=0, optimizer="adam")
+    assert apply_protocol(config) == "own"
+    assert config["algorithm"] == {"name": "gpytorch_sgpr", "max_basis": 16,
+                                   **REGISTRY["gpytorch_sgpr"].own_protocol}
+    assert config["hyper"]["restarts"] == 0 and config["hyper"]["max_iter"] == 0
+    again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    assert apply_protocol(again) == "own" and again == config  # idempotent
+    shared = job("gpytorch_sgpr", "shared", max_basis=16, steps=0, optimizer="adam")
+    assert apply_protocol(shared) == "shared" and config_hash(shared) != config_hash(config)
+
+
+def test_a_bad_protocol_is_one_line():
+    with pytest.raises(InputError, match=r"protocol='mine' must be one of shared, own; pass"):
+        apply_protocol(job("nystrom", "mine"))
+
+
+def test_max_iter_zero_returns_the_first_start_evaluated():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=80) + 3.0
+    kernel = Kernel("rbf", {"width": 2.0})
+    got = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), restarts=5, max_iter=0,
+                ard=True)
+    assert len(got.runs) == 1 and got.runs[0]["iterations"] == 0
+    assert len(got.trace["run"]) == 1
+    params = Parameters.of(kernel, 2, True)
+    theta = got.trace["theta"][0]
+    assert math.isclose(theta[0], math.log(np.var(y - y.mean())), rel_tol=1e-12)
+    assert math.isclose(theta[-1], math.log(0.1), rel_tol=1e-12)  # σ² at lam
+    value, _ = log_marginal_likelihood(X, y - y.mean(), params, theta)
+    assert got.log_marginal_likelihood == pytest.approx(value, rel=1e-12)
+    assert got.lam == pytest.approx(0.1) and got.y_offset == pytest.approx(y.mean())
