@@ -23,15 +23,9 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from algorithms.errors import InputError
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from hydra_plugins.sgp_dask_launcher.grouped_sweeper import GroupedSweeper
-from pipeline.cluster.blocks import ClusterFitError
-from pipeline.cluster.connect import worker_name
 from pipeline.config import CONF_DIR
-from pipeline.job.identity import job_config
-from pipeline.job.run import run_job
-from pipeline.results.job_file import JOB_FILE
 
 # Hydra finds plugins by scanning the hydra_plugins namespace package, which an editable
 # install's import hook can hide from it; registering explicitly works for every install mode,
@@ -46,7 +40,16 @@ for _plugin, _kind in ((DaskLauncher, Launcher), (GroupedSweeper, Sweeper)):
 
 def task(cfg: DictConfig) -> dict:
     """Hydra's task function: run the job ``cfg`` describes, writing ``result.nc`` into the
-    job's Hydra output directory; returns a small record (it travels back from a worker)."""
+    job's Hydra output directory; returns a small record (it travels back from a worker).
+    The job's code is imported here, not with this module: Hydra's own flags (``--help``,
+    ``--cfg``, tab completion) start without it."""
+    from algorithms.errors import InputError
+    from pipeline.cluster.blocks import ClusterFitError
+    from pipeline.cluster.connect import worker_name
+    from pipeline.job.identity import job_config
+    from pipeline.job.run import run_job
+    from pipeline.results.job_file import JOB_FILE
+
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.RUN and cfg.dry_run:
         return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "

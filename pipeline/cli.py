@@ -7,28 +7,18 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import xarray as xr
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from algorithms.errors import InputError
 from pipeline import app
 from pipeline.cluster.prestart import prestart
-from pipeline.config.overrides import (
-    check_group_choices,
-    check_override_syntax,
-    check_size,
-    declares_sweep,
-    force_group_keys,
-)
-from pipeline.job.summary import job_warnings, summary_text
-from pipeline.results.consolidate import load
 from pipeline.sweep.clock import mark_command_line
-from pipeline.sweep.outcome import SweepOutcome, sweep_warnings
-from pipeline.sweep.signals import silent_on_interrupt
 from pipeline.watch import watched
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+# Hydra's own flags (--help, --cfg, tab completion) need Hydra and the configs only: what a job
+# or a sweep runs (numpy, scipy, Dask, xarray, the algorithms) is imported below, after them.
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -43,18 +33,39 @@ def _error(message: object) -> int:
     return 2
 
 
+def _checked(argv: Sequence[str]) -> list[str]:
+    """The overrides of ``argv`` (``-m`` left out, group keys forced) once the checks made
+    before Hydra starts pass; bad input raises :class:`InputError` (one line)."""
+    from algorithms.errors import InputError
+    from pipeline.config.overrides import (
+        check_group_choices,
+        check_override_syntax,
+        check_size,
+        force_group_keys,
+    )
+
+    argv = [str(a) for a in argv]
+    error = check_override_syntax(argv) or check_group_choices(argv) or check_size(argv)
+    if error:
+        raise InputError(error)
+    return force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
+
+
 def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
     """Run a Hydra sweep from Python, as ``python -m pipeline -m <overrides>`` does (same
     checks, same launcher and cluster settings), and return its consolidated Dataset: one
     entry per sweep point, ``status`` "ok" or "failed" (the error in ``error``). Bad input
     raises :class:`InputError` (one line)."""
-    overrides = [str(o) for o in overrides]
-    error = (check_override_syntax(overrides) or check_group_choices(overrides)
-             or check_size(overrides))
-    if error:
-        raise InputError(error)
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from algorithms.errors import InputError
+    from pipeline.results.consolidate import load
+    from pipeline.sweep.outcome import SweepOutcome
+
+    checked = _checked(overrides)
     try:
-        outcome = SweepOutcome.from_returns(app.multirun(force_group_keys(overrides)))
+        outcome = SweepOutcome.from_returns(app.multirun(checked))
     except (HydraException, OmegaConfBaseException) as err:
         raise InputError(_one_line(err)) from None
     return load(outcome.results_path)
@@ -66,14 +77,14 @@ def main(argv: list[str]) -> int:
         sys.argv = [sys.argv[0], *argv]  # Hydra's own flags (--cfg job, --help, ...)
         app.hydra_main()
         return 0
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from algorithms.errors import InputError
+    from pipeline.sweep.signals import silent_on_interrupt
+
     try:
-        error = check_override_syntax(argv) or check_group_choices(argv) or check_size(argv)
-    except InputError as err:
-        error = str(err)
-    if error:
-        return _error(error)
-    overrides = force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
-    try:
+        overrides = _checked(argv)
         # Ctrl-C silences Dask's logging before the KeyboardInterrupt exists, wherever it comes
         # (a cluster's event-loop thread logs the interrupted calls with tracebacks otherwise)
         with silent_on_interrupt():
@@ -91,6 +102,10 @@ def main(argv: list[str]) -> int:
 def _run(argv: list[str], overrides: list[str]) -> int:
     """One job, or a sweep (``-m``, or an experiment that declares one); its text and exit
     code (1: the job, or a sweep's job, failed)."""
+    from pipeline.config.overrides import declares_sweep
+    from pipeline.job.summary import job_warnings, summary_text
+    from pipeline.sweep.outcome import SweepOutcome, sweep_warnings
+
     if not any(a in MULTIRUN_FLAGS for a in argv) and not declares_sweep(overrides):
         record = app.run(overrides).return_value
         if record["status"] == "error":

@@ -29,8 +29,6 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.sweep.compose import compose_jobs
-
 log = logging.getLogger(__name__)
 
 
@@ -98,6 +96,8 @@ class GroupedSweeper(Sweeper):
         if getattr(self.launcher, "composes_every_job", False):
             return
         assert self.config is not None and self.hydra_context is not None
+        from pipeline.sweep.compose import compose_jobs  # the jobs' code: not at Hydra's scan
+
         compose_jobs(self.config, self.hydra_context.config_loader, batch)
 
     def sweep(self, arguments: list[str]) -> Any:
