@@ -20,7 +20,9 @@ kernel (:mod:`algorithms.peers` translates it) and λ.
   fits GPyTorch models) — torch's L-BFGS with a strong-Wolfe line search, one iteration per
   step — or ``adam`` at learning rate ``lr`` (0.1, GPyTorch's SGPR example's). It stops after
   ``steps`` iterations or once the bound's relative change is below ``elbo_tol`` (1e-4): over one
-  L-BFGS iteration, or over :data:`ADAM_WINDOW` Adam steps (they oscillate). The learned
+  L-BFGS iteration, or over :data:`ADAM_WINDOW` Adam steps (they oscillate). An L-BFGS iteration
+  that did not move (its line search found no decrease; torch's L-BFGS would repeat it forever)
+  restarts L-BFGS along the gradient; a restart that cannot move ends the training. The learned
   kernel is translated back into ours; Z is no longer on training rows (``basis`` then holds
   the rows each inducing input started from) and there is no certificate. The summary has
   ``steps_run`` and the stopping reason.
@@ -230,6 +232,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     caught: list[str] = []
     bounds: list[float] = []
     converged = None
+    restarts, restarted, stalled = 0, False, False
     with library_warnings(caught):
         likelihood = _likelihood(torch, gpytorch, lam)
         base = gpytorch_kernel(blocks.kernel, X.shape[1], owner)
@@ -263,6 +266,19 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
             recorder.step(n_basis=m, objective=math.nan, gap=math.nan, elbo=bound,
                           noise=float(likelihood.noise.detach()))
             converged = _converged(bounds, optimizer_name, tol)
+            if optimizer_name == "lbfgs" and step and bounds[-1] == bounds[-2]:
+                # the last iteration did not move: its line search found no decrease along the
+                # quasi-Newton direction. Restart from steepest descent (the curvature history
+                # dropped); a restart that cannot move either ends the training.
+                converged = None
+                if restarted:
+                    stalled = True
+                    break
+                optimizer.state.clear()
+                restarts += 1
+                restarted = True
+            else:
+                restarted = False
             if step == steps or converged is not None:
                 break
             if optimizer_name == "adam":
@@ -297,13 +313,17 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     how = "L-BFGS iterations" if optimizer_name == "lbfgs" else f"Adam steps (lr={lr:g})"
     if not steps:
         stop = "no training (steps = 0): the job's kernel, lam and inducing rows"
+    elif stalled:
+        stop = (f"stalled: L-BFGS's line search found no decrease after {run} iterations, "
+                "from its restart along the gradient too")
     elif converged is not None:
         stop = (f"converged: the bound changed by {converged:.2g} (relative) < elbo_tol={tol:g} "
                 f"after {run} {how}")
     else:
         stop = f"steps = {steps} {how} reached on Titsias's bound"
     summary = {**_summary(m, stop, steps, kernel, noise, caught, reasons),
-               "jitter": _jitter(caught), "elbo": bound, "steps_run": run}
+               "jitter": _jitter(caught), "elbo": bound, "steps_run": run,
+               "lbfgs_restarts": restarts}
     return Solution(rows, coef, Z, kernel, lam_fit, summary, variance_bounds,
                     not_applicable=reasons)
 

@@ -75,6 +75,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "learned_lam": ("noise variance σ² after the peer's own training", TARGET2),
     "inducing_moved": ("the peer moved its inducing inputs", "1"),
     "steps_run": ("training iterations the peer ran (it stops at its tolerance or its steps)", "1"),
+    "lbfgs_restarts": ("times L-BFGS was restarted along the gradient after an iteration that "
+                       "did not move", "1"),
     "epochs": ("passes over the training rows the minibatch training made", "1"),
     "library": ("peer library and version", "1"),
     "library_warnings": ("warnings the peer library raised", "1"),

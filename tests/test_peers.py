@@ -229,7 +229,8 @@ def test_gpytorch_sgpr_is_gpytorch(data, name, steps, correction, optimizer):
 
 def test_gpytorch_sgpr_trains_to_convergence(data):
     """L-BFGS on Titsias's bound, stopped at a relative change below elbo_tol = 1e-4: its bound
-    is within 0.1 % of a run five times as long (no tolerance), and it stopped on its own."""
+    is within 0.1 % of a run five times as long (no tolerance; it ends early only where L-BFGS
+    stalls, restarted along the gradient and unable to move), and it stopped on its own."""
     X, y, _, _ = data
     blocks = ArrayKernelBlocks(X, KERNELS["rbf"][0])
     fit = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=20, steps=500)
@@ -237,9 +238,13 @@ def test_gpytorch_sgpr_trains_to_convergence(data):
     assert 0 < run_steps < 500 and fit.summary["stop_reason"].startswith("converged")
     longer = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=20,
                  steps=5 * run_steps, elbo_tol=0.0)
-    assert longer.summary["steps_run"] == 5 * run_steps
+    # all of them, unless L-BFGS can no longer move, from its restart along the gradient too
+    assert longer.summary["steps_run"] == 5 * run_steps or (
+        longer.summary["stop_reason"].startswith("stalled")
+        and longer.summary["lbfgs_restarts"] >= 1)
     print(f"\nSGPR L-BFGS: converged after {run_steps} iterations, bound "
-          f"{fit.summary['elbo']:.6f}; {5 * run_steps} iterations: {longer.summary['elbo']:.6f}")
+          f"{fit.summary['elbo']:.6f}; {longer.summary['steps_run']} iterations: "
+          f"{longer.summary['elbo']:.6f} ({longer.summary['stop_reason']})")
     assert abs(fit.summary["elbo"] - longer.summary["elbo"]) <= 1e-3 * abs(longer.summary["elbo"])
     adam = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=20, steps=2000,
                optimizer="adam")
