@@ -146,9 +146,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("e2e")
         if not have:
             item.add_marker("unit")
-        if "slurm" in getattr(item, "fixturenames", ()):
-            # one SLURM (munge's socket is the machine's): its tests on one pytest-xdist worker
-            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 def _starts_processes(item, function, starting: set[str]) -> bool:
