@@ -234,12 +234,15 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 def tiles_own_the_cores():
     """A context for a loop whose heavy work is tiled projections (:meth:`ArrayKernelBlocks.
-    project`): with several kernel threads, BLAS runs single-threaded throughout, because
-    OpenBLAS's idle workers spin after a multithreaded call and take the cores the tiles run
-    on (measured: SGMA n = 100000, t = 200 on 2 cores, 13.1 s with 2 BLAS threads against
-    5.9 s with 1; 9.8 s on one thread)."""
-    return (_blas.limit(limits=1, user_api="blas") if kernel_threads() > 1
-            else contextlib.nullcontext())
+    project`): BLAS runs single-threaded throughout. The tiles are the parallel unit (on
+    :func:`kernel_threads` threads), and each BLAS call inside the loop is small (a tile's
+    product, a t × κ triangular solve): OpenBLAS's threads cost more in hand-offs there than
+    they compute, and its idle workers spin after a multithreaded call and take the cores the
+    tiles run on. Measured on 2 cores: SGMA n = 100000, t = 200, 13.1 s with 2 BLAS threads
+    against 5.9 s with 1 (two kernel threads) and 9.8 s on one thread; SGMA n = 4000, d = 8,
+    κ = 59, 244 basis functions on one kernel thread, 3.14 s with 2 BLAS threads against 0.85 s
+    with 1 (n = 2000, d = 2, 100 basis functions: 1.02 s against 0.10 s)."""
+    return _blas.limit(limits=1, user_api="blas")
 
 
 MATMUL_TILE_ROWS = 8  # K·V's tiles: at least this many rows, so a tile's product is BLAS-2
