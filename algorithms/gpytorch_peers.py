@@ -265,12 +265,10 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
             bounds.append(bound)
             recorder.step(n_basis=m, objective=math.nan, gap=math.nan, elbo=bound,
                           noise=float(likelihood.noise.detach()))
-            converged = _converged(bounds, optimizer_name, tol)
             if optimizer_name == "lbfgs" and step and bounds[-1] == bounds[-2]:
                 # the last iteration did not move: its line search found no decrease along the
                 # quasi-Newton direction. Restart from steepest descent (the curvature history
                 # dropped); a restart that cannot move either ends the training.
-                converged = None
                 if restarted:
                     stalled = True
                     break
@@ -279,6 +277,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
                 restarted = True
             else:
                 restarted = False
+                converged = _converged(bounds, optimizer_name, tol)
             if step == steps or converged is not None:
                 break
             if optimizer_name == "adam":
