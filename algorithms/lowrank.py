@@ -41,6 +41,7 @@ from algorithms.contract import KernelBlocks, Prediction, Solution
 from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
 from algorithms.factor_columns import DEGENERATE_RTOL
+from algorithms.kernels import small_blas
 from algorithms.objectives import relative_gap
 
 
@@ -103,7 +104,8 @@ class PartialCholesky:
         S = self.blocks.block(B, B)
         if t:
             S -= F_B @ F_B.T  # the candidates' Schur block
-        kept, L_B = self._ordered_cholesky(S, B)
+        with small_blas(len(B)):
+            kept, L_B = self._ordered_cholesky(S, B)
         self.admissible[B] = False
         self.n_dropped += len(B) - len(kept)
         self.columns.append(self.blocks.inputs(B[kept]), F_B[kept], L_B, B)
@@ -190,13 +192,14 @@ class LowRankSolve:
                                    for v in (self.z, self.z_dual))
         cross, Fty = chol.gram(t, t1)  # F[:, :t1]ᵀF_new, F_newᵀy
         eye = self.lam * np.eye(t1 - t)
-        self._extend(self.R, self.z, cross[:t], eye + cross[t:], Fty)
-        P_new = np.asarray(chol.pivots[t:t1])
-        L_PP = chol.L_PP
-        L_new = L_PP[t:t1, :t1]  # rows t..t1 of L_PP = F[P, :]
-        K_cross = L_PP[:t, :t] @ L_new[:, :t].T  # K[P_old, P_new] = L_old L_newᵀ
-        self._extend(self.R_dual, self.z_dual, K_cross, eye + L_new @ L_new.T,
-                     self.y[P_new])
+        with small_blas(t1):  # t1 × t1 work only (the n-row products are in gram)
+            self._extend(self.R, self.z, cross[:t], eye + cross[t:], Fty)
+            P_new = np.asarray(chol.pivots[t:t1])
+            L_PP = chol.L_PP
+            L_new = L_PP[t:t1, :t1]  # rows t..t1 of L_PP = F[P, :]
+            K_cross = L_PP[:t, :t] @ L_new[:, :t].T  # K[P_old, P_new] = L_old L_newᵀ
+            self._extend(self.R_dual, self.z_dual, K_cross, eye + L_new @ L_new.T,
+                         self.y[P_new])
         self.t = t1
 
     def objectives(self) -> tuple[np.ndarray, np.ndarray]:

@@ -38,6 +38,7 @@ def _checked(argv: Sequence[str]) -> list[str]:
     before Hydra starts pass; bad input raises :class:`InputError` (one line)."""
     from algorithms.errors import InputError
     from pipeline.config.overrides import (
+        check_benchmark,
         check_group_choices,
         check_override_syntax,
         check_size,
@@ -45,7 +46,8 @@ def _checked(argv: Sequence[str]) -> list[str]:
     )
 
     argv = [str(a) for a in argv]
-    error = check_override_syntax(argv) or check_group_choices(argv) or check_size(argv)
+    error = (check_override_syntax(argv) or check_group_choices(argv) or check_size(argv)
+             or check_benchmark(argv))
     if error:
         raise InputError(error)
     return force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])

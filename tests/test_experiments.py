@@ -308,8 +308,24 @@ def test_only_the_single_run_benchmarks_declare_no_sweep():
     from pipeline.config.overrides import declares_sweep
 
     names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-    assert [n for n in names if not declares_sweep([f"experiment={n}"])] == ["bench_exact",
-                                                                       "bench_sgma_flops"]
+    assert [n for n in names if not declares_sweep([f"experiment={n}"])] == [
+        "bench_exact", "bench_sgma_flops", "bench_small_n"]
+
+
+@pytest.mark.parametrize("name,module", [("bench_exact", "pipeline.bench.exact"),
+                                         ("bench_sgma_flops", "pipeline.bench"),
+                                         ("bench_small_n", "pipeline.bench.small_n")])
+def test_a_benchmark_run_as_a_job_names_its_command(tmp_path, monkeypatch, capsys, name, module):
+    """A single-run benchmark is run by its own module; as ``experiment=`` of a job it would
+    silently run the default job, so it is one line naming the command, and nothing runs."""
+    from pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main([f"experiment={name}", "size=small"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: experiment={name} is a benchmark, not a job or a sweep; run "
+                   f"python -m {module} (size=small: its reduced variant)\n")
+    assert not (tmp_path / "outputs").exists()
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -393,6 +409,29 @@ def test_zhang2001_abalone_and_kin40k_target_small(tmp_path):
 
     # bench_sweep_overhead (size=small) is run by python -m pipeline.bench.sweep_overhead:
     # tests/test_sweep_planning.py::test_the_sweep_overhead_benchmark_writes_its_figures
+
+
+def test_bench_small_n_small(tmp_path, monkeypatch):
+    """python -m pipeline.bench.small_n size=small: every method's fit seconds over the exact
+    GP's on the same data at n = 500 and 1000, with its basis size, and the figure."""
+    from pipeline.bench.small_n import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["size=small"]) == 0
+    out = tmp_path / "outputs" / "bench_small_n_small"
+    figures = json.loads((out / "figures.json").read_text())
+    methods = figures["config"]["methods"]
+    assert [r["n"] for r in figures["rows"]] == [500, 1000]
+    for row in figures["rows"]:
+        assert set(row["seconds"]) == set(methods) and set(row["ratio"]) == set(methods) - {"exact"}
+        for label, ratio in row["ratio"].items():
+            assert ratio == pytest.approx(row["seconds"][label] / row["seconds"]["exact"])
+            assert row["seconds"][label] > 0
+        assert row["n_basis"]["exact"] == row["n"]
+        assert row["n_basis"]["SGMA, 100 basis functions"] == 100
+        assert row["n_basis"]["Nyström, 256"] == 256
+    assert (out / "small_n_ratio.png").stat().st_size > 10000
+    assert main(["size=huge"]) == 2
 
 
 def test_bench_sgma_flops_small(tmp_path):

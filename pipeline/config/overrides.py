@@ -110,6 +110,22 @@ def check_size(argv: list[str]) -> str | None:
     return None
 
 
+def check_benchmark(argv: list[str]) -> str | None:
+    """A one-line message when ``experiment=<name>`` is a benchmark that its own module runs
+    (its file names it as ``benchmark: <module>``): through a job it would silently run the
+    default job instead."""
+    overrides = parse(argv)
+    if isinstance(overrides, str):
+        return overrides
+    for name in _values(overrides, "experiment"):
+        path = CONF_DIR / "experiment" / f"{name}.yaml"
+        module = read_yaml(path).get("benchmark") if path.is_file() else None
+        if module:
+            return (f"experiment={name} is a benchmark, not a job or a sweep; run "
+                    f"python -m {module} (size=small: its reduced variant)")
+    return None
+
+
 def check_override_syntax(argv: list[str]) -> str | None:
     """A one-line message for the first override that is not ``key=value`` with a known key
     (Hydra's parser reads them; ``+key=…``, ``++key=…`` and ``~key`` are Hydra's to judge)."""
