@@ -18,7 +18,8 @@ noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,
   GP and its projection without i (eq. 83), computed with the two-GP formula of algorithms.md.
 
 Time O(n t²) per pass with O(t²) state; kernel values come from the block provider in row
-chunks: k(X_chunk, X_BV) once per ``chunk_rows`` points, plus one column per added BV (never n×n).
+chunks: k(X_chunk, X_BV) and k(X_chunk, X_chunk) once per ``chunk_rows`` points, the second
+giving the column of every point of the chunk that joins BV (never n×n).
 """
 
 from __future__ import annotations
@@ -202,6 +203,9 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
             # k(x, BV) for the whole chunk in one block, in a buffer whose columns follow BV
             K_chunk = np.zeros((len(chunk), post.capacity))
             K_chunk[:, : len(BV)] = blocks.block(chunk, BV) if BV else 0.0
+            # k(x, x') within the chunk: the column of a point that joins BV (most do) is
+            # already here, one block per chunk instead of a kernel call per added point
+            K_self = blocks.block(chunk, chunk)
             for row, j in enumerate(chunk):
                 previous = (list(BV), post.alpha.copy(), post.C.copy()) if trace_kl else None
                 t = len(BV)
@@ -218,7 +222,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                     BV.append(int(j))
                     if post.capacity > K_chunk.shape[1]:  # the state grew (see _Posterior.add)
                         K_chunk = np.pad(K_chunk, ((0, 0), (0, post.capacity - K_chunk.shape[1])))
-                    K_chunk[:, t] = blocks.block(chunk, [j])[:, 0]
+                    K_chunk[:, t] = K_self[:, row]
                     if len(BV) > max_basis:
                         alpha, C, Q = post.alpha, post.C, post.Q
                         K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None
