@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,34 @@ def _fused():
     return algorithms._fused_exp
 
 
+# Whether the RBF's tiles take numpy's exp instead of the compiled tail (:mod:`algorithms.
+# _fused_exp`) while that is not loaded: set for the process by :func:`warm_up` for a fit on
+# fewer than WARM_UP_ROWS rows (loading numba and the compiled code costs ~0.4-0.6 s of CPU, more
+# than numpy's scalar exp, 5.2 ns a value against 1.7 here, costs such a fit), never switched
+# back within a fit. Both are within 2.3·10⁻¹⁶ of each other.
+_numpy_tails = False
+
+
+def _rbf_tail_numpy(out: np.ndarray, variance: float) -> bool | None:
+    """:func:`numpy_rbf_tail` where the process takes numpy's exp (above), else None (the
+    compiled tail is to be used)."""
+    if not _numpy_tails or "algorithms._fused_exp" in sys.modules:
+        return None
+    return numpy_rbf_tail(out, variance)
+
+
+def numpy_rbf_tail(out: np.ndarray, variance: float) -> bool:
+    """out ← variance·exp(out) with numpy, in place: the compiled ``rbf_tail`` of
+    :mod:`algorithms._fused_exp` in numpy's terms; whether every argument was ≤ 709 (not an
+    overflow, not NaN) and every value is finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = bool((out <= 709.0).all())  # False for NaN too, as the compiled tail
+        np.exp(out, out=out)
+        if variance != 1.0:
+            out *= variance
+    return ok and bool(np.isfinite(out).all())
+
+
 def _tail(tail, out: np.ndarray, *args: float) -> bool:
     """A fused elementwise tail (:mod:`algorithms._fused_exp`) over ``out`` in place, through a
     contiguous copy when ``out`` is a strided view; whether every value is finite."""
@@ -91,7 +120,8 @@ def _rbf(Aa: np.ndarray, Ba: np.ndarray, width: float, out: np.ndarray,
     np.matmul(Aa, Ba, out=out)
     # round-off can leave D ≈ +ε(‖a‖² + ‖b‖²)/width where a = b, so a value may exceed 1 by
     # that much; a clamp would cost a pass for no gain in accuracy
-    return _tail(_fused().rbf_tail, out, variance)
+    ok = _rbf_tail_numpy(out, variance)
+    return _tail(_fused().rbf_tail, out, variance) if ok is None else ok
 
 
 def _same_rows(A: np.ndarray, **_: float) -> np.ndarray:
@@ -210,18 +240,29 @@ def kernel_threads() -> int:
 FUSED_KERNELS = ("rbf", "laplacian", "matern32")  # the kernels whose tiles are compiled loops
 
 
-def warm_up(kernels: Iterable[str] = FUSED_KERNELS) -> None:
-    """Compute a tiny block of each kernel named, on this thread: the first block of a process
-    loads (or compiles, the first time on a machine) the tiles' compiled loops
-    (:mod:`algorithms._fused_exp`: numba's import and its cached code, ~0.7 s), which would
-    otherwise be paid inside whatever times that block — a job's fit. Nothing for a kernel
-    without compiled tiles (linear, polynomial: numba is not loaded for them); at once after the
-    first call. The job runner calls it for its kernel before the fit (untimed), and a local
-    Dask worker at its start (:func:`pipeline.cluster.prestart.dask_setup`)."""
+WARM_UP_ROWS = 2000  # warm_up(rows=n): below this n the RBF's tiles take numpy's exp
+
+
+def warm_up(kernels: Iterable[str] = FUSED_KERNELS, rows: int | None = None) -> None:
+    """Load the tiles' compiled loops (:mod:`algorithms._fused_exp`: numba's import and its
+    cached code, ~0.4-0.6 s of CPU; compiled the first time on a machine) and compute a tiny
+    block of each kernel named, on this thread, so that the loading is not paid inside whatever
+    times the first block: a job's fit. Nothing for a kernel without compiled tiles (linear,
+    polynomial). For the RBF and ``rows`` (the training rows of the fit to come) below
+    :data:`WARM_UP_ROWS`, nothing is loaded either: the process's RBF tiles take numpy's exp
+    from then on (unless the compiled loops are loaded already). At once after the first call.
+    The job runner calls it for its kernel before the fit (untimed), and a local Dask worker at
+    its start (:func:`pipeline.cluster.prestart.dask_setup`)."""
+    global _numpy_tails
+    names = [name for name in kernels if name in FUSED_KERNELS]
+    if names == ["rbf"] and rows is not None and rows < WARM_UP_ROWS:
+        _numpy_tails = True
+        return
+    if names:
+        _fused()
     X = np.zeros((2, 1))
-    for name in kernels:
-        if name in FUSED_KERNELS:
-            Kernel(name)(X, X)
+    for name in names:
+        Kernel(name)(X, X)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

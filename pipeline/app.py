@@ -44,8 +44,7 @@ def task(cfg: DictConfig) -> dict:
     The job's code is imported here, not with this module: Hydra's own flags (``--help``,
     ``--cfg``, tab completion) start without it."""
     from algorithms.errors import InputError
-    from pipeline.cluster.blocks import ClusterFitError
-    from pipeline.cluster.connect import worker_name
+    from pipeline.cluster.here import ClusterFitError, worker_name
     from pipeline.job.identity import job_config
     from pipeline.job.run import run_job
     from pipeline.results.job_file import JOB_FILE

@@ -57,12 +57,24 @@ def _script() -> str:
     return path
 
 
-def test_console_script_runs_a_job(tmp_path):
+# what a small job (fixed kernel, n below algorithms.kernels.WARM_UP_ROWS) does not load: the
+# compiled kernel tiles (numba's load is more than such a fit's exp costs in numpy), the
+# optimisers, the peers' libraries
+NOT_FOR_A_SMALL_JOB = ("numba", "scipy.optimize", "torch", "gpytorch", "sklearn")
+
+
+def test_console_script_runs_a_small_job_without_numba_or_the_optimisers(tmp_path):
     proc = subprocess.run([_script(), "algorithm=nystrom", "algorithm.max_basis=20",
                            "dataset=sine1d", "dataset.n_train=60"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("nystrom on sine1d") and "result: " in proc.stdout
+    names = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines()
+             if line.startswith("import time:")}
+    assert "algorithms" in names and "numpy" in names  # the report is read
+    assert not [n for n in names if n.split(".")[0] in NOT_FOR_A_SMALL_JOB
+                or n.startswith("scipy.optimize")]
 
 
 @pytest.mark.parametrize("line,answer", [("sgp-bench algorithm=sg", "algorithm=sgma"),

@@ -317,3 +317,20 @@ def test_compiled_tiles_are_cached_in_the_user_cache_not_the_source_tree(tmp_pat
     else:
         assert {p.suffix for p in cached} == {".nbi", ".nbc"}
         assert all(cache in p.parents for p in cached)
+
+
+def test_numpy_rbf_tail_is_the_compiled_tail():
+    """Below algorithms.kernels.WARM_UP_ROWS a job's RBF tiles take numpy's exp: the same
+    values to 2.3e-16 relative, and the same verdict on an overflowing or NaN argument."""
+    from algorithms._fused_exp import rbf_tail
+    from algorithms.kernels import numpy_rbf_tail
+
+    D = -np.random.default_rng(0).exponential(20.0, 100_000)
+    D[:3] = (0.0, -707.9, -708.5)
+    a, b = D.copy(), D.copy()
+    assert rbf_tail(a, 2.5) and numpy_rbf_tail(b, 2.5)
+    assert np.abs(a - b).max() <= 2.3e-16 * np.abs(b).max()
+    assert np.all(np.abs(a - b) <= 4.5e-16 * np.abs(b) + 1e-300)
+    for bad in (709.5, np.nan):
+        a, b = np.array([-1.0, bad]), np.array([-1.0, bad])
+        assert not rbf_tail(a, 1.0) and not numpy_rbf_tail(b, 1.0)

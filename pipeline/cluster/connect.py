@@ -332,13 +332,3 @@ def _dashboard_link(dashboard_address: str):
         return nullcontext()
     return dask.config.set({"distributed.dashboard.link": f"http://{host}:{{port}}/status"})
 
-
-def worker_name() -> str:
-    """The name of the Dask worker running this code, or "client" outside a worker."""
-    try:
-        from distributed import get_worker
-
-        return str(get_worker().name)
-    except ValueError:  # not on a worker
-        return "client"
-

@@ -20,14 +20,10 @@ from algorithms.kernels import (
     row_block_matmul,
     use_kernel_threads,
 )
+from pipeline.cluster.here import ClusterFitError
 from pipeline.datasets.blocks import open_dataset_cached
 
 _SHARDS: dict[str, _Shard] = {}
-
-class ClusterFitError(RuntimeError):
-    """A worker holding training rows of a fit was lost (or restarted) during it, or stopped
-    answering because its memory is full."""
-
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import xarray as xr
+from dask.local import get_sync
 
 from algorithms.kernels import ArrayKernelBlocks, Kernel
 from pipeline.datasets import fingerprint, open_store
@@ -42,7 +43,7 @@ def open_dataset_cached(store: str | PathLike, verify: bool) -> xr.Dataset:
     ds = open_store(path, verify=False)
     if ds.nbytes > IN_MEMORY_BYTES:
         return ds
-    ds = ds.load()
+    ds = ds.load(scheduler=get_sync)  # on this thread, without distributed (store.py)
     ds.close()
     for var in ds.data_vars.values():
         var.values.flags.writeable = False  # shared by the jobs: a write would be a bug

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+from dask.local import get_sync
 
 from pipeline.datasets.spec import (
     FORMAT_VERSION,
@@ -86,7 +87,12 @@ def _hash_variable(var: xr.DataArray) -> str:
     data = var.data
     bounds = np.cumsum((0,) + tuple(data.chunks[0])) if hasattr(data, "chunks") else (0, len(var))
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        block = np.asarray(data[int(start):int(stop)])
+        block = data[int(start):int(stop)]
+        # read on this thread (dask's synchronous get, passed as a function: dask's scheduler
+        # lookup by name or by default imports distributed, ~0.4 s of CPU, to look for a client,
+        # and on a worker would send the read to the cluster)
+        block = (block.compute(scheduler=get_sync) if hasattr(block, "compute")
+                 else np.asarray(block))
         h.update(np.ascontiguousarray(block, dtype="<f8").reshape(-1))
     return h.hexdigest()
 

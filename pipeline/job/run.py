@@ -100,8 +100,6 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     config = complete(config)
     apply_protocol(config)  # protocol=own: the method's own training options (idempotent)
     spec, lam, kernel, options = check_config(config)
-    # compiled kernel tiles loaded before the fit's clock starts (a no-op once loaded)
-    warm_up([kernel.name])
     threads = resolve_threads(config["threads"])  # validated by check_config
     limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
@@ -136,6 +134,9 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
     what = (f"the {spec.name} fit on {config['dataset']['name']} at n_train={blocks.n} "
             f"({blas_threads()} BLAS threads{_declared_memory(spec, blocks, options)})")
     announce(what)
+    # compiled kernel tiles loaded before the fit's clock starts where the fit is large enough
+    # to use them (a no-op once loaded; algorithms.kernels.warm_up)
+    warm_up([kernel.name], rows=blocks.n)
     if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
         result: Result = run_curve(config, spec, kernel, blocks, options)
     else:

@@ -16,7 +16,7 @@ from hydra.core.utils import JobStatus, run_job
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from pipeline.cluster.connect import worker_name
+from pipeline.cluster.here import worker_name
 from pipeline.datasets import ingest
 from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned

@@ -30,7 +30,8 @@ from pipeline.results.job_file import (
 )
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
-from pipeline.sweep.signals import QuietCancellations, quiet_dask_logging, silent_on_interrupt
+from pipeline.sweep.quiet_workers import QuietCancellations
+from pipeline.sweep.signals import quiet_dask_logging, silent_on_interrupt
 from pipeline.watch import signal_cause
 
 

@@ -9,8 +9,6 @@ import logging
 import signal
 import threading
 
-from distributed import WorkerPlugin
-
 
 def silence_dask_logging() -> None:
     for name in ("distributed", "tornado", "asyncio"):
@@ -41,17 +39,6 @@ def silent_on_interrupt():
     finally:
         if handler is not None:
             signal.signal(signal.SIGINT, handler)
-
-
-class QuietCancellations(WorkerPlugin):
-    """On the workers: the state machine's warning for each task cancelled by Ctrl-C ("Async
-    instruction ... ended with CancelledError", one per running task) would follow the CLI's
-    one error line on the terminal the workers share; only its errors are kept."""
-
-    name = "sgp-quiet-cancellations"
-
-    def setup(self, worker) -> None:
-        logging.getLogger("distributed.worker.state_machine").setLevel(logging.ERROR)
 
 
 def quiet_dask_logging() -> None:
