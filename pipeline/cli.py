@@ -73,8 +73,25 @@ def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
     return load(outcome.results_path)
 
 
+def help_text() -> str:
+    """``--help``: the template of ``conf/config.yaml`` (``hydra.help.template``) with the
+    options of each config group a user chooses, read from the ``conf/`` directories. Hydra's
+    own rendering composes the config once per group option (~0.3 s of CPU here) and lists
+    the internal ``reduced`` group too."""
+    from string import Template
+
+    from pipeline.config import CONF_DIR, GROUPS, group_options, read_yaml
+
+    template = read_yaml(CONF_DIR / "config.yaml")["hydra"]["help"]["template"]
+    groups = "\n".join(f"{group}: {', '.join(group_options(group))}" for group in sorted(GROUPS))
+    return Template(template).substitute(APP_CONFIG_GROUPS=groups)
+
+
 def main(argv: list[str]) -> int:
     mark_command_line()  # a sweep's start-up is this process's age when its launcher runs
+    if list(argv) in (["--help"], ["-h"]):
+        print(help_text())
+        return 0
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
         sys.argv = [sys.argv[0], *argv]  # Hydra's own flags (--cfg job, --help, ...)
         app.hydra_main()
