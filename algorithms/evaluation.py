@@ -141,6 +141,17 @@ class Recorder:
         """Seconds of the algorithm's own work so far (evaluation excluded)."""
         return time.perf_counter() - self.start - self.eval_seconds
 
+    @contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Work that is not the algorithm's own (the exact reference solve behind its
+        suboptimality diagnostics): its seconds are left out of :meth:`elapsed`, as the test
+        evaluations' are."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.eval_seconds += time.perf_counter() - t0
+
     def step(self, predict: Predictor | None = None, **values: float) -> None:
         """Record one step: its diagnostics (``n_basis``, ``objective``, ``gap``, ...) and,
         on evaluation steps, the test metrics of ``predict`` (the predictor of this step)."""
