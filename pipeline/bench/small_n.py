@@ -94,17 +94,19 @@ def measure(n: int, cfg: dict) -> dict:
 def figure(rows: list[dict], cfg: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8.5, 4.8))
     n = [r["n"] for r in rows]
-    for i, (label, method) in enumerate((k, v) for k, v in cfg["methods"].items()
-                                        if k != cfg["reference"]):
+    methods = [(k, v) for k, v in cfg["methods"].items() if k != cfg["reference"]]
+    for i, (label, method) in enumerate(methods):
         color = f"C{i}"
-        ax.plot(n, [r["ratio"][label] for r in rows], "o-", color=color, label=label)
-        if "goal" in method:
-            ax.plot([method["goal_n"]], [method["goal"]], marker="_", ms=22, mew=2.5,
-                    color=color, ls="none")
+        goal = (f" (goal ≤ {method['goal']:g} at n = {method['goal_n']})" if "goal" in method
+                else "")
+        ax.plot(n, [r["ratio"][label] for r in rows], "o-", color=color, label=label + goal)
+        if "goal" in method:  # a hollow triangle at the goal, each method's a little apart
+            ax.plot([method["goal_n"] * (1 + 0.04 * (i - len(methods) / 2))], [method["goal"]],
+                    marker="v", ms=10, mfc="none", mew=2, color=color, ls="none")
     reference = cfg["reference"]
     ax.axhline(1.0, color="k", lw=1, label=reference)
-    ax.plot([], [], marker="_", ms=14, mew=2.5, color="0.4", ls="none",
-            label="goal (bar in the method's colour)")
+    ax.plot([], [], marker="v", ms=8, mfc="none", mew=2, color="0.4", ls="none",
+            label="a goal (▽ in the method's colour)")
     ax.set(xscale="log", yscale="log", xlabel="n (training points)",
            ylabel=f"fit seconds ÷ {reference} fit seconds",
            title=f"Sparse fits against the {reference} on abalone-like data, "
