@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from os import PathLike
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import dask.array as da
 import numpy as np
 import xarray as xr
-from dask.local import get_sync
 
 from algorithms.kernels import ArrayKernelBlocks, Kernel
 from pipeline.datasets import fingerprint, open_store
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 # A worker runs many jobs on one small store: it is read into memory once per process and
 # kept (read-only) while none of its files changes; larger stores stay lazy.
@@ -40,10 +42,11 @@ def open_dataset_cached(store: str | PathLike, verify: bool) -> xr.Dataset:
     if hit is not None and hit[0] == stamp:
         _in_memory.move_to_end(path)
         return hit[1]
-    ds = open_store(path, verify=False)
+    ds = open_store(path, verify=False, dask=False)  # read whole below: no dask needed
     if ds.nbytes > IN_MEMORY_BYTES:
-        return ds
-    ds = ds.load(scheduler=get_sync)  # on this thread, without distributed (store.py)
+        ds.close()
+        return open_store(path, verify=False)
+    ds = ds.load()
     ds.close()
     for var in ds.data_vars.values():
         var.values.flags.writeable = False  # shared by the jobs: a write would be a bug
@@ -63,6 +66,8 @@ class ZarrKernelBlocks(ArrayKernelBlocks):
 
     def lazy_matrix(self, row_chunk: int | None = None) -> da.Array:
         """K as a lazy (n, n) dask array in row blocks of ``row_chunk`` rows (≈128 MB each)."""
+        import dask.array as da  # here: dask.array (with scipy.fft) is ~0.1 s of import
+
         rows = row_chunk or max(1, min(self.n, 2**24 // max(self.n, 1)))
         X = da.from_array(self.X, chunks=(rows, self.d))
         X_all = self.X
