@@ -450,12 +450,29 @@ def test_edited_attrs_are_refused_on_every_open(tmp_path, key, value):
         assert "edited after ingest" in msg or f"lacks attrs {key}" in msg
 
 
-def test_overwritten_values_fail_checksum(tmp_path):
+@pytest.mark.parametrize("dask", [True, False])
+def test_a_store_verifies_read_by_dask_or_by_xarray(tmp_path, dask):
+    """The checksums are the same read through dask's arrays or xarray's own lazy ones (a job's
+    store check takes the second: no dask import), also over several row chunks."""
+    path = ingest({"name": "sine1d", "n_train": 5000, "n_test": 0}, tmp_path)
+    ds = open_store(path, dask=dask)
+    assert (ds["X_train"].chunks is not None) == dask and ds.sizes["test"] == 0
+    ds.close()
+    from pipeline.datasets.store import _hash_variable
+
+    lazy = open_store(path, dask=False)
+    var = lazy["y_train"]
+    var.encoding["chunks"] = (1024,)  # five row chunks, the last one short
+    assert _hash_variable(var) == lazy.attrs["content_sha256"]["y_train"]
+
+
+@pytest.mark.parametrize("dask", [True, False])
+def test_overwritten_values_fail_checksum(tmp_path, dask):
     path = ingest(SMALL, tmp_path)
     arr = zarr.open_array(str(path / "X_train"), mode="r+")
     arr[:3, 0] = np.array([1.0, 2.0, 3.0])
     with pytest.raises(StoreError, match=r"fails its checksum \(X_train\)") as info:
-        open_store(path)
+        open_store(path, dask=dask)
     assert "\n" not in str(info.value) and "rerun to re-ingest" in str(info.value)
     with pytest.raises(StoreError, match="checksum"):
         ingest(SMALL, tmp_path)
@@ -463,13 +480,14 @@ def test_overwritten_values_fail_checksum(tmp_path):
         load_arrays(path)
 
 
-def test_garbage_chunk_fails(tmp_path):
+@pytest.mark.parametrize("dask", [True, False])
+def test_garbage_chunk_fails(tmp_path, dask):
     path = ingest(SMALL, tmp_path)
     chunks = [p for p in (path / "y_train").rglob("*") if p.is_file() and p.name != "zarr.json"]
     assert chunks
     chunks[0].write_bytes(b"\x00garbage\xff" * 7)
     with pytest.raises(StoreError, match=r"fails its checksum \(y_train"):
-        open_store(path)
+        open_store(path, dask=dask)
 
 
 def test_broken_metadata_and_missing_store(tmp_path):

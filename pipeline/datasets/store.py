@@ -86,7 +86,7 @@ def _hash_variable(var: xr.DataArray) -> str:
     if var.chunks is not None:
         bounds = np.cumsum((0,) + tuple(var.chunks[0]))
     else:  # the store's own row chunks
-        step = int((var.encoding.get("chunks") or (len(var),))[0]) or len(var)
+        step = max(1, int((var.encoding.get("chunks") or (len(var),))[0]))
         bounds = np.array([*range(0, len(var), step), len(var)])
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
         block = var[int(start):int(stop)]
