@@ -36,19 +36,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from algorithms import Kernel  # noqa: E402
 from algorithms.cholesky import cholesky_in_place  # noqa: E402
-from pipeline.bench.sweep_overhead import save_figure, size_argument  # noqa: E402
-from pipeline.config import CONF_DIR  # noqa: E402
-
-
-def load_config(size: str) -> dict:
-    """conf/experiment/bench_exact.yaml, under conf/reduced/bench_exact_small.yaml for
-    ``size=small``."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(CONF_DIR / "experiment" / "bench_exact.yaml")
-    if size == "small":
-        cfg = OmegaConf.merge(cfg, OmegaConf.load(CONF_DIR / "reduced" / "bench_exact_small.yaml"))
-    return OmegaConf.to_container(cfg, resolve=True)
+from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
 
 
 def spd_matrix(n: int, cfg: dict) -> np.ndarray:
@@ -140,12 +128,10 @@ def figure(rows: list[dict], gemm: float, cfg: dict, path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    size = size_argument(argv)
-    if size is None:
+    setup = single_run_setup("bench_exact", argv)
+    if setup is None:
         return 2
-    cfg = load_config(size)
-    out_dir = Path(os.getcwd()) / "outputs" / cfg["sweep"]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg, out_dir = setup
     gemm = gemm_gflops(cfg["gemm_size"], cfg["gemm_repeats"])
     print(f"GEMM {cfg['gemm_size']}³: {gemm:.1f} GFLOP/s", flush=True)
     rows = []

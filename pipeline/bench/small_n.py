@@ -29,21 +29,8 @@ from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
 from algorithms.kernels import use_kernel_threads  # noqa: E402
 from algorithms.kernels import warm_up as load_compiled_tiles  # noqa: E402
 from algorithms.registry import discover  # noqa: E402
-from pipeline.bench.sweep_overhead import save_figure, size_argument  # noqa: E402
-from pipeline.config import CONF_DIR  # noqa: E402
+from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
 from pipeline.datasets.sources import _load_abalone  # noqa: E402
-
-
-def load_config(size: str) -> dict:
-    """conf/experiment/bench_small_n.yaml, under conf/reduced/bench_small_n_small.yaml for
-    ``size=small``."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(CONF_DIR / "experiment" / "bench_small_n.yaml")
-    if size == "small":
-        small = OmegaConf.load(CONF_DIR / "reduced" / "bench_small_n_small.yaml")
-        cfg = OmegaConf.merge(cfg, small)
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def abalone_like(n: int, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -119,13 +106,11 @@ def figure(rows: list[dict], cfg: dict, path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    size = size_argument(argv)
-    if size is None:
+    setup = single_run_setup("bench_small_n", argv)
+    if setup is None:
         return 2
-    cfg = load_config(size)
+    cfg, out_dir = setup
     discover()
-    out_dir = Path(os.getcwd()) / "outputs" / cfg["sweep"]
-    out_dir.mkdir(parents=True, exist_ok=True)
     with use_kernel_threads(None):
         return _measure_all(cfg, out_dir)
 

@@ -171,6 +171,26 @@ def size_argument(argv: list[str]) -> str | None:
     return size
 
 
+def single_run_setup(name: str, argv: list[str]) -> tuple[dict, Path] | None:
+    """A single-run benchmark's config, ``conf/experiment/<name>.yaml`` under
+    ``conf/reduced/<name>_small.yaml`` for ``size=small`` (resolved, plain), and its output
+    directory ``outputs/<sweep>/`` (made); None after the one-line error of a bad argument."""
+    from omegaconf import OmegaConf
+
+    from pipeline.config import CONF_DIR
+
+    size = size_argument(argv)
+    if size is None:
+        return None
+    cfg = OmegaConf.load(CONF_DIR / "experiment" / f"{name}.yaml")
+    if size == "small":
+        cfg = OmegaConf.merge(cfg, OmegaConf.load(CONF_DIR / "reduced" / f"{name}_small.yaml"))
+    cfg = OmegaConf.to_container(cfg, resolve=True)
+    out_dir = Path(os.getcwd()) / "outputs" / cfg["sweep"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return cfg, out_dir
+
+
 def main(argv: list[str]) -> int:
     size = size_argument(argv)
     if size is None:
