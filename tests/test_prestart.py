@@ -104,3 +104,21 @@ def test_a_local_worker_warms_up_the_kernel_tiles_at_its_start(limit, warmed):
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"tiles": warmed,
                                                                "numba": warmed}
+
+
+def test_workers_load_the_compiled_tiles_only_for_a_sweep_that_uses_them():
+    """A sweep's local workers load the kernel tiles' compiled code at their start only when a
+    job will use it: a fused kernel on a set of at least WARM_UP_ROWS rows, or of unknown
+    size, or the Laplacian/Matérn at any size (the RBF below takes numpy's exp)."""
+    from types import SimpleNamespace
+
+    from pipeline.sweep.schedule import uses_compiled_tiles
+
+    def job(kernel: str, **dataset) -> SimpleNamespace:
+        return SimpleNamespace(config={"kernel": {"name": kernel}, "dataset": dataset})
+
+    small = job("rbf", name="sine1d", n_train=100)
+    assert not uses_compiled_tiles([small, job("linear", name="abalone", n_train=4000)])
+    assert uses_compiled_tiles([small, job("rbf", name="abalone", n_train=4000)])
+    assert uses_compiled_tiles([job("laplacian", name="sine1d", n_train=100)])
+    assert uses_compiled_tiles([job("rbf", name="csv", path="absent.csv")])  # size unknown

@@ -236,11 +236,13 @@ def _wait_for_first_worker(client: Client, opts: Mapping, deadline: float,
 
 
 @contextmanager
-def connect(cfg: Mapping) -> Iterator[Client]:
+def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
     """A Client on the cluster ``cfg`` describes, with at least one worker; local and batch
-    clusters are closed after. Raises :class:`InputError` (one line) for bad options, a
-    missing submit command, an unreachable scheduler or no worker within
-    ``cluster.start_timeout``."""
+    clusters are closed after. ``warm_tiles``: local workers load the kernel tiles' compiled
+    code at their start (:func:`pipeline.cluster.prestart.dask_setup`); a sweep whose jobs
+    will not use it passes False (the load would take CPU from its first jobs). Raises
+    :class:`InputError` (one line) for bad options, a missing submit command, an unreachable
+    scheduler or no worker within ``cluster.start_timeout``."""
     opts = check(cfg)
     kind = opts["kind"]
     timeout = seconds(opts["start_timeout"])
@@ -270,7 +272,7 @@ def connect(cfg: Mapping) -> Iterator[Client]:
             # each worker warms up the kernel tiles' compiled code at its start, on a thread
             settings["distributed.worker.preload"] = [
                 *dask.config.get("distributed.worker.preload", default=[]),
-                "pipeline.cluster.prestart"]
+                *(["pipeline.cluster.prestart"] if warm_tiles else [])]
             if prestart.started():  # workers forked from the command line's warm fork server
                 settings["distributed.worker.multiprocessing-method"] = "forkserver"
             with _quiet("distributed.deploy.spec"), dask.config.set(settings):

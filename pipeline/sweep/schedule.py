@@ -45,9 +45,9 @@ class SweepCluster:
         self.closer: threading.Thread | None = None
         self.sys_path = list(sys.path)
 
-    def connect(self, cfg: Mapping):
+    def connect(self, cfg: Mapping, warm_tiles: bool = True):
         self.sys_path = list(sys.path)
-        client = self.stack.enter_context(connect(cfg))
+        client = self.stack.enter_context(connect(cfg, warm_tiles))
         client.register_plugin(QuietCancellations())
         return client
 
@@ -73,6 +73,23 @@ class SweepCluster:
             self.stack.close()
 
 
+def uses_compiled_tiles(jobs: list[PlannedJob]) -> bool:
+    """Whether any of ``jobs`` will load the kernel tiles' compiled code: a kernel with
+    compiled tiles on a training set of unknown size or (the RBF) of at least
+    :data:`algorithms.kernels.WARM_UP_ROWS` rows (below, its tiles take numpy's exp)."""
+    from algorithms.kernels import FUSED_KERNELS, WARM_UP_ROWS
+    from pipeline.datasets.spec import train_shape
+
+    for job in jobs:
+        kernel = job.config["kernel"]["name"]
+        if kernel not in FUSED_KERNELS:
+            continue
+        shape = train_shape(job.config["dataset"])
+        if kernel != "rbf" or shape is None or shape[0] >= WARM_UP_ROWS:
+            return True
+    return False
+
+
 def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
                  hydra_context: HydraContext, task_function: TaskFunction, retries: int,
                  timings: dict, cluster: SweepCluster) -> tuple[dict[str, dict], int]:
@@ -84,7 +101,7 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
     quiet_dask_logging()
     t0 = time.perf_counter()
     with silent_on_interrupt(), watching_worker_deaths() as deaths:
-        client = cluster.connect(cluster_cfg)
+        client = cluster.connect(cluster_cfg, uses_compiled_tiles(to_run))
         timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
         n_workers = len(client.scheduler_info().get("workers", {}))
         print(f"dask dashboard: {client.dashboard_link}", flush=True)
