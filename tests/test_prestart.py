@@ -106,7 +106,7 @@ def test_a_local_worker_warms_up_the_kernel_tiles_at_its_start(limit, warmed):
                                                                "numba": warmed}
 
 
-def test_workers_load_the_compiled_tiles_only_for_a_sweep_that_uses_them():
+def test_workers_load_the_compiled_tiles_only_for_a_sweep_that_uses_them(tmp_path):
     """A sweep's local workers load the kernel tiles' compiled code at their start only when a
     job will use it: a fused kernel on a set of at least WARM_UP_ROWS rows, or of unknown
     size, or the Laplacian/Matérn at any size (the RBF below takes numpy's exp)."""
@@ -121,4 +121,6 @@ def test_workers_load_the_compiled_tiles_only_for_a_sweep_that_uses_them():
     assert not uses_compiled_tiles([small, job("linear", name="abalone", n_train=4000)])
     assert uses_compiled_tiles([small, job("rbf", name="abalone", n_train=4000)])
     assert uses_compiled_tiles([job("laplacian", name="sine1d", n_train=100)])
-    assert uses_compiled_tiles([job("rbf", name="csv", path="absent.csv")])  # size unknown
+    one_line = tmp_path / "one.csv"
+    one_line.write_text("1.0,2.0\n")  # too short for its shape to be told: size unknown
+    assert uses_compiled_tiles([job("rbf", name="csv", path=str(one_line))])
