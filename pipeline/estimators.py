@@ -39,6 +39,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from algorithms import REGISTRY, ArrayKernelBlocks, Fit, InputError, Kernel, run
 from algorithms.contract import AlgorithmSpec
+from algorithms.kernels import warm_up
 from pipeline.config import CONF_DIR
 from pipeline.results.variables import describe_dataset
 
@@ -90,6 +91,7 @@ class _SparseGP(BaseEstimator):
     def _fit(self, X: np.ndarray, y: np.ndarray) -> Fit:
         spec = self._spec()
         kernel = Kernel(self.kernel, dict(self.kernel_params or {}))
+        warm_up([kernel.name], rows=len(y))  # as a job: a small fit never loads numba
         seed = self.random_state if self.random_state is not None else 0
         return run(spec, ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
                    np.asarray(y, dtype=np.float64), lam=self.lam, kappa=self.kappa,
