@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -73,19 +72,18 @@ def _fused():
 
 
 # Whether the RBF's tiles take numpy's exp instead of the compiled tail (:mod:`algorithms.
-# _fused_exp`) while that is not loaded: set for the process by :func:`warm_up` for a fit on
-# fewer than WARM_UP_ROWS rows (loading numba and the compiled code costs ~0.4-0.6 s of CPU, more
-# than numpy's scalar exp, 5.2 ns a value against 1.7 here, costs such a fit), never switched
-# back within a fit. Both are within 2.3·10⁻¹⁶ of each other.
-_numpy_tails = False
+# _fused_exp`): set for one fit by :func:`fit_tails` when the fit is on fewer than WARM_UP_ROWS
+# rows (loading numba and the compiled code costs ~0.4-0.6 s of CPU, more than numpy's scalar
+# exp, 5.2 ns a value against 1.7 here, costs such a fit). A context variable, seen by the
+# tiles' threads (:func:`_on_threads`), so that the choice is the fit's alone: the same fit
+# takes the same exp whatever ran before it in the process. The two agree to 2.3·10⁻¹⁶.
+_NUMPY_EXP: contextvars.ContextVar[bool] = contextvars.ContextVar("numpy_exp", default=False)
 
 
 def _rbf_tail_numpy(out: np.ndarray, variance: float) -> bool | None:
-    """:func:`numpy_rbf_tail` where the process takes numpy's exp (above), else None (the
+    """:func:`numpy_rbf_tail` where the fit takes numpy's exp (above), else None (the
     compiled tail is to be used)."""
-    if not _numpy_tails or "algorithms._fused_exp" in sys.modules:
-        return None
-    return numpy_rbf_tail(out, variance)
+    return numpy_rbf_tail(out, variance) if _NUMPY_EXP.get() else None
 
 
 def numpy_rbf_tail(out: np.ndarray, variance: float) -> bool:
@@ -240,29 +238,43 @@ def kernel_threads() -> int:
 FUSED_KERNELS = ("rbf", "laplacian", "matern32")  # the kernels whose tiles are compiled loops
 
 
-WARM_UP_ROWS = 2000  # warm_up(rows=n): below this n the RBF's tiles take numpy's exp
+WARM_UP_ROWS = 2000  # fit_tails(rows=n): below this n the RBF's tiles take numpy's exp
 
 
-def warm_up(kernels: Iterable[str] = FUSED_KERNELS, rows: int | None = None) -> None:
+def warm_up(kernels: Iterable[str] = FUSED_KERNELS) -> None:
     """Load the tiles' compiled loops (:mod:`algorithms._fused_exp`: numba's import and its
     cached code, ~0.4-0.6 s of CPU; compiled the first time on a machine) and compute a tiny
     block of each kernel named, on this thread, so that the loading is not paid inside whatever
     times the first block: a job's fit. Nothing for a kernel without compiled tiles (linear,
-    polynomial). For the RBF and ``rows`` (the training rows of the fit to come) below
-    :data:`WARM_UP_ROWS`, nothing is loaded either: the process's RBF tiles take numpy's exp
-    from then on (unless the compiled loops are loaded already). At once after the first call.
-    The job runner calls it for its kernel before the fit (untimed), and a local Dask worker at
-    its start (:func:`pipeline.cluster.prestart.dask_setup`)."""
-    global _numpy_tails
+    polynomial). At once after the first call. A local Dask worker calls it at its start
+    (:func:`pipeline.cluster.prestart.dask_setup`); a fit, through :func:`fit_tails`."""
     names = [name for name in kernels if name in FUSED_KERNELS]
-    if names == ["rbf"] and rows is not None and rows < WARM_UP_ROWS:
-        _numpy_tails = True
-        return
     if names:
         _fused()
     X = np.zeros((2, 1))
-    for name in names:
-        Kernel(name)(X, X)
+    token = _NUMPY_EXP.set(False)
+    try:
+        for name in names:
+            Kernel(name)(X, X)
+    finally:
+        _NUMPY_EXP.reset(token)
+
+
+@contextlib.contextmanager
+def fit_tails(kernel: str, rows: int) -> Iterator[None]:
+    """The context of one fit of ``kernel`` on ``rows`` training rows: an RBF fit on fewer
+    than :data:`WARM_UP_ROWS` rows takes numpy's exp in its tiles (and never loads numba);
+    any other fit has the compiled loops loaded first (:func:`warm_up`, outside whatever the
+    caller times inside the context). The job runner and the estimators enter it around a
+    fit and its evaluation."""
+    small = kernel == "rbf" and rows < WARM_UP_ROWS
+    if not small:
+        warm_up([kernel])
+    token = _NUMPY_EXP.set(small)
+    try:
+        yield
+    finally:
+        _NUMPY_EXP.reset(token)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -317,8 +329,9 @@ def _on_threads(work: Callable[[range], Any], starts: range, entries: int) -> li
     if threads == 1 or entries < PARALLEL_ENTRIES or len(starts) == 1:
         return [work(starts)]
     runs = [starts[i::threads] for i in range(threads)]
+    contexts = [contextvars.copy_context() for _ in runs]  # the caller's context variables
     with _blas.limit(limits=1, user_api="blas"):
-        return list(_pool(threads).map(work, runs))
+        return list(_pool(threads).map(lambda ctx, run: ctx.run(work, run), contexts, runs))
 
 
 def _positive(default: float, doc: str, none_ok: bool = False) -> Option:

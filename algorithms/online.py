@@ -76,6 +76,8 @@ def scores(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, K: np.ndarray | None
     return out
 
 
+SELF_BLOCK_ROWS = 1024  # a chunk's k(X_chunk, X_chunk) is computed at once up to these rows
+
 # Rows of C or Q updated at once by a rank-1 or rank-2 update: the temporary (rows × t) stays
 # small (no fresh t×t array, hence no page faults, per processed point).
 UPDATE_ROWS = 64
@@ -204,8 +206,9 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
             K_chunk = np.zeros((len(chunk), post.capacity))
             K_chunk[:, : len(BV)] = blocks.block(chunk, BV) if BV else 0.0
             # k(x, x') within the chunk: the column of a point that joins BV (most do) is
-            # already here, one block per chunk instead of a kernel call per added point
-            K_self = blocks.block(chunk, chunk)
+            # already here, one block per chunk instead of a kernel call per added point (up
+            # to SELF_BLOCK_ROWS rows: chunk_rows² values; a longer chunk computes columns)
+            K_self = blocks.block(chunk, chunk) if len(chunk) <= SELF_BLOCK_ROWS else None
             for row, j in enumerate(chunk):
                 previous = (list(BV), post.alpha.copy(), post.C.copy()) if trace_kl else None
                 t = len(BV)
@@ -222,7 +225,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                     BV.append(int(j))
                     if post.capacity > K_chunk.shape[1]:  # the state grew (see _Posterior.add)
                         K_chunk = np.pad(K_chunk, ((0, 0), (0, post.capacity - K_chunk.shape[1])))
-                    K_chunk[:, t] = K_self[:, row]
+                    K_chunk[:, t] = (K_self[:, row] if K_self is not None
+                                     else blocks.block(chunk, [j])[:, 0])
                     if len(BV) > max_basis:
                         alpha, C, Q = post.alpha, post.C, post.Q
                         K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None

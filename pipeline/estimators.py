@@ -39,7 +39,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from algorithms import REGISTRY, ArrayKernelBlocks, Fit, InputError, Kernel, run
 from algorithms.contract import AlgorithmSpec
-from algorithms.kernels import warm_up
+from algorithms.kernels import fit_tails
 from pipeline.config import CONF_DIR
 from pipeline.results.variables import describe_dataset
 
@@ -91,11 +91,11 @@ class _SparseGP(BaseEstimator):
     def _fit(self, X: np.ndarray, y: np.ndarray) -> Fit:
         spec = self._spec()
         kernel = Kernel(self.kernel, dict(self.kernel_params or {}))
-        warm_up([kernel.name], rows=len(y))  # as a job: a small fit never loads numba
         seed = self.random_state if self.random_state is not None else 0
-        return run(spec, ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
-                   np.asarray(y, dtype=np.float64), lam=self.lam, kappa=self.kappa,
-                   rng=np.random.default_rng(seed), **self._options(spec, len(y)))
+        with fit_tails(kernel.name, len(y)):  # as a job: a small fit never loads numba
+            return run(spec, ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
+                       np.asarray(y, dtype=np.float64), lam=self.lam, kappa=self.kappa,
+                       rng=np.random.default_rng(seed), **self._options(spec, len(y)))
 
     def _store(self, X: np.ndarray, y: np.ndarray, fit: Fit) -> None:
         self.fit_ = fit
@@ -108,6 +108,11 @@ class _SparseGP(BaseEstimator):
             {k: ("step", np.asarray(v)) for k, v in fit.trace.items()},
             coords={"step": np.arange(1, fit.n_steps + 1)}, attrs={"algorithm": fit.algorithm}))
         self._training = (X, y)
+
+    def _tails(self):
+        """The kernel tiles of the fit, for its predictions too (the exp its fit took:
+        :func:`algorithms.kernels.fit_tails`)."""
+        return fit_tails(self.kernel, len(self._training[1]))
 
     def _fitted(self) -> Fit:
         check_is_fitted(self, "coef_")
@@ -135,10 +140,11 @@ class SparseGPRegressor(RegressorMixin, _SparseGP):
         y (the upper bound where the algorithm brackets the variance)."""
         fit = self._fitted()
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        mean = fit.predict(X)
+        with self._tails():
+            mean = fit.predict(X)
+            var = fit.predict_var(X) if return_std else None
         if not return_std:
             return mean
-        var = fit.predict_var(X)
         if var is None:
             raise InputError(f"algorithm {fit.algorithm} has no predictive variance "
                              f"({fit.not_applicable.get('test_nlpd', 'none')}); call "
@@ -171,7 +177,8 @@ class SparseGPClassifier(ClassifierMixin, _SparseGP):
     def predict_proba(self, X: Any) -> np.ndarray:
         fit = self._fitted()
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        p = fit.predict_proba(X)
+        with self._tails():
+            p = fit.predict_proba(X)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X: Any) -> np.ndarray:

@@ -334,3 +334,35 @@ def test_numpy_rbf_tail_is_the_compiled_tail():
     for bad in (709.5, np.nan):
         a, b = np.array([-1.0, bad]), np.array([-1.0, bad])
         assert not rbf_tail(a, 1.0) and not numpy_rbf_tail(b, 1.0)
+
+
+def test_a_small_rbf_fit_takes_numpy_exp_whatever_ran_before(monkeypatch):
+    """fit_tails decides the exp of one fit: an RBF fit on fewer than WARM_UP_ROWS rows takes
+    numpy's, also on the tiles' threads and after the compiled loops were loaded by another
+    fit, so the same fit gives the same numbers whatever ran before it in the process."""
+    import algorithms.kernels as kernels
+    from algorithms import run
+    from algorithms.kernels import fit_tails, use_kernel_threads, warm_up
+    from tests.conftest import make_problem
+
+    blocks, y, _, _ = make_problem(n=300)
+    with fit_tails("rbf", blocks.n):
+        first = run("sgma", blocks, y, lam=0.1, kappa=10, rng=0, eps=0.0, max_basis=30)
+    warm_up(["laplacian", "rbf"])  # another fit loaded the compiled loops
+    with fit_tails("rbf", blocks.n):
+        again = run("sgma", blocks, y, lam=0.1, kappa=10, rng=0, eps=0.0, max_basis=30)
+    assert np.array_equal(first.basis, again.basis) and np.array_equal(first.coef, again.coef)
+
+    calls = []
+    numpy_tail = kernels.numpy_rbf_tail
+    monkeypatch.setattr(kernels, "numpy_rbf_tail",
+                        lambda out, v: calls.append(out.shape) or numpy_tail(out, v))
+    X = np.random.default_rng(0).standard_normal((4000, 3))
+    kernel = Kernel("rbf", {"width": 2.0})
+    with use_kernel_threads(2), fit_tails("rbf", 100):
+        K = kernel(X, X[:59])  # 236 000 values: tiles on two threads
+    assert sum(shape[0] for shape in calls) == 4000
+    with fit_tails("rbf", 5000):
+        compiled = kernel(X, X[:59])
+    assert sum(shape[0] for shape in calls) == 4000  # the compiled tail, not numpy's
+    assert np.abs(K - compiled).max() <= 1e-15

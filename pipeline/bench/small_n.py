@@ -26,8 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
-from algorithms.kernels import use_kernel_threads  # noqa: E402
-from algorithms.kernels import warm_up as load_compiled_tiles  # noqa: E402
+from algorithms.kernels import fit_tails, use_kernel_threads  # noqa: E402
 from algorithms.registry import discover  # noqa: E402
 from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
 from pipeline.datasets.sources import _load_abalone  # noqa: E402
@@ -67,10 +66,10 @@ def measure(n: int, cfg: dict) -> dict:
     X, y = abalone_like(n, cfg)
     kernel_cfg = dict(cfg["kernel"])
     blocks = ArrayKernelBlocks(X, Kernel(kernel_cfg.pop("name"), kernel_cfg))
-    load_compiled_tiles([blocks.kernel.name], rows=n)  # as a job does before its fit
     row: dict = {"n": n, "seconds": {}, "n_basis": {}, "ratio": {}}
     for label, method in cfg["methods"].items():
-        seconds, n_basis = best_fit_seconds(method, blocks, y, cfg)
+        with fit_tails(blocks.kernel.name, n):  # as a job's fit
+            seconds, n_basis = best_fit_seconds(method, blocks, y, cfg)
         row["seconds"][label], row["n_basis"][label] = seconds, n_basis
     reference = row["seconds"][cfg["reference"]]
     row["ratio"] = {label: s / reference for label, s in row["seconds"].items()

@@ -22,7 +22,7 @@ from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
 from algorithms.evaluation import options_of, run
-from algorithms.kernels import Kernel, kernel_threads, use_kernel_threads, warm_up
+from algorithms.kernels import Kernel, fit_tails, kernel_threads, use_kernel_threads
 from pipeline.cluster.threads import _blas, blas_threads, cpu_model, resolve_threads
 from pipeline.config import complete
 from pipeline.datasets import ingest
@@ -134,22 +134,11 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
     what = (f"the {spec.name} fit on {config['dataset']['name']} at n_train={blocks.n} "
             f"({blas_threads()} BLAS threads{_declared_memory(spec, blocks, options)})")
     announce(what)
-    # compiled kernel tiles loaded before the fit's clock starts where the fit is large enough
-    # to use them (a no-op once loaded; algorithms.kernels.warm_up)
-    warm_up([kernel.name], rows=blocks.n)
-    if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
-        result: Result = run_curve(config, spec, kernel, blocks, options)
-    else:
-        result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
-                     rng=np.random.default_rng(seed), test=(X_test, y_test),
-                     profile_memory=config["profile_memory"], **options)
-        result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
-                                     kernel_threads=kernel_threads(),
-                                     **getattr(blocks, "summary", dict)())
-        announce(f"the certificate of {what}")
-        result = _certified(result, spec, config, blocks, y_train, lam, seed)
-        if hyper is not None:
-            result = result.with_summary(**hyper.summary)
+    # the fit's kernel tiles: compiled ones loaded before its clock starts, or numpy's exp for
+    # a small RBF fit (algorithms.kernels.fit_tails)
+    with fit_tails(kernel.name, blocks.n):
+        result = _fit_and_certify(config, spec, lam, kernel, options, seed, blocks, hyper,
+                                  y_train, X_test, y_test, what)
     job_hash = config_hash(config)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
              "store": store.name,
@@ -158,6 +147,24 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
     path = write_job_result(result, config, result_path, attrs,
                             hyper.variables() if hyper is not None else None)
     return JobOutcome(result, dict(config), job_hash, path)
+
+
+def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: Kernel,
+                     options: dict, seed: int, blocks, hyper, y_train: np.ndarray,
+                     X_test: np.ndarray, y_test: np.ndarray, what: str) -> Result:
+    if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
+        return run_curve(config, spec, kernel, blocks, options)
+    result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
+                 rng=np.random.default_rng(seed), test=(X_test, y_test),
+                 profile_memory=config["profile_memory"], **options)
+    result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
+                                 kernel_threads=kernel_threads(),
+                                 **getattr(blocks, "summary", dict)())
+    announce(f"the certificate of {what}")
+    result = _certified(result, spec, config, blocks, y_train, lam, seed)
+    if hyper is not None:
+        result = result.with_summary(**hyper.summary)
+    return result
 
 
 def _declared_memory(spec: AlgorithmSpec, blocks, options: Mapping) -> str:
