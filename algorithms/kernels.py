@@ -80,12 +80,6 @@ def _fused():
 _NUMPY_EXP: contextvars.ContextVar[bool] = contextvars.ContextVar("numpy_exp", default=False)
 
 
-def _rbf_tail_numpy(out: np.ndarray, variance: float) -> bool | None:
-    """:func:`numpy_rbf_tail` where the fit takes numpy's exp (above), else None (the
-    compiled tail is to be used)."""
-    return numpy_rbf_tail(out, variance) if _NUMPY_EXP.get() else None
-
-
 def numpy_rbf_tail(out: np.ndarray, variance: float) -> bool:
     """out ← variance·exp(out) with numpy, in place: the compiled ``rbf_tail`` of
     :mod:`algorithms._fused_exp` in numpy's terms; whether every argument was ≤ 709 (not an
@@ -118,8 +112,9 @@ def _rbf(Aa: np.ndarray, Ba: np.ndarray, width: float, out: np.ndarray,
     np.matmul(Aa, Ba, out=out)
     # round-off can leave D ≈ +ε(‖a‖² + ‖b‖²)/width where a = b, so a value may exceed 1 by
     # that much; a clamp would cost a pass for no gain in accuracy
-    ok = _rbf_tail_numpy(out, variance)
-    return _tail(_fused().rbf_tail, out, variance) if ok is None else ok
+    if _NUMPY_EXP.get():  # a small fit's tiles (fit_tails)
+        return numpy_rbf_tail(out, variance)
+    return _tail(_fused().rbf_tail, out, variance)
 
 
 def _same_rows(A: np.ndarray, **_: float) -> np.ndarray:
@@ -260,6 +255,13 @@ def warm_up(kernels: Iterable[str] = FUSED_KERNELS) -> None:
         _NUMPY_EXP.reset(token)
 
 
+def takes_numpy_exp(kernel: str, rows: int | None) -> bool:
+    """Whether a fit of ``kernel`` on ``rows`` training rows (None: not known) takes numpy's
+    exp in its tiles rather than the compiled loops: an RBF fit on fewer than
+    :data:`WARM_UP_ROWS` rows. A kernel without compiled tiles takes neither."""
+    return kernel == "rbf" and rows is not None and rows < WARM_UP_ROWS
+
+
 @contextlib.contextmanager
 def fit_tails(kernel: str, rows: int) -> Iterator[None]:
     """The context of one fit of ``kernel`` on ``rows`` training rows: an RBF fit on fewer
@@ -267,7 +269,7 @@ def fit_tails(kernel: str, rows: int) -> Iterator[None]:
     any other fit has the compiled loops loaded first (:func:`warm_up`, outside whatever the
     caller times inside the context). The job runner and the estimators enter it around a
     fit and its evaluation."""
-    small = kernel == "rbf" and rows < WARM_UP_ROWS
+    small = takes_numpy_exp(kernel, rows)
     if not small:
         warm_up([kernel])
     token = _NUMPY_EXP.set(small)
@@ -301,7 +303,7 @@ def tiles_own_the_cores():
 SMALL_FACTOR = 4096  # small_blas: a t × t factor up to this t is worked on one BLAS thread
 
 
-def small_blas(t: int = 0):
+def small_blas(t: int):
     """A context for the LAPACK/BLAS calls on a growing basis's t × t factors (a Cholesky of
     a block of new pivots, triangular solves against the factor so far) made between large
     multithreaded products: one BLAS thread while t ≤ :data:`SMALL_FACTOR`, else no change.

@@ -20,9 +20,11 @@ from distributed import KilledWorker, as_completed
 from hydra.types import HydraContext, TaskFunction
 
 from algorithms.errors import InputError
+from algorithms.kernels import FUSED_KERNELS, takes_numpy_exp
 from pipeline.cluster.connect import connect
 from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
 from pipeline.cluster.options import memory_hint
+from pipeline.datasets.spec import train_shape
 from pipeline.job.hyper import cache_key, hyper_options
 from pipeline.results.job_file import (
     job_path,
@@ -75,17 +77,14 @@ class SweepCluster:
 
 def uses_compiled_tiles(jobs: list[PlannedJob]) -> bool:
     """Whether any of ``jobs`` will load the kernel tiles' compiled code: a kernel with
-    compiled tiles on a training set of unknown size or (the RBF) of at least
-    :data:`algorithms.kernels.WARM_UP_ROWS` rows (below, its tiles take numpy's exp)."""
-    from algorithms.kernels import FUSED_KERNELS, WARM_UP_ROWS
-    from pipeline.datasets.spec import train_shape
-
+    compiled tiles whose fit does not take numpy's exp (:func:`algorithms.kernels.
+    takes_numpy_exp`; a training set of unknown size counts as large)."""
     for job in jobs:
         kernel = job.config["kernel"]["name"]
         if kernel not in FUSED_KERNELS:
             continue
         shape = train_shape(job.config["dataset"])
-        if kernel != "rbf" or shape is None or shape[0] >= WARM_UP_ROWS:
+        if not takes_numpy_exp(kernel, shape and shape[0]):
             return True
     return False
 
