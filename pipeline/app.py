@@ -39,35 +39,48 @@ for _plugin, _kind in ((DaskLauncher, Launcher), (GroupedSweeper, Sweeper)):
 
 
 def task(cfg: DictConfig) -> dict:
-    """Hydra's task function: run the job ``cfg`` describes, writing ``result.nc`` into the
-    job's Hydra output directory; returns a small record (it travels back from a worker).
-    The job's code is imported here, not with this module: Hydra's own flags (``--help``,
-    ``--cfg``, tab completion) start without it."""
+    """Hydra's task function: run the job ``cfg`` describes (:func:`run_task`) in the job's
+    Hydra output directory; returns a small record (it travels back from a worker)."""
+    from pipeline.job.identity import job_config
+
+    hydra_cfg = HydraConfig.get()
+    one_job = hydra_cfg.mode == RunMode.RUN
+    if one_job and cfg.dry_run:
+        return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "
+                                            "experiment (one job's config: --cfg job)"}
+    return run_task(job_config(cfg), Path(hydra_cfg.runtime.output_dir), one_job)
+
+
+def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
+    """The work of :func:`task` on a resolved job config: run the job, writing ``result.nc``
+    into ``output_dir``. One job (``one_job``) returns its bad input or lost cluster worker
+    as a record, so that Hydra prints no line of its own about it; a sweep's job raises, and
+    the sweep records the failure (:mod:`pipeline.sweep.execute`). The job's code is imported
+    here, not with this module: Hydra's own flags (``--help``, ``--cfg``, tab completion)
+    start without it."""
     from algorithms.errors import InputError
     from pipeline.cluster.here import ClusterFitError, worker_name
-    from pipeline.job.identity import job_config
     from pipeline.job.run import run_job
     from pipeline.results.job_file import JOB_FILE
 
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode == RunMode.RUN and cfg.dry_run:
-        return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "
-                                            "experiment (one job's config: --cfg job)"}
-    output_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        outcome = run_job(job_config(cfg), output_dir / JOB_FILE, {"worker": worker_name(),
-                                                                   "pid": os.getpid()})
+        outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
+                                                          "pid": os.getpid()})
     except InputError as err:
-        if hydra_cfg.mode != RunMode.RUN:
-            raise  # a sweep records the failure (pipeline.sweep.execute)
-        # one job: returned, not raised, so that Hydra does not print its own line about it
+        if not one_job:
+            raise
         return {"status": "error", "error": str(err)}
     except ClusterFitError as err:  # a worker of a blocks=cluster fit was lost: not bad input
-        if hydra_cfg.mode != RunMode.RUN:
+        if not one_job:
             raise
         return {"status": "failed", "error": str(err)}
     return {"status": "ok", "config_hash": outcome.config_hash,
             "result": str(outcome.result_path)}
+
+
+# what a sweep's worker calls with the job's resolved config when Hydra's run_job would only
+# write the job's .hydra/ files around the task (pipeline.sweep.job_files)
+task.run_resolved = run_task
 
 
 def _launch(overrides: Sequence[str], multirun: bool):

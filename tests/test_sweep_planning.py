@@ -51,6 +51,50 @@ def test_shared_compositions_equal_hydras_composition_of_each_point():
         assert len({id(p.base) for p in seeds}) == 1
 
 
+def test_hydra_records_load_equal_to_the_files_of_hydras_run_job(tmp_path):
+    """A job whose Hydra settings ask only for its .hydra/ files gets them from
+    pipeline.sweep.job_files, with the values Hydra's own run_job writes; a job with
+    hydra.job.env_set (or a callback) still needs run_job."""
+    import yaml
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext
+
+    from pipeline.sweep.compose import PlannedJob
+    from pipeline.sweep.execute import _hydra_job_config
+    from pipeline.sweep.job_files import HydraRecords, writes_only_files
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="t"):
+        hydra = GlobalHydra.instance().hydra
+        master = hydra.config_loader.load_configuration("config", [], RunMode.MULTIRUN)
+        context = HydraContext(config_loader=hydra.config_loader, callbacks=Callbacks(master))
+        points = [*POINTS, ["algorithm=exact", "+hydra.job.env_set.MARK=1"]]
+        composed = compose_jobs(master, hydra.config_loader, points)
+        records = HydraRecords()
+        for num, (overrides, point) in enumerate(zip(points, composed, strict=True)):
+            config = point.config()
+            config["algorithm"].pop("max_basis", None)  # as the sweep drops an unused option
+            job = PlannedJob(overrides, point, config, f"h{num}", {}, "", num)
+            if not writes_only_files(context, job):
+                assert "env_set" in overrides[-1]
+                continue
+            records.write(job, tmp_path / "lean")
+            run_job(hydra_context=context, task_function=lambda cfg: None,
+                    config=_hydra_job_config(job, tmp_path / "hydra"),
+                    job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+                    configure_logging=False)
+            for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+                lean, own = (yaml.safe_load((tmp_path / where / "jobs" / f"h{num}" / ".hydra"
+                                             / name).read_text())
+                             for where in ("lean", "hydra"))
+                if name == "hydra.yaml":  # each names its own sweep directory
+                    for node in (lean, own):
+                        node["hydra"]["sweep"].pop("dir")
+                        node["hydra"]["runtime"].pop("output_dir")
+                assert lean == own, (overrides, name)
+        assert num == len(POINTS)
+
+
 def test_job_files_read_for_consolidation_equal_xarrays_reading(tmp_path):
     from pipeline.job.run import run_job
 
@@ -147,10 +191,10 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_job_runs_through_hydras_run_job(tmp_path):
-    """Each job runs through Hydra's own run_job, which writes its .hydra/ record (and sets
-    hydra.job.env_set's environment); the Hydra settings of a sweep are not part of a job's
-    identity: the same jobs with or without them."""
+def test_every_job_has_its_hydra_record_with_or_without_run_job(tmp_path):
+    """A job gets its .hydra/ record from pipeline.sweep.job_files, or, when its Hydra
+    settings need more (hydra.job.env_set's environment), from Hydra's own run_job; the Hydra
+    settings of a sweep are not part of a job's identity: the same jobs with or without them."""
     args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
             "dataset.n_train=60", "seed=0,1", "cluster.n_workers=1",
             "cluster.dashboard_address=:0"]

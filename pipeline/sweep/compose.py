@@ -81,7 +81,7 @@ class ComposedJob:
                    for key, v in self.leaves):
             config = copy.deepcopy(self.base.resolved)
             for key, value in self.leaves:
-                _set_leaf(config, key, copy.deepcopy(value))
+                set_leaf(config, key, copy.deepcopy(value))
             return config
         node = OmegaConf.create(self.base.job_part)
         for key, value in self.leaves:
@@ -111,7 +111,7 @@ def _lookup(config, key: str):
     return value
 
 
-def _set_leaf(config: dict, key: str, value) -> None:
+def set_leaf(config: dict, key: str, value) -> None:
     """Set dotted ``key``, an existing leaf (:func:`_is_leaf` of the composition), to ``value``."""
     parent, _, last = key.rpartition(".")
     node = _lookup(config, parent)

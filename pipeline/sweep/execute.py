@@ -1,6 +1,7 @@
-"""What runs on a Dask worker: a batch of jobs, each claimed, looked up on disk and run through
-Hydra's ``run_job`` (as Hydra's own launchers run a job), its failure recorded; the ingest and
-hyperparameter-learning tasks the jobs wait for.
+"""What runs on a Dask worker: a batch of jobs, each claimed, looked up on disk and run with
+its ``.hydra/`` record (:mod:`pipeline.sweep.job_files`, or through Hydra's ``run_job``, as
+Hydra's own launchers run a job, when its Hydra settings need more), its failure recorded; the
+ingest and hyperparameter-learning tasks the jobs wait for.
 """
 
 from __future__ import annotations
@@ -29,19 +30,26 @@ from pipeline.results.job_file import (
 )
 from pipeline.sweep.claims import claim_job, record_fit
 from pipeline.sweep.compose import PlannedJob
+from pipeline.sweep.job_files import HydraRecords, writes_only_files
 
 
 def execute(task_function: TaskFunction, hydra_context: HydraContext, job: PlannedJob,
-            sweep_dir: Path, since: float = 0.0) -> dict:
-    """Run one job where this is called (a Dask worker) through Hydra's ``run_job`` on the
-    job's full config, and record its failure if it fails. Never raises for an error of the
+            sweep_dir: Path, since: float = 0.0, hydra_records: HydraRecords | None = None) -> dict:
+    """Run one job where this is called (a Dask worker), through Hydra's ``run_job`` on the
+    job's full config or with the same files written beside it, and record its failure if it
+    fails. Never raises for an error of the
     job itself.
 
     The job first claims its directory (:func:`pipeline.sweep.claims.claim_job`: another sweep on
     the same directory fitting it makes this wait), then looks at the disk: a result written
     with status ok (or a failure recorded since this sweep started at ``since``) is returned
     as it is, so a task Dask reruns after a worker died, or a job another sweep just fitted,
-    is never fitted again."""
+    is never fitted again.
+
+    A job for which ``run_job`` would only write the job's ``.hydra/`` files around the task
+    function (:func:`pipeline.sweep.job_files.writes_only_files`) has them written by
+    ``hydra_records`` and its resolved config run by the task function's ``run_resolved``, without
+    ``run_job``'s config copies."""
     out_dir = sweep_dir / "jobs" / job.hash
     here = config_hash(job.config)
     if here != job.hash:  # the job would be filed under a name the client never looks up
@@ -55,6 +63,16 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
             return done
         record_fit(out_dir, worker_name())
         start = time.perf_counter()
+        run_resolved = getattr(task_function, "run_resolved", None)
+        if hydra_records is not None and run_resolved is not None and writes_only_files(
+                hydra_context, job):
+            # what run_job would do for this job, without its config copies (job_files)
+            with dask.config.set(scheduler="synchronous"):
+                try:
+                    hydra_records.write(job, sweep_dir)
+                    return run_resolved(job.config, out_dir, False)
+                except Exception as err:
+                    return _record_failure(job, out_dir, err, start)
         with dask.config.set(scheduler="synchronous"):
             # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
             with one_hydra_job():  # Hydra's job context is process-global
@@ -73,9 +91,10 @@ def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs
     record with the seconds it took here. ``need`` (the result of the ingest or learning task
     the jobs need) makes the task wait for it."""
     records = []
+    hydra_records = HydraRecords()
     for job in jobs:
         start = time.perf_counter()
-        record = execute(task_function, hydra_context, job, sweep_dir, since)
+        record = execute(task_function, hydra_context, job, sweep_dir, since, hydra_records)
         records.append({**record, "seconds": time.perf_counter() - start})
     return records
 

@@ -4,8 +4,8 @@ The client composes every job's config (:mod:`~pipeline.sweep.compose`), names e
 the hash of what it computes (:func:`pipeline.job.identity.config_hash`), skips jobs whose
 result file is already there with status ok (resume), and submits the rest as Dask tasks
 (:mod:`~pipeline.sweep.schedule`), after one ingest task per dataset. Each task runs Hydra's
-task function through Hydra's own ``run_job`` (the job's output directory is
-``<sweep>/jobs/<hash>/``), as Hydra's own launchers do (:mod:`~pipeline.sweep.execute`).
+task function in the job's output directory ``<sweep>/jobs/<hash>/``, with the ``.hydra/``
+record Hydra's own ``run_job`` writes (:mod:`~pipeline.sweep.execute`).
 Workers read the dataset from its zarr store path; only configs and paths travel through the
 task graph. A job that raises is recorded as failed; a worker that dies is replaced by Dask and
 its job rerun (results are written atomically under the job's hash, so a rerun never
