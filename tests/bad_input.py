@@ -50,7 +50,7 @@ import pytest
 
 SEED_SWEEP = ("-m", "algorithm=sgma,exact", "dataset=sine1d", "dataset.n_train=40",
               "dataset.n_test=20", "lam=0.1", "seed=0", "sweep=seed", "cluster.n_workers=1",
-              "cluster.dashboard_address=:0")
+              "cluster.dashboard_address=null")
 
 # ``python -m <name>`` runs ``<name>.main`` except where the module is a package whose
 # ``__main__`` calls another module's ``main``: pipeline/__main__.py runs pipeline.cli.main

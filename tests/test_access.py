@@ -16,7 +16,7 @@ from pipeline.results.job_file import load_job_result
 
 SWEEP = ["algorithm=exact,sgma", "dataset=friedman1", "dataset.n_train=200", "dataset.n_test=50",
          "kappa=5,10", "seed=0,1", "algorithm.max_basis=30", "cluster.n_workers=2",
-         "cluster.dashboard_address=:0"]
+         "cluster.dashboard_address=null"]
 
 
 def sweep(cwd, *args):

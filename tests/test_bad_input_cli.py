@@ -14,7 +14,7 @@ def garble_manifest(workdir: Path) -> None:
 
 JOB = ("pipeline", "dataset=sine1d", "dataset.n_train=40")
 SWEEP = ("pipeline", "-m", "dataset=sine1d", "dataset.n_train=40", "cluster.n_workers=1",
-         "cluster.dashboard_address=:0")
+         "cluster.dashboard_address=null")
 SEED_SWEEP = (*SWEEP, "algorithm=sgma,exact", "dataset.n_test=20", "lam=0.1", "seed=0",
               "sweep=seed")
 

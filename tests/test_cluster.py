@@ -91,6 +91,8 @@ def test_valid_forms_are_accepted():
         "127.0.0.1:0"  # an empty host is this machine only
     assert check(yaml_config("local", dashboard_address="0.0.0.0:8787"))["dashboard_address"] \
         == "0.0.0.0:8787"  # exposing it is explicit
+    assert check(yaml_config("local", dashboard_address=None))["dashboard_address"] is None
+    assert check(yaml_config("slurm", dashboard_address=None))["dashboard_address"] is None
     check(yaml_config("local", memory_limit=4_000_000_000, n_workers=2, start_timeout=30))
     check(yaml_config("slurm", walltime="2-00:00:00", memory="16GB", cores=4, processes=2))
     check(yaml_config("slurm", walltime="30"))
@@ -198,7 +200,7 @@ def test_a_slurm_sweep_runs_through_its_submit_command(tmp_path):
                              'echo "Submitted batch job $$"')
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline", "-m", "cluster=slurm", "cluster.n_jobs=1",
-         "cluster.memory=1GB", "cluster.start_timeout=60s", "cluster.dashboard_address=:0",
+         "cluster.memory=1GB", "cluster.start_timeout=60s", "cluster.dashboard_address=null",
          "algorithm=sgma", "dataset=sine1d", "dataset.n_train=40", "kappa=5", "seed=0,1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PATH": path})

@@ -31,7 +31,7 @@ def compose(overrides: list[str]):
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0",
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                       processes=True) as cluster, Client(cluster, set_as_default=False) as c:
         yield c
 
@@ -133,7 +133,7 @@ def test_a_job_with_cluster_blocks_records_the_same_result(tmp_path):
     overrides = ["algorithm=sgma", "dataset=friedman1", "dataset.n_train=3000",
                  "dataset.n_test=50", "algorithm.max_basis=40", "algorithm.eps=0",
                  f"store_root={tmp_path / 'stores'}", "cluster.n_workers=2",
-                 "cluster.dashboard_address=:0"]
+                 "cluster.dashboard_address=null"]
     summaries = {}
     for where in ("memory", "cluster"):
         cfg = job_config(compose([*overrides, f"blocks={where}"]))
@@ -197,7 +197,7 @@ def test_a_sweep_mixes_cluster_fits_with_ordinary_jobs(tmp_path):
     args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma,zhang_random",
             "dataset=friedman1", "dataset.n_train=3000", "dataset.n_test=50",
             "algorithm.max_basis=30", "seed=0,1", "cluster.n_workers=2",
-            "cluster.dashboard_address=:0"]
+            "cluster.dashboard_address=null"]
     results = {}
     for where in ("cluster", "memory"):
         proc = subprocess.run([*args, f"blocks={where}", f"sweep={where}"], cwd=tmp_path,

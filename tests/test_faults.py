@@ -17,7 +17,7 @@ from pipeline.results.consolidate import load
 from pipeline.results.job_file import load_job_result
 from pipeline.sweep.claims import count_fits
 
-LOCAL = ("cluster.n_workers=1", "cluster.dashboard_address=:0")
+LOCAL = ("cluster.n_workers=1", "cluster.dashboard_address=null")
 
 
 def _default_ctrl_c() -> None:
@@ -106,7 +106,7 @@ def _wait_for_results(jobs_dir: Path, n: int, proc: subprocess.Popen, timeout: f
 def test_client_killed_then_rerun_loses_and_repeats_nothing(tmp_path, sig):
     args = ("algorithm=sgma", "dataset=friedman1", "dataset.n_train=8000", "dataset.n_test=50",
             "algorithm.eps=0", "algorithm.max_basis=100", "seed=range(0,10)", "sweep=killed",
-            "cluster.n_workers=2", "cluster.dashboard_address=:0")
+            "cluster.n_workers=2", "cluster.dashboard_address=null")
     jobs_dir = tmp_path / "outputs/killed/jobs"
     proc = start(tmp_path, *args)
     finished = _wait_for_results(jobs_dir, 2, proc)
@@ -193,7 +193,7 @@ def test_worker_killed_for_memory_is_reported_with_its_limit(tmp_path):
                            "algorithm.max_iter=5",
                            "dataset=friedman1", "dataset.n_train=4000", "dataset.n_test=4000",
                            "cluster.n_workers=1", "cluster.memory_limit=400MB",
-                           "cluster.dashboard_address=:0"], cwd=tmp_path, capture_output=True,
+                           "cluster.dashboard_address=null"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     failed = next(ln for ln in proc.stdout.splitlines() if ln.startswith("failed: "))

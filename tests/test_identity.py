@@ -23,7 +23,7 @@ from pipeline.sweep.claims import count_fits
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ("-m", "algorithm=sgma,exact,nystrom", "dataset=sine1d", "dataset.n_train=300",
          "dataset.n_test=50", "lam=0.1", "seed=0", "sweep=ident", "cluster.n_workers=1",
-         "cluster.dashboard_address=:0")
+         "cluster.dashboard_address=null")
 NOOP = "\n\ndef _identity_test_noop():\n    return None\n"
 
 

@@ -39,7 +39,7 @@ from pipeline.cluster.connect import connect
 from omegaconf import OmegaConf
 from pipeline.config import CONF_DIR
 cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
-cfg.update(n_workers=2, dashboard_address=":0")
+cfg.update(n_workers=2, dashboard_address=None)
 
 def probe():
     blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
@@ -78,7 +78,7 @@ from omegaconf import OmegaConf
 from pipeline.cluster.connect import connect
 from pipeline.config import CONF_DIR
 cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml"))
-cfg.update(n_workers=1, dashboard_address=":0", memory_limit=sys.argv[1])
+cfg.update(n_workers=1, dashboard_address=None, memory_limit=sys.argv[1])
 
 def loaded():
     return {"tiles": "algorithms._fused_exp" in sys.modules, "numba": "numba" in sys.modules}

@@ -28,7 +28,7 @@ def slurm(tmp_path_factory):
 
 def pipeline_args(tmp_path: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "pipeline", "-m", *args, "cluster=slurm",
-            "cluster.dashboard_address=:0", f"cluster.log_directory={tmp_path / 'logs'}",
+            "cluster.dashboard_address=null", f"cluster.log_directory={tmp_path / 'logs'}",
             f"cluster.local_directory={tmp_path / 'scratch'}"]
 
 

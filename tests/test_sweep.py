@@ -104,9 +104,10 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
 def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
     # at lam=3e-16 the exact GP's Cholesky breaks down: that job fails when it runs
     proc = sweep(tmp_path, "algorithm=exact", "dataset=sine1d", "lam=3e-16,0.1",
-                 "cluster.n_workers=2", "cluster.dashboard_address=:0")
+                 "cluster.n_workers=2", "cluster.dashboard_address=null")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "2 distinct jobs: 0 already finished, 2 run, 1 failed" in proc.stdout
+    assert "dask dashboard" not in proc.stdout  # null: none started
     assert "failed: algorithm=exact dataset=sine1d lam=3e-16" in proc.stdout
     assert "InputError: algorithm exact: the arithmetic broke down" in proc.stdout
     ds = load(results_path(proc)).load()
@@ -119,7 +120,7 @@ def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
 def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):
     proc = in_process(tmp_path, "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
                       "lam=0.1,-1", "kappa=5", "cluster.n_workers=2",
-                      "cluster.dashboard_address=:0")
+                      "cluster.dashboard_address=null")
     assert proc.returncode == 2 and proc.stderr.startswith("error: lam=-1 must be"), proc.stderr
     sweep_dir = tmp_path / "outputs" / "multirun"
     assert not (sweep_dir / "jobs").exists() and not (sweep_dir / "manifest.json").exists()
@@ -129,7 +130,7 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     started = time.perf_counter()
     proc = sweep(tmp_path, "experiment=bench_sweep_overhead",
                  "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2", "cluster.n_workers=2",
-                 "cluster.dashboard_address=:0")
+                 "cluster.dashboard_address=null")
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "6 sweep points, 6 distinct jobs" in proc.stdout
@@ -144,7 +145,7 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     assert "whole process so far:" in proc.stdout
     assert "whole process from its start to the end of the jobs" in overhead_line(ds)
     ranged = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "seed=range(0,2)", "kappa=3",
-                   "sweep=ranged", "cluster.n_workers=1", "cluster.dashboard_address=:0")
+                   "sweep=ranged", "cluster.n_workers=1", "cluster.dashboard_address=null")
     assert ranged.returncode == 0, ranged.stderr[-3000:]
     assert load(results_path(ranged))["seed"].values.tolist() == [0, 1]
 
@@ -217,7 +218,7 @@ def test_the_closing_cluster_leaves_sys_path_alone():
     before = list(sys.path)
     cluster = SweepCluster()
     cluster.connect({"kind": "local", "n_workers": 1, "threads_per_worker": 1,
-                     "memory_limit": "auto", "dashboard_address": ":0",
+                     "memory_limit": "auto", "dashboard_address": None,
                      "start_timeout": "30s"})
     assert sys.path != before  # dask's scratch directory, first
     cluster.close(wait=False)

@@ -197,7 +197,7 @@ def test_every_job_has_its_hydra_record_with_or_without_run_job(tmp_path):
     settings of a sweep are not part of a job's identity: the same jobs with or without them."""
     args = [sys.executable, "-m", "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
             "dataset.n_train=60", "seed=0,1", "cluster.n_workers=1",
-            "cluster.dashboard_address=:0"]
+            "cluster.dashboard_address=null"]
     direct = subprocess.run([*args, "sweep=direct"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300)
     hydra = subprocess.run([*args, "sweep=hydra", "+hydra.job.env_set.SGP_MARK=1"],

@@ -59,7 +59,7 @@ def measure(name: str, size: str, cwd: Path, *overrides: str) -> dict:
     sweep_dir = cwd / "outputs" / name
     shutil.rmtree(sweep_dir, ignore_errors=True)  # this benchmark's own output: a fresh run
     wall = _run([f"experiment={EXPERIMENT}", f"size={size}", f"sweep={name}",
-                 "cluster.dashboard_address=:0", *overrides], cwd)
+                 "cluster.dashboard_address=null", *overrides], cwd)
     ds = load(sweep_dir / "results.zarr")
     if str(ds["status"].values.ravel()[0]) != "ok":
         raise SystemExit(f"error: {name}: {ds['error'].values.ravel()[0]}")

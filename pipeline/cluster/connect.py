@@ -123,7 +123,7 @@ def _import_jobqueue():
     return dask_jobqueue
 
 
-def _jobqueue_cluster(opts: Mapping, dashboard_address: str):
+def _jobqueue_cluster(opts: Mapping, dashboard_address: str | None):
     try:
         dask_jobqueue = _import_jobqueue()
     except ImportError:  # pragma: no cover - dask-jobqueue is a declared dependency
@@ -326,9 +326,11 @@ def _close_after_failure(cluster) -> None:
         cluster.close()
 
 
-def _dashboard_link(dashboard_address: str):
+def _dashboard_link(dashboard_address: str | None):
     """Dask formats the dashboard link with the scheduler's host; a dashboard bound to one
     address (127.0.0.1 by default) is linked at that address instead."""
+    if dashboard_address is None:  # no dashboard
+        return nullcontext()
     host = dashboard_address.rpartition(":")[0]
     if host in ("0.0.0.0", "[::]"):
         return nullcontext()

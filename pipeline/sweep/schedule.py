@@ -103,7 +103,8 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         client = cluster.connect(cluster_cfg, uses_compiled_tiles(to_run))
         timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
         n_workers = len(client.scheduler_info().get("workers", {}))
-        print(f"dask dashboard: {client.dashboard_link}", flush=True)
+        if cluster_cfg.get("dashboard_address", "") is not None:  # null: none was started
+            print(f"dask dashboard: {client.dashboard_link}", flush=True)
         t1 = time.perf_counter()
         # as tasks, not scattered data: a task's result is recomputed if the worker holding
         # it dies, where scattered data would be lost with it (and every job with it)
