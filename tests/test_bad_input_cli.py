@@ -45,6 +45,16 @@ CASES = [
     Case("experiment-option-typo", ("pipeline", "-m", "experiment=zhang2001",
                                     "algorithm.max_basiss=5"), ("max_basiss", "max_basis")),
     Case("dataset-option-typo", (*JOB, "dataset.n_trian=5"), ("'n_trian'", "n_train")),
+    # sizes beyond memory: refused before anything is allocated, naming the memory needed
+    Case("dataset-beyond-memory-1d", (*JOB, "dataset.n_train=10000000000000"),
+         ("n_train=10000000000000", "TiB to build", "lower dataset.n_train")),
+    Case("dataset-beyond-memory-10d", (*JOB, "dataset=friedman1",
+                                       "dataset.n_train=100000000000"),
+         ("'friedman1'", "n_train=100000000000", "to build")),
+    Case("dataset-beyond-memory-test-rows", (*JOB, "dataset.n_test=10000000000000"),
+         ("'sine1d'", "n_test=10000000000000", "to build", "lower dataset.n_test")),
+    Case("dataset-beyond-memory-sweep", (*SWEEP, "dataset.n_train=10000000000000,40"),
+         ("n_train=10000000000000", "to build")),
     Case("kernel-option-typo", (*JOB, "kernel.widht=3"), ("'widht'", "width")),
     # values in a sweep stop it before any job runs
     Case("sweep-negative-lam", (*SWEEP, "lam=0.1,-1"), ("lam=-1",)),

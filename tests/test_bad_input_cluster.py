@@ -2,9 +2,13 @@
 disk changed, and nothing hangs: a cluster that cannot start fails fast (harness:
 ``tests/bad_input.py``)."""
 
+import contextlib
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +143,77 @@ E2E = ["address-unreachable", "slurm-submit-refused"]
 @pytest.mark.parametrize("case", params(CASES, E2E))
 def test_bad_input_as_a_command(case, seed_dir, tmp_path):
     run_command(case, seed_dir, tmp_path / "work")
+
+
+def _silent(conn):  # accepts and never speaks
+    time.sleep(30)
+
+
+def _http(conn):  # answers a request as an HTTP server does, nothing before one
+    conn.settimeout(30)
+    with contextlib.suppress(OSError):
+        if conn.recv(4096):
+            conn.sendall(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            time.sleep(30)
+
+
+def _chatty(conn):  # greets, but not as Dask does
+    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+    time.sleep(30)
+
+
+@contextlib.contextmanager
+def foreign_server(serve):
+    """A TCP server on a free port of 127.0.0.1 whose connections ``serve`` handles, each on
+    its own daemon thread; yields the port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+@pytest.mark.parametrize(("serve", "names"), [
+    (_silent, ("sent nothing within cluster.start_timeout=3s", "did not answer HTTP")),
+    (_http, ("an HTTP server answered", "404 Not Found", "not its dashboard's")),
+    (_chatty, ("not a Dask scheduler", "SSH-2.0")),
+], ids=["silent", "http", "other-protocol"])
+def test_a_foreign_server_at_the_scheduler_address_fails_within_the_start_timeout(
+        serve, names, seed_dir, tmp_path, capfd, monkeypatch):
+    """What listens at the scheduler address is not a Dask scheduler: one line naming the
+    address and what answered, within cluster.start_timeout (Dask's client alone would wait for
+    its handshake for ever)."""
+    with foreign_server(serve) as port:
+        address = f"tcp://127.0.0.1:{port}"
+        case = Case("foreign", (*SWEEP, "cluster=address", f"scheduler={address}",
+                                "cluster.start_timeout=3s"), (f"scheduler={address}", *names),
+                    timeout=10)
+        run_case(case, seed_dir, tmp_path / "work", capfd, monkeypatch)
+
+
+def test_a_busy_dashboard_port_is_taken_elsewhere_without_dasks_warning(tmp_path, run_cli):
+    """The dashboard's port is in use: the sweep runs, its dashboard on another port (the link
+    it prints), and stderr holds none of Dask's 4-line UserWarning."""
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        ran = run_cli(tmp_path, "-m", "algorithm=exact", "dataset=sine1d", "dataset.n_train=40",
+                      "cluster.n_workers=1", f"cluster.dashboard_address=127.0.0.1:{port}")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.strip() == "" and "already in use" not in ran.stdout
+    link = next(line for line in ran.stdout.splitlines() if line.startswith("dask dashboard: "))
+    assert link.startswith("dask dashboard: http://127.0.0.1:") and f":{port}/" not in link

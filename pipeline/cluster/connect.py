@@ -26,6 +26,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -100,10 +101,15 @@ class _DropStartWarnings(logging.Filter):
 
 @contextmanager
 def _quiet(logger_name: str) -> Iterator[None]:
+    """``logger_name``'s start-up warnings dropped, and Dask's 4-line UserWarning that the
+    dashboard's port is busy (it takes another port: the link the sweep prints shows which)."""
     logger, flt = logging.getLogger(logger_name), _DropStartWarnings()
     logger.addFilter(flt)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                    category=UserWarning)
+            yield
     finally:
         logger.removeFilter(flt)
 
@@ -161,7 +167,9 @@ def _timeout_text(opts: Mapping) -> str:
 
 def _check_reachable(address: str, timeout: float, opts: Mapping) -> None:
     """Fail at once when nothing listens at a tcp-like scheduler address (the port is closed or
-    the host unknown), and within ``timeout`` when the host does not answer."""
+    the host unknown), within ``timeout`` when the host does not answer, and within ``timeout``
+    when what listens at a ``tcp://`` address is not a Dask scheduler (:func:`_check_greeting`:
+    Dask's client would wait for its handshake for ever)."""
     from distributed.comm.addressing import parse_address, parse_host_port
 
     scheme, location = parse_address(address)
@@ -170,9 +178,11 @@ def _check_reachable(address: str, timeout: float, opts: Mapping) -> None:
     host, port = parse_host_port(location)
     fix = (f"start one there (dask scheduler --port {port}) or pass the address `dask "
            "scheduler` printed as scheduler=")
+    deadline = time.monotonic() + timeout
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if scheme == "tcp":  # tls and ws frame (and encrypt) the greeting otherwise
+                _check_greeting(sock, address, deadline, opts)
     except socket.gaierror:
         raise InputError(f"scheduler={address}: host {host!r} is unknown; pass the address "
                          "`dask scheduler` printed as scheduler=") from None
@@ -182,6 +192,57 @@ def _check_reachable(address: str, timeout: float, opts: Mapping) -> None:
     except OSError as err:
         raise InputError(f"no Dask scheduler at scheduler={address} ({err.strerror or err}); "
                          f"{fix}") from None
+
+
+# the key of the handshake a Dask scheduler sends as soon as it accepts a connection
+# (distributed.comm.core.Comm.handshake_info), msgpack-encoded as plain bytes
+_DASK_GREETING = b"pickle-protocol"
+_HTTP_PROBE_SECONDS = 1.0
+
+
+def _check_greeting(sock: socket.socket, address: str, deadline: float, opts: Mapping) -> None:
+    """A Dask scheduler writes its handshake at once on a new connection; what else listens
+    sends nothing (an HTTP server waits for a request) or something else. Wait for the
+    greeting until shortly before ``deadline``, then ask in HTTP what is there, and raise an
+    InputError naming it."""
+    fix = ("pass the address `dask scheduler` printed (tcp://<host>:8786 by default; not its "
+           "dashboard's) as scheduler=")
+    received = _receive(sock, deadline - min(_HTTP_PROBE_SECONDS,
+                                             (deadline - time.monotonic()) / 4))
+    if _DASK_GREETING in received:
+        return
+    if received:
+        raise InputError(f"scheduler={address}: what answered there is not a Dask scheduler "
+                         f"(it sent {received[:40]!r}); {fix}")
+    with contextlib.suppress(OSError):
+        sock.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+    reply = _receive(sock, deadline)
+    if reply.startswith(b"HTTP/"):
+        status = reply.split(b"\r\n", 1)[0].decode("ascii", "replace")
+        raise InputError(f"scheduler={address}: an HTTP server answered there ({status}), not "
+                         f"a Dask scheduler; {fix}")
+    raise InputError(f"scheduler={address}: something accepted the connection but sent nothing "
+                     f"within {_timeout_text(opts)} (a Dask scheduler greets at once) and did "
+                     f"not answer HTTP; {fix}")
+
+
+def _receive(sock: socket.socket, until: float) -> bytes:
+    """What ``sock`` sends before ``until`` (monotonic), up to 4 kB, stopping once the Dask
+    greeting is seen or the peer closes."""
+    data = b""
+    while len(data) < 4096 and _DASK_GREETING not in data:
+        left = until - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(min(left, 0.5) if data else left)  # the rest of a greeting comes at once
+        try:
+            chunk = sock.recv(4096)
+        except (TimeoutError, OSError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 _REFUSALS = (  # words of a refused submission → the option that asked for it

@@ -16,6 +16,7 @@ from pipeline.datasets.spec import (
     DatasetSpec,
     StoreError,
     build,
+    check_buildable,
     dataset_names,
     normalise_spec,
     spec_hash,
@@ -37,4 +38,4 @@ from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
            "StoreError", "attrs_digest", "build", "content_digest", "dataset_names", "fingerprint",
            "friedman1_mean", "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec",
-           "open_store", "spec_hash", "store_path", "task_of", "train_shape"]
+           "open_store", "spec_hash", "store_path", "task_of", "train_shape", "check_buildable"]

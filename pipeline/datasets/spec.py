@@ -293,6 +293,42 @@ def _standardise(arrays: Arrays, spec: Mapping[str, Any],
     return info
 
 
+# a dataset's arrays are held about this many times while built (the builder's own arrays,
+# their validated float64 copies, the standardised ones)
+BUILD_COPIES = 3
+
+
+def check_buildable(spec: Mapping[str, Any]) -> None:
+    """Refuse, before anything is allocated, a dataset whose declared size (``train_shape``,
+    plus ``n_test`` where it is an option) needs more memory to build than this machine has
+    available."""
+    import psutil
+
+    norm = normalise_spec(spec)
+    name = norm["name"]
+    shape = DATASETS[name].train_shape
+    shape = None if shape is None else shape(norm)
+    if shape is None:
+        return
+    n_test = int(norm.get("n_test") or 0)
+    need = BUILD_COPIES * (shape[0] + n_test) * (shape[1] + 1) * 8
+    available = psutil.virtual_memory().available
+    if need > available:
+        big = "n_test" if n_test > shape[0] else "n_train"
+        raise InputError(f"dataset {name!r}: n_train={shape[0]}"
+                         + (f", n_test={n_test}" if n_test else "")
+                         + f" (d = {shape[1]}) need about {_bytes(need)} to build, more than the "
+                         f"{_bytes(available)} this machine has available; lower dataset.{big}")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
 def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Generate or load a dataset, split it, standardise it and validate it.
 
@@ -318,6 +354,7 @@ def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """
     norm = normalise_spec(spec)
     name = norm["name"]
+    check_buildable(norm)
     raw, extra = DATASETS[name].build(norm)
     arrays = _validate(name, raw)
     task = DATASETS[name].task

@@ -15,7 +15,7 @@ from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from algorithms.registry import REGISTRY, get
 from pipeline.config import complete
-from pipeline.datasets import DATASETS, task_of, train_shape
+from pipeline.datasets import DATASETS, check_buildable, task_of, train_shape
 from pipeline.job.hyper import check_hyper
 from pipeline.job.identity import _spec_or_none
 
@@ -99,6 +99,7 @@ def check_config(config: Mapping, available: float | None = None
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
     shape = train_shape(config["dataset"])  # validates the dataset spec
+    check_buildable(config["dataset"])
     check_task(spec, config["dataset"])
     check_hyper(config, kernel)
     validate(CERTIFICATE_OPTIONS, config["certificate"], owner="the certificate",
