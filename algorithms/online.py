@@ -185,7 +185,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     sigma2 = lam
     n = blocks.n
     if n_points is not None and not 1 <= n_points <= n:
-        raise InputError(f"n_points={n_points} must be between 1 and n={n}")
+        raise InputError(f"algorithm.n_points={n_points} must be between 1 and n_train={n}; "
+                         f"pass e.g. algorithm.n_points={n}")
     max_basis = _resolve_max_basis(max_basis, n_points or n)
     diag = blocks.diag()
     kernel = blocks.kernel

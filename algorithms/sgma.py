@@ -72,7 +72,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
     n = blocks.n
     t_max = n if max_basis is None else int(max_basis)
     if not 1 <= t_max <= n:
-        raise InputError(f"max_basis={max_basis} must be between 1 and n={n}")
+        raise InputError(f"algorithm.max_basis={max_basis} must be between 1 and "
+                         f"n_train={n}; pass e.g. algorithm.max_basis={min(n, 256)}")
     half_yy = 0.5 * float(y @ y)
     with recorder.untimed():  # a diagnostic, not SGMA's work
         dual_min = -0.5 * float(y @ solve_reference(blocks, y, lam, reference))  # L*_min

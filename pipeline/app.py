@@ -41,14 +41,22 @@ for _plugin, _kind in ((DaskLauncher, Launcher), (GroupedSweeper, Sweeper)):
 def task(cfg: DictConfig) -> dict:
     """Hydra's task function: run the job ``cfg`` describes (:func:`run_task`) in the job's
     Hydra output directory; returns a small record (it travels back from a worker)."""
+    from omegaconf.errors import OmegaConfBaseException
+
     from pipeline.job.identity import job_config
 
     hydra_cfg = HydraConfig.get()
     one_job = hydra_cfg.mode == RunMode.RUN
-    if one_job and cfg.dry_run:
+    try:
+        config = job_config(cfg)
+    except OmegaConfBaseException as err:  # an interpolation that does not resolve
+        if not one_job:
+            raise
+        return {"status": "error", "error": " ".join(str(err).split())}
+    if one_job and config["dry_run"]:
         return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "
                                             "experiment (one job's config: --cfg job)"}
-    return run_task(job_config(cfg), Path(hydra_cfg.runtime.output_dir), one_job)
+    return run_task(config, Path(hydra_cfg.runtime.output_dir), one_job)
 
 
 def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:

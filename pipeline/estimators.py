@@ -91,7 +91,7 @@ class _SparseGP(BaseEstimator):
     def _fit(self, X: np.ndarray, y: np.ndarray) -> Fit:
         spec = self._spec()
         kernel = Kernel(self.kernel, dict(self.kernel_params or {}))
-        seed = self.random_state if self.random_state is not None else 0
+        seed = _seed(self.random_state)
         with fit_tails(kernel.name, len(y)):  # as a job: a small fit never loads numba
             return run(spec, ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
                        np.asarray(y, dtype=np.float64), lam=self.lam, kappa=self.kappa,
@@ -184,3 +184,20 @@ class SparseGPClassifier(ClassifierMixin, _SparseGP):
     def predict(self, X: Any) -> np.ndarray:
         positive = self.predict_proba(X)[:, 1] >= 0.5
         return self.classes_[positive.astype(int)]
+
+
+def _seed(random_state: Any) -> int | np.random.Generator:
+    """What seeds the fit's generator: ``random_state`` (scikit-learn's convention: None, an
+    int ≥ 0, a ``numpy.random.RandomState``; a ``numpy.random.Generator`` too), else a
+    ValueError naming it."""
+    if random_state is None:
+        return 0
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool) \
+            and random_state >= 0:
+        return int(random_state)
+    raise ValueError(f"random_state={random_state!r} must be None, an int ≥ 0 or a numpy "
+                     "RandomState or Generator; pass e.g. random_state=0")

@@ -83,6 +83,15 @@ CASES = [
     # where a sweep goes
     Case("sweep-name-empty", (*SWEEP, "sweep="), ("sweep=''",)),
     Case("sweep-name-escapes", (*SWEEP, "sweep=../elsewhere"), ("sweep='../elsewhere'",)),
+    # values Hydra's parser takes only quoted, interpolations that do not resolve
+    Case("full-width-digit", (*JOB, "lam=\uff11"), ("lam=\uff11", "U+FF11", "quote the value")),
+    Case("non-ascii-path", (*JOB, "dataset=csv", "dataset.path=/tmp/donn\u00e9es.csv"),
+         ("dataset.path=/tmp/donn\u00e9es.csv", "quote the value")),
+    Case("unresolved-interpolation", (*JOB, "lam=${nope}"), ("'nope'", "lam")),
+    Case("max-basis-beyond-n", (*JOB, "algorithm=sgma", "algorithm.max_basis=1e9"),
+         ("algorithm.max_basis=1000000000", "n_train=40", "pass e.g. algorithm.max_basis=40")),
+    Case("sweep-name-is-outputs", (*SWEEP, "sweep=."), ("sweep='.'", "outputs/ itself")),
+    Case("sweep-name-dot-part", (*SWEEP, "sweep=a/./b"), ("sweep='a/./b'", "no '.'")),
     Case("merge-not-bool", (*SWEEP, "seed=0,1", "merge=maybe"), ("merge='maybe'",)),
     Case("store-root-empty", (*JOB, "store_root="), ("store_root=''",)),
     # a sweep directory holding another sweep is never replaced
@@ -116,3 +125,21 @@ E2E = ["unknown-key-typo", "algorithm-option-typo-sweep", "garbled-manifest"]
 @pytest.mark.parametrize("case", params(CASES, E2E))
 def test_bad_input_as_a_command(case, seed_dir, tmp_path):
     run_command(case, seed_dir, tmp_path / "work")
+
+
+@pytest.mark.parametrize(("value", "env", "named"), [
+    ("'../escaped'", {}, "sweep='../escaped'"),
+    ("${oc.env:SGP_SWEEP}", {"SGP_SWEEP": "../escaped"}, "sweep='../escaped'"),
+    ("${oc.env:SGP_SWEEP}", {"SGP_SWEEP": "/tmp/escaped"}, "sweep='/tmp/escaped'"),
+    ("${oc.env:SGP_SWEEP}", {"SGP_SWEEP": "."}, "outputs/ itself"),
+], ids=["quoted", "interpolated-parent", "interpolated-absolute", "interpolated-outputs"])
+def test_a_sweep_name_resolved_outside_outputs_creates_nothing(value, env, named, seed_dir,
+                                                               tmp_path, capfd, monkeypatch):
+    """The sweep name is checked as resolved, before Hydra makes its directory or writes
+    multirun.yaml: nothing appears outside the working directory's outputs/ (nor in it)."""
+    work = tmp_path / "work"
+    case = Case("escape", (*SWEEP, f"sweep={value}"), (named,), env=env)
+    run_case(case, seed_dir, work, capfd, monkeypatch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert not Path("/tmp/escaped").exists()
+    assert not (work / "outputs" / "multirun.yaml").exists()

@@ -4,6 +4,7 @@ cannot write, bad flags: one ``error:`` line, exit 2, the bad value named, nothi
 changed (harness: ``tests/bad_input.py``)."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -77,6 +78,9 @@ CASES = [
     Case("missing-path", ("pipeline.report", "outputs/nope.zarr"),
          ("outputs/nope.zarr", "does not exist")),
     Case("plain-dir", ("pipeline.report", "outputs"), ("outputs", "not a zarr store")),
+    Case("a-device", ("pipeline.report", "/dev/null"), ("/dev/null", "neither a directory")),
+    Case("a-fifo", ("pipeline.report", "{dir}/pipe"), ("pipe", "a FIFO"),
+         setup=lambda work: os.mkfifo(work / "pipe")),
     Case("sweep-dir", ("pipeline.report", "outputs/seed"), ("outputs/seed", RESULTS)),
     Case("a-file", ("pipeline.report", "outputs/seed/manifest.json"),
          ("outputs/seed/manifest.json", "is a file")),

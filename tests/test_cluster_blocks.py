@@ -216,7 +216,7 @@ def test_a_sweep_mixes_cluster_fits_with_ordinary_jobs(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_cluster_benchmark_runs_at_small_size(tmp_path):
+def test_the_cluster_benchmark_runs_at_small_size(tmp_path, in_process):
     """python -m pipeline.bench.cluster_blocks size=small: the spread fit, the one-process fit
     and the
     1 → 2 worker runs all finish and their figures are written and consistent."""
@@ -239,8 +239,7 @@ def test_the_cluster_benchmark_runs_at_small_size(tmp_path):
                                                / figures["workers_2"]["step_seconds_median"])
     assert spread["bytes_moved_per_step"] > 0
     assert (out / "cluster_blocks.png").stat().st_size > 10000
-    bad = subprocess.run([sys.executable, "-m", "pipeline.bench.cluster_blocks", "size=huge"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    bad = in_process(tmp_path, "pipeline.bench.cluster_blocks", "size=huge")
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
 
 

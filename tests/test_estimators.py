@@ -93,6 +93,13 @@ def test_default_algorithm_and_bad_input():
         SparseGPRegressor(algorithm="gp_laplace").fit(X, y)
     with pytest.raises(InputError, match="sklearn_nystroem has no predictive variance"):
         SparseGPRegressor(algorithm="sklearn_nystroem").fit(X, y).predict(X, return_std=True)
+    for bad in ("x", -1, True, 1.5):  # scikit-learn's convention, the bad value named
+        with pytest.raises(ValueError, match=f"random_state={bad!r} must be None, an int"):
+            SparseGPRegressor(random_state=bad).fit(X, y)
+    same = [SparseGPRegressor(random_state=r).fit(X, y).predict(X)
+            for r in (np.random.RandomState(3), np.random.RandomState(3))]
+    np.testing.assert_array_equal(*same)
+    SparseGPRegressor(random_state=np.random.default_rng(0)).fit(X, y)
 
 
 def test_classifier_takes_any_two_labels():

@@ -158,7 +158,7 @@ def test_a_dry_run_plans_the_sweep_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
+def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path, in_process):
     """python -m pipeline.bench.sweep_overhead size=small: the small variants of the three benchmark
     experiments, timed from outside; phases add up to the whole process."""
     import json
@@ -185,8 +185,7 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path):
     assert "overhead:" in report.read_text()
     drawn = sorted(report.parent.glob("fig*.png"))
     assert len(drawn) == 1 and drawn[0].stat().st_size > 5000
-    bad = subprocess.run([sys.executable, "-m", "pipeline.bench.sweep_overhead", "size=huge"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    bad = in_process(tmp_path, "pipeline.bench.sweep_overhead", "size=huge")
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown argument 'size=huge'")
 
 

@@ -106,6 +106,11 @@ class GroupedSweeper(Sweeper):
         assert self.hydra_context is not None
         batches = self.batches(self.job_overrides(arguments))
 
+        # the name as resolved (a quoted value or an interpolation such as ${oc.env:VAR} is
+        # checked here, not on the command line): nothing is made outside outputs/
+        from pipeline.job.validate import check_sweep_name
+
+        check_sweep_name(self.config.sweep)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

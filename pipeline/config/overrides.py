@@ -39,6 +39,12 @@ def _parse(argv: tuple[str, ...]) -> tuple[Override, ...] | str:
                 return (f"unknown {key} ''; choose one of: {', '.join(group_options(key))} "
                         f"(files in conf/{key}/; {arg!r} has an empty choice)")
             override = None
+        if override is None and not arg.isascii():
+            key, _, value = arg.partition("=")
+            odd = next(c for c in arg if not c.isascii())
+            return (f"override {arg!r} has a character Hydra's parser reads only quoted "
+                    f"({odd!r}, U+{ord(odd):04X}); quote the value ({key}='{value}'), or type "
+                    "numbers in ASCII digits")
         if override is None or not override.key_or_group:
             return (f"override {arg!r} is not key=value; pass e.g. lam=0.1 (keys: python -m "
                     "pipeline --cfg job)")

@@ -59,11 +59,15 @@ SWEEP_NAME = re.compile(r"[\w.\-]+(/[\w.\-]+)*")
 
 
 def check_sweep_name(name: Any) -> None:
-    """``sweep``: a relative directory name under outputs/ (checked on the command line too,
-    before Hydra makes the directory)."""
-    if not isinstance(name, str) or not SWEEP_NAME.fullmatch(name) or ".." in name.split("/"):
+    """``sweep``: a relative directory name under outputs/, not outputs/ itself (checked on
+    the command line, and resolved before Hydra makes the directory)."""
+    if isinstance(name, str) and name.strip("/") and set(name.strip("/").split("/")) == {"."}:
+        raise InputError(f"sweep={name!r} would put the sweep in outputs/ itself, beside "
+                         "stores/; pass a directory name under it, e.g. sweep=my_sweep")
+    if not isinstance(name, str) or not SWEEP_NAME.fullmatch(name) \
+            or {".", ".."} & set(name.split("/")):
         raise InputError(f"sweep={name!r} must name a directory under outputs/ (letters, digits, "
-                         "'.', '-', '_', '/'; no '..'); pass e.g. sweep=my_sweep")
+                         "'.', '-', '_', '/'; no '.' or '..' parts); pass e.g. sweep=my_sweep")
 
 
 def check_location(config: Mapping) -> None:

@@ -76,6 +76,9 @@ def _check_is_results_store(path: Path, *, consolidated: bool = True) -> None:
     expected = "pass the results.zarr a sweep printed (its last line is `results: <path>`)"
     if not path.exists():
         raise StoreError(f"{path} does not exist; {expected}")
+    if not path.is_file() and not path.is_dir():
+        raise StoreError(f"{path} is neither a directory nor a regular file (a device, a FIFO or "
+                         f"a socket), not a sweep's results store; {expected}")
     if path.is_file():
         if path.suffix == ".nc":
             raise StoreError(f"{path} is one job's result file, not a sweep's results store "
