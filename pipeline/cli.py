@@ -112,6 +112,10 @@ def main(argv: list[str]) -> int:
         return _error(err)
     except (HydraException, OmegaConfBaseException) as err:  # a bad override
         return _error(err)
+    except OSError as err:  # where results go: a file in the path, read-only, a full disk
+        from pipeline.sweep.directory import write_error
+
+        return _error(write_error(err, err.filename or os.getcwd()))
     except KeyboardInterrupt:
         print("error: interrupted; rerun the same command to resume (finished jobs are kept "
               "and not fitted again)", file=sys.stderr)

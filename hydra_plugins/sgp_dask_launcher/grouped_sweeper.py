@@ -109,11 +109,16 @@ class GroupedSweeper(Sweeper):
         # the name as resolved (a quoted value or an interpolation such as ${oc.env:VAR} is
         # checked here, not on the command line): nothing is made outside outputs/
         from pipeline.job.validate import check_sweep_name
+        from pipeline.sweep.directory import check_sweep_directory, write_error
 
         check_sweep_name(self.config.sweep)
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        check_sweep_directory(sweep_dir.resolve())  # a file in its path, read-only, full disk
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        except OSError as err:
+            raise write_error(err, sweep_dir) from None
 
         returns = []
         job_idx = 0

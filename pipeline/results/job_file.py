@@ -101,6 +101,19 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
                                        attrs=all_attrs))
 
 
+class WriteError(InputError):
+    """A result could not be written (one line naming the path and the OS's reason); ``errno``
+    tells a full disk (``out_of_space``), which no job can be blamed for, from the rest."""
+
+    def __init__(self, message: str, errno_: int | None) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+    @property
+    def out_of_space(self) -> bool:
+        return self.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def _os_reason(err: OSError) -> str:
     name = errno.errorcode.get(err.errno or 0)
     return f"{err.strerror or err}" + (f" ({name})" if name else "")
@@ -139,8 +152,9 @@ def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
             raise
         return path
     except OSError as err:
-        raise InputError(f"cannot write {path}: {_os_reason(err)}; free space on its file "
-                         f"system or make {path.parent} writable, then rerun") from None
+        raise WriteError(f"cannot write {path}: {_os_reason(err)}; free space on its file "
+                         f"system or make {path.parent} writable, then rerun",
+                         err.errno) from None
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)

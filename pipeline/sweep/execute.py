@@ -6,6 +6,7 @@ ingest and hyperparameter-learning tasks the jobs wait for.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 import traceback
@@ -24,12 +25,14 @@ from pipeline.job.hyper import learned
 from pipeline.job.identity import config_hash
 from pipeline.results.job_file import (
     JOB_FILE,
+    WriteError,
     job_status,
     load_job_result,
     write_job_failure,
 )
 from pipeline.sweep.claims import claim_job, record_fit
 from pipeline.sweep.compose import PlannedJob
+from pipeline.sweep.directory import OUT_OF_SPACE
 from pipeline.sweep.job_files import HydraRecords, writes_only_files
 
 
@@ -94,9 +97,21 @@ def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs
     hydra_records = HydraRecords()
     for job in jobs:
         start = time.perf_counter()
-        record = execute(task_function, hydra_context, job, sweep_dir, since, hydra_records)
+        try:
+            record = execute(task_function, hydra_context, job, sweep_dir, since, hydra_records)
+        except (OSError, WriteError) as err:  # the job's bookkeeping (claim, fits.log, .hydra/)
+            if not _out_of_space(err):
+                raise
+            record = {"status": OUT_OF_SPACE, "error": f"cannot write in {sweep_dir}: "
+                      f"{getattr(err, 'strerror', None) or err}", "config_hash": job.hash}
         records.append({**record, "seconds": time.perf_counter() - start})
     return records
+
+
+def _out_of_space(err: BaseException) -> bool:
+    if isinstance(err, WriteError):
+        return err.out_of_space
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _hydra_job_config(job: PlannedJob, sweep_dir: Path) -> DictConfig:
@@ -115,11 +130,21 @@ def _hydra_job_config(job: PlannedJob, sweep_dir: Path) -> DictConfig:
 
 
 def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: float) -> dict:
+    """Record the job's failure in its result file; a full disk is no failure of the job
+    (nothing is recorded: the job runs again when the sweep is rerun) and returns the record
+    status ``out_of_space``, on which the sweep stops (:mod:`pipeline.sweep.schedule`)."""
+    if _out_of_space(err):
+        return {"status": OUT_OF_SPACE, "error": str(err), "config_hash": job.hash}
     error = f"{type(err).__name__}: {err}"
-    write_job_failure(job.config, error, out_dir / JOB_FILE,
-                      {"config_hash": job.hash, "worker": worker_name(), "pid": os.getpid(),
-                       "job_seconds": time.perf_counter() - start,
-                       "traceback": "".join(traceback.format_exception(err))})
+    try:
+        write_job_failure(job.config, error, out_dir / JOB_FILE,
+                          {"config_hash": job.hash, "worker": worker_name(), "pid": os.getpid(),
+                           "job_seconds": time.perf_counter() - start,
+                           "traceback": "".join(traceback.format_exception(err))})
+    except (OSError, WriteError) as failed:
+        if not _out_of_space(failed):
+            raise
+        return {"status": OUT_OF_SPACE, "error": str(failed), "config_hash": job.hash}
     return {"status": "failed", "error": error, "config_hash": job.hash}
 
 

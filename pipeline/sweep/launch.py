@@ -37,6 +37,7 @@ from pipeline.results.job_file import (
     write_job_failure,
 )
 from pipeline.sweep.clock import startup_seconds
+from pipeline.sweep.directory import OutOfSpace
 from pipeline.sweep.manifest import (
     entries_kept,
     entry_set,
@@ -91,6 +92,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         try:
             records, n_workers = run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
                                              task_function, retries, timings, cluster)
+        except OutOfSpace:  # jobs ran: the manifest keeps the sweep's points for its rerun
+            raise
         except InputError:  # the cluster did not start: no job ran, leave the directory as it was
             with sweep_lock(sweep_dir):
                 write_bytes(manifest, before)

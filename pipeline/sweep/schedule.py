@@ -31,6 +31,7 @@ from pipeline.results.job_file import (
     write_job_failure,
 )
 from pipeline.sweep.compose import PlannedJob
+from pipeline.sweep.directory import OUT_OF_SPACE, RERUN, OutOfSpace
 from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
 from pipeline.sweep.quiet_workers import QuietCancellations
 from pipeline.sweep.signals import quiet_dask_logging, silent_on_interrupt
@@ -139,12 +140,13 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         running = as_completed(loop=client.loop)
         in_flight: dict[object, list[PlannedJob]] = {}
         adaptive = _adaptive_workers(cluster_cfg)
+        out_of_space: str | None = None  # a job's result could not be written: stop
         while True:
             workers = max(1, len(client.scheduler_info().get("workers", {})))
             # an adaptive cluster grows with the work the scheduler sees queued: it is shown
             # every job at once, in batches sized for its largest size
             window = 2 * workers if adaptive is None else math.inf
-            while len(in_flight) < window and batches:
+            while len(in_flight) < window and batches and out_of_space is None:
                 jobs = batches.take(workers if adaptive is None else adaptive)
                 future = submit(jobs)
                 in_flight[future] = jobs
@@ -155,6 +157,9 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
             jobs = in_flight.pop(future)
             if future.status == "finished":
                 for job, record in zip(jobs, future.result(), strict=True):
+                    if record["status"] == OUT_OF_SPACE:  # no record of it: it runs on a rerun
+                        out_of_space = out_of_space or record["error"]
+                        continue
                     records[job.hash] = record
                     batches.measured(record["seconds"])
             elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
@@ -179,6 +184,11 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         task = context = running = future = None
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
+    if out_of_space is not None:
+        done = sum(r["status"] == "ok" for r in records.values())
+        raise OutOfSpace(f"the disk filled up ({out_of_space.split(';')[0]}); the sweep stopped "
+                         f"after {done} of {len(to_run)} jobs, whose results are kept: free "
+                         f"space and {RERUN}")
     cluster.close(wait=False)  # while the results are consolidated
     return records, n_workers
 

@@ -1,0 +1,65 @@
+"""A sweep directory's state checked before anything is written into it: every part of its
+path a directory, its ``jobs/`` a directory, and the place it is written to writable with
+room for a file. Each problem is one line naming the path and what is wrong with it (a Python
+or Hydra traceback, or a misleading "free space", otherwise).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from algorithms.errors import InputError
+
+RERUN = "rerun the same command to resume (finished jobs are kept)"
+
+
+class OutOfSpace(InputError):
+    """The disk filled up during the sweep: it stopped, the finished jobs are kept and the
+    rest run when it is rerun."""
+
+OUT_OF_SPACE = "out_of_space"  # a job's record status: its result could not be written
+
+
+def check_sweep_directory(sweep_dir: Path) -> None:
+    """Raise InputError (one line) unless the sweep can write into ``sweep_dir``."""
+    sweep_dir = Path(sweep_dir)
+    for part in reversed([sweep_dir, *sweep_dir.parents]):  # from the root down
+        if part.exists() and not part.is_dir():
+            raise InputError(f"{part} is a file, not a directory, so the sweep directory "
+                             f"{sweep_dir} cannot be made; move that file away or pass another "
+                             "sweep=")
+    jobs = sweep_dir / "jobs"
+    if os.path.lexists(jobs) and not jobs.is_dir():
+        raise InputError(f"{jobs} is not a directory (the sweep keeps one result directory per "
+                         "job there); move it away and " + RERUN)
+    target = next(p for p in (jobs, sweep_dir, *sweep_dir.parents) if p.is_dir())
+    try:
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".write-check-") as probe:
+            probe.write(b"x" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as err:
+        raise write_error(err, target) from None
+
+
+def write_error(err: OSError, path: Path | str) -> InputError:
+    """The one line for an OSError writing at ``path``: what it is, named with the path."""
+    if err.errno == errno.ENOSPC or err.errno == errno.EDQUOT:
+        return InputError(f"no space left on the device of {path} ({err.strerror}); free some "
+                          f"and {RERUN}")
+    if err.errno == errno.EROFS:
+        return InputError(f"{path} is on a read-only file system; pass a sweep= (or run from a "
+                          "directory) on a writable one")
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return InputError(f"{path} is not writable ({err.strerror}); give yourself write "
+                          "permission there, or pass another sweep=")
+    if err.errno in (errno.ENOTDIR, errno.EEXIST):
+        path = Path(path)
+        found = next((p for p in reversed([path, *path.parents])
+                      if p.exists() and not p.is_dir()), path)
+        return InputError(f"{found} is a file where a directory must be (to write {path}); "
+                          f"move it away and {RERUN}")
+    return InputError(f"cannot write at {path} ({err.strerror or err}); {RERUN} once fixed")
