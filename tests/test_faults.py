@@ -2,6 +2,7 @@
 concurrent sweeps, and sweeps that survive a killed or interrupted client."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -100,6 +101,27 @@ def _wait_for_results(jobs_dir: Path, n: int, proc: subprocess.Popen, timeout: f
             return {p.parent.name for p in done}
         time.sleep(0.05)
     raise AssertionError(f"fewer than {n} results in {jobs_dir} before the sweep ended")
+
+
+def test_ctrl_c_at_the_terminal_leaves_one_line_and_dasks_logs_in_the_sweep_log(tmp_path):
+    """Ctrl-C at a terminal signals the command and its many workers at once: stderr holds the
+    command's one line; the workers' heartbeat failures and shutdown records go to the sweep's
+    dask.log."""
+    args = ("algorithm=sgma", "dataset=friedman1", "dataset.n_train=3000", "dataset.n_test=50",
+            "algorithm.eps=0", "algorithm.max_basis=60", "seed=range(0,60)", "sweep=ctrl_c",
+            "cluster.n_workers=8", "cluster.dashboard_address=null")
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "-m", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_ctrl_c, start_new_session=True)
+    _wait_for_results(tmp_path / "outputs/ctrl_c/jobs", 2, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # the terminal's process group: command and workers
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        "error: interrupted; rerun the same command to resume (finished jobs are kept and not "
+        "fitted again)"], stderr[-3000:]
+    log = (tmp_path / "outputs/ctrl_c/dask.log").read_text()
+    assert "distributed." in log
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])

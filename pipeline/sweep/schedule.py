@@ -33,7 +33,12 @@ from pipeline.results.job_file import (
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.directory import OUT_OF_SPACE, RERUN, OutOfSpace
 from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
-from pipeline.sweep.quiet_workers import QuietCancellations
+from pipeline.sweep.quiet_workers import (
+    LOG_FILE,
+    DaskLogToFile,
+    QuietCancellations,
+    dask_log_to_file,
+)
 from pipeline.sweep.signals import quiet_dask_logging, silent_on_interrupt
 from pipeline.watch import signal_cause
 
@@ -48,10 +53,16 @@ class SweepCluster:
         self.closer: threading.Thread | None = None
         self.sys_path = list(sys.path)
 
-    def connect(self, cfg: Mapping, warm_tiles: bool = True):
+    def connect(self, cfg: Mapping, warm_tiles: bool = True, log: Path | None = None):
+        """A client on the cluster ``cfg``; with ``log``, Dask's log records of this process
+        and of the workers go to that file (:class:`DaskLogToFile`) until the cluster closes."""
         self.sys_path = list(sys.path)
+        if log is not None:
+            self.stack.enter_context(dask_log_to_file(log))
         client = self.stack.enter_context(connect(cfg, warm_tiles))
         client.register_plugin(QuietCancellations())
+        if log is not None:
+            client.register_plugin(DaskLogToFile(str(log), restore=cfg.get("kind") == "address"))
         return client
 
     def close(self, wait: bool = True) -> None:
@@ -101,7 +112,8 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
     quiet_dask_logging()
     t0 = time.perf_counter()
     with silent_on_interrupt(), watching_worker_deaths() as deaths:
-        client = cluster.connect(cluster_cfg, uses_compiled_tiles(to_run))
+        client = cluster.connect(cluster_cfg, uses_compiled_tiles(to_run),
+                                 sweep_dir / LOG_FILE)
         timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
         n_workers = len(client.scheduler_info().get("workers", {}))
         if cluster_cfg.get("dashboard_address", "") is not None:  # null: none was started
