@@ -40,8 +40,7 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
             sweep_dir: Path, since: float = 0.0, hydra_records: HydraRecords | None = None) -> dict:
     """Run one job where this is called (a Dask worker), through Hydra's ``run_job`` on the
     job's full config or with the same files written beside it, and record its failure if it
-    fails. Never raises for an error of the
-    job itself.
+    fails. Never raises for an error of the job itself.
 
     The job first claims its directory (:func:`pipeline.sweep.claims.claim_job`: another sweep on
     the same directory fitting it makes this wait), then looks at the disk: a result written
