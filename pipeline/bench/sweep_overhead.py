@@ -102,7 +102,7 @@ def measure_warm(experiment: str, size: str, cwd: Path) -> dict:
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
+                      dashboard_address=None) as cluster:  # not measured
         # warms the workers: two of the same jobs each (imports, compiled code, the data)
         measure_sweep(experiment, size, cwd, cluster.scheduler_address,
                       extra=("hydra.sweeper.params.seed='range(0,4)'",))
