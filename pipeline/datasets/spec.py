@@ -298,18 +298,16 @@ def _standardise(arrays: Arrays, spec: Mapping[str, Any],
 BUILD_COPIES = 3
 
 
-def check_buildable(spec: Mapping[str, Any]) -> None:
-    """Refuse, before anything is allocated, a dataset whose declared size (``train_shape``,
-    plus ``n_test`` where it is an option) needs more memory to build than this machine has
-    available."""
+def check_buildable(spec: Mapping[str, Any], shape: tuple[int, int] | None) -> None:
+    """Refuse, before anything is allocated, a dataset whose declared size (``shape``, its
+    :func:`train_shape`, which the caller has: a CSV's is a pass over the file; plus ``n_test``
+    where it is an option) needs more memory to build than this machine has available."""
     import psutil
 
-    norm = normalise_spec(spec)
-    name = norm["name"]
-    shape = DATASETS[name].train_shape
-    shape = None if shape is None else shape(norm)
     if shape is None:
         return
+    norm = normalise_spec(spec)
+    name = norm["name"]
     n_test = int(norm.get("n_test") or 0)
     need = BUILD_COPIES * (shape[0] + n_test) * (shape[1] + 1) * 8
     available = psutil.virtual_memory().available
@@ -354,7 +352,7 @@ def build(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """
     norm = normalise_spec(spec)
     name = norm["name"]
-    check_buildable(norm)
+    check_buildable(norm, train_shape(norm))
     raw, extra = DATASETS[name].build(norm)
     arrays = _validate(name, raw)
     task = DATASETS[name].task

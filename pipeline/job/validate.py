@@ -103,7 +103,7 @@ def check_config(config: Mapping, available: float | None = None
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
     shape = train_shape(config["dataset"])  # validates the dataset spec
-    check_buildable(config["dataset"])
+    check_buildable(config["dataset"], shape)
     check_task(spec, config["dataset"])
     check_hyper(config, kernel)
     validate(CERTIFICATE_OPTIONS, config["certificate"], owner="the certificate",

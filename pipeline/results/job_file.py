@@ -103,15 +103,11 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
 
 class WriteError(InputError):
     """A result could not be written (one line naming the path and the OS's reason); ``errno``
-    tells a full disk (``out_of_space``), which no job can be blamed for, from the rest."""
+    is the OS's error number (a full disk, which no job can be blamed for, or another)."""
 
     def __init__(self, message: str, errno_: int | None) -> None:
         super().__init__(message)
         self.errno = errno_
-
-    @property
-    def out_of_space(self) -> bool:
-        return self.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _os_reason(err: OSError) -> str:

@@ -20,17 +20,29 @@ class OutOfSpace(InputError):
     """The disk filled up during the sweep: it stopped, the finished jobs are kept and the
     rest run when it is rerun."""
 
+
 OUT_OF_SPACE = "out_of_space"  # a job's record status: its result could not be written
+
+
+def out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` (an OSError, or a result's WriteError) is a full disk or quota."""
+    return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _file_in_path(path: Path) -> Path | None:
+    """The first part of ``path``, from the root down, that exists and is not a directory."""
+    return next((p for p in reversed([path, *path.parents]) if p.exists() and not p.is_dir()),
+                None)
 
 
 def check_sweep_directory(sweep_dir: Path) -> None:
     """Raise InputError (one line) unless the sweep can write into ``sweep_dir``."""
     sweep_dir = Path(sweep_dir)
-    for part in reversed([sweep_dir, *sweep_dir.parents]):  # from the root down
-        if part.exists() and not part.is_dir():
-            raise InputError(f"{part} is a file, not a directory, so the sweep directory "
-                             f"{sweep_dir} cannot be made; move that file away or pass another "
-                             "sweep=")
+    part = _file_in_path(sweep_dir)
+    if part is not None:
+        raise InputError(f"{part} is a file, not a directory, so the sweep directory "
+                         f"{sweep_dir} cannot be made; move that file away or pass another "
+                         "sweep=")
     jobs = sweep_dir / "jobs"
     if os.path.lexists(jobs) and not jobs.is_dir():
         raise InputError(f"{jobs} is not a directory (the sweep keeps one result directory per "
@@ -47,7 +59,7 @@ def check_sweep_directory(sweep_dir: Path) -> None:
 
 def write_error(err: OSError, path: Path | str) -> InputError:
     """The one line for an OSError writing at ``path``: what it is, named with the path."""
-    if err.errno == errno.ENOSPC or err.errno == errno.EDQUOT:
+    if out_of_space(err):
         return InputError(f"no space left on the device of {path} ({err.strerror}); free some "
                           f"and {RERUN}")
     if err.errno == errno.EROFS:
@@ -57,9 +69,7 @@ def write_error(err: OSError, path: Path | str) -> InputError:
         return InputError(f"{path} is not writable ({err.strerror}); give yourself write "
                           "permission there, or pass another sweep=")
     if err.errno in (errno.ENOTDIR, errno.EEXIST):
-        path = Path(path)
-        found = next((p for p in reversed([path, *path.parents])
-                      if p.exists() and not p.is_dir()), path)
+        found = _file_in_path(Path(path)) or path
         return InputError(f"{found} is a file where a directory must be (to write {path}); "
                           f"move it away and {RERUN}")
     return InputError(f"cannot write at {path} ({err.strerror or err}); {RERUN} once fixed")

@@ -6,7 +6,6 @@ ingest and hyperparameter-learning tasks the jobs wait for.
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 import traceback
@@ -32,7 +31,7 @@ from pipeline.results.job_file import (
 )
 from pipeline.sweep.claims import claim_job, record_fit
 from pipeline.sweep.compose import PlannedJob
-from pipeline.sweep.directory import OUT_OF_SPACE
+from pipeline.sweep.directory import OUT_OF_SPACE, out_of_space
 from pipeline.sweep.job_files import HydraRecords, writes_only_files
 
 
@@ -66,17 +65,16 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
         record_fit(out_dir, worker_name())
         start = time.perf_counter()
         run_resolved = getattr(task_function, "run_resolved", None)
-        if hydra_records is not None and run_resolved is not None and writes_only_files(
-                hydra_context, job):
-            # what run_job would do for this job, without its config copies (job_files)
-            with dask.config.set(scheduler="synchronous"):
+        with dask.config.set(scheduler="synchronous"):
+            # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
+            if hydra_records is not None and run_resolved is not None and writes_only_files(
+                    hydra_context, job):
+                # what run_job would do for this job, without its config copies (job_files)
                 try:
                     hydra_records.write(job, sweep_dir)
                     return run_resolved(job.config, out_dir, False)
                 except Exception as err:
                     return _record_failure(job, out_dir, err, start)
-        with dask.config.set(scheduler="synchronous"):
-            # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
             with one_hydra_job():  # Hydra's job context is process-global
                 ret = run_job(hydra_context=hydra_context, task_function=task_function,
                               config=_hydra_job_config(job, sweep_dir),
@@ -99,18 +97,12 @@ def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs
         try:
             record = execute(task_function, hydra_context, job, sweep_dir, since, hydra_records)
         except (OSError, WriteError) as err:  # the job's bookkeeping (claim, fits.log, .hydra/)
-            if not _out_of_space(err):
+            if not out_of_space(err):
                 raise
             record = {"status": OUT_OF_SPACE, "error": f"cannot write in {sweep_dir}: "
                       f"{getattr(err, 'strerror', None) or err}", "config_hash": job.hash}
         records.append({**record, "seconds": time.perf_counter() - start})
     return records
-
-
-def _out_of_space(err: BaseException) -> bool:
-    if isinstance(err, WriteError):
-        return err.out_of_space
-    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _hydra_job_config(job: PlannedJob, sweep_dir: Path) -> DictConfig:
@@ -132,7 +124,7 @@ def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: f
     """Record the job's failure in its result file; a full disk is no failure of the job
     (nothing is recorded: the job runs again when the sweep is rerun) and returns the record
     status ``out_of_space``, on which the sweep stops (:mod:`pipeline.sweep.schedule`)."""
-    if _out_of_space(err):
+    if out_of_space(err):
         return {"status": OUT_OF_SPACE, "error": str(err), "config_hash": job.hash}
     error = f"{type(err).__name__}: {err}"
     try:
@@ -141,7 +133,7 @@ def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: f
                            "job_seconds": time.perf_counter() - start,
                            "traceback": "".join(traceback.format_exception(err))})
     except (OSError, WriteError) as failed:
-        if not _out_of_space(failed):
+        if not out_of_space(failed):
             raise
         return {"status": OUT_OF_SPACE, "error": str(failed), "config_hash": job.hash}
     return {"status": "failed", "error": error, "config_hash": job.hash}
