@@ -44,7 +44,7 @@ from algorithms.contract import (
 )
 from algorithms.errors import InputError, TooLarge
 from algorithms.kernels import Kernel
-from algorithms.options import validate
+from algorithms.options import clip_to_n, validate
 from algorithms.registry import get
 
 PROB_FLOOR = float(np.finfo(np.float64).eps)  # log loss: p clipped to [eps, 1 − eps]
@@ -349,7 +349,8 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
         check_labels(y, "y")
         if test is not None:
             check_labels(test[1], "y_test")
-    opts = options_of(spec, options)
+    opts, clipped = clip_to_n(spec.options, options_of(spec, options), blocks.n,
+                              prefix="algorithm.")
     check_size(spec, blocks.n, getattr(blocks, "d", 0), opts)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
@@ -359,7 +360,8 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag, spec.task), \
             (MemoryProfile() if profile_memory else nullcontext()) as memory:
         solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
-        return recorder.finish(spec.name, solution, memory)
+        fit = recorder.finish(spec.name, solution, memory)
+    return fit.with_summary(clipped_options=clipped) if clipped else fit
 
 
 def check_labels(y: np.ndarray, name: str) -> None:

@@ -419,7 +419,7 @@ SPECS: list[AlgorithmSpec] = [
         "GPyTorch's SGPR (Titsias; InducingPointKernel, optional L-BFGS or Adam training)",
         options={
             "max_basis": Option(256, "int", "inducing points m (start at random training rows)",
-                                lo=1),
+                                lo=1, clip_to_n=True),
             "steps": Option(0, "int", "at most this many training iterations on Titsias's "
                             "bound (0: the job's kernel, lam and inducing rows, untrained)",
                             lo=0),
@@ -445,7 +445,7 @@ SPECS: list[AlgorithmSpec] = [
         "GPyTorch's SVGP (Hensman et al.; variational inducing points, Adam on minibatches)",
         options={
             "max_basis": Option(256, "int", "inducing points m (start at random training rows)",
-                                lo=1),
+                                lo=1, clip_to_n=True),
             "epochs": Option(100, "int", "passes over the shuffled training rows, a minibatch "
                              "Adam step each (0: untrained, the prior)", lo=0),
             "lr": Option(0.01, "float", "Adam learning rate (GPyTorch's SVGP example's)",

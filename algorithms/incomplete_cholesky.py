@@ -67,7 +67,7 @@ SPECS = [AlgorithmSpec(
     "incomplete_cholesky", fit,
     "pivoted incomplete Cholesky (largest residual diagonal first) and the low-rank GP",
     options={
-        "max_basis": Option(256, "int", "rank m of the factor", lo=1),
+        "max_basis": Option(256, "int", "rank m of the factor", lo=1, clip_to_n=True),
         "tol": Option(0.0, "float", "stop when tr(K − FFᵀ) ≤ tol·tr(K)", lo=0.0, example=1e-3),
         "eval_every": Option(8, "int", "trace test metrics every this many ranks", lo=1),
     },

@@ -57,7 +57,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
 SPECS = [AlgorithmSpec(
     "nystrom", fit, "Nyström low-rank GP (random landmarks, Woodbury; Williams & Seeger)",
     options={"max_basis": Option(256, "int", "landmarks m (the trace covers 8, 16, …, m)",
-                                 lo=1)},
+                                 lo=1, clip_to_n=True)},
     has_variance=True,
     exact_limit=ExactLimit({"max_basis": "n"}, variance=True),
     check_options={"max_basis": 20},

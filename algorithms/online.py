@@ -329,7 +329,7 @@ SPECS = [AlgorithmSpec(
     "sparse_online", fit, "Csató & Opper's sparse online GP with KL-optimal removal",
     options={
         "max_basis": Option(50, "any", "an integer ≥ 1, a percentage like '90%' or 'none'",
-                            parse=_check_max_basis),
+                            parse=_check_max_basis, clip_to_n=True),
         "tol": Option(1e-6, "float", "γ below which a point only updates α, C", lo=0.0),
         "score": Option("approx", "choice", "removal score: approx (eq. 85) or exact (eq. 83)",
                         choices=("approx", "exact")),

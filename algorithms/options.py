@@ -26,6 +26,10 @@ class Option:
 
     ``kind`` is one of :data:`KINDS`; ``choices`` lists the values of a ``choice``;
     ``parse`` (for ``any``) returns the validated value or raises :class:`InputError`.
+    ``clip_to_n``: a size bounded by the training set (a basis, a subset): an integer value
+    above n_train is clipped to n_train by :func:`clip_to_n`, which says so, rather than
+    refused (a sweep's one value across datasets of several sizes, a default above a small
+    dataset's size).
     """
 
     default: Any
@@ -39,6 +43,7 @@ class Option:
     choices: tuple = ()
     example: Any = None
     parse: Callable[[Any], Any] | None = None
+    clip_to_n: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -126,6 +131,21 @@ def validate(options: Mapping[str, Option], given: Mapping[str, Any], *, owner: 
                              f"{json.dumps(example)}")
         out[key] = value
     return out
+
+
+def clip_to_n(options: Mapping[str, Option], values: Mapping[str, Any], n: int, *,
+              prefix: str) -> tuple[dict[str, Any], str]:
+    """``values`` with every integer of a :attr:`Option.clip_to_n` option above ``n`` set to
+    ``n``, and a note naming each change (empty when none), e.g.
+    ``algorithm.max_basis=256 clipped to n_train=60``."""
+    out, notes = dict(values), []
+    for key, opt in options.items():
+        value = out.get(key)
+        if (opt.clip_to_n and isinstance(value, (int, np.integer))
+                and not isinstance(value, (bool, np.bool_)) and value > n):
+            out[key] = n
+            notes.append(f"{prefix}{key}={value} clipped to n_train={n}")
+    return out, "; ".join(notes)
 
 
 def defaults(options: Mapping[str, Option]) -> dict[str, Any]:

@@ -263,7 +263,7 @@ def _spec(name: str, doc: str) -> AlgorithmSpec:
         name, fit, doc,
         options={"m": Option(10, "int", "number of eigenfunctions", lo=1),
                  "n_nodes": Option(1000, "int", "Nyström subset defining the empirical density",
-                                   lo=1),
+                                   lo=1, clip_to_n=True),
                  "max_n": Option(20000, "int", "forms K + σ²I (n² memory)", lo=1)},
         has_variance=name in VARIANCES,
         learning_curve=CurveModel(lambda kernel, density, basis, X, sigma2:

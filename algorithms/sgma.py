@@ -207,7 +207,7 @@ SPECS = [AlgorithmSpec(
     options={
         "eps": Option(0.025, "float", "stop when the relative duality gap < eps", lo=0.0),
         "max_basis": Option(None, "int", "cap on the basis size (null = n)", lo=1,
-                            none_ok=True, example=200),
+                            none_ok=True, example=200, clip_to_n=True),
         "eval_every": Option(10, "int", "trace test metrics every this many steps", lo=1),
         "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1),
         "error_bar_eps": Option(None, "float", "per-test-point error-bar basis sizes (Table 2)",

@@ -237,7 +237,7 @@ SPECS = [
         "sklearn_nystroem", fit_nystroem,
         "scikit-learn's Nystroem features + Ridge (random landmarks; no variance)",
         options={"max_basis": Option(256, "int", "landmarks m (Nystroem's n_components)",
-                                     lo=1)},
+                                     lo=1, clip_to_n=True)},
         has_variance=False, exact_limit=ExactLimit({"max_basis": "n"}),
         check_options={"max_basis": 20}, requires=(SKLEARN,),
     ),

@@ -1,6 +1,7 @@
 """What every quantity an algorithm records means: a long name and units for each trace and
 summary key (CF-style ``long_name`` / ``units``; ``1`` for counts, ratios and dimensionless
-numbers, ``target units`` for quantities measured in the units of y).
+numbers, ``target units`` for quantities measured in the units of y: labels for axes, written
+as CF attributes by :func:`pipeline.results.variables.cf_attrs`).
 
 The contract (``tests/contract.py``) checks that every key an algorithm emits is described
 here, so results written from it are self-describing; a new algorithm with a new trace key adds
@@ -20,6 +21,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "gap": ("relative duality gap (L − L_dual)/|L|", "1"),
     "seconds": ("fit time elapsed", "s"),
     "stop_reason": ("why the fit stopped", "1"),
+    "clipped_options": ("options above n_train, clipped to it (algorithms.options.clip_to_n)",
+                        "1"),
     "jitter": ("diagonal jitter added to a Cholesky factor", "1"),
     # test metrics (algorithms.contract.TASK_METRICS)
     "test_rmse": ("test root mean squared error", TARGET),
@@ -32,9 +35,9 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "predict_mean_seconds": ("time to predict the test means", "s"),
     "predict_var_seconds": ("time to predict the test error bars", "s"),
     "predict_prob_seconds": ("time to predict the test class probabilities", "s"),
-    "fit_peak_bytes": ("peak memory of the fit (tracemalloc)", "B"),
-    "predict_mean_peak_bytes": ("peak memory of predicting the means (tracemalloc)", "B"),
-    "predict_var_peak_bytes": ("peak memory of predicting the error bars (tracemalloc)", "B"),
+    "fit_peak_bytes": ("peak memory of the fit (tracemalloc)", "bytes"),
+    "predict_mean_peak_bytes": ("peak memory of predicting the means (tracemalloc)", "bytes"),
+    "predict_var_peak_bytes": ("peak memory of predicting the error bars (tracemalloc)", "bytes"),
     # duality and certificates (Theorem 1)
     "dual_objective": ("dual objective L_dual, a lower bound on min L", TARGET2),
     "objective_lower_bound": ("certified lower bound on min L (004 eq. 80)", TARGET2),
@@ -57,7 +60,7 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "precond_seconds": ("time to build the preconditioner", "s"),
     "precond_trace": ("residual trace of the preconditioner tr(K − FFᵀ)/(n·σ²)", "1"),
     "iteration_seconds": ("time per iteration", "s"),
-    "flops": ("floating-point operations of the step (BLAS work counted)", "FLOP"),
+    "flops": ("floating-point operations (FLOP) of the step (BLAS work counted)", "1"),
     "project_seconds": ("time of the step computing kernel columns k(X, X_M) and "
                         "[y, K_{:S}]ᵀK_{:M} (fused)", "s"),
     "block_sm_seconds": ("time of the step in the block K_{S,M}", "s"),

@@ -244,7 +244,8 @@ def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.rando
 
 def _options() -> dict[str, Option]:
     return {
-        "max_basis": Option(200, "int", "k_max: the trace covers k = 1..max_basis", lo=1),
+        "max_basis": Option(200, "int", "k_max: the trace covers k = 1..max_basis", lo=1,
+                            clip_to_n=True),
         "eval_every": Option(1, "int", "trace test metrics every this many steps", lo=1),
         "reference": Option("cg", "choice", "R(ŵ) for ΔR: cg (K streamed in row blocks), "
                             "dense (caches n×n), none", choices=REFERENCES),

@@ -53,24 +53,82 @@ def _checked(argv: Sequence[str]) -> list[str]:
     return force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
 
 
-def run_sweep(overrides: Sequence[str]) -> xr.Dataset:
+class FailedPointsWarning(UserWarning):
+    """:func:`run_sweep` finished with failed points (listed in the message)."""
+
+
+class SweepFailed(RuntimeError):
+    """:func:`run_sweep` with ``errors="raise"`` finished with failed points; ``results`` is
+    the sweep's Dataset all the same."""
+
+    def __init__(self, message: str, results: xr.Dataset) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+def run_sweep(overrides: Sequence[str], errors: str = "warn") -> xr.Dataset:
     """Run a Hydra sweep from Python, as ``python -m pipeline -m <overrides>`` does (same
     checks, same launcher and cluster settings), and return its consolidated Dataset: one
-    entry per sweep point, ``status`` "ok" or "failed" (the error in ``error``). Bad input
-    raises :class:`InputError` (one line)."""
+    entry per sweep point, ``status`` "ok" or "failed" (the error in ``error``).
+
+    ``errors``: what failed points do. "warn" (default) returns the Dataset after a
+    :class:`FailedPointsWarning` listing each failed point and its error, as scikit-learn's
+    searches warn of failed fits; "raise" raises :class:`SweepFailed` (the Dataset in its
+    ``results``). Bad input raises :class:`InputError` (one line), and so does a call from a
+    script's top level outside ``if __name__ == "__main__":`` when the sweep would start a
+    local cluster (its worker processes import the script again)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms.errors import InputError
+    from pipeline.cluster.main_guard import check_main_guard
     from pipeline.results.consolidate import load
     from pipeline.sweep.outcome import SweepOutcome
 
+    if errors not in ("warn", "raise"):
+        raise InputError(f"run_sweep(errors={errors!r}): pass errors='warn' or errors='raise'")
     checked = _checked(overrides)
+    if _starts_a_local_cluster(checked):
+        check_main_guard("run_sweep (a local Dask cluster)")
     try:
         outcome = SweepOutcome.from_returns(app.multirun(checked))
     except (HydraException, OmegaConfBaseException) as err:
         raise InputError(_one_line(err)) from None
-    return load(outcome.results_path)
+    ds = load(outcome.results_path)
+    failed = _failed_points(ds)
+    if failed:
+        message = (f"{len(failed)} of {ds['status'].size} sweep points failed "
+                   f"({outcome.results_path}):\n" + "\n".join(failed))
+        if errors == "raise":
+            raise SweepFailed(message, ds)
+        import warnings
+        warnings.warn(message, FailedPointsWarning, stacklevel=2)
+    return ds
+
+
+def _starts_a_local_cluster(overrides: Sequence[str]) -> bool:
+    """Whether these overrides leave the sweep on a local cluster (conf's default)."""
+    chosen = {key: value for key, _, value in (o.partition("=") for o in overrides)}
+    return chosen.get("cluster", "local") == "local" and "scheduler" not in chosen
+
+
+def _failed_points(ds: xr.Dataset) -> list[str]:
+    """``  algorithm=nystrom, seed=1: <error>`` for each failed point of a sweep's Dataset."""
+    status = ds["status"].load()
+    if not (status == "failed").any():
+        return []
+    stacked = status.stack(point=status.dims)
+    errors = ds["error"].load().stack(point=status.dims) if "error" in ds else None
+    lines = []
+    for i in range(stacked.sizes["point"]):
+        if str(stacked.values[i]) != "failed":
+            continue
+        point = stacked.isel(point=i)
+        where = ", ".join(f"{dim}={point[dim].item()}" for dim in status.dims
+                          if status.sizes[dim] > 1)
+        error = str(errors.values[i]) if errors is not None else ""
+        lines.append(f"  {where or 'the point'}: {error}")
+    return lines
 
 
 def help_text() -> str:

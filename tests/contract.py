@@ -204,9 +204,25 @@ def check_variables_described(spec: AlgorithmSpec, problem: Problem, conf_dir: P
     assert not undescribed, f"add to algorithms/variables.py: {undescribed}"
 
 
+def check_defaults_fit_a_tiny_dataset(spec: AlgorithmSpec, problem: Problem,
+                                      conf_dir: Path) -> None:
+    """With every option at its default, a fit on 12 training rows succeeds: a size option
+    above n_train (``clip_to_n``: a basis, a subset) is clipped, and the summary says so."""
+    X = problem.memory.inputs(np.arange(12))
+    blocks = ArrayKernelBlocks(X, KERNEL)
+    result = run(spec, blocks, problem.y[:12], lam=LAM, kappa=7, rng=0)
+    assert np.isfinite(result.summary["seconds"])
+    clipped = [key for key, opt in spec.options.items()
+               if opt.clip_to_n and isinstance(opt.default, int) and opt.default > 12]
+    note = result.summary.get("clipped_options", "")
+    assert note == "; ".join(f"algorithm.{key}={spec.options[key].default} clipped to "
+                             "n_train=12" for key in clipped)
+
+
 CHECKS = [check_yaml_matches_spec, check_result_schema, check_deterministic,
           check_store_blocks_equal_memory_blocks, check_exact_limit, check_bad_options,
-          check_learning_curve, check_extreme_lam, check_variables_described]
+          check_learning_curve, check_extreme_lam, check_variables_described,
+          check_defaults_fit_a_tiny_dataset]
 
 # checks that test nothing for some algorithms: why, for a spec they do not apply to
 NOT_APPLICABLE = {

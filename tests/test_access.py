@@ -4,6 +4,7 @@ step, the tidy export (no padding rows, repeated jobs once) and the README's que
 import subprocess
 import sys
 
+import cf_units
 import numpy as np
 import pandas as pd
 import pytest
@@ -32,16 +33,29 @@ def results(tmp_path_factory):
 
 
 def described(ds: xr.Dataset) -> None:
+    """CF attrs: a long name everywhere; units a valid UDUNITS string (cf-units parses it) or
+    absent — always on text, and with a comment naming the data's units where a quantity is
+    in them; "1" only on numbers."""
     for name, var in ds.variables.items():
-        assert var.attrs.get("long_name"), name
-        assert var.attrs.get("units") and var.attrs["units"] != "not described", name
+        assert var.attrs.get("long_name") and "not described" not in var.attrs["long_name"], name
+        units = var.attrs.get("units")
+        if var.dtype.kind in "OUSb":
+            assert units is None, (name, units)
+        elif units is None:
+            assert "units" in var.attrs.get("comment", ""), name
+        else:
+            cf_units.Unit(units)  # raises for a string UDUNITS cannot parse
 
 
 def test_every_variable_and_coordinate_has_a_long_name_and_units(results, tmp_path):
     ds = load(results)
     described(ds)
     assert ds["final_test_rmse"].attrs == {"long_name": "final test root mean squared error",
-                                           "units": "target units"}
+                                           "comment": "in target units (the dataset's own, "
+                                                      "not recorded)"}
+    assert "units" not in ds["status"].attrs and "units" not in ds["algorithm"].attrs
+    assert ds["final_fit_seconds" if "final_fit_seconds" in ds else "job_seconds"
+              ].attrs["units"] == "s"
     assert ds["job_seconds"].attrs["units"] == "s" and "step" not in ds["job_seconds"].dims
     assert "evaluated steps" in ds["step"].attrs["long_name"]
     assert ds["final_cpu_model"].dims == ds["status"].dims  # text summaries are kept too
@@ -111,3 +125,21 @@ def test_export_refuses_an_unknown_format_in_one_line(results, tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and ".csv, .parquet" in err and err.count("\n") == 1
     assert not (tmp_path / "t.xlsx").exists()
+
+
+def test_every_described_unit_is_written_as_udunits_or_left_out():
+    """Each (long name, unit label) of the tables becomes a CF attribute set whose units
+    UDUNITS parses, or none (with the data's units in a comment); text never has units."""
+    from algorithms.variables import DESCRIPTIONS
+    from pipeline.results.variables import PIPELINE, SWEPT, cf_attrs
+
+    for table in (DESCRIPTIONS, PIPELINE, SWEPT):
+        for name, (long_name, units) in table.items():
+            attrs = cf_attrs(long_name, units, np.dtype(float))
+            if "units" in attrs:
+                cf_units.Unit(attrs["units"])
+            else:
+                assert units in attrs["comment"], name
+            assert "units" not in cf_attrs(long_name, units, np.dtype(object)), name
+    assert cf_attrs("log marginal likelihood", "nats", np.dtype(float)) == {
+        "long_name": "log marginal likelihood (nats)", "units": "1"}

@@ -12,7 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from algorithms import REGISTRY, ArrayKernelBlocks, InputError, Kernel, run
 from algorithms.kernels import fit_tails
-from pipeline.cli import run_sweep
+from pipeline.cli import FailedPointsWarning, SweepFailed, run_sweep
 from pipeline.estimators import SparseGPClassifier, SparseGPRegressor, default_algorithm
 
 # Ferrari-Trecate et al.'s finite-dimensional predictors keep m (default 10) eigenfunctions of
@@ -113,12 +113,27 @@ def test_classifier_takes_any_two_labels():
 
 
 def test_run_sweep_returns_the_consolidated_dataset(tmp_path, monkeypatch):
+    """The Dataset of every point; a failed point (here λ below float64's resolution) is a
+    FailedPointsWarning naming it and its error, or with errors="raise" a SweepFailed that
+    carries the Dataset."""
     monkeypatch.chdir(tmp_path)
-    ds = run_sweep(["algorithm=exact,nystrom", "algorithm.max_basis=16", "dataset=sine1d",
-                    "dataset.n_train=60", "seed=0", "cluster.n_workers=1",
-                    "cluster.dashboard_address=null"])
+    overrides = ["algorithm=exact,nystrom", "algorithm.max_basis=16", "dataset=sine1d",
+                 "dataset.n_train=60", "lam=0.1,1e-300", "seed=0", "cluster.n_workers=1",
+                 "cluster.dashboard_address=null"]
+    with pytest.warns(FailedPointsWarning) as warned:
+        ds = run_sweep(overrides)
     assert set(ds["algorithm"].values) == {"exact", "nystrom"}
-    assert set(np.unique(ds["status"].values)) == {"ok"}
-    assert np.isfinite(ds["final_test_rmse"].values).all()
+    ok = ds.sel(lam=0.1)
+    assert set(np.unique(ok["status"].values)) == {"ok"}
+    assert np.isfinite(ok["final_test_rmse"].values).all()
+    assert set(np.unique(ds.sel(lam=1e-300)["status"].values)) == {"failed"}
+    failed = [w for w in warned if issubclass(w.category, FailedPointsWarning)]
+    assert len(failed) == 1, [str(w.message) for w in warned]
+    message = str(failed[0].message).splitlines()
+    assert message[0].startswith("2 of 4 sweep points failed")
+    assert message[1].startswith("  algorithm=exact, lam=1e-300: InputError: lam=1e-300")
+    with pytest.raises(SweepFailed, match="2 of 4 sweep points failed") as raised:
+        run_sweep(overrides, errors="raise")
+    assert raised.value.results["status"].size == 4
     with pytest.raises(InputError):
         run_sweep(["algorithm=nope"])

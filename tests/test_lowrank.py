@@ -157,11 +157,17 @@ def test_nystrom_trace_is_nested_over_basis_sizes(data):
 
 
 @pytest.mark.parametrize("algorithm", ["nystrom", "incomplete_cholesky"])
-def test_max_basis_above_n_is_one_line(data, algorithm):
+def test_max_basis_above_n_is_clipped_to_n_and_said(data, algorithm):
     X, y = data[0][:50], data[1][:50]
-    with pytest.raises(InputError, match="max_basis=60 must be between 1 and n_train=50"):
-        run(algorithm, ArrayKernelBlocks(X, Kernel("rbf", {"width": 2.0})), y, lam=LAM,
-            max_basis=60)
+    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 2.0}))
+    above = run(algorithm, blocks, y, lam=LAM, max_basis=60)
+    at_n = run(algorithm, blocks, y, lam=LAM, max_basis=50)
+    assert above.summary["clipped_options"] == "algorithm.max_basis=60 clipped to n_train=50"
+    assert "clipped_options" not in at_n.summary
+    np.testing.assert_array_equal(above.basis, at_n.basis)
+    np.testing.assert_array_equal(above.coef, at_n.coef)
+    with pytest.raises(InputError, match="max_basis=0 is invalid"):
+        run(algorithm, blocks, y, lam=LAM, max_basis=0)
 
 
 def test_dtc_variance_is_the_dense_formula(data):

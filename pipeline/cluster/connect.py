@@ -36,6 +36,7 @@ from distributed import Client, LocalCluster
 
 from algorithms.errors import InputError
 from pipeline.cluster import prestart
+from pipeline.cluster.main_guard import check_main_guard
 from pipeline.cluster.options import (
     JOBQUEUE_KEYS,
     SUBMIT_COMMAND,
@@ -323,6 +324,7 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
             yield client
         return
     if kind == "local":
+        check_main_guard()  # before any process starts: spawned workers import the script
         n_workers = opts["n_workers"] or os.cpu_count() or 1
         try:
             # A job holding the GIL for minutes (a long LAPACK call, e.g. the exact GP on

@@ -68,6 +68,8 @@ def fit_text(ds) -> str:
         lines += [f"  test RMSE        {_value(s, why, 'test_rmse')}",
                   f"  test NLPD        {_value(s, why, 'test_nlpd')}"]
     lines.append(f"  seconds          {_fmt(s['seconds'], '.3f')}")
+    if s.get("clipped_options"):  # a size option above n_train (algorithms.options.clip_to_n)
+        lines.append(f"  note             {s['clipped_options']}")
     return "\n".join(lines)
 
 

@@ -196,7 +196,7 @@ def _read_job(path: str | os.PathLike) -> _JobFile | xr.Dataset:
         sizes = {k: int(v) for k, v in nc.dimensions.items() if v is not None}
         data_vars = {}
         for name, var in nc.variables.items():
-            extra = set(var._attributes) - {"long_name", "units", "_FillValue"}
+            extra = set(var._attributes) - {"long_name", "units", "comment", "_FillValue"}
             fill = var._attributes.get("_FillValue")
             if extra or var.data.dtype.kind not in "fi" or len(var.dimensions) > 1 or (
                     fill is not None and not np.all(np.isnan(fill))):

@@ -84,7 +84,7 @@ SWEPT: dict[str, tuple[str, str]] = {
     "algorithm.max_basis": ("maximum basis size m", "1"),
     "algorithm.steps": ("optimiser steps of the peer", "1"),
     "algorithm.epochs": ("passes over the training rows of the peer's minibatch training", "1"),
-    "protocol": ("shared: every method at one kernel; own: each peer learns by itself", ""),
+    "protocol": ("shared: every method at one kernel; own: each peer learns by itself", "1"),
 }
 
 _NUMBERED = re.compile(r"^(hyper_(?:log_)?lengthscale)_(\d+)$")
@@ -112,8 +112,31 @@ def describe(name: str) -> tuple[str, str]:
                    "algorithms/variables.py")
 
 
+# Unit labels of the tables above that are no UDUNITS unit: quantities in the dataset's own
+# units, which no dataset records (a results store mixes datasets). Their variables get no
+# ``units`` attribute, and a ``comment`` saying what they are measured in.
+DATA_UNITS = (TARGET, TARGET2, "input units", "input units²", "1/input units")
+# A natural-log quantity (a log-likelihood in nats) is a number in UDUNITS.
+NATS = "nats"
+
+
+def cf_attrs(long_name: str, units: str, dtype) -> dict[str, str]:
+    """The CF ``long_name`` / ``units`` attributes of a variable of this dtype described as
+    (``long_name``, ``units``): a valid UDUNITS string, or no ``units`` at all (text, and
+    quantities in the data's own units, :data:`DATA_UNITS`, with a ``comment`` instead)."""
+    if getattr(dtype, "kind", "f") in "OUSb" or not units:  # text, flags: no units
+        return {"long_name": long_name}
+    if units in DATA_UNITS:
+        return {"long_name": long_name,
+                "comment": f"in {units} (the dataset's own, not recorded)"}
+    if units == NATS:
+        return {"long_name": f"{long_name} (nats)", "units": "1"}
+    return {"long_name": long_name, "units": units}
+
+
 def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` with ``long_name`` and ``units`` attrs on every variable and coordinate."""
+    """``ds`` with CF ``long_name`` and ``units`` attrs on every variable and coordinate
+    (:func:`cf_attrs`: units valid for UDUNITS, or absent where they cannot be)."""
     for name in ds.variables:
         try:
             long_name, units = describe(str(name))
@@ -121,22 +144,22 @@ def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
             if name != traced and "step" not in ds.get(traced, xr.DataArray()).dims:
                 long_name = long_name.removeprefix("final ")  # a per-job quantity only
         except KeyError:  # undescribed (the contract tests prevent it): say so, never guess
-            ds[name].attrs.update(long_name=str(name), units="not described")
+            ds[name].attrs.update(long_name=f"{name} (not described)")
             continue
-        ds[name].attrs.update(long_name=long_name, units=units)
+        ds[name].attrs.update(cf_attrs(long_name, units, ds[name].dtype))
     return ds
 
 
 def _described(name: str, ds: xr.Dataset | None) -> tuple[str, str] | None:
-    """The ``long_name``/``units`` attrs of ``ds[name]`` where they exist, else the table's."""
-    if ds is not None and name in ds.variables:
-        attrs = ds[name].attrs
-        if "long_name" in attrs and "units" in attrs:
-            return str(attrs["long_name"]), str(attrs["units"])
+    """(long name, unit label) of ``name``: the table's (:func:`describe`; its labels, such as
+    ``target units``, make axis labels), else ``ds[name]``'s ``long_name``/``units`` attrs."""
     try:
         return describe(name)
     except KeyError:
-        return None
+        pass
+    if ds is not None and name in ds.variables and "long_name" in ds[name].attrs:
+        return str(ds[name].attrs["long_name"]), str(ds[name].attrs.get("units", "1"))
+    return None
 
 
 def long_name(name: str, ds: xr.Dataset | None = None) -> str:
