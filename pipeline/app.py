@@ -68,12 +68,20 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
     start without it."""
     from algorithms.errors import InputError
     from pipeline.cluster.here import ClusterFitError, worker_name
+    from pipeline.job.log import job_log
     from pipeline.job.run import run_job
+    from pipeline.job.summary import outcome_text
     from pipeline.results.job_file import JOB_FILE
 
     try:
-        outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
-                                                          "pid": os.getpid()})
+        with job_log(output_dir) as log:  # <output_dir>/pipeline.log (pipeline.job.log)
+            log.info("job %s on %s: algorithm=%s dataset=%s lam=%s kappa=%s seed=%s",
+                     output_dir.name, worker_name() or "this process",
+                     config["algorithm"]["name"], config["dataset"]["name"], config["lam"],
+                     config["kappa"], config["seed"])
+            outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
+                                                              "pid": os.getpid()})
+            log.info("finished:\n%s", outcome_text(outcome))
     except InputError as err:
         if not one_job:
             raise

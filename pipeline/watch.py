@@ -22,6 +22,7 @@ nanny (:func:`signal_cause`, used by :mod:`pipeline.sweep.schedule`).
 from __future__ import annotations
 
 import ctypes
+import logging
 import mmap
 import os
 import signal
@@ -29,6 +30,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+_JOB_LOG = logging.getLogger("pipeline.job")  # pipeline.job.log's logger (stdlib only here)
 _PAGE = 4096
 _shared: mmap.mmap | None = None  # set in a watched child: what it is doing, NUL-terminated
 
@@ -38,7 +40,10 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def announce(doing: str) -> None:
     """Record what this process is doing (e.g. ``the exact fit on kin40k at n_train=36000``),
-    for the watcher's message if the process is killed; a no-op when nothing watches."""
+    for the watcher's message if the process is killed (a no-op when nothing watches), and in
+    the job's log (:mod:`pipeline.job.log`; nothing when no job log is open)."""
+    if _JOB_LOG.handlers:
+        _JOB_LOG.info(doing)
     if _shared is None:
         return
     data = doing.encode("utf-8", "replace")[: _PAGE - 1]

@@ -115,6 +115,19 @@ def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
     assert failed["status"].item() == "failed" and "larger lam" in failed["error"].item()
     ok = ds.sel(lam=0.1)
     assert ok["status"].item() == "ok" and np.isfinite(ok["final_test_rmse"].item())
+    # each job directory holds what Hydra users expect: .hydra/, its overrides, its own log
+    for point, status in ((failed, "failed"), (ok, "ok")):
+        job_dir = results_path(proc).parent / "jobs" / str(point["job_hash"].item())
+        hydra_dir = job_dir / ".hydra"
+        assert {p.name for p in hydra_dir.iterdir()} == {"config.yaml", "hydra.yaml",
+                                                          "overrides.yaml"}
+        assert f"lam={point['lam'].item():g}" in (hydra_dir / "overrides.yaml").read_text()
+        log = (job_dir / "pipeline.log").read_text()
+        assert f"job {job_dir.name} on " in log and "the exact fit on sine1d" in log
+        if status == "ok":
+            assert "finished:\nexact on sine1d" in log and "test RMSE" in log
+        else:  # the traceback the sweep's one line leaves out
+            assert "[ERROR] - the job failed: InputError" in log and "Traceback" in log
 
 
 def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):

@@ -88,6 +88,7 @@ class JobOutcome:
     config: dict
     config_hash: str
     result_path: Path
+    attrs: dict  # the result file's job attrs (n_train, n_test, d, worker, …)
 
 
 def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = None
@@ -115,8 +116,10 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
     job = f"the {spec.name} job on {config['dataset']['name']}"
     announce(f"{job}, reading its dataset")  # named if a signal kills the process (watch.py)
     store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
-    announce(f"{job}, learning its hyperparameters")
-    hyper = learned(config, store) if hyper_options(config) is not None else None
+    hyper = None
+    if hyper_options(config) is not None:
+        announce(f"{job}, learning its hyperparameters")
+        hyper = learned(config, store)
     if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.job.hyper)
         kernel, lam = hyper.kernel, hyper.lam
     with kernel_blocks(config, store, kernel) as blocks:
@@ -146,7 +149,7 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
     path = write_job_result(result, config, result_path, attrs,
                             hyper.variables() if hyper is not None else None)
-    return JobOutcome(result, dict(config), job_hash, path)
+    return JobOutcome(result, dict(config), job_hash, path, attrs)
 
 
 def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: Kernel,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from algorithms.registry import get
 from pipeline.job.hyper import bound_warning
@@ -104,6 +105,19 @@ def job_warnings(result_path: str | Path) -> list[str]:
     summary = load_job_result(result_path).attrs.get("summary", {})
     line = bound_warning(summary.get("hyper_at_bound", ""))
     return [line] if line else []
+
+
+def outcome_text(outcome) -> str:
+    """The one screen of :func:`summary_text` for a job just run (a
+    :class:`pipeline.job.run.JobOutcome`), from the result in memory: a fit's screen needs
+    none of its arrays (a learning curve's is read back from its file)."""
+    result = outcome.result
+    if result.kind != "fit":
+        return summary_text(outcome.result_path)
+    ds = SimpleNamespace(attrs={**outcome.attrs, "algorithm": result.algorithm,
+                                "config": outcome.config, "summary": dict(result.summary),
+                                "not_applicable": dict(result.not_applicable)})
+    return f"{fit_text(ds)}\nresult: {outcome.result_path}"
 
 
 def summary_text(result_path: str | Path) -> str:
