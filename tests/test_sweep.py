@@ -40,7 +40,8 @@ def run_ids(sweep_dir: Path) -> dict[str, str]:
 def test_grid_sweep_resume_and_report(tmp_path, in_process):
     first = sweep(tmp_path, *GRID)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "dask dashboard: http" in first.stdout and "% Completed" in first.stdout
+    assert "dask dashboard: http" in first.stdout and "jobs: 20/20 (100%)" in first.stdout
+    assert "\r" not in first.stdout  # not a terminal: plain progress lines (sweep.progress)
     # exact ignores κ and the seed: 2 lam × 2 widths; sgma: 2 × 2 κ × 2 seeds × 2 widths
     assert "32 sweep points, 20 distinct jobs: 0 already finished, 20 run, 0 failed" \
         in first.stdout

@@ -33,6 +33,7 @@ from pipeline.results.job_file import (
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.directory import OUT_OF_SPACE, RERUN, OutOfSpace
 from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
+from pipeline.sweep.progress import Progress
 from pipeline.sweep.quiet_workers import (
     LOG_FILE,
     DaskLogToFile,
@@ -250,23 +251,6 @@ class Batches:
 
 
 TASK_SECONDS = 0.5  # a batch's target duration: Dask's ~ms per task is then a fraction of 1 %
-
-
-class Progress:
-    """A text bar over the jobs, advanced as batches finish (or fail) on the client's side."""
-
-    def __init__(self, n: int, width: int = 40) -> None:
-        self.n, self.done, self.width, self.start = n, 0, width, time.perf_counter()
-
-    def advance(self, k: int) -> None:
-        self.done += k
-        filled = self.width * self.done // self.n
-        print(f"\r[{'#' * filled}{' ' * (self.width - filled)}] | "
-              f"{100 * self.done // self.n:3d}% Completed | "
-              f"{time.perf_counter() - self.start:.1f}s", end="", flush=True)
-
-    def close(self) -> None:
-        print(flush=True)
 
 
 def _hyper_key(job: PlannedJob) -> str | None:
