@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -68,9 +69,11 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
     start without it."""
     from algorithms.errors import InputError
     from pipeline.cluster.here import ClusterFitError, worker_name
+    from pipeline.job.deadline import JobTimedOut, deadline
     from pipeline.job.log import job_log
     from pipeline.job.run import run_job
     from pipeline.job.summary import outcome_text
+    from pipeline.job.validate import check_job_timeout
     from pipeline.results.job_file import JOB_FILE
 
     try:
@@ -79,9 +82,15 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
                      output_dir.name, worker_name() or "this process",
                      config["algorithm"]["name"], config["dataset"]["name"], config["lam"],
                      config["kappa"], config["seed"])
-            outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
-                                                              "pid": os.getpid()})
+            timeout = check_job_timeout(config.get("job_timeout"))
+            with deadline(timeout, partial(_stuck, config, output_dir, one_job)):
+                outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
+                                                                  "pid": os.getpid()})
             log.info("finished:\n%s", outcome_text(outcome))
+    except JobTimedOut as err:
+        if not one_job:
+            raise
+        return {"status": "failed", "error": str(err)}
     except InputError as err:
         if not one_job:
             raise
@@ -92,6 +101,27 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
         return {"status": "failed", "error": str(err)}
     return {"status": "ok", "config_hash": outcome.config_hash,
             "result": str(outcome.result_path)}
+
+
+def _stuck(config: dict, output_dir: Path, one_job: bool, message: str) -> None:
+    """A job past its timeout stuck in a native call (:mod:`pipeline.job.deadline`): a single
+    job prints its one line and exits; a sweep's worker records the failure and ends its own
+    process (the nanny starts a fresh worker; the sweep finds the failure on disk)."""
+    import signal
+    import sys
+
+    from pipeline.cluster.here import worker_name
+    from pipeline.job.identity import config_hash
+    from pipeline.results.job_file import JOB_FILE, write_job_failure
+
+    error = f"JobTimedOut: {message}"
+    if one_job:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        os._exit(1)
+    write_job_failure(config, error, output_dir / JOB_FILE,
+                      {"config_hash": config_hash(config), "worker": worker_name(),
+                       "pid": os.getpid()})
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # what a sweep's worker calls with the job's resolved config when Hydra's run_job would only

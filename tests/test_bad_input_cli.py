@@ -71,6 +71,8 @@ CASES = [
     Case("certificate-tol-negative", (*JOB, "certificate.tol=-1"), ("certificate.tol=-1",)),
     Case("certificate-tol-text", (*JOB, "certificate.tol=abc"), ("certificate.tol='abc'",)),
     Case("certificate-kappa-zero", (*JOB, "certificate.kappa=0"), ("certificate.kappa=0",)),
+    Case("negative-job-timeout", (*JOB, "job_timeout=-1"), ("job_timeout=-1", "job_timeout=600")),
+    Case("sweep-text-job-timeout", (*SWEEP, "job_timeout=soon"), ("job_timeout='soon'",)),
     Case("unknown-blocks", (*JOB, "blocks=everywhere"), ("blocks='everywhere'", "cluster")),
     Case("cluster-blocks-undeclared", (*JOB, "algorithm=exact", "blocks=cluster"),
          ("algorithm exact does not run with blocks=cluster", "sgma")),

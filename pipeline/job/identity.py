@@ -27,7 +27,7 @@ LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report
 
 
 # How a job runs, not what it computes (BLAS threads change results by round-off only)
-EXECUTION_KEYS = ("threads", "dry_run", "blocks")
+EXECUTION_KEYS = ("threads", "dry_run", "blocks", "job_timeout")
 
 
 # Modules whose code computes every result beside the algorithm's own module: the evaluator, the

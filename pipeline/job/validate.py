@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -109,6 +110,7 @@ def check_config(config: Mapping, available: float | None = None
     validate(CERTIFICATE_OPTIONS, config["certificate"], owner="the certificate",
              prefix="certificate.")
     check_threads(config["threads"])
+    check_job_timeout(config.get("job_timeout"))
     check_blocks(config["blocks"], spec)
     profile = config["profile_memory"]
     if not isinstance(profile, bool):
@@ -147,6 +149,17 @@ def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
                          f"{dataset['name']} is a {task} set; pass a {spec.task} dataset "
                          f"({', '.join(datasets[:6])}) or a {task} algorithm "
                          f"({', '.join(algorithms[:6])})")
+
+
+def check_job_timeout(seconds: Any) -> float | None:
+    """``job_timeout``: null (no limit) or seconds > 0 (:mod:`pipeline.job.deadline`)."""
+    if seconds is None:
+        return None
+    if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds) or seconds <= 0):
+        raise InputError(f"job_timeout={seconds!r} must be a number of seconds > 0 or null (no "
+                         "limit); pass e.g. job_timeout=600")
+    return float(seconds)
 
 
 def check_threads(threads: Any) -> int | str | None:
