@@ -2,7 +2,9 @@
 report.md (:mod:`pipeline.report.html`), opened in headless Chromium to check that every figure
 renders. Chromium is required (``apt-get install chromium``): without it the test fails."""
 
+import base64
 import html
+import io
 import json
 import os
 import re
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib import image
+from PIL import Image
 
 from pipeline.report.html import markdown_to_html
 from pipeline.results.consolidate import load
@@ -49,21 +52,29 @@ def run_chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_markdown_subset_is_escaped_and_structured(tmp_path):
-    (tmp_path / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x02"
-                                     b"\x00\x00\x00\x03")
+def test_markdown_is_escaped_and_structured(tmp_path):
+    Image.new("RGB", (2, 3)).save(tmp_path / "a.png")
     text = "\n".join(["# Sweep `x<y>`", "", "first line & more", "second", "",
                       "| a | b |", "|---|---:|", "| <b>1</b> | `2` |", "",
-                      "- one <i>", "- two", "", "![a](a.png)", "![gone](gone.png)"])
+                      "- one <i>", "- two", "", "![a](a.png)", "![gone](gone.png)", "",
+                      "inline ![a](a.png) image"])
     out = markdown_to_html(text, tmp_path)
     assert "<h1>Sweep <code>x&lt;y&gt;</code></h1>" in out
     assert "<p>first line &amp; more\nsecond</p>" in out
-    assert "<thead><tr><th>a</th><th style=\"text-align: right\">b</th></tr></thead>" in out
+    # markdown-it-py's table markup: a row per line, alignment as an inline style
+    assert ('<div class="table-wrap">\n<table>\n<thead>\n<tr>\n<th>a</th>\n'
+            '<th style="text-align:right">b</th>\n</tr>\n</thead>') in out
     assert "<td>&lt;b&gt;1&lt;/b&gt;</td>" in out and "<code>2</code></td>" in out
+    assert "</table>\n</div>" in out
     assert "<li>one &lt;i&gt;</li>\n<li>two</li>" in out
-    assert 'alt="a" width="2" height="3"' in out and "data:image/png;base64," in out
-    assert 'class="missing">figure gone.png could not be read' in out
-    assert "<b>" not in out and "<i>" not in out
+    figure = re.search(r'<figure id="a"><img src="data:image/png;base64,([^"]+)" alt="a" '
+                       r'width="2" height="3"><figcaption>a</figcaption></figure>', out)
+    assert figure and Image.open(io.BytesIO(base64.b64decode(figure[1]))).size == (2, 3)
+    assert '<p class="missing">figure gone.png could not be read' in out
+    # an image inside text stays inline: no figure (a block) inside a paragraph
+    assert re.search(r'<p>inline <img src="data:image/png;base64,[^"]+" alt="a" width="2" '
+                     r'height="3"> image</p>', out)
+    assert "<b>" not in out and "<i>" not in out and out.count("<figure") == 1
 
 
 def test_report_html_renders_in_chromium(seed_dir, tmp_path):
