@@ -7,7 +7,9 @@ reads their sizes). After the report's
 body come the sweep's composed configuration (YAML), its swept keys and the environment it ran
 in (package versions, git sha, host, workers, BLAS threads and CPU model of the jobs, phase
 timings, the results path). The file needs nothing else: no image files, no scripts, no web
-fonts, no network; mail it or open it offline in any browser.
+fonts, no network; mail it or open it offline in any browser. Its navigation bar links to
+``report_interactive.html`` beside it (:mod:`pipeline.report.interactive`): the scripts of the
+interactive page (1.7 MB of BokehJS) stay out of this one.
 """
 
 from __future__ import annotations
@@ -71,10 +73,12 @@ def html_path(report_md: Path) -> Path:
     return Path(report_md).with_name("report.html")
 
 
-def write_html(report_md: Path, ds: xr.Dataset, results_path: Path) -> Path:
+def write_html(report_md: Path, ds: xr.Dataset, results_path: Path,
+               interactive: Path | None = None) -> Path:
     """Write ``report.html`` beside ``report_md`` (the report of the sweep ``ds`` loaded from
     ``results_path``) and return its path. Figures the markdown names are read from the
-    directory of ``report_md``."""
+    directory of ``report_md``; ``interactive`` (a page in the same directory) is linked from
+    the navigation bar."""
     report_md = Path(report_md)
     body = markdown_to_html(report_md.read_text(), report_md.parent)
     sweep = str(ds.attrs.get("sweep", ""))
@@ -86,6 +90,9 @@ def write_html(report_md: Path, ds: xr.Dataset, results_path: Path) -> Path:
     ]
     nav = " ".join(f'<a href="#{anchor}">{html.escape(title or "Report")}</a>'
                    for anchor, title, _ in sections)
+    if interactive is not None:
+        nav += (f' <a href="{html.escape(Path(interactive).name, quote=True)}">Interactive '
+                "traces</a> (a page beside this file)")
     parts = [f'<nav>{nav}</nav>']
     for anchor, title, content in sections:
         heading = f"<h2>{html.escape(title)}</h2>\n" if title else ""
