@@ -200,12 +200,31 @@ const record = async name => {
     .filter(r => r.glyph.constructor.__name__ === "Line")
     .map(r => [r.data_source.data.algorithm[0], r.data_source.data.dataset[0], r.visible])});
 };
+const hover = async () => {  // the pointer on the middle point of the first tab's first series
+  const views = [];
+  const walk = v => { views.push(v); for (const c of v.children ? v.children() : []) walk(c); };
+  [...Bokeh.index].forEach(walk);
+  const plot = views.find(v => v.constructor.__name__ === "FigureView");
+  const marks = plot.model.renderers.find(r => r.glyph.constructor.__name__ === "Scatter");
+  const d = marks.data_source.data, i = Math.floor(d.x.length / 2);
+  const events = plot.canvas_view.events_el, box = events.getBoundingClientRect();
+  const at = {clientX: box.left + plot.frame.x_scale.compute(d.x[i]), bubbles: true,
+              clientY: box.top + plot.frame.y_scale.compute(d.value[i]), composed: true,
+              pointerType: "mouse", isPrimary: true};
+  for (const type of ["pointerenter", "pointermove"])
+    events.dispatchEvent(new PointerEvent(type, at));
+  await sleep(300);
+  const tip = deep(document).find(e => e.classList && e.classList.contains("bk-tooltip-content"));
+  result.hover = {point: [d.algorithm[i], d.dataset[i], d.step[i]], text: tip && tip.textContent};
+  events.dispatchEvent(new PointerEvent("pointerleave", at));
+};
 async function run() {
   for (let i = 0; i < 200 && document.body.dataset.bokehStatus !== "rendered"; i++) await sleep(50);
   result.status = document.body.dataset.bokehStatus;
   result.labels = deep(document).filter(e => e.tagName === "LABEL").map(e => e.textContent.trim());
   result.tabs = models("TabPanel").map(t => t.title);
   await record("all");
+  await hover();
   for (const [name, text] of STEPS) { click(text); await record(name); }
   click("seconds"); await sleep(300);
   result.x_labels = models("Figure").map(p => p.below[0].axis_label);
@@ -257,6 +276,12 @@ def test_interactive_page_selects_series_in_chromium(seed_dir, tmp_path):
     assert state["status"] == "rendered", state
     assert state["labels"] == [*datasets, *algorithms], state["labels"]
     assert state["tabs"][:3] == ["gap", "test_rmse", "test_nlpd"], state["tabs"]
+    # hovering a point shows its algorithm, dataset, setting, step and value (mean over seeds)
+    algorithm, dataset, step = state["hover"]["point"]
+    value = float(both["gap"].sel(algorithm=algorithm, dataset=dataset, step=step).mean())
+    assert " ".join((state["hover"]["text"] or "").split()).startswith(
+        f"algorithm: {algorithm} dataset: {dataset} setting: — step: {step} seconds: "), state
+    assert state["hover"]["text"].rstrip().endswith(f"gap: {value:.6g}"), state["hover"]
     all_, hidden, shown, no_dataset = state["steps"]
     n_series = len({(a, d) for a, d, _ in all_["lines"]})
     assert all(visible for *_, visible in all_["lines"]) and all_["shown"] == str(n_series)
