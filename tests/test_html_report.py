@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from bokeh.models import Div, LinearScale, LogScale, TabPanel
 from matplotlib import image
 from PIL import Image
 
 from pipeline.report.html import markdown_to_html
-from pipeline.report.interactive import write_interactive
+from pipeline.report.interactive import build_document, trace_metrics, write_interactive
 from pipeline.results.consolidate import load
 from pipeline.results.variables import axis_label
 
@@ -296,3 +297,15 @@ def test_interactive_page_selects_series_in_chromium(seed_dir, tmp_path):
     assert state["x_is_seconds"], state
     assert state["x_labels"] == [axis_label("seconds", both)] * len(state["tabs"]), state
     print(f"chromium: {time.monotonic() - started:.1f} s")
+
+    # the gap spans decades (log axis; the direct solve's round-off gap of -1e-16 left out),
+    # the test RMSE does not; failed jobs draw nothing
+    panels = {panel.title: panel.child for panel in
+              build_document(both, trace_metrics(both), "t").select({"type": TabPanel})}
+    assert isinstance(panels["gap"].y_scale, LogScale), panels
+    assert isinstance(panels["test_rmse"].y_scale, LinearScale)
+    assert len(panels["gap"].renderers) == 2 * 2  # sgma's line and markers, two datasets
+    failed = both.assign(status=both["status"].where(False, "failed"))
+    empty = build_document(failed, trace_metrics(failed), "t")
+    assert not list(empty.select({"type": TabPanel}))
+    assert any("nothing to draw" in div.text for div in empty.select({"type": Div}))

@@ -111,8 +111,10 @@ def _point_selection(ds: xr.Dataset, point: dict, dataset) -> xr.Dataset:
     return ds.sel(sel)
 
 
-def _mean_runs(values: xr.DataArray, n_steps: int) -> np.ndarray:
-    runs = np.asarray(values.values, dtype=float).reshape(-1, n_steps)
+def _mean_runs(values: xr.DataArray, ok: xr.DataArray) -> np.ndarray:
+    """The mean over the jobs that finished ok (``ok``) at every step."""
+    values = values.where(ok).transpose(..., "step")
+    runs = np.asarray(values.values, dtype=float).reshape(-1, values.sizes["step"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a step no run reached: NaN
         return np.nanmean(runs, axis=0)
@@ -124,17 +126,19 @@ def _series(ds: xr.Dataset, metrics: list[str]) -> list[dict]:
     step = ds["step"].values
     has_seconds = "seconds" in ds and "step" in ds["seconds"].dims
     points = settings(ds)
+    needed = ds[list(dict.fromkeys([*metrics, "status", "job_hash"]
+                                   + (["seconds"] if has_seconds else [])))]
+    needed.attrs = ds.attrs
     out = []
     for dataset, (index, point) in itertools.product(ds["dataset"].values.tolist(),
                                                      enumerate(points)):
-        sub = _point_selection(ds, point, dataset)
-        sub = sub.where(sub["status"] == "ok")
-        seconds = _mean_runs(sub["seconds"], len(step)) if has_seconds else np.full(
-            len(step), np.nan)
+        sub = _point_selection(needed, point, dataset)
+        ok = sub["status"] == "ok"
+        seconds = _mean_runs(sub["seconds"], ok) if has_seconds else np.full(len(step), np.nan)
         setting = " ".join(f"{dim}={value}" for dim, value in point.items()
                            if dim != "algorithm" and ds.sizes[dim] > 1) or "—"
         for metric in metrics:
-            value = _mean_runs(sub[metric], len(step))
+            value = _mean_runs(sub[metric], ok)
             ok = np.isfinite(value)
             if ok.any():
                 out.append({"dataset": str(dataset), "algorithm": str(point["algorithm"]),
