@@ -31,7 +31,10 @@ An experiment config may define ``report``:
 The table gives, per setting, mean ± sd over distinct jobs of the final basis size, gap, test
 RMSE and job time (plus the extras), and the job status counts. Everything is written beside
 the figures in ``report.md``, and again, with the figures embedded and the sweep's config and
-environment appended, in one self-contained ``report.html`` (:mod:`pipeline.report.html`).
+environment appended, in one self-contained ``report.html`` (:mod:`pipeline.report.html`),
+which links to ``report_interactive.html``: the traces as one offline Bokeh page where series
+are picked by dataset and algorithm and hovering shows their values
+(:mod:`pipeline.report.interactive`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pipeline.command import OneLineParser, fail  # noqa: E402
 from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
 from pipeline.report.html import html_path, write_html
+from pipeline.report.interactive import interactive_path, write_interactive
 from pipeline.report.scaling import scaling_figure, scaling_table
 from pipeline.report.tables import (
     at_bound,
@@ -111,8 +115,9 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     report_cfg = ds.attrs["config"].get("report") or {}
     ds.attrs["average_over"] = tuple(report_cfg.get("average_over", ()))
+    specs = report_cfg.get("figures", DEFAULT_FIGURES)
     figures = [metric_figure(ds, spec, out_dir, f"fig{i}_{spec['metric']}")
-               for i, spec in enumerate(report_cfg.get("figures", DEFAULT_FIGURES), start=1)]
+               for i, spec in enumerate(specs, start=1)]
     table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
     lines = [f"# Sweep `{ds.attrs['sweep']}`", "",
              f"results: `{path}` (git {ds.attrs['git_sha'][:12]}, swept: "
@@ -140,7 +145,9 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines) + "\n")
-    write_html(report, ds, path)
+    interactive = write_interactive(ds, out_dir, [spec["metric"] for spec in specs
+                                                  if "x" not in spec and "against" not in spec])
+    write_html(report, ds, path, interactive)
     return report
 
 
@@ -171,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report.read_text())
     print(f"report: {report}")
     print(f"html: {html_path(report)}")
+    print(f"interactive: {interactive_path(report.parent)}")
     return 0
 
 

@@ -1,38 +1,32 @@
 """One self-contained ``report.html`` beside a sweep's ``report.md``.
 
 The page is built from the text of ``report.md`` (:func:`pipeline.report._write_report`), so
-the two never diverge: its headings, paragraphs, pipe tables, list lines and ``![stem](file)``
-figure lines become HTML, the figures embedded as base64 ``data:`` URIs. After the report's
+the two never diverge: markdown-it-py converts it (CommonMark with pipe tables; raw HTML in the
+text is escaped), its ``![stem](file)`` figure lines embedded as base64 ``data:`` URIs (Pillow
+reads their sizes). After the report's
 body come the sweep's composed configuration (YAML), its swept keys and the environment it ran
 in (package versions, git sha, host, workers, BLAS threads and CPU model of the jobs, phase
 timings, the results path). The file needs nothing else: no image files, no scripts, no web
-fonts, no network; mail it or open it offline in any browser.
-
-The markdown is converted by hand (:func:`markdown_to_html`) rather than with a template
-engine: the subset ``report.md`` uses is small and fixed (a heading, paragraphs, pipe tables,
-``-`` lists, image lines and inline code), every piece of text goes through
-:func:`html.escape`, and Jinja2, though installed here, is not a dependency of the package:
-adding one for a single page of a few dozen lines of markup was not worth it.
+fonts, no network; mail it or open it offline in any browser. Its navigation bar links to
+``report_interactive.html`` beside it (:mod:`pipeline.report.interactive`): the scripts of the
+interactive page (1.7 MB of BokehJS) stay out of this one.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import io
 import json
 import mimetypes
-import re
-import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from markdown_it import MarkdownIt
+from PIL import Image
 
-_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)")
-_HEADING = re.compile(r"(?P<level>#{1,6})\s+(?P<text>.*)")
-_RULE_CELL = re.compile(r":?-{3,}:?")
-_CODE = re.compile(r"`([^`]+)`")
 NOT_RECORDED = "not recorded"
 
 CSS = """
@@ -79,10 +73,12 @@ def html_path(report_md: Path) -> Path:
     return Path(report_md).with_name("report.html")
 
 
-def write_html(report_md: Path, ds: xr.Dataset, results_path: Path) -> Path:
+def write_html(report_md: Path, ds: xr.Dataset, results_path: Path,
+               interactive: Path | None = None) -> Path:
     """Write ``report.html`` beside ``report_md`` (the report of the sweep ``ds`` loaded from
     ``results_path``) and return its path. Figures the markdown names are read from the
-    directory of ``report_md``."""
+    directory of ``report_md``; ``interactive`` (a page in the same directory) is linked from
+    the navigation bar."""
     report_md = Path(report_md)
     body = markdown_to_html(report_md.read_text(), report_md.parent)
     sweep = str(ds.attrs.get("sweep", ""))
@@ -94,6 +90,9 @@ def write_html(report_md: Path, ds: xr.Dataset, results_path: Path) -> Path:
     ]
     nav = " ".join(f'<a href="#{anchor}">{html.escape(title or "Report")}</a>'
                    for anchor, title, _ in sections)
+    if interactive is not None:
+        nav += (f' <a href="{html.escape(Path(interactive).name, quote=True)}">Interactive '
+                "traces</a> (a page beside this file)")
     parts = [f'<nav>{nav}</nav>']
     for anchor, title, content in sections:
         heading = f"<h2>{html.escape(title)}</h2>\n" if title else ""
@@ -120,119 +119,58 @@ def write_html(report_md: Path, ds: xr.Dataset, results_path: Path) -> Path:
     return out
 
 
-# --- the markdown subset of report.md ----------------------------------------------------------
+# --- report.md as HTML -------------------------------------------------------------------------
+
+
+def _markdown() -> MarkdownIt:
+    """CommonMark with pipe tables; raw HTML in the text is escaped, not passed through."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.add_render_rule("table_open", lambda *_: '<div class="table-wrap">\n<table>\n')
+    md.add_render_rule("table_close", lambda *_: "</table>\n</div>\n")
+    md.add_render_rule("image", _image)
+    return md
 
 
 def markdown_to_html(text: str, base_dir: Path) -> str:
-    """HTML for the markdown subset ``report.md`` is written in: ``#`` headings, paragraphs,
-    pipe tables (a ``|---|`` rule after the header row), ``- `` list lines, ``![alt](file)``
-    image lines (the file, relative to ``base_dir``, embedded as a data URI) and inline
-    code. All text is escaped."""
-    out = []
-    for kind, lines in _blocks(text.splitlines()):
-        if kind == "heading":
-            match = _HEADING.fullmatch(lines[0])
-            level = len(match["level"])
-            out.append(f"<h{level}>{_inline(match['text'])}</h{level}>")
-        elif kind == "table":
-            out.append(_table(lines))
-        elif kind == "list":
-            items = "\n".join(f"<li>{_inline(line[2:])}</li>" for line in lines)
-            out.append(f"<ul>\n{items}\n</ul>")
-        elif kind == "image":
-            out += [_figure(_IMAGE.fullmatch(line), base_dir) for line in lines]
-        else:
-            out.append("<p>" + "\n".join(_inline(line) for line in lines) + "</p>")
-    return "\n".join(out)
+    """HTML of the markdown ``text`` (markdown-it-py: CommonMark and pipe tables, all text
+    escaped). Images are embedded as data URIs, read relative to ``base_dir``; a paragraph of
+    nothing but images becomes one ``<figure>`` per image."""
+    md = _markdown()
+    tokens = md.parse(text)
+    for i, token in enumerate(tokens[:-2]):
+        inline = tokens[i + 1]
+        if token.type == "paragraph_open" and inline.children and all(
+                child.type in ("image", "softbreak") for child in inline.children):
+            token.hidden = tokens[i + 2].hidden = True
+            for child in inline.children:
+                child.meta["figure"] = True
+    return md.renderer.render(tokens, md.options, {"base_dir": Path(base_dir)})
 
 
-def _kind(line: str) -> str:
-    stripped = line.strip()
-    if not stripped:
-        return "blank"
-    if _HEADING.fullmatch(stripped):
-        return "heading"
-    if stripped.startswith("|"):
-        return "table"
-    if stripped.startswith("- "):
-        return "list"
-    if _IMAGE.fullmatch(stripped):
-        return "image"
-    return "text"
-
-
-def _blocks(lines: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
-    """Runs of consecutive lines of one kind (a heading is a block of its own)."""
-    kind, block = "blank", []
-    for line in lines:
-        this = _kind(line)
-        if this != kind or this == "heading":
-            if kind != "blank":
-                yield kind, block
-            kind, block = this, []
-        if this != "blank":
-            block.append(line.strip())
-    if kind != "blank":
-        yield kind, block
-
-
-def _inline(text: str) -> str:
-    return _CODE.sub(r"<code>\1</code>", html.escape(text))
-
-
-def _cells(row: str) -> list[str]:
-    row = row.strip()
-    row = row[1:] if row.startswith("|") else row
-    row = row[:-1] if row.endswith("|") else row
-    return [cell.strip() for cell in row.split("|")]
-
-
-def _table(rows: list[str]) -> str:
-    """A ``<table>`` (in a horizontally scrolling box) from markdown pipe-table rows."""
-    cells = [_cells(row) for row in rows]
-    header, align = None, []
-    if len(cells) > 1 and all(_RULE_CELL.fullmatch(c) for c in cells[1]):
-        header, align, cells = cells[0], cells[1], cells[2:]
-
-    def style(i: int) -> str:
-        rule = align[i] if i < len(align) else ""
-        side = ("center" if rule.startswith(":") and rule.endswith(":")
-                else "right" if rule.endswith(":") else "")
-        return f' style="text-align: {side}"' if side else ""
-
-    parts = ['<div class="table-wrap">', "<table>"]
-    if header is not None:
-        heads = "".join(f"<th{style(i)}>{_inline(c)}</th>" for i, c in enumerate(header))
-        parts.append(f"<thead><tr>{heads}</tr></thead>")
-    parts.append("<tbody>")
-    for row in cells:
-        parts.append("<tr>" + "".join(f"<td{style(i)}>{_inline(c)}</td>"
-                                      for i, c in enumerate(row)) + "</tr>")
-    parts += ["</tbody>", "</table>", "</div>"]
-    return "\n".join(parts)
-
-
-def _png_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a PNG's IHDR chunk, or None when ``data`` is no PNG."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        return None
-    return struct.unpack(">II", data[16:24])
-
-
-def _figure(match: re.Match, base_dir: Path) -> str:
-    alt, src = match["alt"], match["src"]
-    path = base_dir / src
+def _image(renderer, tokens, idx, options, env) -> str:
+    """An ``<img>`` (in a ``<figure>`` where its paragraph held only images) with the file's
+    bytes as a data URI, or a note that the file could not be read."""
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    alt = renderer.renderInlineAsText(token.children or [], options, env)
+    path = env["base_dir"] / src
     try:
         data = path.read_bytes()
     except OSError as err:
-        return (f'<p class="missing">figure {html.escape(src)} could not be read: '
-                f"{html.escape(err.strerror or str(err))}</p>")
+        tag = "p" if token.meta.get("figure") else "span"
+        return (f'<{tag} class="missing">figure {html.escape(src)} could not be read: '
+                f"{html.escape(err.strerror or str(err))}</{tag}>")
     mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    size = _png_size(data)
-    dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
+    try:
+        with Image.open(io.BytesIO(data)) as picture:
+            dims = ' width="{}" height="{}"'.format(*picture.size)
+    except (OSError, ValueError):  # not an image Pillow reads: the browser sizes it
+        dims = ""
     uri = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-    return (f'<figure id="{html.escape(Path(src).stem, quote=True)}">'
-            f'<img src="{uri}" alt="{html.escape(alt, quote=True)}"{dims}>'
+    img = f'<img src="{uri}" alt="{html.escape(alt, quote=True)}"{dims}>'
+    if not token.meta.get("figure"):
+        return img
+    return (f'<figure id="{html.escape(Path(src).stem, quote=True)}">{img}'
             f"<figcaption>{html.escape(alt)}</figcaption></figure>")
 
 
