@@ -91,7 +91,7 @@ def test_two_concurrent_sweeps_fit_every_job_once(tmp_path):
     assert counts(out_a)[1] + counts(out_b)[1] == 8
     ds = load(tmp_path / "outputs/shared/results.zarr")
     assert set(ds["status"].values.ravel().tolist()) == {"ok"}
-    assert not list((tmp_path / "outputs/shared/jobs").glob("*/claim.json*"))
+    assert not list((tmp_path / "outputs/shared/jobs").glob("*/claim.lock*"))
 
 
 def _wait_for_results(jobs_dir: Path, n: int, proc: subprocess.Popen, timeout: float = 300):
