@@ -182,6 +182,7 @@ class _Drawn:
         self.means: list[tuple[object, str, np.ndarray, np.ndarray]] = []
 
     def skip(self, label: str, reason: str) -> None:
+        self.runs.pop(label, None)
         self.missing.setdefault(reason, [])
         if label not in self.missing[reason]:
             self.missing[reason].append(label)
@@ -237,7 +238,8 @@ def _runs_text(runs: dict[str, int], ds: xr.Dataset) -> str:
     notes = [f"{'one run' if n == 1 else f'{n} runs'} of {', '.join(labels)}"
              for n, labels in sorted(fewer.items())]
     if notes:
-        text += f" ({'; '.join(notes)}: jobs that do not depend on the {over} are run once)"
+        text += f" ({'; '.join(notes)}: a job that does not depend on the {over.rstrip('s')} " \
+                "runs once)"
     return text
 
 

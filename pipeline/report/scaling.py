@@ -26,6 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
 from pipeline.report.style import Figure
+from pipeline.results.variables import symbol
 
 QUANTITIES = {"final_seconds": "training seconds",
               "final_fit_peak_bytes": "training peak memory (bytes)",
@@ -148,11 +149,11 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Figur
                     if len(x) > 1:
                         ax_m.plot(x, y, style, color=colour, ms=4)
         title = QUANTITIES[quantity] + (" (dashed: error bars)" if dashed else "")
-        ax_n.set(xscale="log", yscale="log", xlabel=f"training points ({size})",
-                 title=f"{title}\nagainst n at {basis} = {cfg['at_basis']}")
-        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size ({basis})"
+        ax_n.set(xscale="log", yscale="log", xlabel=f"training points {symbol(size)}",
+                 title=f"{title}\nagainst n at {symbol(basis)} = {cfg['at_basis']}")
+        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size {symbol(basis)}"
                  + (" or CG iterations" if trace_basis and quantity == "final_seconds" else ""),
-                 title=f"{title}\nagainst basis size at {size} = {cfg['at_size']}")
+                 title=f"{title}\nagainst basis size at {symbol(size)} = {cfg['at_size']}")
         _plain_log_ticks(ax_n, ds[size].values)
         if basis in ds.dims:
             low = min(ds[basis].values)
