@@ -301,7 +301,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
     points = [p for p in settings(ds)
               if not spec.get("algorithms") or p["algorithm"] in spec["algorithms"]]
     colours = _palette(len(points))
-    drawn, plotted = _Drawn(), []
+    drawn, plotted, levels = _Drawn(), [], []
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for i, (point, colour) in enumerate(zip(points, colours, strict=True)):
             sub = _select(ds, point, dataset)
@@ -341,14 +341,10 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
             elif np.isfinite(runs).sum(axis=1).max() == 1:
                 # a one-step method (a direct solve): its final value as a dashed level in its
                 # own colour (but a gap of 1e-16 on a log axis is no line)
-                level = np.nanmean(runs)
-                if logy and level <= TINY:
-                    drawn.skip(label, f"one step, ≤ {TINY:g}: zero to round-off, "
-                                      "off the log axis")
-                    continue
-                ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
-                drawn.levels = True
-                plotted.append(np.array([level]))
+                level = float(np.nanmean(runs))
+                levels.append((ax, level, colour, label))  # drawn once the scale is known
+                if level > TINY:
+                    plotted.append(np.array([level]))
                 continue
             else:
                 mean = _draw_runs(ax, xs, runs, colour, label,
@@ -381,7 +377,14 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
         if spec.get("logx"):
             ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
-    if logy or ("logy" not in spec and _auto_log(plotted)):
+    logy = logy or ("logy" not in spec and _auto_log(plotted))
+    for ax, level, colour, label in levels:
+        if logy and level <= TINY:
+            drawn.skip(label, f"one step, ≤ {TINY:g}: zero to round-off, off the log axis")
+            continue
+        ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
+        drawn.levels = True
+    if logy:
         for ax in axes[0]:
             ax.set_yscale("log")
     return _finish(fig, axes, out_dir / f"{name}.png", _caption(spec, ds, drawn))
