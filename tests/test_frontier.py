@@ -42,7 +42,8 @@ def test_budget_table_names_the_best_setting_per_budget_and_the_target():
     text = budget_table(ds, SPEC)
     assert "| d | a (max_basis=8): 0.6 in 3 s | a (max_basis=64): 0.3 in 11 s |" in text
     assert "| b | — (least 6 s) | 0.45 in 6 s |" in text
-    assert "Target: d: final_test_rmse ≤ 0.41 within 60 s: a (max_basis=64) 0.3 in 11 s" in text
+    assert ("Target: d: test root mean squared error [target units] ≤ 0.41 within 60 s: "
+            "a (max_basis=64) 0.3 in 11 s") in text
 
 
 def test_select_keeps_one_split_and_the_points_follow():

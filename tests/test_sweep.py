@@ -79,7 +79,7 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
 
     report = render(path)
     text = report.read_text()
-    assert "| sine1d | sgma lam=0.01 kappa=5 kernel.width=0.1 |" in text
+    assert "| sine1d | sgma (σ² = 0.01, κ = 5, 2ω² = 0.1) | 2 |" in text
     assert (report.parent / "fig1_gap.png").stat().st_size > 5000
 
     # another grid in the same directory is refused, and nothing there changes ...
@@ -99,7 +99,7 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     assert merged["lam"].values.tolist() == [0.01, 0.1, 0.2]
     assert set(np.unique(merged["status"].values)) == {"ok"}
     assert f"report: {report}" in changed.stdout
-    assert "lam=0.2" in report.read_text()
+    assert "σ² = 0.2" in report.read_text()
 
 
 def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):

@@ -142,7 +142,8 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
                   "lower bound or the noise at its upper one is a white-noise model):", "",
                   bounds, ""]
     lines += [overhead_line(ds), ""]
-    lines += [f"![{p.stem}]({p.name})" for p in figures if p is not None]
+    for figure in (f for f in figures if f is not None):  # each with its caption line
+        lines += [f"![{figure.path.stem}]({figure.path.name})", "", figure.caption, ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines) + "\n")
     interactive = write_interactive(ds, out_dir, [spec["metric"] for spec in specs

@@ -5,18 +5,30 @@ swept key, and the accuracy-against-cost frontier.
 from __future__ import annotations
 
 import itertools
-import textwrap
 import warnings
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from pipeline.results.variables import axis_label, long_name
+from pipeline.report.style import (
+    OVERLAP,
+    Figure,
+    _finish,
+    _markevery,
+    _overlaps,
+    _palette,
+    _style,
+    _subplots,
+    _title,
+    _ylabel,
+    math_text,
+    plain_log_ticks,
+)
+from pipeline.results.variables import axis_label, long_name, setting_text, symbol
 
 
 def settings(ds: xr.Dataset) -> list[dict]:
@@ -44,11 +56,10 @@ def settings(ds: xr.Dataset) -> list[dict]:
 
 
 def _label(ds: xr.Dataset, point: dict) -> str:
-    parts = [str(point["algorithm"])]
-    for dim, value in point.items():
-        if dim != "algorithm" and ds.sizes[dim] > 1:
-            parts.append(f"{dim}={value}")
-    return " ".join(parts)
+    """A setting as a reader names it: ``sgma (σ² = 0.1, κ = 10)`` (swept keys by symbol)."""
+    parts = [setting_text(dim, value) for dim, value in point.items()
+             if dim != "algorithm" and ds.sizes[dim] > 1]
+    return f"{point['algorithm']} ({', '.join(parts)})" if parts else str(point["algorithm"])
 
 
 def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
@@ -60,47 +71,49 @@ def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
     return ds.sel(sel)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure | None:
     """A final (per-job) metric against a swept coordinate ``x``, one panel per dataset and one
     line per ``lines`` value, mean over the other dims with a ±1 standard-error band."""
     metric, x, lines = spec["metric"], spec["x"], spec.get("lines")
     if metric not in ds or x not in ds.dims:
         return None
     datasets = ds["dataset"].values.tolist()
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
+    fig, axes = _subplots(len(datasets), 4.4)
     groups = ds[lines].values.tolist() if lines in ds.dims else [None]
     colours = _palette(len(groups))
     coords = ds[x].values
+    averaged, levels, empty, means, bands = set(), [], [], [], False
     for ax, dataset in zip(axes[0], datasets, strict=True):
-        for group, colour in zip(groups, colours, strict=True):
+        for i, (group, colour) in enumerate(zip(groups, colours, strict=True)):
             values, hashes = ds[metric].sel(dataset=dataset), ds["job_hash"].sel(dataset=dataset)
             if group is not None:
                 values, hashes = values.sel({lines: group}), hashes.sel({lines: group})
             other = [d for d in values.dims if d != x]
+            averaged.update((d, values.sizes[d]) for d in other if values.sizes[d] > 1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = values.mean(other, skipna=True).values
                 count = np.isfinite(values).sum(other).values
                 se = values.std(other, skipna=True).values / np.sqrt(np.maximum(count, 1))
             ok = np.isfinite(mean)
+            label = str(group) if lines == "algorithm" else (setting_text(lines, group)
+                                                             if lines else long_name(metric, ds))
             if not ok.any():
+                empty.append(label)
                 continue
-            label = str(group) if lines == "algorithm" else (f"{lines}={group}" if lines
-                                                             else long_name(metric, ds))
+            style = _style(i)
             if bool((hashes == hashes.isel({x: 0})).all()):  # the same jobs at every x: a level
                 ax.axhline(float(np.nanmean(mean)), color=colour, ls="--", lw=1.2, label=label)
+                levels.append(label)
                 continue
-            ax.plot(coords[ok], mean[ok], "o-", color=colour, ms=4, label=label)
-            ax.fill_between(coords[ok], (mean - se)[ok], (mean + se)[ok], color=colour,
-                            alpha=0.2, lw=0)
-        ax.set_xlabel(axis_label(x, ds))
+            ax.plot(coords[ok], mean[ok], color=colour, ls=style["ls"], marker=style["marker"],
+                    ms=5, mfc="none", label=label)
+            means.append((ax, label, coords, np.where(ok, mean, np.nan)))
+            if (count[ok] > 1).any():
+                bands = True
+                ax.fill_between(coords[ok], (mean - se)[ok], (mean + se)[ok], color=colour,
+                                alpha=0.2, lw=0)
+        ax.set_xlabel(math_text(axis_label(x, ds)))
         _ylabel(ax, axis_label(metric, ds))
         _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logx"):
@@ -109,32 +122,35 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path |
             ax.set_xticks(coords, [f"{v:g}" for v in coords])
             ax.minorticks_off()
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir / f"{name}.png")
+    over = " and ".join(f"the {n} seeds" if d == "seed" else f"the {n} values of {symbol(d)}"
+                        for d, n in sorted(averaged))
+    caption = [f"Points: mean over {over}" if over else "Points: one job each"]
+    if bands:
+        caption.append("band: ±1 standard error of that mean")
+    if levels:
+        caption.append(f"dashed level: a setting whose jobs do not depend on {symbol(x)} "
+                       f"({', '.join(dict.fromkeys(levels))})")
+    overlaps = _overlaps(means)
+    if overlaps:
+        caption.append(f"drawn over each other (within {OVERLAP:.0%} of the axis height; "
+                       f"told apart by marker and line style): {'; '.join(overlaps)}")
+    if empty:
+        caption.append(f"no value of {metric}, not drawn: {', '.join(dict.fromkeys(empty))}")
+    return _finish(fig, axes, out_dir / f"{name}.png", "; ".join(caption) + ".")
 
 
-def _marks(ax, sub: xr.Dataset, spec: dict, color) -> None:
+def _marks(ax, sub: xr.Dataset, spec: dict, color) -> bool:
     """Dotted vertical/horizontal lines at a setting's final values named by ``vlines`` and
-    ``hlines`` (e.g. a detaching point and a plateau), mean over its runs."""
+    ``hlines`` (e.g. a detaching point and a plateau), mean over its runs; whether any was
+    drawn."""
+    drawn = False
     for key, draw in (("vlines", ax.axvline), ("hlines", ax.axhline)):
         if spec.get(key) in sub:
             value = sub[spec[key]].values
             if np.isfinite(value).any():
                 draw(float(np.nanmean(value)), color=color, ls=":", lw=1.2)
-
-
-def _palette(n: int) -> list:
-    """n distinct colours: tab10, or tab20 beyond ten lines."""
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
-
-
-def _title(ax, text: str, width: int = 58) -> None:
-    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=10)
-
-
-def _ylabel(ax, text: str, width: int = 45) -> None:
-    ax.set_ylabel("\n".join(textwrap.wrap(text, width)), fontsize=9)
+                drawn = True
+    return drawn
 
 
 STEP_LABEL = "step k (iteration of the fit)"
@@ -153,40 +169,121 @@ def _optimum(ds: xr.Dataset, point: dict, dataset: str) -> float:
     return float(np.nanmin(finals)) if np.isfinite(finals).any() else np.nan
 
 
-MARKERS = "osD^vP*Xh<>p"  # per setting, shown where a line has few points: overlaps stay visible
+TINY = 1e-12  # a one-step value at most this on a log axis: zero to round-off, not drawn
+
+
+class _Drawn:
+    """What a step figure drew, for its caption."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+        self.band = self.tails = self.levels = self.marks = self.single = False
+        self.missing: dict[str, list[str]] = {}
+        self.means: list[tuple[object, str, np.ndarray, np.ndarray]] = []
+
+    def skip(self, label: str, reason: str) -> None:
+        self.runs.pop(label, None)
+        self.missing.setdefault(reason, [])
+        if label not in self.missing[reason]:
+            self.missing[reason].append(label)
 
 
 def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: bool,
-               marker: str = "o") -> None:
+               i: int, n_series: int, drawn: _Drawn) -> np.ndarray | None:
     """The mean over ``runs`` (rows) at the points every run reached, lines connecting the
     evaluated points (NaN between evaluations is skipped), a min–max band; a run that goes on
     past the shortest one is drawn on from there as a thin line of its own, so the mean never
-    jumps where a run ends."""
+    jumps where a run ends. Returns the mean line (NaN where not drawn)."""
+    style = _style(i)
     reached = np.isfinite(runs).all(axis=0)
     if not reached.any():  # no point every run reached: draw each run
-        for i, run in enumerate(runs):
+        drawn.single = True
+        for j, run in enumerate(runs):
             ok = np.isfinite(run)
-            ax.plot(xs[ok], run[ok], color=colour, lw=1, marker="o" if ok.sum() < 3 else None,
-                    ms=3, label=label if i == 0 else None)
-        return
+            ax.plot(xs[ok], run[ok], color=colour, lw=1, ls=style["ls"], ms=3,
+                    marker=style["marker"] if ok.sum() < 3 else None,
+                    label=label if j == 0 else None)
+        return None
     common = np.flatnonzero(reached)
     mean = runs[:, common].mean(axis=0)
-    ax.plot(xs[common], mean, color=colour, lw=1.5, label=label,
-            marker=marker if len(common) <= 12 else None, ms=5, mfc="none")
-    if band and len(runs) > 1:
+    ax.plot(xs[common], mean, color=colour, lw=1.5, label=label, ls=style["ls"],
+            marker=style["marker"], markevery=_markevery(len(common), i, n_series), ms=5,
+            mfc="none")
+    if band and len(runs) > 1 and np.ptp(runs[:, common], axis=0).max() > 0:
+        drawn.band = True
         ax.fill_between(xs[common], runs[:, common].min(axis=0), runs[:, common].max(axis=0),
                         color=colour, alpha=0.2, lw=0)
     last = common[-1]
     for run in runs:
         tail = np.flatnonzero(np.isfinite(run) & (np.arange(len(run)) >= last))
         if len(tail) > 1:
+            drawn.tails = True
             ax.plot(xs[tail], run[tail], color=colour, lw=0.7, alpha=0.6)
+    out = np.full(len(xs), np.nan)
+    out[common] = mean
+    return out
 
 
-def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
-    """A trace against the step (or ``x_trace``), one panel per dataset, one colour per
-    setting (module docstring); with ``suboptimality`` the objective is drawn as
-    (L − L*)/|L*| on a log axis, L* from :func:`_optimum`."""
+def _runs_text(runs: dict[str, int], ds: xr.Dataset) -> str:
+    """``Lines: mean over the 3 runs (seeds) of a setting`` and the settings with fewer."""
+    over = "/".join(["seeds", *ds.attrs.get("average_over", ())])
+    most = max(runs.values(), default=1)
+    if most == 1:
+        return "Lines: one run of each setting"
+    text = f"Lines: mean over the {most} runs ({over}) of a setting"
+    fewer = {}
+    for label, n in runs.items():
+        if n < most:
+            fewer.setdefault(n, []).append(label)
+    notes = [f"{'one run' if n == 1 else f'{n} runs'} of {', '.join(labels)}"
+             for n, labels in sorted(fewer.items())]
+    if notes:
+        text += f" ({'; '.join(notes)}: a job that does not depend on the {over.rstrip('s')} " \
+                "runs once)"
+    return text
+
+
+def _caption(spec: dict, ds: xr.Dataset, drawn: _Drawn) -> str:
+    parts = [_runs_text(drawn.runs, ds)]
+    if drawn.band:
+        parts.append(f"band: ± {long_name(spec['error'], ds)}" if spec.get("error") in ds
+                     else "band: min–max over the runs")
+    if drawn.tails:
+        parts.append("thin lines: single runs that go on past the shortest one")
+    if drawn.single:
+        parts.append("lines without a mean: every run drawn (they reach different steps)")
+    if drawn.levels:
+        parts.append("dashed level: a one-step method (a direct solve), its final value")
+    if drawn.marks:
+        names = [long_name(spec[k], ds) for k in ("vlines", "hlines") if spec.get(k) in ds]
+        parts.append(f"dotted, in a setting's colour: {' and '.join(names)}")
+    if spec.get("reference") in ds:
+        parts.append(f"dashed black: {long_name(spec['reference'], ds)}")
+    if spec.get("scale_by_step"):
+        parts.append(f"y = k × ({long_name(spec['metric'], ds)})")
+    overlaps = _overlaps(drawn.means)
+    if overlaps:
+        parts.append(f"drawn over each other (within {OVERLAP:.0%} of the axis height; told "
+                     f"apart by marker and line style): {'; '.join(overlaps)}")
+    for reason, labels in drawn.missing.items():
+        parts.append(f"not drawn ({reason}): {', '.join(labels)}")
+    return "; ".join(parts) + "."
+
+
+def _auto_log(values: list[np.ndarray]) -> bool:
+    """A log axis for positive values spanning two decades or more."""
+    flat = np.concatenate([np.ravel(v) for v in values]) if values else np.array([])
+    flat = flat[np.isfinite(flat)]
+    return bool(len(flat) and flat.min() > 0 and flat.max() >= 100 * flat.min())
+
+
+def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure | None:
+    """A trace against the step (or ``x_trace``), one panel per dataset, one colour, line style
+    and marker per setting, one legend beside the panels and a caption under them saying what
+    the lines, bands and marks are and which settings overlap or are not drawn (module
+    docstring); with ``suboptimality`` the objective is drawn as (L − L*)/|L*| on a log axis,
+    L* from :func:`_optimum`. Without ``logy`` the axis is logarithmic when the values span
+    two decades."""
     if "against" in spec:
         return frontier_figure(ds, spec, out_dir, name)
     if "x" in spec:
@@ -197,27 +294,35 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
     subopt = bool(spec.get("suboptimality")) and "final_objective" in ds
     logy = spec.get("logy") or subopt
     datasets = ds["dataset"].values.tolist()
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.4), squeeze=False)
+    fig, axes = _subplots(len(datasets), 4.6)
     step = ds["step"].values
     scale = step if spec.get("scale_by_step") else 1.0
     x_trace = spec.get("x_trace")
     points = [p for p in settings(ds)
               if not spec.get("algorithms") or p["algorithm"] in spec["algorithms"]]
     colours = _palette(len(points))
+    drawn, plotted, levels = _Drawn(), [], []
     for ax, dataset in zip(axes[0], datasets, strict=True):
-        for point, colour in zip(points, colours, strict=True):
+        for i, (point, colour) in enumerate(zip(points, colours, strict=True)):
             sub = _select(ds, point, dataset)
+            label = _label(ds, point)
             values = sub[metric].values.reshape(-1, len(step)).astype(float)
             if subopt:
                 optimum = _optimum(ds, point, dataset)
                 values = (values - optimum) / abs(optimum)
+                if np.isfinite(values).any() and not (values > 0).any():
+                    drawn.skip(label, "its final L is L* (0 on a log axis)")
                 values[values <= 0] = np.nan  # L* itself: no point on a log axis
             keep = np.isfinite(values).any(axis=1)
             runs = values[keep] * scale
             if not len(runs):
+                if not subopt:
+                    drawn.skip(label, f"no value of {metric}")
                 continue
+            _, distinct = np.unique(sub["job_hash"].values.ravel()[keep], return_index=True)
+            drawn.runs[label] = len(distinct)
             xs = step if x_trace is None else sub[x_trace].values.reshape(-1, len(step))[keep][0]
-            label = _label(ds, point)
+            style = _style(i)
             if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
                 err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
                 with warnings.catch_warnings():
@@ -225,21 +330,30 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
                     mean = np.nanmean(runs, axis=0)
                 ok = np.isfinite(mean)
                 ax.plot(xs[ok], mean[ok], color=colour, label=label, mfc="none", ms=5,
-                        marker=MARKERS[points.index(point) % len(MARKERS)] if ok.sum() <= 12
-                        else None)
-                ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour,
-                                alpha=0.2, lw=0)
+                        ls=style["ls"], marker=style["marker"],
+                        markevery=_markevery(int(ok.sum()), i, len(points)))
+                if np.isfinite(err[ok]).any():
+                    drawn.band = True
+                    ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour,
+                                    alpha=0.2, lw=0)
+                drawn.means.append((ax, label, xs, mean))
+                plotted.append(mean[ok])
             elif np.isfinite(runs).sum(axis=1).max() == 1:
                 # a one-step method (a direct solve): its final value as a dashed level in its
                 # own colour (but a gap of 1e-16 on a log axis is no line)
-                level = np.nanmean(runs)
-                if not logy or level > 1e-12:
-                    ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
+                level = float(np.nanmean(runs))
+                levels.append((ax, level, colour, label))  # drawn once the scale is known
+                if level > TINY:
+                    plotted.append(np.array([level]))
                 continue
             else:
-                _draw_runs(ax, xs, runs, colour, label, len(runs) > 1 and spec.get("band", True),
-                           MARKERS[points.index(point) % len(MARKERS)])
-            _marks(ax, sub, spec, colour)
+                mean = _draw_runs(ax, xs, runs, colour, label,
+                                  len(runs) > 1 and spec.get("band", True), i, len(points),
+                                  drawn)
+                if mean is not None:
+                    drawn.means.append((ax, label, xs, mean))
+                plotted.append(runs)
+            drawn.marks |= _marks(ax, sub, spec, colour)
         reference = spec.get("reference")
         if reference and reference in ds:
             curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
@@ -249,26 +363,34 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path 
                     ds[x_trace].sel(dataset=dataset).values.reshape(-1, len(step))[rows][0])
                 ok = np.isfinite(curve[rows][0])
                 ax.plot(ref_x[ok], (curve[rows][0] * scale)[ok], "k--", lw=1.2,
-                        label=axis_label(reference, ds))
+                        label=long_name(reference, ds))
+                plotted.append((curve[rows][0] * scale)[ok])
         if subopt:
             ylabel = "(L − L*)/|L*|"
         else:
-            ylabel = (f"k × {axis_label(metric, ds)}" if spec.get("scale_by_step")
-                      else axis_label(metric, ds))
-        ax.set_xlabel(axis_label(x_trace, ds) if x_trace else STEP_LABEL)
+            ylabel = (axis_label(metric, ds).replace(long_name(metric, ds),
+                                                     f"k × ({long_name(metric, ds)})")
+                      if spec.get("scale_by_step") else axis_label(metric, ds))
+        ax.set_xlabel(math_text(axis_label(x_trace, ds)) if x_trace else STEP_LABEL)
         _ylabel(ax, ylabel)
         _title(ax, f"{spec.get('title', metric)}: {dataset}")
-        if logy:
-            ax.set_yscale("log")
         if spec.get("logx"):
             ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    return _save(fig, out_dir / f"{name}.png")
+    logy = logy or ("logy" not in spec and _auto_log(plotted))
+    for ax, level, colour, label in levels:
+        if logy and level <= TINY:
+            drawn.skip(label, f"one step, ≤ {TINY:g}: zero to round-off, off the log axis")
+            continue
+        ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
+        drawn.levels = True
+    if logy:
+        for ax in axes[0]:
+            ax.set_yscale("log")
+    return _finish(fig, axes, out_dir / f"{name}.png", _caption(spec, ds, drawn))
 
 
-def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Path | None:
+def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure | None:
     """A final metric against a final cost (``against``, e.g. ``final_seconds``), one panel per
     dataset and one line per algorithm through its settings along ``over`` (e.g. the basis
     size), means over the seeds: which method is best at equal time."""
@@ -276,9 +398,12 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Pat
     if metric not in ds or against not in ds or over not in ds.dims:
         return None
     datasets = ds["dataset"].values.tolist()
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
+    fig, axes = _subplots(len(datasets), 4.4)
+    algorithms = ds["algorithm"].values.tolist()
+    colours = _palette(len(algorithms))
+    references = []
     for ax, dataset in zip(axes[0], datasets, strict=True):
-        for algorithm in ds["algorithm"].values.tolist():
+        for i, algorithm in enumerate(algorithms):
             sub = ds.sel(dataset=dataset, algorithm=algorithm)
             ok = sub["status"] == "ok"
             other = [d for d in sub[metric].dims if d != over]
@@ -289,19 +414,27 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Pat
             keep = np.isfinite(x) & np.isfinite(y)
             if not keep.any():
                 continue
-            line = ax.plot(x[keep], y[keep], "o-", label=algorithm, ms=4)[0]
+            style = _style(i)
+            line = ax.plot(x[keep], y[keep], color=colours[i], ls=style["ls"],
+                           marker=style["marker"], mfc="none", label=algorithm, ms=5)[0]
             if np.unique(sub["job_hash"].values).size == 1:  # one job along `over`: a reference
-                line.set(linestyle="none", marker="*", ms=12)
+                line.set(linestyle="none", marker="*", ms=12, mfc=colours[i])
+                references.append(algorithm)
                 continue
             for xi, yi, size in zip(x[keep], y[keep], ds[over].values[keep], strict=True):
                 ax.annotate(str(size), (xi, yi), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
-        ax.set(xscale="log", xlabel=spec.get("xlabel", axis_label(against, ds)))
+        ax.set(xscale="log")
+        plain_log_ticks(ax.xaxis)
+        ax.set_xlabel(math_text(spec.get("xlabel", axis_label(against, ds))))
         _ylabel(ax, axis_label(metric, ds))
         _title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logy"):
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir / f"{name}.png")
-
+    caption = (f"Points: mean over seeds and the other swept dims at each {symbol(over)} "
+               f"({long_name(over, ds)}; the number beside a point)")
+    if references:
+        caption += (f"; star: one job that does not depend on it "
+                    f"({', '.join(dict.fromkeys(references))})")
+    return _finish(fig, axes, out_dir / f"{name}.png", caption + ".")

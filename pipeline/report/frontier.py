@@ -40,7 +40,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from pipeline.results.variables import axis_label, long_name
+from pipeline.report.style import Figure, plain_log_ticks
+from pipeline.results.variables import axis_label, long_name, short_label, symbol
 
 Point = tuple[str, object, float, float, int]  # setting, over value, cost, metric, jobs
 
@@ -110,18 +111,18 @@ def modes(ds: xr.Dataset, spec: dict) -> list[tuple[str, str, xr.Dataset]]:
             for value in values]
 
 
-def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> list[Path]:
+def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> list[Figure]:
     """One figure per metric (and mode, :func:`modes`): a panel per dataset, each algorithm's
     points joined along ``over`` (labelled with its value), the Pareto frontier as a black step
     line and the time budgets as dotted verticals."""
-    out: list[Path] = []
+    out: list[Figure] = []
     for tag, title, sub in modes(ds, spec):
         out += _frontier_figures(sub, spec, out_dir, start + len(out), tag, title)
     return out
 
 
 def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag: str,
-                      title: str) -> list[Path]:
+                      title: str) -> list[Figure]:
     out = []
     datasets = ds["dataset"].values.tolist()
     metrics = spec.get("metrics", ["final_test_rmse"])
@@ -139,7 +140,7 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
                                  squeeze=False)
         for ax in axes.flat[len(datasets):]:
             ax.set_visible(False)
-        drawn = {}
+        drawn, shown, beyond, clipped = {}, set(), set(), False
         for ax, dataset in zip(axes.flat, datasets, strict=False):
             pts = every[metric, dataset]
             top = _clip_level([p[3] for p in pts])
@@ -153,6 +154,7 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
                     text = str(p[1]) if p[1] is not None and len(mine) > 1 else ""
                     if p[3] > top:  # drawn at the clip level, its value written beside it
                         text = f"{text} ↑{p[3]:.3g}".strip()
+                        clipped = True
                     if text:
                         ax.annotate(text, (p[2], y), fontsize=6, xytext=(3, 3),
                                     textcoords="offset points", color=colors[algorithm])
@@ -162,31 +164,62 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
                 ys = [p[3] for p in front] + [front[-1][3]]
                 drawn["Pareto frontier"] = ax.step(xs, ys, where="post", color="k", lw=1.6,
                                                    alpha=0.6, label="Pareto frontier")[0]
+            costs = [p[2] for p in pts]
             for budget in spec.get("budgets", []):
-                ax.axvline(budget, color="grey", ls=":", lw=0.8)
+                if costs and budget <= BUDGET_REACH * max(costs):  # beyond: squashes the points
+                    ax.axvline(budget, color="grey", ls=":", lw=0.8)
+                    shown.add(budget)
+                elif costs:
+                    beyond.add(budget)
             if metric in (spec.get("target") or {}):
                 ax.axhline(spec["target"][metric], color="red", ls="--", lw=0.9)
                 drawn["target"] = ax.plot([], [], color="red", ls="--", lw=0.9,
                                           label="target")[0]
             ax.set(xscale="log" if spec.get("logx", True) else "linear",
-                   xlabel=_cost_label(spec), ylabel=axis_label(metric, ds), title=dataset)
+                   xlabel=_cost_label(spec, ds), ylabel=axis_label(metric, ds), title=dataset)
+            if spec.get("logx", True):
+                plain_log_ticks(ax.xaxis)
             ax.grid(True, alpha=0.3)
         ncol = min(len(drawn), 4)
         fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
                    frameon=False)
         against = spec.get("cost_label", "wall time")
-        labels = f"point labels: {spec['over']}; " if spec.get("over") else ""
         head = f"{title}\n" if title else ""
-        fig.suptitle(f"{head}{long_name(metric, ds)} against {against}, mean over splits and "
-                     f"seeds\n({labels}dotted: budgets)", fontsize=10)
+        fig.suptitle(f"{head}{short_label(metric, ds)} against {against}", fontsize=10)
         legend_rows = math.ceil(len(drawn) / ncol)
         fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1,
                                0.93 if title else 0.95))
         path = out_dir / f"fig{start + k}_frontier_{metric}{tag}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
-        out.append(path)
+        caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond), clipped)
+        out.append(Figure(path, caption))
     return out
+
+
+BUDGET_REACH = 3.0  # a budget beyond this multiple of a panel's largest cost is not drawn
+
+
+def _frontier_caption(spec: dict, ds: xr.Dataset, shown: list, beyond: list,
+                      clipped: bool) -> str:
+    """What the frontier figure's points, lines and labels are."""
+    unit = spec.get("unit", "s")
+    parts = ["Points: one setting's mean metric and mean cost over its splits and seeds"]
+    if spec.get("over"):
+        parts.append(f"the number beside a point: {symbol(spec['over'])} "
+                     f"({long_name(spec['over'], ds)})")
+    parts.append("black steps: the Pareto frontier (no other point both cheaper and better)")
+    if shown:
+        parts.append(f"dotted grey: budgets {', '.join(f'{b:g}' for b in shown)} {unit}")
+    if beyond:
+        parts.append(f"budgets beyond every point not drawn ({', '.join(f'{b:g}' for b in beyond)}"
+                     f" {unit})")
+    if spec.get("target"):
+        parts.append("red dashed: the target")
+    if clipped:
+        parts.append(f"↑value: a point above {CLIP_FACTOR:g}× the panel's median, drawn at that "
+                     "level")
+    return "; ".join(parts) + "."
 
 
 CLIP_FACTOR = 3.0  # a panel's y axis ends at this multiple of the median point (outliers ↑)
@@ -202,9 +235,13 @@ def _clip_level(values: Sequence[float]) -> float:
     return level if max(finite) > level else math.inf
 
 
-def _cost_label(spec: dict) -> str:
-    """The x axis: ``cost_label`` (default "seconds") and the summed cost variables."""
-    return f"{spec.get('cost_label', 'seconds')} (" + " + ".join(spec["cost"]) + ")"
+def _cost_label(spec: dict, ds: xr.Dataset | None = None) -> str:
+    """The x axis: ``cost_label`` (default "seconds"), and the summed cost variables by name
+    where there are several."""
+    label = spec.get("cost_label", "seconds")
+    if len(spec["cost"]) == 1:
+        return label
+    return f"{label} (" + " + ".join(short_label(c, ds, units=False) for c in spec["cost"]) + ")"
 
 
 def _best(pts: Sequence[Point]) -> Point | None:
@@ -248,7 +285,8 @@ def _budget_table(ds: xr.Dataset, spec: dict) -> str:
             cells.append(f"{best[0]}{size(best)}: {cell(best)}" if best else "—")
         lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
         if spec.get("per_setting"):
-            per_setting += ["", f"Each setting's best {metric} within the budget on {dataset}:",
+            per_setting += ["", f"Each setting's best {short_label(metric, ds)} within the budget "
+                                f"on {dataset}:",
                             "", head.format("setting"), rule]
             for setting in sorted({p[0] for p in pts}):
                 mine = [p for p in pts if p[0] == setting]
@@ -260,11 +298,13 @@ def _budget_table(ds: xr.Dataset, spec: dict) -> str:
         if target is not None:
             hits = sorted((p for p in pts if p[3] <= target and p[2] <= max(budgets)),
                           key=lambda p: p[2])
-            reached.append(f"{dataset}: {metric} ≤ {target:g} within {max(budgets):g} {unit}: "
+            reached.append(f"{dataset}: {short_label(metric, ds)} ≤ {target:g} within "
+                           f"{max(budgets):g} {unit}: "
                            + ("; ".join(f"{p[0]}{size(p)} {cell(p)}" for p in hits) if hits
                               else "not reached; best point " + (
                                   f"{q[0]}{size(q)} {cell(q)}" if (q := _best(pts)) else "none")))
-    out = (f"Best {metric} within a budget ({_cost_label(spec)}, means over splits/seeds):\n\n"
+    out = (f"Best {short_label(metric, ds)} within a budget ({_cost_label(spec, ds)}, means "
+           "over splits/seeds):\n\n"
            + "\n".join(lines))
     if per_setting:
         out += "\n" + "\n".join(per_setting)

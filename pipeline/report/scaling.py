@@ -15,6 +15,7 @@ Configured by ``report.scaling`` (see conf/experiment/smola2001_table1.yaml); us
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -23,6 +24,9 @@ import numpy as np
 import xarray as xr
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
+
+from pipeline.report.style import Figure
+from pipeline.results.variables import symbol
 
 QUANTITIES = {"final_seconds": "training seconds",
               "final_fit_peak_bytes": "training peak memory (bytes)",
@@ -117,7 +121,7 @@ def _plain_log_ticks(ax, values) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Path:
+def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Figure:
     """Log-log cost against data size (left) and basis size (right), one colour per algorithm
     (one legend for the figure); rows: training seconds, training peak memory, prediction
     seconds (mean solid, error bars dashed)."""
@@ -145,11 +149,11 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Path:
                     if len(x) > 1:
                         ax_m.plot(x, y, style, color=colour, ms=4)
         title = QUANTITIES[quantity] + (" (dashed: error bars)" if dashed else "")
-        ax_n.set(xscale="log", yscale="log", xlabel=f"training points ({size})",
-                 title=f"{title}\nagainst n at {basis} = {cfg['at_basis']}")
-        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size ({basis})"
+        ax_n.set(xscale="log", yscale="log", xlabel=f"training points {symbol(size)}",
+                 title=f"{title}\nagainst n at {symbol(basis)} = {cfg['at_basis']}")
+        ax_m.set(xscale="log", yscale="log", xlabel=f"basis size {symbol(basis)}"
                  + (" or CG iterations" if trace_basis and quantity == "final_seconds" else ""),
-                 title=f"{title}\nagainst basis size at {size} = {cfg['at_size']}")
+                 title=f"{title}\nagainst basis size at {symbol(size)} = {cfg['at_size']}")
         _plain_log_ticks(ax_n, ds[size].values)
         if basis in ds.dims:
             low = min(ds[basis].values)
@@ -159,6 +163,7 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Path:
             _plain_log_ticks(ax_m, [*ds[basis].values, *extra])
         for ax in (ax_n, ax_m):
             ax.grid(True, which="major", alpha=0.3)
+            ax.set_ylabel("bytes" if quantity.endswith("_bytes") else "seconds", fontsize=9)
     handles = [Line2D([], [], color=c, marker="o", label=a) for a, c in colours.items()]
     handles += [Line2D([], [], color="grey", ls="--", marker="s", label="error bars"),
                 *(Line2D([], [], color=colours.get(a, "grey"), ls=":", lw=2,
@@ -166,8 +171,19 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Path:
                   for a, v in trace_basis.items() if a in colours)]
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 4), fontsize=8,
                frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
+    missing = sorted({a for a in colours if (ds["status"].sel(algorithm=a) != "ok").any()})
+    caption = ("Points: mean over the seeds of the jobs that finished (log-log axes, so a line's "
+               "slope is the measured exponent); solid circles: the quantity in the row's title, "
+               "dashed squares: error bars"
+               + (f"; dotted: cumulative seconds against the trace variable "
+                  f"({', '.join(trace_basis)})" if trace_basis else "")
+               + (f"; a line ends where jobs did not finish ({', '.join(missing)}: see Failed "
+                  "jobs)" if missing else "") + ".")
+    text = "\n".join(textwrap.wrap(caption, int(fig.get_figwidth() * 13)))
+    fig.text(0.01, 0.005, text, fontsize=8, color="0.25", va="bottom")
+    bottom = (0.17 * (text.count("\n") + 1) + 0.1) / fig.get_figheight()
+    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.6 / fig.get_figheight()))
     path = out_dir / f"{name}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path
+    return Figure(path, caption)

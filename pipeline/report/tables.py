@@ -16,6 +16,7 @@ from scipy import stats  # noqa: E402
 
 from pipeline.job.hyper import at_bound_settings
 from pipeline.report.figures import _label, _select, settings
+from pipeline.results.variables import setting_text, short_label, symbol
 
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
 
@@ -42,18 +43,38 @@ def at_bound(ds: xr.Dataset) -> str:
                      for where, value, n in at_bound_settings(ds))
 
 
+def _cell(text: str) -> str:
+    """``text`` for a markdown table cell: a ``|`` (as in ``|L|``) written as ``∣``."""
+    return text.replace("|", "∣")
+
+
+ROUND_OFF = 1e-14  # |value| below this: zero to round-off (a gap of -2.7e-16), printed so
+
+
+def _number(value: float, digits: str = ".4g") -> str:
+    """``value`` to 4 significant digits; round-off around zero as ``< 1e-14``, never ``-0``."""
+    if value == 0:
+        return "0"
+    if abs(value) < ROUND_OFF:
+        return f"< {ROUND_OFF:g}"
+    return f"{value:{digits}}"
+
+
 def _mean_sd(values: np.ndarray) -> str:
+    """``mean ± sd`` of the finite values; one value (or all equal) as itself."""
     values = values[np.isfinite(values)]
     if not len(values):
         return "–"
-    if len(values) == 1:
-        return f"{values[0]:.4g}"
-    return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
+    sd = values.std(ddof=1) if len(values) > 1 else 0.0
+    if sd == 0 or abs(sd) < ROUND_OFF and abs(values.mean()) < ROUND_OFF:
+        return _number(values.mean())
+    return f"{_number(values.mean())} ± {_number(sd, '.2g')}"
 
 
 def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
                    at_steps: dict | None = None) -> str:
-    """Markdown table: mean ± sd over distinct jobs of final numbers, per dataset and setting."""
+    """Markdown table: mean ± sd over distinct jobs of final numbers, per dataset and setting,
+    headed by the variables' readable names; the number of distinct jobs in column n."""
     columns = [c for c in [*TABLE_COLUMNS, *extra_columns] if c in ds]
     step_cols = []  # (metric, step, label)
     if at_steps and at_steps.get("metric") in ds:
@@ -62,11 +83,12 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
             rows = ds[x].values.reshape(-1, ds.sizes["step"])
             grid = rows[np.isfinite(rows).any(axis=1)][0]
             step_cols = [(at_steps["metric"], int(ds["step"].values[np.flatnonzero(grid == k)[0]]),
-                          f"{x}={k}") for k in at_steps["steps"] if k in grid]
+                          f"{symbol(x)} = {k}") for k in at_steps["steps"] if k in grid]
         else:
             step_cols = [(at_steps["metric"], k, f"step {k}") for k in at_steps["steps"]
                          if k in ds["step"].values]
-    header = ["dataset", "setting", *columns, *(f"{m} at {label}" for m, _, label in step_cols),
+    header = ["dataset", "setting", "n", *(_cell(short_label(c, ds)) for c in columns),
+              *(_cell(f"{short_label(m, ds)} at {label}") for m, _, label in step_cols),
               "ok/failed/missing"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for dataset in ds["dataset"].values.tolist():
@@ -79,8 +101,17 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
             cells += [_mean_sd(sub[m].sel(step=k).values.ravel()[distinct].astype(float))
                       for m, k, _ in step_cols]
             counts = "/".join(str(status.count(s)) for s in ("ok", "failed", "missing"))
-            rows.append("| " + " | ".join([dataset, _label(ds, point), *cells, counts]) + " |")
-    return "\n".join(rows)
+            rows.append("| " + " | ".join([dataset, _label(ds, point), str(len(distinct)),
+                                           *cells, counts]) + " |")
+    empty = [i for i in range(3, len(header) - 1)  # a column with no value anywhere: dropped
+             if all(row.split("|")[1:-1][i].strip() == "–" for row in rows[2:])]
+    if empty:
+        rows = ["|" + "|".join(c for i, c in enumerate(row.split("|")[1:-1]) if i not in empty)
+                + "|" for row in rows]
+    note = ("n: distinct jobs of a setting; a cell is the mean ± sd over them, or the value "
+            f"when there is one or all are equal; |value| < {ROUND_OFF:g} (zero to round-off) "
+            f"is printed as < {ROUND_OFF:g}; ok/failed/missing counts sweep points.")
+    return "\n".join(rows) + "\n\n" + note
 
 
 def paired_tests(ds: xr.Dataset, specs: list[dict]) -> str:
@@ -106,9 +137,11 @@ def paired_tests(ds: xr.Dataset, specs: list[dict]) -> str:
             with warnings.catch_warnings():  # identical pairs give t = nan
                 warnings.simplefilter("ignore", RuntimeWarning)
                 t, p = stats.ttest_rel(va, vb)
-            setting = " ".join(f"{d}={v}" for d, v in zip(others, combo, strict=True)) or "–"
+            setting = ", ".join(setting_text(d, v)
+                                for d, v in zip(others, combo, strict=True)) or "–"
             rows.append("| " + " | ".join([
-                metric, setting, a, b, _mean_sd(va), _mean_sd(vb), f"{np.mean(va - vb):.4g}",
+                _cell(short_label(metric, ds)), setting, a, b, _mean_sd(va), _mean_sd(vb),
+                _number(float(np.mean(va - vb))),
                 f"{t:.3g}", f"{p:.3g}", str(len(va))]) + " |")
     return "\n".join(rows)
 

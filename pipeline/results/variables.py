@@ -83,8 +83,31 @@ SWEPT: dict[str, tuple[str, str]] = {
     "dataset.standardize": ("targets standardised", "1"),
     "algorithm.max_basis": ("maximum basis size m", "1"),
     "algorithm.steps": ("optimiser steps of the peer", "1"),
+    "algorithm.m": ("basis size m", "1"),
+    "algorithm.n_points": ("training points (a random subset drawn from the seed)", "1"),
     "algorithm.epochs": ("passes over the training rows of the peer's minibatch training", "1"),
     "protocol": ("shared: every method at one kernel; own: each peer learns by itself", "1"),
+}
+
+SYMBOLS: dict[str, str] = {
+    # the short names of swept keys in legends and table rows ("σ² = 0.1, κ = 10")
+    "lam": "σ²",
+    "kappa": "κ",
+    "kernel.width": "2ω²",
+    "kernel.mu": "μ",
+    "kernel.omega": "ω",
+    "algorithm.max_basis": "m",
+    "algorithm.m": "m",
+    "algorithm.n_points": "n",
+    "dataset.n_train": "n",
+    "dataset.split": "split",
+    "dataset.split_seed": "split",
+    "dataset.standardize_y": "standardised y",
+    "n_train": "n",
+}
+
+TWO_VALUED: dict[str, tuple[str, str]] = {  # a swept yes/no key: its false and true text
+    "dataset.standardize_y": ("raw y", "standardised y"),
 }
 
 _NUMBERED = re.compile(r"^(hyper_(?:log_)?lengthscale)_(\d+)$")
@@ -132,6 +155,36 @@ def cf_attrs(long_name: str, units: str, dtype) -> dict[str, str]:
     if units == NATS:
         return {"long_name": f"{long_name} (nats)", "units": "1"}
     return {"long_name": long_name, "units": units}
+
+
+def symbol(name: str) -> str:
+    """The short name of a swept key in a legend or a table row: σ² for ``lam``, κ for
+    ``kappa``, m for a basis size, …; else its option name (``algorithm.subset`` → subset)."""
+    return SYMBOLS.get(name) or name.rpartition(".")[2].replace("_", " ")
+
+
+def setting_text(dim: str, value: object) -> str:
+    """``σ² = 0.1`` for ``(lam, 0.1)``: a swept key's symbol and its value (a yes/no key of
+    ``TWO_VALUED`` as its text, e.g. ``raw y``)."""
+    if dim in TWO_VALUED and str(value) in ("False", "True"):
+        return TWO_VALUED[dim][str(value) == "True"]
+    if isinstance(value, float):
+        value = f"{value:g}"
+    return f"{symbol(dim)} = {value}"
+
+
+def short_label(name: str, ds: xr.Dataset | None = None, units: bool = True) -> str:
+    """A table header: the long name without ``final``, a defining formula after `` = `` or a
+    trailing parenthesis, with its units (``units=False``: without), e.g. ``job wall time
+    [s]``; an undescribed name as its words (``final_error_bar_basis_mean`` → ``error bar basis
+    mean``)."""
+    found = _described(name, ds)
+    if found is None or found[1] == "not described":
+        return name.removeprefix("final_").replace("_", " ")
+    text, unit = found
+    text = text.removeprefix("final ").split(" = ")[0]
+    text = re.sub(r"\s+\([^()]*\)$", "", text) or text
+    return text if unit in ("1", "") or not units else f"{text} [{unit}]"
 
 
 def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
