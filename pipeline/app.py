@@ -82,7 +82,7 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
                      output_dir.name, worker_name() or "this process",
                      config["algorithm"]["name"], config["dataset"]["name"], config["lam"],
                      config["kappa"], config["seed"])
-            timeout = check_job_timeout(config.get("job_timeout"))
+            timeout = check_job_timeout(config["job_timeout"])
             with deadline(timeout, partial(_stuck, config, output_dir, one_job)):
                 outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
                                                                   "pid": os.getpid()})

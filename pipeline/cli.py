@@ -109,7 +109,8 @@ def run_sweep(overrides: Sequence[str], errors: str = "warn") -> xr.Dataset:
 def _starts_a_local_cluster(overrides: Sequence[str]) -> bool:
     """Whether these overrides leave the sweep on a local cluster (conf's default)."""
     chosen = {key: value for key, _, value in (o.partition("=") for o in overrides)}
-    return chosen.get("cluster", "local") == "local" and "scheduler" not in chosen
+    kind = chosen["cluster"] if "cluster" in chosen else "local"  # conf's default
+    return kind == "local" and "scheduler" not in chosen
 
 
 def _failed_points(ds: xr.Dataset) -> list[str]:

@@ -90,8 +90,6 @@ CASES = [
     Case("non-ascii-path", (*JOB, "dataset=csv", "dataset.path=/tmp/donn\u00e9es.csv"),
          ("dataset.path=/tmp/donn\u00e9es.csv", "quote the value")),
     Case("unresolved-interpolation", (*JOB, "lam=${nope}"), ("'nope'", "lam")),
-    Case("max-basis-beyond-n", (*JOB, "algorithm=sgma", "algorithm.max_basis=1e9"),
-         ("algorithm.max_basis=1000000000", "n_train=40", "pass e.g. algorithm.max_basis=40")),
     Case("sweep-name-is-outputs", (*SWEEP, "sweep=."), ("sweep='.'", "outputs/ itself")),
     Case("sweep-name-dot-part", (*SWEEP, "sweep=a/./b"), ("sweep='a/./b'", "no '.'")),
     Case("merge-not-bool", (*SWEEP, "seed=0,1", "merge=maybe"), ("merge='maybe'",)),

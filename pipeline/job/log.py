@@ -20,8 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOGGER = logging.getLogger("pipeline.job")
-LOGGER.setLevel(logging.INFO)
-LOGGER.propagate = False
 LOG_NAME = "pipeline.log"  # Hydra's ${hydra.job.name}.log (pipeline.app names the job)
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging
 
@@ -34,6 +32,10 @@ def job_log(directory: Path) -> Iterator[logging.Logger]:
     handler.setFormatter(logging.Formatter(FORMAT))
     thread = threading.get_ident()
     handler.addFilter(lambda record: record.thread == thread)
+    # set here, not once at import: a logging configuration made since (Hydra's, a test's)
+    # may have reset them
+    LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False
     LOGGER.addHandler(handler)
     try:
         yield LOGGER

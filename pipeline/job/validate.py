@@ -110,7 +110,7 @@ def check_config(config: Mapping, available: float | None = None
     validate(CERTIFICATE_OPTIONS, config["certificate"], owner="the certificate",
              prefix="certificate.")
     check_threads(config["threads"])
-    check_job_timeout(config.get("job_timeout"))
+    check_job_timeout(config["job_timeout"])
     check_blocks(config["blocks"], spec)
     profile = config["profile_memory"]
     if not isinstance(profile, bool):

@@ -141,6 +141,7 @@ def describe(name: str) -> tuple[str, str]:
 DATA_UNITS = (TARGET, TARGET2, "input units", "input units²", "1/input units")
 # A natural-log quantity (a log-likelihood in nats) is a number in UDUNITS.
 NATS = "nats"
+NOT_DESCRIBED = " (not described)"  # the long name's tail of a variable no table describes
 
 
 def cf_attrs(long_name: str, units: str, dtype) -> dict[str, str]:
@@ -197,7 +198,7 @@ def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
             if name != traced and "step" not in ds.get(traced, xr.DataArray()).dims:
                 long_name = long_name.removeprefix("final ")  # a per-job quantity only
         except KeyError:  # undescribed (the contract tests prevent it): say so, never guess
-            ds[name].attrs.update(long_name=f"{name} (not described)")
+            ds[name].attrs.update(long_name=f"{name}{NOT_DESCRIBED}")
             continue
         ds[name].attrs.update(cf_attrs(long_name, units, ds[name].dtype))
     return ds
@@ -211,7 +212,9 @@ def _described(name: str, ds: xr.Dataset | None) -> tuple[str, str] | None:
     except KeyError:
         pass
     if ds is not None and name in ds.variables and "long_name" in ds[name].attrs:
-        return str(ds[name].attrs["long_name"]), str(ds[name].attrs.get("units", "1"))
+        long_name = str(ds[name].attrs["long_name"])
+        if not long_name.endswith(NOT_DESCRIBED):
+            return long_name, str(ds[name].attrs.get("units", "1"))
     return None
 
 
