@@ -61,3 +61,18 @@ def test_a_diverged_point_is_clipped_not_allowed_to_flatten_the_panel():
 
     assert _clip_level([0.2, 0.3, 0.25]) == float("inf")  # nothing to clip
     assert _clip_level([0.2, 0.3, 0.25, 58.0]) == CLIP_FACTOR * 0.275
+
+
+def test_points_drawn_over_each_other_are_named():
+    import matplotlib.pyplot as plt
+
+    from pipeline.report.frontier import _coinciding
+
+    fig, ax = plt.subplots()
+    placed = {"a": [(1.0, 1.0), (10.0, 2.0)], "b": [(1.001, 1.0005)], "c": [(5.0, 1.5)],
+              "d": [(10.0, 2.001)]}
+    for xy in placed.values():
+        ax.plot(*zip(*xy, strict=True), "o")
+    ax.set_xscale("log")
+    assert _coinciding(ax, placed) == [["a", "b", "d"]]
+    plt.close(fig)

@@ -140,13 +140,15 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
                                  squeeze=False)
         for ax in axes.flat[len(datasets):]:
             ax.set_visible(False)
-        drawn, shown, beyond, clipped = {}, set(), set(), False
+        drawn, shown, beyond, clipped, stacked = {}, set(), set(), False, []
         for ax, dataset in zip(axes.flat, datasets, strict=False):
             pts = every[metric, dataset]
             top = _clip_level([p[3] for p in pts])
+            placed: dict[str, list[tuple[float, float]]] = {}
             for algorithm in sorted({p[0] for p in pts}, key=order):
                 mine = sorted((p for p in pts if p[0] == algorithm), key=lambda p: p[2])
                 ys = [min(p[3], top) for p in mine]
+                placed[algorithm] = [(p[2], y) for p, y in zip(mine, ys, strict=True)]
                 drawn[algorithm] = ax.plot([p[2] for p in mine], ys,
                                            marker=markers[algorithm], color=colors[algorithm],
                                            ms=5, lw=1, label=algorithm)[0]
@@ -180,6 +182,8 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
             if spec.get("logx", True):
                 plain_log_ticks(ax.xaxis)
             ax.grid(True, alpha=0.3)
+            stacked += [f"{', '.join(group[:-1])} and {group[-1]} ({dataset})"
+                        for group in _coinciding(ax, placed)]
         ncol = min(len(drawn), 4)
         fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
                    frameon=False)
@@ -192,7 +196,8 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
         path = out_dir / f"fig{start + k}_frontier_{metric}{tag}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
-        caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond), clipped)
+        caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond - shown), clipped,
+                                    stacked)
         out.append(Figure(path, caption))
     return out
 
@@ -200,8 +205,30 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
 BUDGET_REACH = 3.0  # a budget beyond this multiple of a panel's largest cost is not drawn
 
 
+COINCIDE = 0.012  # points closer than this fraction of both axes are drawn over each other
+
+
+def _coinciding(ax, placed: dict[str, list[tuple[float, float]]]) -> list[list[str]]:
+    """Groups of settings whose points lie on top of each other in ``ax`` (some point of each
+    within :data:`COINCIDE` of the axes, in both directions, of one of another's)."""
+    to_axes = ax.transData + ax.transAxes.inverted()
+    where = {name: to_axes.transform(np.asarray(xy, dtype=float)) for name, xy in placed.items()
+             if xy}
+    names, groups = list(where), []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            gaps = np.abs(where[a][:, None, :] - where[b][None, :, :])
+            if (gaps < COINCIDE).all(axis=-1).any():
+                home = next((g for g in groups if a in g or b in g), None)
+                if home is None:
+                    groups.append([a, b])
+                else:
+                    home.extend(x for x in (a, b) if x not in home)
+    return groups
+
+
 def _frontier_caption(spec: dict, ds: xr.Dataset, shown: list, beyond: list,
-                      clipped: bool) -> str:
+                      clipped: bool, stacked: Sequence[str] = ()) -> str:
     """What the frontier figure's points, lines and labels are."""
     unit = spec.get("unit", "s")
     parts = ["Points: one setting's mean metric and mean cost over its splits and seeds"]
@@ -219,6 +246,8 @@ def _frontier_caption(spec: dict, ds: xr.Dataset, shown: list, beyond: list,
     if clipped:
         parts.append(f"↑value: a point above {CLIP_FACTOR:g}× the panel's median, drawn at that "
                      "level")
+    if stacked:
+        parts.append(f"drawn over each other (told apart by their markers): {'; '.join(stacked)}")
     return "; ".join(parts) + "."
 
 
