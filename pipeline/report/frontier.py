@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from pipeline.report.style import Figure, plain_log_ticks
+from pipeline.report.style import Figure, and_list, grouped, plain_log_ticks
 from pipeline.results.variables import axis_label, long_name, short_label, symbol
 
 Point = tuple[str, object, float, float, int]  # setting, over value, cost, metric, jobs
@@ -182,8 +182,7 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
             if spec.get("logx", True):
                 plain_log_ticks(ax.xaxis)
             ax.grid(True, alpha=0.3)
-            stacked += [f"{', '.join(group[:-1])} and {group[-1]} ({dataset})"
-                        for group in _coinciding(ax, placed)]
+            stacked += [f"{and_list(group)} ({dataset})" for group in _coinciding(ax, placed)]
         ncol = min(len(drawn), 4)
         fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
                    frameon=False)
@@ -214,17 +213,9 @@ def _coinciding(ax, placed: dict[str, list[tuple[float, float]]]) -> list[list[s
     to_axes = ax.transData + ax.transAxes.inverted()
     where = {name: to_axes.transform(np.asarray(xy, dtype=float)) for name, xy in placed.items()
              if xy}
-    names, groups = list(where), []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            gaps = np.abs(where[a][:, None, :] - where[b][None, :, :])
-            if (gaps < COINCIDE).all(axis=-1).any():
-                home = next((g for g in groups if a in g or b in g), None)
-                if home is None:
-                    groups.append([a, b])
-                else:
-                    home.extend(x for x in (a, b) if x not in home)
-    return groups
+    pairs = [(a, b) for a, b in itertools.combinations(where, 2)
+             if (np.abs(where[a][:, None, :] - where[b][None, :, :]) < COINCIDE).all(-1).any()]
+    return grouped(pairs)
 
 
 def _frontier_caption(spec: dict, ds: xr.Dataset, shown: list, beyond: list,

@@ -114,7 +114,7 @@ def _ylabel(ax, text: str, width: int = 45) -> None:
 def _overlaps(means: list[tuple[object, str, np.ndarray, np.ndarray]]) -> list[str]:
     """Groups of settings whose mean lines in one panel lie within OVERLAP of the panel's
     height of each other at every common point (one may hide another), as ``a, b and c``."""
-    groups: list[list[str]] = []
+    pairs = []
     for (ax, a, xa, ya), (bx, b, xb, yb) in itertools.combinations(means, 2):
         if ax is not bx or a == b or len(xa) != len(xb) or not np.array_equal(xa, xb):
             continue
@@ -125,7 +125,21 @@ def _overlaps(means: list[tuple[object, str, np.ndarray, np.ndarray]]) -> list[s
         ok = np.isfinite(fa) & np.isfinite(fb)
         if ok.sum() < 2 or not np.all(np.abs(fa[ok] - fb[ok]) <= OVERLAP * abs(high - low)):
             continue
+        pairs.append((a, b))
+    return [and_list(g) for g in grouped(pairs)]
+
+
+def grouped(pairs) -> list[list[str]]:
+    """The groups that pairs of names linked by some relation (drawn over each other) join
+    into, each in the order its names first appear."""
+    groups: list[list[str]] = []
+    for a, b in pairs:
         joined = [g for g in groups if a in g or b in g]
         merged = list(dict.fromkeys([*(x for g in joined for x in g), a, b]))
         groups = [g for g in groups if g not in joined] + [merged]
-    return [", ".join(g[:-1]) + f" and {g[-1]}" for g in groups]
+    return groups
+
+
+def and_list(names: list[str]) -> str:
+    """``a, b and c``."""
+    return ", ".join(names[:-1]) + f" and {names[-1]}"

@@ -99,8 +99,8 @@ def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs
         except (OSError, WriteError) as err:  # the job's bookkeeping (claim, fits.log, .hydra/)
             if not out_of_space(err):
                 raise
-            record = {"status": OUT_OF_SPACE, "error": f"cannot write in {sweep_dir}: "
-                      f"{getattr(err, 'strerror', None) or err}", "config_hash": job.hash}
+            record = _out_of_space(job, f"cannot write in {sweep_dir}: "
+                                        f"{getattr(err, 'strerror', None) or err}")
         records.append({**record, "seconds": time.perf_counter() - start})
     return records
 
@@ -125,7 +125,7 @@ def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: f
     (nothing is recorded: the job runs again when the sweep is rerun) and returns the record
     status ``out_of_space``, on which the sweep stops (:mod:`pipeline.sweep.schedule`)."""
     if out_of_space(err):
-        return {"status": OUT_OF_SPACE, "error": str(err), "config_hash": job.hash}
+        return _out_of_space(job, str(err))
     error = f"{type(err).__name__}: {err}"
     try:
         write_job_failure(job.config, error, out_dir / JOB_FILE,
@@ -135,8 +135,14 @@ def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: f
     except (OSError, WriteError) as failed:
         if not out_of_space(failed):
             raise
-        return {"status": OUT_OF_SPACE, "error": str(failed), "config_hash": job.hash}
+        return _out_of_space(job, str(failed))
     return {"status": "failed", "error": error, "config_hash": job.hash}
+
+
+def _out_of_space(job: PlannedJob, error: str) -> dict:
+    """The record of a job whose files could not be written for a full disk: not a failure of
+    the job (nothing is recorded; it runs when the sweep is rerun)."""
+    return {"status": OUT_OF_SPACE, "error": error, "config_hash": job.hash}
 
 
 def _finished(path: Path, h: str, since: float) -> dict | None:
