@@ -62,7 +62,9 @@ def _label(ds: xr.Dataset, point: dict) -> str:
     return f"{point['algorithm']} ({', '.join(parts)})" if parts else str(point["algorithm"])
 
 
-def _select(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
+def select_setting(ds: xr.Dataset, point: dict, dataset: str) -> xr.Dataset:
+    """The jobs of one line: setting ``point`` at ``dataset``; a dim the line does not depend
+    on at its first value (the jobs repeat along it)."""
     sel = {**point, "dataset": dataset}
     averaged = ("dataset", "seed", "step", *ds.attrs.get("average_over", ()))
     for dim in ds["status"].dims:  # a dim the setting does not depend on: its first value
@@ -304,7 +306,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
     drawn, plotted, levels = _Drawn(), [], []
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for i, (point, colour) in enumerate(zip(points, colours, strict=True)):
-            sub = _select(ds, point, dataset)
+            sub = select_setting(ds, point, dataset)
             label = _label(ds, point)
             values = sub[metric].values.reshape(-1, len(step)).astype(float)
             if subopt:

@@ -44,7 +44,7 @@ from bokeh.palettes import Category10_10, Category20_20, Turbo256
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
-from pipeline.report.figures import settings
+from pipeline.report.figures import select_setting, settings
 from pipeline.results.variables import axis_label
 
 TRACES = ("gap", "test_rmse", "test_nlpd", "objective", "n_basis")
@@ -100,17 +100,6 @@ def trace_metrics(ds: xr.Dataset, preferred: list[str] | tuple[str, ...] = ()) -
     return out
 
 
-def _point_selection(ds: xr.Dataset, point: dict, dataset) -> xr.Dataset:
-    """The jobs of one line: ``point`` at ``dataset``; a dim the line does not depend on at its
-    first value (the jobs repeat along it)."""
-    sel = {**point, "dataset": dataset}
-    averaged = ("dataset", "seed", "step", *ds.attrs.get("average_over", ()))
-    for dim in ds["status"].dims:
-        if dim not in sel and dim not in averaged:
-            sel[dim] = ds[dim].values[0]
-    return ds.sel(sel)
-
-
 def _mean_runs(values: xr.DataArray, ok: xr.DataArray) -> np.ndarray:
     """The mean over the jobs that finished ok (``ok``) at every step."""
     values = values.where(ok).transpose(..., "step")
@@ -132,7 +121,7 @@ def _series(ds: xr.Dataset, metrics: list[str]) -> list[dict]:
     out = []
     for dataset, (index, point) in itertools.product(ds["dataset"].values.tolist(),
                                                      enumerate(points)):
-        sub = _point_selection(needed, point, dataset)
+        sub = select_setting(needed, point, dataset)
         ok = sub["status"] == "ok"
         seconds = _mean_runs(sub["seconds"], ok) if has_seconds else np.full(len(step), np.nan)
         setting = " ".join(f"{dim}={value}" for dim, value in point.items()

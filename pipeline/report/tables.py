@@ -15,7 +15,7 @@ import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pipeline.job.hyper import at_bound_settings
-from pipeline.report.figures import _label, _select, settings
+from pipeline.report.figures import _label, select_setting, settings
 from pipeline.results.variables import setting_text, short_label, symbol
 
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
@@ -93,7 +93,7 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for dataset in ds["dataset"].values.tolist():
         for point in settings(ds):
-            sub = _select(ds, point, dataset)
+            sub = select_setting(ds, point, dataset)
             status = sub["status"].values.ravel().tolist()
             # one value per distinct job: a seed-free job repeated along seed counts once
             _, distinct = np.unique(sub["job_hash"].values.ravel(), return_index=True)
