@@ -24,7 +24,6 @@ from algorithms.evaluation import Recorder
 from algorithms.lowrank import (
     LowRankSolve,
     PartialCholesky,
-    check_max_basis,
     record_prefixes,
     solution,
 )
@@ -37,7 +36,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         recorder: Recorder, max_basis: int, tol: float) -> Solution:
     """Pivoted incomplete Cholesky of K to rank ``max_basis`` or residual trace ≤ tol·tr(K),
     then the low-rank GP (noise variance ``lam``). Deterministic: ``rng`` is not used."""
-    m = check_max_basis(max_basis, blocks.n)
+    m = int(max_basis)  # in [1, n]: validated and clipped by run (Option.clip_to_n)
     chol = PartialCholesky(blocks, m, y)
     solve = LowRankSolve(chol, y, lam)
     total = float(chol.diag.sum())

@@ -38,7 +38,6 @@ import numpy as np
 import scipy.linalg as sla
 
 from algorithms.contract import KernelBlocks, Prediction, Solution
-from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
 from algorithms.factor_columns import DEGENERATE_RTOL
 from algorithms.kernels import small_blas
@@ -260,13 +259,6 @@ def basis_grid(max_basis: int, first: int = 8) -> list[int]:
         grid.append(m)
         m *= 2
     return [*grid, max_basis]
-
-
-def check_max_basis(max_basis: int, n: int) -> int:
-    if not 1 <= max_basis <= n:
-        raise InputError(f"algorithm.max_basis={max_basis} must be between 1 and n_train={n}; "
-                         f"pass e.g. algorithm.max_basis={min(n, 256)}")
-    return int(max_basis)
 
 
 def record(recorder: Recorder, solve: LowRankSolve, evaluate: bool = True) -> None:

@@ -23,7 +23,6 @@ from algorithms.lowrank import (
     LowRankSolve,
     PartialCholesky,
     basis_grid,
-    check_max_basis,
     record,
     solution,
 )
@@ -34,7 +33,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         recorder: Recorder, max_basis: int) -> Solution:
     """Nyström GP regression on ``max_basis`` random landmarks (noise variance ``lam``)."""
     n = blocks.n
-    m = check_max_basis(max_basis, n)
+    m = int(max_basis)  # in [1, n]: validated and clipped by run (Option.clip_to_n)
     order = rng.permutation(n)
     chol = PartialCholesky(blocks, m, y)
     solve = LowRankSolve(chol, y, lam)

@@ -30,7 +30,6 @@ from algorithms.contract import (
     KernelBlocks,
     Solution,
 )
-from algorithms.errors import InputError
 from algorithms.evaluation import Recorder
 from algorithms.greedy import DualGreedy, PrimalGreedy
 from algorithms.kernels import kernel_threads, tiles_own_the_cores
@@ -70,10 +69,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
         (L − L_min)/|L_min| and (L* − L*_min)/|L*_min| separately.
     """
     n = blocks.n
-    t_max = n if max_basis is None else int(max_basis)
-    if not 1 <= t_max <= n:
-        raise InputError(f"algorithm.max_basis={max_basis} must be between 1 and "
-                         f"n_train={n}; pass e.g. algorithm.max_basis={min(n, 256)}")
+    t_max = n if max_basis is None else int(max_basis)  # in [1, n]: run clips (clip_to_n)
     half_yy = 0.5 * float(y @ y)
     with recorder.untimed():  # a diagnostic, not SGMA's work
         dual_min = -0.5 * float(y @ solve_reference(blocks, y, lam, reference))  # L*_min
