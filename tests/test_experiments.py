@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -254,6 +255,21 @@ def test_uci_frontier_reduced(tmp_path):
         ((m, k) for m in ("shared", "own") for k in ("final_test_rmse", "final_test_nlpd")), 1)]
     for name in figures:
         assert (report.parent / name).stat().st_size > 20000, name
+    # the published folder (pipeline.publish): the table, the same figures (≤ 300 KB), the README
+    from pipeline.publish import COLUMNS, MAX_FIGURE_BYTES, publish
+
+    out = tmp_path / "docs" / "results"
+    text = publish(path, out, "exact").read_text()
+    table = pd.read_csv(out / "uci_frontier_small.csv")
+    assert table.columns.tolist() == list(COLUMNS)
+    # modes × sets × (7 methods at 2 basis sizes + exact, cg and scikit-learn's GPR)
+    assert len(table) == 2 * 2 * (7 * 2 + 3)
+    assert set(table["status"]) == {"ok"} and set(table["split"]) == {0}
+    for name in figures:
+        assert 20000 < (out / name).stat().st_size <= MAX_FIGURE_BYTES, name
+        assert f"![{name}]({name})" in text
+    assert text.index("**shared**") < text.index("**own**")
+    assert "| shared | abalone |" in text and "--reference exact --out" in text
 
 
 def test_pcg_exact_reduced(tmp_path):

@@ -1,0 +1,258 @@
+"""A finished accuracy-against-time run as a publishable folder (the `uci_frontier` results).
+
+    python -m pipeline.publish outputs/uci_frontier/results.zarr --reference <algorithm> \
+        [--out docs/results]
+
+From the store alone it writes to ``--out``:
+
+- ``uci_frontier.csv`` (the store's sweep name): one row per job, the columns of
+  :data:`COLUMNS` in that order (:func:`job_table`);
+- the report's frontier figures (one per metric and mode), each PNG checked to be ≤
+  :data:`MAX_FIGURE_BYTES`;
+- ``README.md`` (:func:`readme`, rendered from the CSV's table, not the store): per mode, the
+  setting with the lowest mean test RMSE within each time budget per dataset, as mean ± sd
+  over the splits; the ``--reference`` algorithm's RMSE and NLPD per dataset; the machine and
+  threads the jobs ran on; the code version; the commands that reproduce the folder.
+
+Running it again on the same store rewrites the same files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from algorithms.errors import InputError
+from pipeline.command import OneLineParser, fail
+
+USAGE = ("python -m pipeline.publish <results.zarr> --reference <algorithm> "
+         "[--out docs/results]")
+MAX_FIGURE_BYTES = 300_000
+BUDGETS = (10, 60, 600)
+
+# The published table: column → (the store's per-job variable or sweep dim, meaning).
+COLUMNS: dict[str, tuple[str, str]] = {
+    "dataset": ("dataset", "the data set"),
+    "split": ("dataset.split", "the train/test split (0–4)"),
+    "algorithm": ("algorithm", "the method"),
+    "mode": ("protocol", "shared: one learned kernel for all; own: each peer learns its own "
+             "(a job the mode does not change, e.g. of a method that learns nothing itself, is "
+             "listed under each mode)"),
+    "basis_size": ("algorithm.max_basis", "basis functions / inducing points (empty: none)"),
+    "status": ("status", "ok, or failed"),
+    "test_rmse": ("final_test_rmse", "test root mean squared error (standardised targets)"),
+    "test_nlpd": ("final_test_nlpd", "test negative log predictive density, nats per point"),
+    "coverage_2sd": ("final_test_coverage_2sd", "fraction of test targets within ±2 sd"),
+    "fit_seconds": ("final_seconds", "seconds of the fit"),
+    "learning_seconds": ("final_hyper_seconds", "seconds of learning the hyperparameters"),
+    "certificate_gap": ("final_gap", "the method's relative duality gap (empty: it has none)"),
+    "threads": ("final_blas_threads", "BLAS threads of the job"),
+    "cpu_model": ("final_cpu_model", "the machine's CPU"),
+}
+
+
+def job_table(ds) -> pd.DataFrame:
+    """One row per job of a results Dataset and mode, the :data:`COLUMNS` in order (a column
+    the store does not have is empty; a split the run fixed rather than swept is filled from
+    its config), sorted by mode, dataset, algorithm, basis size and split."""
+    from pipeline.results.access import tidy
+
+    jobs = tidy(ds, per="job")
+    mode_dim = COLUMNS["mode"][0]
+    if mode_dim in jobs:  # a job that does not depend on the mode: one row under each
+        shared = jobs[mode_dim].isna()
+        jobs = pd.concat([jobs[~shared]] + [jobs[shared].assign(**{mode_dim: mode})
+                                            for mode in ds[mode_dim].values.tolist()])
+    table = pd.DataFrame({name: jobs[source] if source in jobs else pd.NA
+                          for name, (source, _) in COLUMNS.items()})
+    if COLUMNS["split"][0] not in jobs:
+        table["split"] = ds.attrs["config"]["dataset"]["split"]
+    return table.sort_values(["mode", "dataset", "algorithm", "basis_size", "split"],
+                             na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _settings(table: pd.DataFrame) -> pd.DataFrame:
+    """Per mode, dataset and setting (algorithm, basis size): over its finished splits the
+    mean cost (fit + learning seconds) and the mean and sd of test RMSE and NLPD."""
+    ok = table[table["status"] == "ok"].copy()
+    ok["cost"] = ok["fit_seconds"].astype(float) + ok["learning_seconds"].astype(
+        float).fillna(0.0)
+    ok["basis_size"] = ok["basis_size"].astype("Int64")
+    keys = ["mode", "dataset", "algorithm", "basis_size"]
+    grouped = ok.groupby(keys, dropna=False)
+    out = grouped.agg(cost=("cost", "mean"), rmse=("test_rmse", "mean"),
+                      rmse_sd=("test_rmse", "std"), nlpd=("test_nlpd", "mean"),
+                      nlpd_sd=("test_nlpd", "std"), splits=("split", "nunique"))
+    return out.reset_index()
+
+
+def _setting(row) -> str:
+    size = row["basis_size"]
+    return row["algorithm"] + ("" if pd.isna(size) else f" (m = {int(size)})")
+
+
+def _pm(mean: float, sd: float) -> str:
+    return f"{mean:.4g}" if not np.isfinite(sd) else f"{mean:.4g} ± {sd:.2g}"
+
+
+def _modes(table: pd.DataFrame, order: list[str]) -> list:
+    """The table's modes, those named in ``order`` first and in that order."""
+    held = [m for m in table["mode"].unique().tolist() if not pd.isna(m)]
+    return [m for m in order if m in held] + sorted(m for m in held if m not in order) + (
+        [pd.NA] if table["mode"].isna().any() else [])
+
+
+def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -> str:
+    """Markdown, per mode (those of ``order`` first): the setting with the lowest mean test
+    RMSE among those whose mean cost is within each budget, per dataset (RMSE mean ± sd over
+    splits, mean seconds)."""
+    settings = _settings(table)
+    parts = []
+    for mode in _modes(table, list(order)):
+        by_mode = settings[settings["mode"].isna() if pd.isna(mode) else
+                           settings["mode"] == mode]
+        lines = [f"**{mode}**" if not pd.isna(mode) else "", "",
+                 "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |",
+                 "|" + " --- |" * (len(budgets) + 1)]
+        for dataset, rows in by_mode.groupby("dataset", sort=True):
+            cells = []
+            for budget in budgets:
+                within = rows[rows["cost"] <= budget]
+                if within.empty:
+                    cells.append(f"— (least {rows['cost'].min():.3g} s)")
+                    continue
+                best = within.loc[within["rmse"].idxmin()]
+                cells.append(f"{_setting(best)}: {_pm(best['rmse'], best['rmse_sd'])} in "
+                             f"{best['cost']:.3g} s")
+            lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines).strip())
+    return "\n\n".join(parts)
+
+
+def reference_table(table: pd.DataFrame, reference: str) -> str:
+    """Markdown: the ``reference`` algorithm's test RMSE and NLPD (mean ± sd over splits) and
+    seconds per dataset and mode."""
+    rows = _settings(table)
+    rows = rows[rows["algorithm"] == reference]
+    if rows.empty:
+        raise InputError(f"--reference {reference}: no finished job of that algorithm in the "
+                         "results; pass the algorithm the run used as its reference (the full "
+                         "GP, factored or by PCG)")
+    lines = ["| mode | dataset | test RMSE | test NLPD | seconds | splits |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for _, r in rows.sort_values(["mode", "dataset"]).iterrows():
+        lines.append(f"| {r['mode']} | {r['dataset']} | {_pm(r['rmse'], r['rmse_sd'])} | "
+                     f"{_pm(r['nlpd'], r['nlpd_sd'])} | {r['cost']:.3g} | {r['splits']} |")
+    return "\n".join(lines)
+
+
+def readme(table: pd.DataFrame, *, reference: str, sweep: str, code_version: str,
+           commands: list[str], figures: list[str], mode_order: list[str] = ()) -> str:
+    """The folder's README.md, from the published table alone (plus what the store says of the
+    run: its name, code version and commands, and the figures written beside it)."""
+    machines = sorted(str(m) for m in table["cpu_model"].dropna().unique())
+    threads = sorted(int(t) for t in table["threads"].dropna().unique())
+    counts = table["status"].value_counts().to_dict()
+    schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in COLUMNS.items())
+    return "\n".join([
+        f"# Results: {sweep}",
+        "",
+        f"{len(table)} jobs ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}) over "
+        f"{table['dataset'].nunique()} data sets and splits "
+        f"{', '.join(str(s) for s in sorted(table['split'].dropna().unique()))}. "
+        f"Machine: {', '.join(machines) or 'not recorded'}; BLAS threads per job: "
+        f"{', '.join(map(str, threads)) or 'not recorded'}. Code version: `{code_version}`.",
+        "",
+        "## Best method per time budget",
+        "",
+        "Lowest mean test RMSE among the settings whose mean seconds (learning + fit) are "
+        "within the budget; RMSE as mean ± sd over the splits.",
+        "",
+        budget_tables(table, order=mode_order),
+        "",
+        f"## The reference (`{reference}`)",
+        "",
+        reference_table(table, reference),
+        "",
+        "## Figures",
+        "",
+        *[f"![{name}]({name})" for name in figures],
+        "",
+        f"## The table: `{sweep}.csv`",
+        "",
+        "| column | meaning |",
+        "| --- | --- |",
+        schema,
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        *commands,
+        "```",
+        "",
+    ])
+
+
+def publish(results: str | Path, out: str | Path, reference: str) -> Path:
+    """Write the folder (module docstring) for ``results`` into ``out``; returns the README."""
+    from pipeline.report.frontier import frontier_figures
+    from pipeline.results.consolidate import load
+
+    out = Path(out)
+    ds = load(results).load()
+    sweep = str(ds.attrs["sweep"])
+    table = job_table(ds)
+    reference_table(table, reference)  # a bad --reference fails before anything is written
+    spec = (ds.attrs["config"].get("report") or {}).get("frontier")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / f"{sweep}.csv", index=False)
+        names = []
+        if spec is not None:
+            scratch = out / ".figures"
+            scratch.mkdir(exist_ok=True)
+            for figure in frontier_figures(ds, spec, scratch, 1):
+                path = Path(figure.path)
+                if path.stat().st_size > MAX_FIGURE_BYTES:
+                    raise InputError(f"{path.name} is {path.stat().st_size} bytes, above "
+                                     f"{MAX_FIGURE_BYTES}; lower the report's dpi")
+                shutil.move(path, out / path.name)
+                names.append(path.name)
+            shutil.rmtree(scratch)
+        commands = [f"python -m pipeline -m experiment={sweep}",
+                    f"python -m pipeline.publish outputs/{sweep}/results.zarr "
+                    f"--reference {reference} --out {out}"]
+        text = readme(table, reference=reference, sweep=sweep,
+                      code_version=f"git {ds.attrs['git_sha']}",
+                      commands=commands, figures=names,
+                      mode_order=((spec or {}).get("modes") or {}).get("order") or [])
+        (out / "README.md").write_text(text)
+    except OSError as err:
+        raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "
+                         "directory") from None
+    return out / "README.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
+    parser = OneLineParser(prog="python -m pipeline.publish", description=__doc__,
+                           usage_line=USAGE)
+    parser.add_argument("results", help="a finished sweep's results.zarr")
+    parser.add_argument("--reference", required=True,
+                        help="the algorithm whose jobs are the run's reference (the full GP)")
+    parser.add_argument("--out", default="docs/results", help="the folder to write")
+    try:
+        args = parser.parse_args(argv)
+        path = publish(args.results, args.out, args.reference)
+    except InputError as err:
+        return fail(err)
+    print(f"published: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The published folder of an accuracy-against-time run (pipeline.publish): its table's schema,
+the jobs a mode does not change listed under each mode, and the README rendered from the CSV."""
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from pipeline.publish import COLUMNS, job_table, main, readme
+
+
+def _sweep() -> xr.Dataset:
+    """Algorithm a (two basis sizes, two splits, two modes that change it) and b (ignores the
+    basis size and the mode: the same two jobs everywhere)."""
+    dims = ("algorithm", "dataset", "algorithm.max_basis", "dataset.split", "protocol")
+    rmse = np.array([[[[0.5, 0.7], [0.3, 0.5]]], [[[0.45, 0.45], [0.45, 0.45]]]])
+    secs = np.array([[[[1.0, 3.0], [10.0, 30.0]]], [[[5.0, 5.0], [5.0, 5.0]]]])
+    hashes = np.array([[[["a1", "a2"], ["a3", "a4"]]], [[["b1", "b2"], ["b1", "b2"]]]])
+    own = {"a1": "c1", "a2": "c2", "a3": "c3", "a4": "c4"}
+
+    def both(values, own_values):
+        return np.stack([values, own_values], axis=-1)
+
+    shape = rmse.shape + (2,)
+    return xr.Dataset(
+        {"final_test_rmse": (dims, both(rmse, rmse + np.array([0.1, 0])[:, None, None, None])),
+         "final_test_nlpd": (dims, both(rmse + 1, rmse + 1)),
+         "final_seconds": (dims, both(secs, secs)),
+         "final_hyper_seconds": (dims, np.full(shape, 1.0)),
+         "final_blas_threads": (dims, np.full(shape, 2.0)),
+         "final_cpu_model": (dims, np.full(shape, "AMD EPYC")),
+         "status": (dims, np.full(shape, "ok")),
+         "job_hash": (dims, both(hashes, np.vectorize(lambda h: own.get(h, h))(hashes)))},
+        coords={"algorithm": ["a", "b"], "dataset": ["d"], "algorithm.max_basis": [8, 64],
+                "dataset.split": [0, 1], "protocol": ["shared", "own"]},
+        attrs={"config": {"dataset": {"split": 0}}})
+
+
+def test_the_table_has_its_schema_and_lists_mode_free_jobs_under_each_mode():
+    table = job_table(_sweep())
+    assert table.columns.tolist() == list(COLUMNS)
+    # a: 2 sizes × 2 splits × 2 modes; b: 2 splits, listed under both modes
+    assert len(table) == 8 + 4
+    b = table[table["algorithm"] == "b"]
+    assert sorted(b["mode"]) == ["own", "own", "shared", "shared"]
+    assert b["basis_size"].isna().all()
+    assert set(table["cpu_model"]) == {"AMD EPYC"}
+
+
+def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
+    buffer = io.StringIO()
+    job_table(_sweep()).to_csv(buffer, index=False)
+    table = pd.read_csv(io.StringIO(buffer.getvalue()))
+    text = readme(table, reference="b", sweep="s", code_version="git 0",
+                  commands=["python -m pipeline -m experiment=s"], figures=["f.png"],
+                  mode_order=["shared", "own"])
+    shared, own = text.index("**shared**"), text.index("**own**")
+    assert shared < own
+    # within 10 s: b (mean 6 s) beats a at m = 8 (mean 3 s, RMSE 0.6); within 60 s a at m = 64
+    # (mean (11 + 31)/2 = 21 s, RMSE 0.4 ± 0.14 over the two splits)
+    assert "| d | b: 0.45 ± 0 in 6 s | a (m = 64): 0.4 ± 0.14 in 21 s |" in text[shared:own]
+    assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in text[own:]
+    assert "| shared | d | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 |" in text
+    assert "Machine: AMD EPYC; BLAS threads per job: 2" in text
+    assert "![f.png](f.png)" in text
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["missing.zarr", "--reference", "exact"], "missing.zarr does not exist"),
+    (["missing.zarr"], "the following arguments are required: --reference"),
+])
+def test_bad_arguments_are_one_line_errors(argv, fragment, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
+    assert not (tmp_path / "docs").exists()
