@@ -309,3 +309,30 @@ def test_interactive_page_selects_series_in_chromium(seed_dir, tmp_path):
     empty = build_document(failed, trace_metrics(failed), "t")
     assert not list(empty.select({"type": TabPanel}))
     assert any("nothing to draw" in div.text for div in empty.select({"type": Div}))
+
+
+def _traced_sweep(n_lam: int) -> xr.Dataset:
+    """One algorithm on one dataset at ``n_lam`` values of σ², a 3-step test RMSE trace each."""
+    dims = ("algorithm", "dataset", "lam")
+    shape = (1, 1, n_lam)
+    lam = np.round(np.geomspace(1e-3, 1.0, n_lam), 6)
+    return xr.Dataset(
+        {"test_rmse": ((*dims, "step"), np.arange(1.0, 1.0 + 3 * n_lam).reshape(*shape, 3)),
+         "status": (dims, np.full(shape, "ok")),
+         "job_hash": (dims, np.array([f"h{i}" for i in range(n_lam)]).reshape(shape))},
+        coords={"algorithm": ["sgma"], "dataset": ["d"], "lam": lam, "step": [1, 2, 3]},
+        attrs={"sweep": "s"})
+
+
+def test_interactive_series_are_named_by_symbol_and_a_long_legend_is_left_out():
+    from bokeh.models import Legend, LegendItem
+
+    few = build_document(_traced_sweep(3), ["test_rmse"], "t")
+    labels = sorted(item.label.value for item in few.select({"type": LegendItem}))
+    assert labels == ["sgma (σ² = 0.001) · d", "sgma (σ² = 0.031623) · d", "sgma (σ² = 1) · d"]
+    assert len(list(few.select({"type": Legend}))) == 1
+    # 45 series: a legend would run past the figure; the checkboxes still choose the series
+    many = build_document(_traced_sweep(45), ["test_rmse"], "t")
+    assert not list(many.select({"type": Legend}))
+    assert any("no legend for 45 series: the checkboxes choose what is drawn" in div.text
+               for div in many.select({"type": Div}))

@@ -45,7 +45,7 @@ from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
 from pipeline.report.figures import select_setting, settings
-from pipeline.results.variables import axis_label
+from pipeline.results.variables import axis_label, setting_text
 
 TRACES = ("gap", "test_rmse", "test_nlpd", "objective", "n_basis")
 DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot")
@@ -124,8 +124,8 @@ def _series(ds: xr.Dataset, metrics: list[str]) -> list[dict]:
         sub = select_setting(needed, point, dataset)
         ok = sub["status"] == "ok"
         seconds = _mean_runs(sub["seconds"], ok) if has_seconds else np.full(len(step), np.nan)
-        setting = " ".join(f"{dim}={value}" for dim, value in point.items()
-                           if dim != "algorithm" and ds.sizes[dim] > 1) or "—"
+        setting = ", ".join(setting_text(dim, value) for dim, value in point.items()
+                            if dim != "algorithm" and ds.sizes[dim] > 1) or "—"
         for metric in metrics:
             value = _mean_runs(sub[metric], ok)
             ok = np.isfinite(value)
@@ -134,6 +134,9 @@ def _series(ds: xr.Dataset, metrics: list[str]) -> list[dict]:
                             "setting": setting, "index": index, "metric": metric,
                             "step": step[ok], "seconds": seconds[ok], "value": value[ok]})
     return out
+
+
+MAX_LEGEND_ITEMS = 40  # a legend of more entries runs past the figure's 520 px: none is drawn
 
 
 def _log_axis(values: np.ndarray) -> bool:
@@ -154,10 +157,10 @@ def _palette(n: int) -> list[str]:
 
 
 def _panel(ds: xr.Dataset, metric: str, series: list[dict], colours: list[str],
-           dashes: dict[str, str]) -> tuple[TabPanel, dict[str, list]]:
+           dashes: dict[str, str], legend: bool = True) -> tuple[TabPanel, dict[str, list]]:
     """A tab with one figure of ``metric`` and, per series drawn (a series with no positive
     value on a log axis is not), its line and marker renderers, legend item, data source and
-    key (dataset, algorithm, series id)."""
+    key (dataset, algorithm, series id); the legend is drawn when ``legend``."""
     values = np.concatenate([s["value"] for s in series])
     log = _log_axis(values)
     label = axis_label(metric, ds)
@@ -178,7 +181,7 @@ def _panel(ds: xr.Dataset, metric: str, series: list[dict], colours: list[str],
         colour, dash = colours[s["index"]], dashes[s["dataset"]]
         line = fig.line("x", "value", source=source, color=colour, line_dash=dash, line_width=2)
         mark = fig.scatter("x", "value", source=source, color=colour, size=6, alpha=0.8)
-        setting = "" if s["setting"] == "—" else f" {s['setting']}"
+        setting = "" if s["setting"] == "—" else f" ({s['setting']})"
         drawn["items"].append(LegendItem(label=f"{s['algorithm']}{setting} · {s['dataset']}",
                                          renderers=[line, mark]))
         drawn["lines"].append(line)
@@ -189,8 +192,9 @@ def _panel(ds: xr.Dataset, metric: str, series: list[dict], colours: list[str],
         ("algorithm", "@algorithm"), ("dataset", "@dataset"), ("setting", "@setting"),
         ("step", "@step"), ("seconds", "@seconds{%.4g}"), (metric, "@value{%.6g}")],
         formatters={"@seconds": "printf", "@value": "printf"}))
-    fig.add_layout(Legend(items=drawn["items"], click_policy="hide", label_text_font_size="8pt",
-                          spacing=0, padding=4), "right")
+    if legend:
+        fig.add_layout(Legend(items=drawn["items"], click_policy="hide",
+                              label_text_font_size="8pt", spacing=0, padding=4), "right")
     return TabPanel(child=fig, title=metric), drawn
 
 
@@ -217,11 +221,13 @@ def build_document(ds: xr.Dataset, metrics: list[str], title: str) -> Document:
     dashes = {d: DASHES[i % len(DASHES)] for i, d in enumerate(datasets)}
     panels, axes = [], []
     drawn: dict[str, list] = {"lines": [], "marks": [], "items": [], "sources": [], "keys": []}
+    most = max(sum(s["metric"] == metric for s in series) for metric in metrics)
+    legend = most <= MAX_LEGEND_ITEMS  # more entries than a figure's height holds: none
     for metric in metrics:
         mine = [s for s in series if s["metric"] == metric]
         if not mine:
             continue
-        panel, more = _panel(ds, metric, mine, colours, dashes)
+        panel, more = _panel(ds, metric, mine, colours, dashes, legend)
         panels.append(panel)
         axes.extend(panel.child.xaxis)
         for key, models in more.items():
@@ -242,9 +248,11 @@ def build_document(ds: xr.Dataset, metrics: list[str], title: str) -> Document:
             "seconds_label": axis_label("seconds", ds)}, code=X_JS))
         controls = [Div(text="<b>x axis</b>"), radio, *controls]
     controls.append(count)
-    note = Div(text="<p>Mean over seeds of each setting; hover a point for its values, click a "
-                    "legend entry to hide its series. Lines of one colour are one setting, "
-                    "their dash the dataset.</p>", sizing_mode="stretch_width")
+    clicks = ("click a legend entry to hide its series" if legend else
+              f"no legend for {most} series: the checkboxes choose what is drawn")
+    note = Div(text=f"<p>Mean over seeds of each setting; hover a point for its values, "
+                    f"{clicks}. Lines of one colour are one setting, their dash the "
+                    "dataset.</p>", sizing_mode="stretch_width")
     tabs = Tabs(tabs=panels, sizing_mode="stretch_width")
     layout = column(heading, note, row(column(*controls, width=230), tabs,
                                        sizing_mode="stretch_width"), sizing_mode="stretch_width")
