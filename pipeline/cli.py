@@ -186,7 +186,6 @@ def _run(argv: list[str], overrides: list[str]) -> int:
     code (1: the job, or a sweep's job, failed)."""
     from pipeline.config.overrides import declares_sweep
     from pipeline.job.summary import job_warnings, summary_text
-    from pipeline.sweep.outcome import SweepOutcome, sweep_warnings
 
     if not any(a in MULTIRUN_FLAGS for a in argv) and not declares_sweep(overrides):
         record = app.run(overrides).return_value
@@ -199,6 +198,8 @@ def _run(argv: list[str], overrides: list[str]) -> int:
         for line in job_warnings(record["result"]):
             print(line, file=sys.stderr)
         return 0
+    from pipeline.sweep.outcome import SweepOutcome, sweep_warnings  # xarray: not for one job
+
     outcome = SweepOutcome.from_returns(app.multirun(overrides))
     print(outcome.text())
     for line in sweep_warnings(outcome.results_path):

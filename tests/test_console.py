@@ -61,6 +61,7 @@ def _script() -> str:
 # compiled kernel tiles (numba's load is more than such a fit's exp costs in numpy), the
 # optimisers, the peers' libraries
 NOT_FOR_A_SMALL_JOB = ("numba", "scipy.optimize", "torch", "gpytorch", "sklearn")
+NOT_BEFORE_THE_FIT = ("xarray", "pandas", "dask", "distributed")  # any job, its store ingested
 
 
 def test_console_script_runs_a_small_job_without_numba_or_the_optimisers(tmp_path):
@@ -75,6 +76,20 @@ def test_console_script_runs_a_small_job_without_numba_or_the_optimisers(tmp_pat
     assert "algorithms" in names and "numpy" in names  # the report is read
     assert not [n for n in names if n.split(".")[0] in NOT_FOR_A_SMALL_JOB
                 or n.startswith("scipy.optimize")]
+    # the same job again (its store now ingested) reaches its fit without xarray, pandas or dask:
+    # the store is read through zarr alone, and xarray is imported to write the result
+    probe = ("import sys\n"
+             "import pipeline.job.run as job_run\n"
+             "def at_the_fit(*args, **kwargs):\n"
+             "    print('loaded:', sorted({m.split('.')[0] for m in sys.modules} & NOT_YET))\n"
+             "    raise SystemExit(0)\n"
+             "job_run.run = at_the_fit\n"
+             "from pipeline.cli import main\n"
+             "main(sys.argv[1:])\n").replace("NOT_YET", repr(set(NOT_BEFORE_THE_FIT)))
+    proc = subprocess.run([sys.executable, "-c", probe, "algorithm=nystrom",
+                           "algorithm.max_basis=20", "dataset=sine1d", "dataset.n_train=60"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "loaded: []", (proc.stdout, proc.stderr[-2000:])
 
 
 @pytest.mark.parametrize("line,answer", [("sgp-bench algorithm=sg", "algorithm=sgma"),

@@ -490,6 +490,34 @@ def test_garbage_chunk_fails(tmp_path, dask):
         open_store(path, dask=dask)
 
 
+def test_the_zarr_reader_checks_what_the_xarray_one_does(tmp_path):
+    """read_store (a job's start: zarr alone) gives open_store's arrays, digests and one-line
+    errors: over several row chunks, a garbage chunk, broken metadata, a missing store."""
+    from pipeline.datasets import read_store
+    from pipeline.datasets.store import _hash_blocks
+
+    path = ingest({"name": "sine1d", "n_train": 5000, "n_test": 7}, tmp_path)
+    store, ds = read_store(path), open_store(path, dask=False)
+    for key in ("X_train", "y_train", "X_test", "y_test"):
+        np.testing.assert_array_equal(store[key][...], ds[key].values)
+    assert store.attrs == dict(ds.attrs) and store.nbytes == ds.nbytes
+    ds.close()
+    y = store["y_train"]  # five row chunks, the last one short
+    bounds = np.array([*range(0, 5000, 1024), 5000])
+    assert _hash_blocks(y, bounds) == store.attrs["content_sha256"]["y_train"]
+    loaded = store.load()
+    assert not loaded["X_train"].flags.writeable
+    chunks = [p for p in (path / "y_train").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    chunks[0].write_bytes(b"\x00garbage\xff" * 7)
+    with pytest.raises(StoreError, match=r"fails its checksum \(y_train: unreadable chunk"):
+        read_store(path)
+    (path / "zarr.json").write_text("{not json")
+    with pytest.raises(StoreError, match="cannot be opened.*rerun to re-ingest"):
+        read_store(path)
+    with pytest.raises(StoreError, match="does not exist"):
+        read_store(tmp_path / "absent.zarr")
+
+
 def test_broken_metadata_and_missing_store(tmp_path):
     with pytest.raises(StoreError, match="does not exist"):
         open_store(tmp_path / "absent.zarr")

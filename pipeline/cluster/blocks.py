@@ -44,7 +44,6 @@ from collections.abc import Sequence
 from concurrent.futures import CancelledError
 from pathlib import Path
 
-import dask
 import numpy as np
 from distributed import Client, wait
 
@@ -72,7 +71,7 @@ from pipeline.cluster.shards import (
     _worker_status,
     _worker_threads,
 )
-from pipeline.datasets import open_store
+from pipeline.datasets import read_store
 
 POLL_SECONDS = 1.0
 
@@ -118,9 +117,8 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
     def __init__(self, client: Client, store: str | os.PathLike, kernel: Kernel,
                  workers: Sequence[str] | None = None) -> None:
         self.client, self.store = client, str(Path(store))
-        self.dataset = open_store(store, verify=False)
-        with dask.config.set(scheduler="synchronous"):  # not the cluster: read it here
-            X = self.dataset["X_train"].values
+        self.dataset = read_store(store, verify=False)
+        X = np.asarray(self.dataset["X_train"][...])  # read here, not by the cluster
         super().__init__(X, kernel)
         workers = sorted(workers or [w for w, s in _workers(client).items()
                                      if s in ("running", "paused")])

@@ -9,7 +9,6 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import dask
 import numpy as np
 
 from algorithms.factor_columns import CholeskyColumns
@@ -59,11 +58,9 @@ def _shard(key: str) -> _Shard:
 
 
 def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
-    """Read rows lo:hi of the store's X_train into a shard; its bytes. Dask's synchronous
-    scheduler reads it: a compute on a worker would otherwise go to the cluster, whose worker
-    is busy running this call."""
-    with dask.config.set(scheduler="synchronous"):
-        X = open_dataset_cached(store, verify=False)["X_train"][lo:hi].values
+    """Read rows lo:hi of the store's X_train (through zarr, on this worker) into a shard; its
+    bytes."""
+    X = np.asarray(open_dataset_cached(store, verify=False)["X_train"][lo:hi])
     X = np.ascontiguousarray(X, dtype=np.float64)
     _SHARDS[key] = _Shard(lo, hi, ArrayKernelBlocks(X, kernel))
     return X.nbytes
@@ -107,8 +104,7 @@ def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray
     (n·d values on each worker: a product with K needs all of them)."""
     shard = _shard(key)
     if shard.X_all is None:
-        with dask.config.set(scheduler="synchronous"):
-            X = open_dataset_cached(store, verify=False)["X_train"].values
+        X = np.asarray(open_dataset_cached(store, verify=False)["X_train"][...])
         shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
     blocks = shard.blocks
     return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)

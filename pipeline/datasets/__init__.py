@@ -31,6 +31,7 @@ from pipeline.datasets.store import (
     ingest,
     load_arrays,
     open_store,
+    read_store,
     store_path,
 )
 from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
@@ -38,4 +39,5 @@ from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
            "StoreError", "attrs_digest", "build", "content_digest", "dataset_names", "fingerprint",
            "friedman1_mean", "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec",
-           "open_store", "spec_hash", "store_path", "task_of", "train_shape", "check_buildable"]
+           "open_store", "read_store", "spec_hash", "store_path", "task_of", "train_shape",
+           "check_buildable"]

@@ -15,45 +15,42 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from algorithms.kernels import ArrayKernelBlocks, Kernel
-from pipeline.datasets import fingerprint, open_store
+from pipeline.datasets import fingerprint, read_store
+from pipeline.datasets.store import StoreArrays
 
 if TYPE_CHECKING:
     import dask.array as da
 
 # A worker runs many jobs on one small store: it is read into memory once per process and
-# kept (read-only) while none of its files changes; larger stores stay lazy.
+# kept (read-only) while none of its files changes; larger stores stay lazy (zarr arrays).
 IN_MEMORY_BYTES = 256 << 20
 IN_MEMORY_STORES = 4
-_in_memory: OrderedDict[Path, tuple[tuple, xr.Dataset]] = OrderedDict()
+_in_memory: OrderedDict[Path, tuple[tuple, StoreArrays]] = OrderedDict()
 
 
-def open_dataset_cached(store: str | PathLike, verify: bool) -> xr.Dataset:
-    """The dataset store at ``store``: verified and opened lazily when ``verify``; else a
-    small store (≤ :data:`IN_MEMORY_BYTES`) is read into memory once per process and kept
-    while none of its files changes, a larger one opened lazily."""
+def open_dataset_cached(store: str | PathLike, verify: bool) -> StoreArrays:
+    """The dataset store at ``store`` (:func:`~pipeline.datasets.store.read_store`, zarr
+    alone): verified and read lazily when ``verify``; else a small store (≤
+    :data:`IN_MEMORY_BYTES`) is read into memory once per process and kept while none of its
+    files changes, a larger one read lazily."""
     if verify:
-        return open_store(store, verify=True)
+        return read_store(store, verify=True)
     path = Path(store)
     stamp = fingerprint(path)
     hit = _in_memory.get(path)
     if hit is not None and hit[0] == stamp:
         _in_memory.move_to_end(path)
         return hit[1]
-    ds = open_store(path, verify=False, dask=False)  # read whole below: no dask needed
-    if ds.nbytes > IN_MEMORY_BYTES:
-        ds.close()
-        return open_store(path, verify=False)
-    ds = ds.load()
-    ds.close()
-    for var in ds.data_vars.values():
-        var.values.flags.writeable = False  # shared by the jobs: a write would be a bug
-    _in_memory[path] = (stamp, ds)
+    arrays = read_store(path, verify=False)
+    if arrays.nbytes > IN_MEMORY_BYTES:
+        return arrays
+    arrays = arrays.load()  # read-only: shared by the jobs, a write would be a bug
+    _in_memory[path] = (stamp, arrays)
     while len(_in_memory) > IN_MEMORY_STORES:
         _in_memory.popitem(last=False)
-    return ds
+    return arrays
 
 
 class ZarrKernelBlocks(ArrayKernelBlocks):
@@ -62,7 +59,7 @@ class ZarrKernelBlocks(ArrayKernelBlocks):
     def __init__(self, store: str | PathLike, kernel: Kernel, *, verify: bool = True) -> None:
         self.store = store
         self.dataset = open_dataset_cached(store, verify)
-        super().__init__(self.dataset["X_train"].data, kernel)
+        super().__init__(self.dataset["X_train"], kernel)
 
     def lazy_matrix(self, row_chunk: int | None = None) -> da.Array:
         """K as a lazy (n, n) dask array in row blocks of ``row_chunk`` rows (≈128 MB each)."""

@@ -1,6 +1,8 @@
 """Dataset stores: :func:`ingest` writes a built dataset once to
 ``<store_root>/<name>-<12 hex of the spec hash>.zarr`` (atomically, idempotently);
-:func:`open_store` reopens a store lazily (dask-backed) after checking every array's sha256.
+:func:`open_store` reopens a store lazily as an xarray Dataset (dask-backed) after checking every
+array's sha256; :func:`read_store` makes the same checks through zarr alone, for a job's start
+(importing xarray with pandas is ~0.4 s of CPU, paid then only when the result is written).
 
 Store layout (``format_version`` 2): variables ``X_train (train, feature)``, ``y_train (train)``,
 ``X_test (test, feature)``, ``y_test (test)``, float64, row-chunked to about 32 MB per chunk;
@@ -17,11 +19,11 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from pipeline.datasets.spec import (
     FORMAT_VERSION,
@@ -47,6 +49,9 @@ REQUIRED_ATTRS = (
 )
 _CHUNK_ELEMENTS = 2**22  # 4 Mi float64 = 32 MB per chunk
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 
 def store_path(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     """``<store_root>/<name>-<first 12 hex of spec_hash>.zarr`` (nothing is created)."""
@@ -66,6 +71,8 @@ def attrs_digest(attrs: Mapping[str, Any]) -> str:
 
 
 def _write_store(path: Path, arrays: Arrays, attrs: Mapping[str, Any]) -> None:
+    import xarray as xr
+
     attrs = {**attrs, ATTRS_DIGEST: attrs_digest(attrs)}
     ds = xr.Dataset({key: (_DIMS[key], arrays[key]) for key in VARIABLES}, attrs=attrs)
     d = int(attrs["d"])
@@ -82,22 +89,33 @@ def _corrupt(path: Path, what: str) -> StoreError:
 
 def _hash_variable(var: xr.DataArray) -> str:
     """sha256 of a variable (dask-backed or lazily read), read one row chunk at a time."""
-    h = hashlib.sha256()
     if var.chunks is not None:
         bounds = np.cumsum((0,) + tuple(var.chunks[0]))
     else:  # the store's own row chunks
         step = max(1, int((var.encoding.get("chunks") or (len(var),))[0]))
         bounds = np.array([*range(0, len(var), step), len(var)])
+    return _hash_blocks(var, bounds)
+
+
+def _hash_array(array) -> str:
+    """sha256 of a zarr array, read one of its row chunks at a time (as :func:`_hash_variable`:
+    the same digest)."""
+    n, step = array.shape[0], max(1, int(array.chunks[0]))
+    return _hash_blocks(array, np.array([*range(0, n, step), n]))
+
+
+def _hash_blocks(var, bounds: np.ndarray) -> str:
+    h = hashlib.sha256()
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        block = var[int(start):int(stop)]
+        block = var[int(start):int(stop)]  # a zarr array's rows are a numpy array already
         # dask-backed: read on this thread (dask's synchronous get, passed as a function: dask's
         # scheduler lookup by name or by default imports distributed, ~0.4 s of CPU, to look
         # for a client, and on a worker would send the read to the cluster)
-        if var.chunks is not None:
+        if not isinstance(block, np.ndarray) and var.chunks is not None:
             from dask.local import get_sync
 
             block = block.data.compute(scheduler=get_sync)
-        else:
+        elif not isinstance(block, np.ndarray):
             block = block.values
         h.update(np.ascontiguousarray(block, dtype="<f8").reshape(-1))
     return h.hexdigest()
@@ -125,58 +143,125 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True,
         attrs edited after ingest (``attrs_sha256``), shapes that disagree with the attrs, an
         unreadable chunk or a checksum mismatch.
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise StoreError(f"store {path} does not exist; run ingest(spec, store_root) to create it")
+    import xarray as xr
+
+    path = _existing(path)
     try:
         ds = xr.open_zarr(path, consolidated=False, **({} if dask else {"chunks": None}))
     except Exception as exc:  # any zarr/JSON/decoding failure means an unusable store
         raise _corrupt(path, f"cannot be opened ({type(exc).__name__}: "
                              f"{one_line(exc)[:120]})") from None
     try:
-        _check_structure(path, ds)
+        _check_structure(path, ds.attrs, {key: (var.dims, var.dtype, var.shape)
+                                          for key, var in ds.data_vars.items()})
         if verify:
-            for key in VARIABLES:
-                try:
-                    digest = _hash_variable(ds[key])
-                except Exception as exc:  # damaged chunk: decompression/decoding error
-                    raise _corrupt(path, f"fails its checksum ({key}: unreadable chunk, "
-                                         f"{type(exc).__name__})") from None
-                if digest != ds.attrs["content_sha256"].get(key):
-                    raise _corrupt(path, f"fails its checksum ({key})")
+            _check_digests(path, ds.attrs, {key: ds[key] for key in VARIABLES}, _hash_variable)
     except BaseException:
         ds.close()
         raise
     return ds
 
 
-def _check_structure(path: Path, ds: xr.Dataset) -> None:
-    missing = [a for a in REQUIRED_ATTRS if a not in ds.attrs]
+@dataclass(frozen=True)
+class StoreArrays:
+    """A verified store's attrs and its arrays by name (:data:`VARIABLES`): zarr arrays, read
+    on indexing (``arrays["X_train"][lo:hi]``), or numpy arrays after :meth:`load`."""
+
+    attrs: dict[str, Any]
+    arrays: dict[str, Any]
+
+    def __getitem__(self, key: str):
+        return self.arrays[key]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(np.prod(a.shape)) * 8 for a in self.arrays.values())
+
+    def load(self) -> StoreArrays:
+        """Every array read into memory, read-only (shared by the jobs of a process)."""
+        loaded = {}
+        for key, array in self.arrays.items():
+            loaded[key] = np.ascontiguousarray(array[...], dtype=np.float64)
+            loaded[key].flags.writeable = False
+        return StoreArrays(self.attrs, loaded)
+
+
+def read_store(path: str | os.PathLike[str], *, verify: bool = True) -> StoreArrays:
+    """The store at ``path`` through zarr alone (no xarray, no dask), with the checks of
+    :func:`open_store` and its one-line :class:`StoreError` messages."""
+    import zarr
+
+    path = _existing(path)
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        attrs = dict(group.attrs)
+        arrays = {key: group[key] for key in VARIABLES if key in group}
+        shapes = {key: (_dims(array), array.dtype, array.shape) for key, array in arrays.items()}
+    except Exception as exc:  # any zarr/JSON/decoding failure means an unusable store
+        raise _corrupt(path, f"cannot be opened ({type(exc).__name__}: "
+                             f"{one_line(exc)[:120]})") from None
+    _check_structure(path, attrs, shapes)
+    if verify:
+        _check_digests(path, attrs, arrays, _hash_array)
+    return StoreArrays(attrs, arrays)
+
+
+def _dims(array) -> tuple:
+    """A zarr array's dimension names as xarray writes them (zarr v3 metadata, or v2's
+    ``_ARRAY_DIMENSIONS`` attribute)."""
+    names = getattr(array.metadata, "dimension_names", None)
+    return tuple(names if names is not None else array.attrs.get("_ARRAY_DIMENSIONS", ()))
+
+
+def _existing(path: str | os.PathLike[str]) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise StoreError(f"store {path} does not exist; run ingest(spec, store_root) to create it")
+    return path
+
+
+def _check_digests(path: Path, attrs: Mapping[str, Any], arrays: Mapping[str, Any],
+                   digest_of) -> None:
+    for key in VARIABLES:
+        try:
+            digest = digest_of(arrays[key])
+        except Exception as exc:  # damaged chunk: decompression/decoding error
+            raise _corrupt(path, f"fails its checksum ({key}: unreadable chunk, "
+                                 f"{type(exc).__name__})") from None
+        if digest != attrs["content_sha256"].get(key):
+            raise _corrupt(path, f"fails its checksum ({key})")
+
+
+def _check_structure(path: Path, attrs: Mapping[str, Any],
+                     variables: Mapping[str, tuple[tuple, Any, tuple]]) -> None:
+    """The attrs (every one required, unedited) and the (dims, dtype, shape) of each variable."""
+    missing = [a for a in REQUIRED_ATTRS if a not in attrs]
     if missing:
         raise _corrupt(path, f"lacks attrs {', '.join(missing)}")
-    if ds.attrs["format_version"] != FORMAT_VERSION:
-        raise _corrupt(path, f"has format_version={ds.attrs['format_version']!r} but this code "
+    if attrs["format_version"] != FORMAT_VERSION:
+        raise _corrupt(path, f"has format_version={attrs['format_version']!r} but this code "
                              f"reads {FORMAT_VERSION}")
     try:
-        digest = attrs_digest(ds.attrs)
+        digest = attrs_digest(attrs)
     except (TypeError, ValueError):  # not JSON any more
         digest = None
-    if digest != ds.attrs[ATTRS_DIGEST]:
+    if digest != attrs[ATTRS_DIGEST]:
         raise _corrupt(path, f"has attrs that were edited after ingest ({ATTRS_DIGEST} "
                              "mismatch)")
-    if not isinstance(ds.attrs["content_sha256"], Mapping):
+    if not isinstance(attrs["content_sha256"], Mapping):
         raise _corrupt(path, "has a malformed content_sha256 attr")
-    want = {"train": ds.attrs["n_train"], "test": ds.attrs["n_test"], "feature": ds.attrs["d"]}
+    want = {"train": attrs["n_train"], "test": attrs["n_test"], "feature": attrs["d"]}
     for key in VARIABLES:
-        if key not in ds.data_vars:
+        if key not in variables:
             raise _corrupt(path, f"lacks variable {key}")
-        var = ds[key]
-        if var.dims != _DIMS[key] or var.dtype != np.float64:
-            raise _corrupt(path, f"has {key} with dims {var.dims} and dtype {var.dtype} (expected "
+        dims, dtype, shape = variables[key]
+        if tuple(dims) != _DIMS[key] or dtype != np.float64:
+            raise _corrupt(path, f"has {key} with dims {tuple(dims)} and dtype {dtype} (expected "
                                  f"{_DIMS[key]} float64)")
-        shape = tuple(want[dim] for dim in _DIMS[key])
-        if var.shape != shape:
-            raise _corrupt(path, f"has {key} of shape {var.shape} but its attrs say {shape}")
+        expected = tuple(want[dim] for dim in _DIMS[key])
+        if tuple(shape) != expected:
+            raise _corrupt(path, f"has {key} of shape {tuple(shape)} but its attrs say "
+                                 f"{expected}")
 
 
 def fingerprint(path: Path) -> tuple:
@@ -199,11 +284,7 @@ def _check_existing(path: Path, expected_hash: str) -> None:
     if _VERIFIED.get(path) == (stamp, expected_hash):
         return
     _VERIFIED.pop(path, None)
-    ds = open_store(path, dask=False)
-    try:
-        got = ds.attrs.get("spec_hash")
-    finally:
-        ds.close()
+    got = read_store(path).attrs.get("spec_hash")
     if got != expected_hash:
         raise StoreError(f"store {path} was built from a different spec (spec_hash "
                          f"{str(got)[:12]}…, expected {expected_hash[:12]}…); delete {path} and "
@@ -245,7 +326,7 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_store(tmp, arrays, attrs)
-        open_store(tmp).close()  # read back what was written before publishing it
+        read_store(tmp)  # read back what was written before publishing it
         if not path.exists():
             try:
                 os.rename(tmp, path)  # atomic: the final path is complete or absent
@@ -290,11 +371,7 @@ def content_digest(spec: Mapping[str, Any], store_root: str | os.PathLike[str], 
         return _DIGESTS[key]
     path = Path(key[1])
     if write or path.exists():
-        ds = open_store(ingest(norm, store_root), verify=False)
-        try:
-            attrs = dict(ds.attrs)
-        finally:
-            ds.close()
+        attrs = read_store(ingest(norm, store_root), verify=False).attrs
     else:
         attrs = build(norm)[1]
     _DIGESTS[key] = digest = _digest_of(attrs)
@@ -311,10 +388,7 @@ def load_arrays(path: str | os.PathLike[str], *, verify: bool = True
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(X_train, y_train, X_test, y_test)`` from a store (verified unless ``verify=False``,
     for a store just returned by :func:`ingest`), as float64 numpy arrays."""
-    ds = open_store(path, verify=verify)
-    try:
-        X_train, y_train, X_test, y_test = (
-            np.ascontiguousarray(ds[key].values, dtype=np.float64) for key in VARIABLES)
-    finally:
-        ds.close()
+    store = read_store(path, verify=verify)
+    X_train, y_train, X_test, y_test = (
+        np.ascontiguousarray(store[key][...], dtype=np.float64) for key in VARIABLES)
     return X_train, y_train, X_test, y_test

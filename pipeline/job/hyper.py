@@ -21,11 +21,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
-import xarray as xr
 
 from algorithms.errors import InputError
 from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn, memory_bytes
@@ -33,6 +32,9 @@ from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.codeversion import code_version
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 HYPER_OPTIONS: dict[str, Option] = {
     "name": Option("fixed", "choice", "fixed: the configured kernel and lam; ml: learn them "
@@ -139,6 +141,8 @@ def at_bound_settings(ds: xr.Dataset) -> list[tuple[str, str, int]]:
     """(setting, parameters on a bound, jobs) for each distinct setting whose learned
     hyperparameters ended on a bound (``hyper_at_bound``); the setting names the swept dims
     other than the algorithm's (every algorithm of a setting shares its learning)."""
+    import xarray as xr
+
     if AT_BOUND not in ds:
         return []
     values, status = xr.broadcast(ds[AT_BOUND], ds["status"])

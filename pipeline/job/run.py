@@ -130,7 +130,7 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
 def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | None,
                    start: float, spec: AlgorithmSpec, lam: float, kernel: Kernel,
                    options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
-    y_train, X_test, y_test = (np.asarray(blocks.dataset[key].values, dtype=np.float64)
+    y_train, X_test, y_test = (np.asarray(blocks.dataset[key][...], dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
     if hyper is not None and hyper.y_offset:  # the learned constant prior mean (hyper.center_y)
         y_train, y_test = y_train - hyper.y_offset, y_test - hyper.y_offset

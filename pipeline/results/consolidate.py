@@ -31,6 +31,7 @@ import numpy as np
 import xarray as xr
 
 from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
+from pipeline.results.access import SweepAccessor  # noqa: F401  (registers ds.sgp)
 from pipeline.results.job_file import (
     _JobFile,
     _read_job,

@@ -17,14 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 from scipy.io import netcdf_file
 
 from algorithms.contract import Result
 from algorithms.errors import InputError
 from pipeline.results.variables import describe_dataset
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 PACKAGES = ("numpy", "scipy", "dask", "distributed", "xarray", "zarr", "hydra-core")
 
@@ -88,6 +91,8 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
     result's own arrays (a fit's basis and coefficients), ``extra_vars`` (name -> (dims,
     values), e.g. the hyperparameter optimiser's trace over ``hyper_eval``), the summary and the
     reasons for quantities that do not apply as JSON attrs."""
+    import xarray as xr
+
     data_vars = {name: ("step", np.asarray(values)) for name, values in result.trace.items()}
     data_vars.update(result.variables())
     data_vars.update(extra_vars or {})
@@ -162,6 +167,8 @@ def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
 
 
 def _open_job(path: str | os.PathLike) -> xr.Dataset:
+    import xarray as xr
+
     with xr.open_dataset(path, engine="scipy") as ds:
         return ds.load()
 
@@ -223,6 +230,8 @@ def write_job_result(result: Result, config: Mapping, path: str | os.PathLike,
 def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
                       attrs: Mapping) -> Path:
     """Record a failed job (status failed, the error text kept) atomically."""
+    import xarray as xr
+
     ds = xr.Dataset(attrs={"algorithm": config["algorithm"]["name"], "status": "failed",
                            "error": error, "summary": "{}", **_base_attrs(config, attrs)})
     return _write_atomically(ds, path)

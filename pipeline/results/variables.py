@@ -7,11 +7,13 @@ on every variable and coordinate."""
 from __future__ import annotations
 
 import re
-
-import xarray as xr
+from typing import TYPE_CHECKING
 
 from algorithms.variables import TARGET, TARGET2
 from algorithms.variables import describe as describe_key
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 STEP = ("iteration of the fit (1-based; the basis size at each step is the n_basis variable; "
         "test metrics exist only at evaluated steps: use .sgp.last() or final_<name>)", "1")
@@ -191,6 +193,8 @@ def short_label(name: str, ds: xr.Dataset | None = None, units: bool = True) -> 
 def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with CF ``long_name`` and ``units`` attrs on every variable and coordinate
     (:func:`cf_attrs`: units valid for UDUNITS, or absent where they cannot be)."""
+    import xarray as xr
+
     for name in ds.variables:
         try:
             long_name, units = describe(str(name))
