@@ -37,13 +37,14 @@ BUDGETS = (10, 60, 600)
 # The published table: column → (the store's per-job variable or sweep dim, meaning).
 COLUMNS: dict[str, tuple[str, str]] = {
     "dataset": ("dataset", "the data set"),
-    "split": ("dataset.split", "the train/test split (0–4)"),
+    "split": ("dataset.split", "the train/test split"),
     "algorithm": ("algorithm", "the method"),
     "mode": ("protocol", "shared: one learned kernel for all; own: each peer learns its own "
              "(a job the mode does not change, e.g. of a method that learns nothing itself, is "
              "listed under each mode)"),
-    "basis_size": ("algorithm.max_basis", "basis functions / inducing points (empty: none)"),
-    "status": ("status", "ok, or failed"),
+    "basis_size": ("algorithm.max_basis", "basis functions / inducing points (empty: the "
+                   "method has none)"),
+    "status": ("status", "ok, failed (the error is in the run's results), or missing"),
     "test_rmse": ("final_test_rmse", "test root mean squared error (standardised targets)"),
     "test_nlpd": ("final_test_nlpd", "test negative log predictive density, nats per point"),
     "coverage_2sd": ("final_test_coverage_2sd", "fraction of test targets within ±2 sd"),
@@ -55,24 +56,61 @@ COLUMNS: dict[str, tuple[str, str]] = {
 }
 
 
+# the sweep dims a published table may have: each is a column (any other swept key would be
+# averaged away unseen)
+PUBLISHED_DIMS = ("algorithm", "dataset", "dataset.split", "algorithm.max_basis", "protocol")
+
+
 def job_table(ds) -> pd.DataFrame:
-    """One row per job of a results Dataset and mode, the :data:`COLUMNS` in order (a column
-    the store does not have is empty; a split the run fixed rather than swept is filled from
-    its config), sorted by mode, dataset, algorithm, basis size and split."""
+    """One row per job of a results Dataset and mode, the :data:`COLUMNS` in order, sorted by
+    mode, dataset, algorithm, basis size and split. A key the run fixed rather than swept
+    (one split, one mode) is filled from its config; a column the store does not have is
+    empty. Raises :class:`InputError` for a run that swept another key."""
     from pipeline.results.access import tidy
 
+    other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
+    if other:
+        raise InputError(f"the run sweeps {', '.join(other)} besides {', '.join(PUBLISHED_DIMS)}"
+                         "; the table would average over it: publish a run that fixes it, or "
+                         "select one value with python -m pipeline.report --select")
     jobs = tidy(ds, per="job")
     mode_dim = COLUMNS["mode"][0]
-    if mode_dim in jobs:  # a job that does not depend on the mode: one row under each
+    if mode_dim in ds.dims:  # a job that does not depend on the mode: one row under each
         shared = jobs[mode_dim].isna()
         jobs = pd.concat([jobs[~shared]] + [jobs[shared].assign(**{mode_dim: mode})
                                             for mode in ds[mode_dim].values.tolist()])
+    for source in PUBLISHED_DIMS:
+        if source not in jobs:  # fixed by the run: every job has its config's value
+            jobs[source] = _config_value(ds.attrs["config"], source)
     table = pd.DataFrame({name: jobs[source] if source in jobs else pd.NA
                           for name, (source, _) in COLUMNS.items()})
-    if COLUMNS["split"][0] not in jobs:
-        table["split"] = ds.attrs["config"]["dataset"]["split"]
+    for name in ("split", "basis_size", "threads"):
+        table[name] = pd.array(pd.to_numeric(table[name]), dtype="Int64")
     return table.sort_values(["mode", "dataset", "algorithm", "basis_size", "split"],
                              na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _run_command(results: Path, sweep: str) -> str:
+    """The command line that last ran the sweep, from Hydra's record beside its results
+    (``multirun.yaml``), or the experiment of the sweep's name where there is none."""
+    record = results.parent / "multirun.yaml"
+    if record.exists():
+        from omegaconf import OmegaConf
+
+        task = OmegaConf.select(OmegaConf.load(record), "hydra.overrides.task", default=None)
+        if task is not None:
+            return "python -m pipeline -m " + " ".join(str(o) for o in task)
+    return f"python -m pipeline -m experiment={sweep}"
+
+
+def _config_value(config: dict, key: str):
+    """``config``'s value at the dotted ``key`` (``dataset.split``), or NA."""
+    value = config
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return pd.NA
+        value = value[part]
+    return pd.NA if value is None else value
 
 
 def _settings(table: pd.DataFrame) -> pd.DataFrame:
@@ -111,6 +149,7 @@ def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -
     RMSE among those whose mean cost is within each budget, per dataset (RMSE mean ± sd over
     splits, mean seconds)."""
     settings = _settings(table)
+    splits = table["split"].nunique()
     parts = []
     for mode in _modes(table, list(order)):
         by_mode = settings[settings["mode"].isna() if pd.isna(mode) else
@@ -121,13 +160,15 @@ def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -
         for dataset, rows in by_mode.groupby("dataset", sort=True):
             cells = []
             for budget in budgets:
-                within = rows[rows["cost"] <= budget]
+                within = rows[rows["cost"] <= budget].dropna(subset=["rmse"])
                 if within.empty:
                     cells.append(f"— (least {rows['cost'].min():.3g} s)")
                     continue
                 best = within.loc[within["rmse"].idxmin()]
+                fewer = (f" ({best['splits']} of {splits} splits)"
+                         if best["splits"] < splits else "")
                 cells.append(f"{_setting(best)}: {_pm(best['rmse'], best['rmse_sd'])} in "
-                             f"{best['cost']:.3g} s")
+                             f"{best['cost']:.3g} s{fewer}")
             lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
         parts.append("\n".join(lines).strip())
     return "\n\n".join(parts)
@@ -151,7 +192,8 @@ def reference_table(table: pd.DataFrame, reference: str) -> str:
 
 
 def readme(table: pd.DataFrame, *, reference: str, sweep: str, code_version: str,
-           commands: list[str], figures: list[str], mode_order: list[str] = ()) -> str:
+           commands: list[str], figures: list[str], mode_order: list[str] = (),
+           budgets=BUDGETS) -> str:
     """The folder's README.md, from the published table alone (plus what the store says of the
     run: its name, code version and commands, and the figures written beside it)."""
     machines = sorted(str(m) for m in table["cpu_model"].dropna().unique())
@@ -172,7 +214,7 @@ def readme(table: pd.DataFrame, *, reference: str, sweep: str, code_version: str
         "Lowest mean test RMSE among the settings whose mean seconds (learning + fit) are "
         "within the budget; RMSE as mean ± sd over the splits.",
         "",
-        budget_tables(table, order=mode_order),
+        budget_tables(table, budgets, order=mode_order),
         "",
         f"## The reference (`{reference}`)",
         "",
@@ -223,13 +265,14 @@ def publish(results: str | Path, out: str | Path, reference: str) -> Path:
                 shutil.move(path, out / path.name)
                 names.append(path.name)
             shutil.rmtree(scratch)
-        commands = [f"python -m pipeline -m experiment={sweep}",
+        commands = [_run_command(Path(results), sweep),
                     f"python -m pipeline.publish outputs/{sweep}/results.zarr "
                     f"--reference {reference} --out {out}"]
         text = readme(table, reference=reference, sweep=sweep,
                       code_version=f"git {ds.attrs['git_sha']}",
                       commands=commands, figures=names,
-                      mode_order=((spec or {}).get("modes") or {}).get("order") or [])
+                      mode_order=((spec or {}).get("modes") or {}).get("order") or [],
+                      budgets=spec["budgets"] if spec and "budgets" in spec else BUDGETS)
         (out / "README.md").write_text(text)
     except OSError as err:
         raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "

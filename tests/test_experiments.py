@@ -265,6 +265,11 @@ def test_uci_frontier_reduced(tmp_path):
     # modes × sets × (7 methods at 2 basis sizes + exact, cg and scikit-learn's GPR)
     assert len(table) == 2 * 2 * (7 * 2 + 3)
     assert set(table["status"]) == {"ok"} and set(table["split"]) == {0}
+    for column in ("test_rmse", "fit_seconds", "learning_seconds", "threads", "cpu_model"):
+        assert table[column].notna().all(), column
+    assert set(table["basis_size"].dropna()) == {16, 64} and set(table["threads"]) == {1}
+    ours = table[table["algorithm"] == "sgma"]
+    assert ours["test_nlpd"].notna().all() and ours["certificate_gap"].notna().all()
     for name in figures:
         assert 20000 < (out / name).stat().st_size <= MAX_FIGURE_BYTES, name
         assert f"![{name}]({name})" in text

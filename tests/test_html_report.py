@@ -334,5 +334,5 @@ def test_interactive_series_are_named_by_symbol_and_a_long_legend_is_left_out():
     # 45 series: a legend would run past the figure; the checkboxes still choose the series
     many = build_document(_traced_sweep(45), ["test_rmse"], "t")
     assert not list(many.select({"type": Legend}))
-    assert any("no legend for 45 series: the checkboxes choose what is drawn" in div.text
+    assert any("no legend for 45 series: the checkboxes choose the datasets" in div.text
                for div in many.select({"type": Div}))

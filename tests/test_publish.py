@@ -67,6 +67,30 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
     assert "![f.png](f.png)" in text
 
 
+def test_keys_the_run_fixed_come_from_its_config_and_another_swept_key_is_refused():
+    from algorithms.errors import InputError
+
+    # one mode and one basis size, fixed by the run: every row has the config's values
+    one = _sweep().isel(protocol=0, drop=True).isel({"algorithm.max_basis": 1}, drop=True)
+    one.attrs["config"] = {"dataset": {"split": 0}, "protocol": "shared",
+                           "algorithm": {"max_basis": 64}}
+    table = job_table(one)
+    assert set(table["mode"]) == {"shared"} and set(table["basis_size"]) == {64}
+    assert sorted(table["split"]) == [0, 0, 1, 1]
+    # a swept key the table has no column for would be averaged away unseen
+    two = _sweep().expand_dims(lam=[0.1, 1.0])
+    with pytest.raises(InputError, match="the run sweeps lam besides"):
+        job_table(two)
+
+
+def test_a_budget_whose_settings_have_no_finite_rmse_is_a_dash():
+    table = job_table(_sweep())
+    table["test_rmse"] = np.nan  # e.g. every fit within the budget diverged
+    text = readme(table, reference="a", sweep="s", code_version="git 0", commands=[],
+                  figures=[], budgets=(5, 60))
+    assert text.count("| d | — (least 3 s) | — (least 3 s) |") == 2  # both modes
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["missing.zarr", "--reference", "exact"], "missing.zarr does not exist"),
     (["missing.zarr"], "the following arguments are required: --reference"),
@@ -77,3 +101,13 @@ def test_bad_arguments_are_one_line_errors(argv, fragment, capsys, tmp_path, mon
     err = capsys.readouterr().err
     assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
     assert not (tmp_path / "docs").exists()
+
+
+def test_a_setting_that_finished_fewer_splits_says_so():
+    table = job_table(_sweep())
+    failed = ((table["mode"] == "shared") & (table["algorithm"] == "a")
+              & (table["basis_size"] == 64) & (table["split"] == 1))
+    table.loc[failed, "status"] = "failed"
+    text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], mode_order=["shared", "own"])
+    assert "a (m = 64): 0.3 in 11 s (1 of 2 splits) |" in text[:text.index("**own**")]

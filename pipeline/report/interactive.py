@@ -6,9 +6,10 @@ objective and basis size, those the sweep recorded), one line per dataset and se
 lines of the report's figures: :func:`pipeline.report.figures.settings`), the mean over seeds
 (and the report's ``average_over`` dims) at every step. Checkboxes show and hide the series of
 each dataset and algorithm, a toggle puts the step or the elapsed seconds on the x axis, a
-legend entry hides its series on a click, and hovering a point shows algorithm, dataset,
-setting, step, seconds and value. A metric whose positive values span two decades or more is on
-a log axis (its values ≤ 0 are left out there).
+legend entry hides its series on a click (no legend past :data:`MAX_LEGEND_ITEMS` series: it
+would run off the figure), and hovering a point shows algorithm, dataset, setting (its swept
+keys by symbol, ``σ² = 0.1``), step, seconds and value. A metric whose positive values span
+two decades or more is on a log axis (its values ≤ 0 are left out there).
 
 BokehJS is inlined (``bokeh.resources.INLINE``): the page loads nothing else, so it works from a
 file opened offline. Once Bokeh has rendered it, the page sets ``data-bokeh-status="rendered"``
@@ -249,7 +250,8 @@ def build_document(ds: xr.Dataset, metrics: list[str], title: str) -> Document:
         controls = [Div(text="<b>x axis</b>"), radio, *controls]
     controls.append(count)
     clicks = ("click a legend entry to hide its series" if legend else
-              f"no legend for {most} series: the checkboxes choose what is drawn")
+              f"no legend for {most} series: the checkboxes choose the datasets and "
+              "algorithms drawn, hovering a point names its setting")
     note = Div(text=f"<p>Mean over seeds of each setting; hover a point for its values, "
                     f"{clicks}. Lines of one colour are one setting, their dash the "
                     "dataset.</p>", sizing_mode="stretch_width")
