@@ -118,7 +118,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                  workers: Sequence[str] | None = None) -> None:
         self.client, self.store = client, str(Path(store))
         self.dataset = read_store(store, verify=False)
-        X = np.asarray(self.dataset["X_train"][...])  # read here, not by the cluster
+        X = self.dataset["X_train"][...]  # read here (a numpy array), not by the cluster
         super().__init__(X, kernel)
         workers = sorted(workers or [w for w, s in _workers(client).items()
                                      if s in ("running", "paused")])

@@ -60,8 +60,8 @@ def _shard(key: str) -> _Shard:
 def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     """Read rows lo:hi of the store's X_train (through zarr, on this worker) into a shard; its
     bytes."""
-    X = np.asarray(open_dataset_cached(store, verify=False)["X_train"][lo:hi])
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = np.ascontiguousarray(open_dataset_cached(store, verify=False)["X_train"][lo:hi],
+                             dtype=np.float64)
     _SHARDS[key] = _Shard(lo, hi, ArrayKernelBlocks(X, kernel))
     return X.nbytes
 
@@ -104,8 +104,8 @@ def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray
     (n·d values on each worker: a product with K needs all of them)."""
     shard = _shard(key)
     if shard.X_all is None:
-        X = np.asarray(open_dataset_cached(store, verify=False)["X_train"][...])
-        shard.X_all = np.ascontiguousarray(X, dtype=np.float64)
+        shard.X_all = np.ascontiguousarray(open_dataset_cached(store, verify=False)["X_train"][...],
+                                           dtype=np.float64)
     blocks = shard.blocks
     return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
 

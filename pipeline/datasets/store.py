@@ -91,33 +91,29 @@ def _hash_variable(var: xr.DataArray) -> str:
     """sha256 of a variable (dask-backed or lazily read), read one row chunk at a time."""
     if var.chunks is not None:
         bounds = np.cumsum((0,) + tuple(var.chunks[0]))
-    else:  # the store's own row chunks
-        step = max(1, int((var.encoding.get("chunks") or (len(var),))[0]))
-        bounds = np.array([*range(0, len(var), step), len(var)])
-    return _hash_blocks(var, bounds)
+        # read on this thread (dask's synchronous get, passed as a function: dask's scheduler
+        # lookup by name or by default imports distributed, ~0.4 s of CPU, to look for a
+        # client, and on a worker would send the read to the cluster)
+        from dask.local import get_sync
+
+        return _hash_blocks(lambda a, b: var[a:b].data.compute(scheduler=get_sync), bounds)
+    step = max(1, int((var.encoding.get("chunks") or (len(var),))[0]))  # the store's chunks
+    return _hash_blocks(lambda a, b: var[a:b].values,
+                        np.array([*range(0, len(var), step), len(var)]))
 
 
 def _hash_array(array) -> str:
     """sha256 of a zarr array, read one of its row chunks at a time (as :func:`_hash_variable`:
     the same digest)."""
     n, step = array.shape[0], max(1, int(array.chunks[0]))
-    return _hash_blocks(array, np.array([*range(0, n, step), n]))
+    return _hash_blocks(lambda a, b: array[a:b], np.array([*range(0, n, step), n]))
 
 
-def _hash_blocks(var, bounds: np.ndarray) -> str:
+def _hash_blocks(rows, bounds: np.ndarray) -> str:
+    """sha256 of the float64 values ``rows(start, stop)`` returns for consecutive ``bounds``."""
     h = hashlib.sha256()
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        block = var[int(start):int(stop)]  # a zarr array's rows are a numpy array already
-        # dask-backed: read on this thread (dask's synchronous get, passed as a function: dask's
-        # scheduler lookup by name or by default imports distributed, ~0.4 s of CPU, to look
-        # for a client, and on a worker would send the read to the cluster)
-        if not isinstance(block, np.ndarray) and var.chunks is not None:
-            from dask.local import get_sync
-
-            block = block.data.compute(scheduler=get_sync)
-        elif not isinstance(block, np.ndarray):
-            block = block.values
-        h.update(np.ascontiguousarray(block, dtype="<f8").reshape(-1))
+        h.update(np.ascontiguousarray(rows(int(start), int(stop)), dtype="<f8").reshape(-1))
     return h.hexdigest()
 
 
@@ -175,7 +171,7 @@ class StoreArrays:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(np.prod(a.shape)) * 8 for a in self.arrays.values())
+        return sum(int(a.nbytes) for a in self.arrays.values())
 
     def load(self) -> StoreArrays:
         """Every array read into memory, read-only (shared by the jobs of a process)."""

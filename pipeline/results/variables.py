@@ -193,13 +193,11 @@ def short_label(name: str, ds: xr.Dataset | None = None, units: bool = True) -> 
 def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with CF ``long_name`` and ``units`` attrs on every variable and coordinate
     (:func:`cf_attrs`: units valid for UDUNITS, or absent where they cannot be)."""
-    import xarray as xr
-
     for name in ds.variables:
         try:
             long_name, units = describe(str(name))
             traced = str(name).removeprefix("final_")
-            if name != traced and "step" not in ds.get(traced, xr.DataArray()).dims:
+            if name != traced and (traced not in ds or "step" not in ds[traced].dims):
                 long_name = long_name.removeprefix("final ")  # a per-job quantity only
         except KeyError:  # undescribed (the contract tests prevent it): say so, never guess
             ds[name].attrs.update(long_name=f"{name}{NOT_DESCRIBED}")
