@@ -67,6 +67,7 @@ def job_table(ds) -> pd.DataFrame:
     (one split, one mode) is filled from its config; a column the store does not have is
     empty. Raises :class:`InputError` for a run that swept another key."""
     from pipeline.results.access import tidy
+    from pipeline.sweep.compose import lookup
 
     other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
     if other:
@@ -81,7 +82,8 @@ def job_table(ds) -> pd.DataFrame:
                                             for mode in ds[mode_dim].values.tolist()])
     for source in PUBLISHED_DIMS:
         if source not in jobs:  # fixed by the run: every job has its config's value
-            jobs[source] = _config_value(ds.attrs["config"], source)
+            value = lookup(ds.attrs["config"], source)
+            jobs[source] = pd.NA if value is None else value
     table = pd.DataFrame({name: jobs[source] if source in jobs else pd.NA
                           for name, (source, _) in COLUMNS.items()})
     for name in ("split", "basis_size", "threads"):
@@ -101,16 +103,6 @@ def _run_command(results: Path, sweep: str) -> str:
         if task is not None:
             return "python -m pipeline -m " + " ".join(str(o) for o in task)
     return f"python -m pipeline -m experiment={sweep}"
-
-
-def _config_value(config: dict, key: str):
-    """``config``'s value at the dotted ``key`` (``dataset.split``), or NA."""
-    value = config
-    for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return pd.NA
-        value = value[part]
-    return pd.NA if value is None else value
 
 
 def _settings(table: pd.DataFrame) -> pd.DataFrame:

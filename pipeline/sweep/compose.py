@@ -98,7 +98,7 @@ class ComposedJob:
         return cfg
 
 
-def _lookup(config, key: str):
+def lookup(config, key: str):
     """The value at dotted ``key`` (list items by index) in plain containers, or None."""
     value = config
     for part in key.split(".") if key else ():
@@ -114,7 +114,7 @@ def _lookup(config, key: str):
 def set_leaf(config: dict, key: str, value) -> None:
     """Set dotted ``key``, an existing leaf (:func:`_is_leaf` of the composition), to ``value``."""
     parent, _, last = key.rpartition(".")
-    node = _lookup(config, parent)
+    node = lookup(config, parent)
     if isinstance(node, list):
         node[int(last)] = value
     else:
@@ -143,7 +143,7 @@ def coordinate_value(config: Mapping, key: str):
     if key in GROUPS:
         node = config.get(key)
         return node.get("name", str(node)) if isinstance(node, Mapping) else str(node)
-    value = _lookup(config, key)
+    value = lookup(config, key)
     return value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
 
 
