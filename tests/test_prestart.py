@@ -42,8 +42,11 @@ cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "cluster" / "local.yaml")
 cfg.update(n_workers=2, dashboard_address=None)
 
 def probe():
+    import dask
     blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
     return {"ppid": os.getppid(), "blas_threads": blas,
+            "malloc_trim": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+            "profile_interval": dask.config.get("distributed.worker.profile.interval"),
             "openblas_env": os.environ.get("OPENBLAS_NUM_THREADS"),
             "preloaded": "pipeline.sweep.launch" in sys.modules,
             "method": multiprocessing.get_start_method(allow_none=True)}
@@ -58,7 +61,8 @@ print(json.dumps({"started": started, "client": os.getpid(), "workers": workers}
 def test_local_workers_fork_from_the_prestarted_server_with_pinned_blas(argv, forked):
     """With a prestarted fork server the workers are its children (not the client's), have
     the worker code imported before any task, and keep Dask's one-thread BLAS setting; a
-    command that is not a local sweep spawns them as before."""
+    command that is not a local sweep spawns them as before. Either way they run without
+    Dask's MALLOC_TRIM_THRESHOLD_ and with the profiler at 100 ms (prestart.WORKER_SETTINGS)."""
     out = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -70,6 +74,8 @@ def test_local_workers_fork_from_the_prestarted_server_with_pinned_blas(argv, fo
         assert worker["preloaded"] is forked
         assert worker["openblas_env"] == "1"
         assert worker["blas_threads"] and set(worker["blas_threads"]) == {1}
+        assert worker["malloc_trim"] is None
+        assert worker["profile_interval"] == "100ms"
 
 
 WARM_PROBE = """

@@ -331,7 +331,8 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
             # kin40k) misses the workers' heartbeats; Dask's default 5-minute worker-ttl then
             # restarts a healthy worker and kills the job. A local worker that really dies is
             # seen by its nanny, so the ttl is off here.
-            settings: dict[str, Any] = {"distributed.scheduler.worker-ttl": None}
+            settings: dict[str, Any] = {"distributed.scheduler.worker-ttl": None,
+                                        **prestart.WORKER_SETTINGS}
             # each worker warms up the kernel tiles' compiled code at its start, on a thread
             settings["distributed.worker.preload"] = [
                 *dask.config.get("distributed.worker.preload", default=[]),

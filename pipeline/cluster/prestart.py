@@ -40,6 +40,21 @@ PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job.r
 
 _started = False
 
+# Dask settings for the local workers this package starts (the fork server's environment
+# and :func:`pipeline.cluster.connect.connect`). Measured on one worker, one 80 ms SGMA job of
+# bench_sweep_overhead (2 cores, median of 25):
+WORKER_SETTINGS: dict[str, object] = {
+    # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also
+    # fixes glibc's mmap threshold at 128 KiB, so every larger numpy array is mapped and
+    # unmapped afresh (page faults at every allocation): the job took 138 ms instead of 89.
+    # Unset, the workers have glibc's own adaptive thresholds, as a job run from the command
+    # line has (a user who wants the trimming exports the variable; workers inherit it).
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    # the worker's profiler samples every thread's stack each 10 ms by default: 89 → 81 ms
+    # at 100 ms, and the dashboard's profile still fills
+    "distributed.worker.profile.interval": "100ms",
+}
+
 
 # the resident memory the kernel tiles' compiled code adds to a process (numba and LLVM)
 WARM_UP_BYTES = 128 << 20
@@ -101,7 +116,8 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
 def _pre_spawn_environ() -> dict[str, str]:
     """Dask's ``distributed.nanny.pre-spawn-environ`` without importing distributed (it imports
     numpy, whose BLAS reads the environment once): its defaults file, as distributed.config
-    loads it, under the user's Dask configuration."""
+    loads it, under the user's Dask configuration and :data:`WORKER_SETTINGS` (a variable set
+    to None there is left out, as Dask's nanny leaves it out)."""
     import dask.config
     import yaml
 
@@ -110,8 +126,9 @@ def _pre_spawn_environ() -> dict[str, str]:
         defaults = Path(spec.origin).with_name("distributed.yaml")
         if defaults.is_file():
             dask.config.update_defaults(yaml.safe_load(defaults.read_text()))
-    value = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
-    return {str(k): str(v) for k, v in value.items()}
+    with dask.config.set(WORKER_SETTINGS):  # read inside: leaving restores the dict in place
+        value = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
+        return {str(k): str(v) for k, v in value.items() if v is not None}
 
 
 def prestart(argv: Sequence[str]) -> bool:
