@@ -130,3 +130,43 @@ def test_workers_load_the_compiled_tiles_only_for_a_sweep_that_uses_them(tmp_pat
     one_line = tmp_path / "one.csv"
     one_line.write_text("1.0,2.0\n")  # too short for its shape to be told: size unknown
     assert uses_compiled_tiles([job("rbf", name="csv", path=str(one_line))])
+
+
+MALLOC_PROBE = """
+import json, resource, sys
+import numpy as np
+from pipeline.cluster.here import unpin_malloc_thresholds
+
+def faults() -> int:  # minor page faults of 100 allocations of a 1 MiB array, filled and freed
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(100):
+        np.ones(1 << 17)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+faults()
+pinned = faults()
+unpinned = unpin_malloc_thresholds()
+print(json.dumps({"pinned": pinned, "unpinned": unpinned, "after": faults(),
+                  "again": unpin_malloc_thresholds()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+@pytest.mark.parametrize("environ", [{"MALLOC_TRIM_THRESHOLD_": "65536"}, {}])
+def test_a_job_task_unpins_the_malloc_thresholds_dask_workers_start_with(environ):
+    """Under Dask's MALLOC_TRIM_THRESHOLD_=65536 every 1 MiB array is mapped afresh (a page
+    fault per page, 256 each); a job's task sets glibc's thresholds once, and the arrays then
+    reuse the heap. Without the variable nothing is changed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | environ
+    out = subprocess.run([sys.executable, "-c", MALLOC_PROBE], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["again"] is False  # once per process
+    if environ:
+        assert result["pinned"] >= 100 * 200, result
+        assert result["unpinned"] is True
+        assert result["after"] < 1000, result
+    else:
+        assert result["unpinned"] is False
+        assert result["pinned"] < 1000 and result["after"] < 1000, result

@@ -22,3 +22,41 @@ def worker_name() -> str:
         return str(get_worker().name)
     except ValueError:  # not on a worker
         return "client"
+
+
+# glibc's mallopt parameters (malloc.h) and the values its adaptive scheme reaches at most on
+# a 64-bit system (DEFAULT_MMAP_THRESHOLD_MAX; the trim threshold is twice the mmap threshold)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 << 20, 64 << 20
+_malloc_checked = False
+
+
+def unpin_malloc_thresholds() -> bool:
+    """Undo the fixed malloc thresholds a Dask worker starts with, once per process; returns
+    whether it did.
+
+    Dask's nanny starts every worker with ``MALLOC_TRIM_THRESHOLD_=65536``. Setting any
+    threshold turns off glibc's adaptive one, and the mmap threshold stays at 128 KiB: every
+    larger numpy array is mapped and unmapped afresh, a page fault per page each time. A job
+    of bench_sweep_overhead took 128 ms instead of 81. Workers this package starts have no
+    such setting (:data:`pipeline.cluster.prestart.WORKER_SETTINGS`); on workers started
+    elsewhere (``cluster=address``, a batch system's nodes) a job's task calls this first and
+    sets the thresholds to those the adaptive scheme would reach (mmap 32 MiB, trim 64 MiB).
+    A no-op without the variable or outside glibc."""
+    global _malloc_checked
+    if _malloc_checked:
+        return False
+    _malloc_checked = True
+    import os
+
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+                and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
