@@ -63,8 +63,11 @@ def test_local_workers_fork_from_the_prestarted_server_with_pinned_blas(argv, fo
     the worker code imported before any task, and keep Dask's one-thread BLAS setting; a
     command that is not a local sweep spawns them as before. Either way they run without
     Dask's MALLOC_TRIM_THRESHOLD_ and with the profiler at 100 ms (prestart.WORKER_SETTINGS)."""
-    out = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    # this test process may carry Dask's variable: a LocalCluster started in-process by an
+    # earlier test set it in os.environ (Dask's nanny does, to spawn its workers)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["started"] is forked
