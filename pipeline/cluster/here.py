@@ -39,10 +39,11 @@ def unpin_malloc_thresholds() -> bool:
     threshold turns off glibc's adaptive one, and the mmap threshold stays at 128 KiB: every
     larger numpy array is mapped and unmapped afresh, a page fault per page each time. A job
     of bench_sweep_overhead took 128 ms instead of 81. Workers this package starts have no
-    such setting (:data:`pipeline.cluster.prestart.WORKER_SETTINGS`); on workers started
-    elsewhere (``cluster=address``, a batch system's nodes) a job's task calls this first and
-    sets the thresholds to those the adaptive scheme would reach (mmap 32 MiB, trim 64 MiB).
-    A no-op without the variable or outside glibc."""
+    such setting (:data:`pipeline.cluster.prestart.WORKER_SETTINGS`). On workers started
+    elsewhere (``cluster=address``, a batch system's nodes), a sweep's task and the first shard
+    task of a ``blocks=cluster`` fit call this first: it sets the thresholds to those the
+    adaptive scheme would reach (mmap 32 MiB, trim 64 MiB). A no-op without the variable or
+    outside glibc."""
     global _malloc_checked
     if _malloc_checked:
         return False
