@@ -48,7 +48,8 @@ WORKER_SETTINGS: dict[str, object] = {
     # fixes glibc's mmap threshold at 128 KiB, so every larger numpy array is mapped and
     # unmapped afresh (page faults at every allocation): the job took 138 ms instead of 89.
     # Unset, the workers have glibc's own adaptive thresholds, as a job run from the command
-    # line has (a user who wants the trimming exports the variable; workers inherit it).
+    # line has. (Where the variable reaches a worker all the same, from the user's shell or
+    # another nanny, a job's task resets the thresholds: cluster.here.unpin_malloc_thresholds.)
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
     # the worker's profiler samples every thread's stack each 10 ms by default: 89 → 81 ms
     # at 100 ms, and the dashboard's profile still fills
