@@ -173,3 +173,45 @@ def test_a_job_task_unpins_the_malloc_thresholds_dask_workers_start_with(environ
     else:
         assert result["unpinned"] is False
         assert result["pinned"] < 1000 and result["after"] < 1000, result
+
+
+ADDRESS_PROBE = """
+import json, os, resource
+import numpy as np
+from distributed import LocalCluster
+from pipeline.cluster.connect import connect
+
+def faults() -> dict:  # as MALLOC_PROBE's, on the worker
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(100):
+        np.ones(1 << 17)
+    return {"trim": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+            "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before}
+
+if __name__ == "__main__":
+    # a researcher's running cluster, started with Dask's defaults
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        with cluster.get_client() as plain:
+            plain.run(faults)
+            before = list(plain.run(faults).values())[0]
+        with connect({"kind": "address", "address": cluster.scheduler_address,
+                      "start_timeout": "10s"}) as client:
+            after = list(client.run(faults).values())[0]
+    print(json.dumps({"before": before, "after": after}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_connecting_to_a_running_cluster_unpins_its_workers_malloc_thresholds(tmp_path):
+    """A cluster started elsewhere has Dask's MALLOC_TRIM_THRESHOLD_ in its workers: a 1 MiB
+    array faults its 256 pages at every allocation. connect() registers a worker plugin that
+    resets the thresholds before any of our tasks runs, and then the arrays reuse the heap."""
+    script = tmp_path / "probe.py"  # a file: the LocalCluster's spawned workers import it
+    script.write_text(ADDRESS_PROBE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["before"]["trim"] == "65536" and result["before"]["faults"] >= 100 * 200
+    assert result["after"]["faults"] < 1000, result

@@ -33,9 +33,11 @@ from typing import Any
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from algorithms.errors import InputError
 from pipeline.cluster import prestart
+from pipeline.cluster.here import unpin_malloc_thresholds
 from pipeline.cluster.main_guard import check_main_guard
 from pipeline.cluster.options import (
     JOBQUEUE_KEYS,
@@ -321,6 +323,7 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
                              "the address `dask scheduler` printed as scheduler=") from None
         with client:
             _wait_for_first_worker(client, opts, deadline)
+            client.register_plugin(UnpinMalloc())
             yield client
         return
     if kind == "local":
@@ -369,11 +372,24 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
                 _dashboard_link(opts["dashboard_address"]):
             _wait_for_first_worker(client, opts, deadline,
                                    cluster if kind in SUBMIT_COMMAND else None)
+            client.register_plugin(UnpinMalloc())
             yield client
     except BaseException:
         _close_after_failure(cluster)
         raise
     cluster.close()
+
+
+class UnpinMalloc(WorkerPlugin):
+    """Resets the malloc thresholds of every worker of the cluster, those there now and those
+    that join later (:func:`pipeline.cluster.here.unpin_malloc_thresholds`: a worker started
+    with Dask's ``MALLOC_TRIM_THRESHOLD_`` maps every array above 128 KiB afresh), before it
+    runs any task of ours: ingest, learning, jobs, shards."""
+
+    name = "sgp-bench-unpin-malloc"
+
+    def setup(self, worker) -> None:
+        unpin_malloc_thresholds()
 
 
 def _close_after_failure(cluster) -> None:

@@ -40,10 +40,10 @@ def unpin_malloc_thresholds() -> bool:
     larger numpy array is mapped and unmapped afresh, a page fault per page each time. A job
     of bench_sweep_overhead took 128 ms instead of 81. Workers this package starts have no
     such setting (:data:`pipeline.cluster.prestart.WORKER_SETTINGS`). On workers started
-    elsewhere (``cluster=address``, a batch system's nodes), a sweep's task and the first shard
-    task of a ``blocks=cluster`` fit call this first: it sets the thresholds to those the
-    adaptive scheme would reach (mmap 32 MiB, trim 64 MiB). A no-op without the variable or
-    outside glibc."""
+    elsewhere (``cluster=address``, a batch system's nodes), a worker plugin registered by
+    :func:`pipeline.cluster.connect.connect` calls this at once: it sets the thresholds to
+    those the adaptive scheme would reach (mmap 32 MiB, trim 64 MiB). A no-op without the
+    variable or outside glibc."""
     global _malloc_checked
     if _malloc_checked:
         return False

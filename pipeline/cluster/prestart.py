@@ -49,7 +49,7 @@ WORKER_SETTINGS: dict[str, object] = {
     # unmapped afresh (page faults at every allocation): the job took 138 ms instead of 89.
     # Unset, the workers have glibc's own adaptive thresholds, as a job run from the command
     # line has. (Where the variable reaches a worker all the same, from the user's shell or
-    # another nanny, a job's task resets the thresholds: cluster.here.unpin_malloc_thresholds.)
+    # another nanny, a worker plugin resets the thresholds: cluster.connect.UnpinMalloc.)
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
     # the worker's profiler samples every thread's stack each 10 ms by default: 89 → 81 ms
     # at 100 ms, and the dashboard's profile still fills

@@ -19,7 +19,7 @@ from algorithms.kernels import (
     row_block_matmul,
     use_kernel_threads,
 )
-from pipeline.cluster.here import ClusterFitError, unpin_malloc_thresholds
+from pipeline.cluster.here import ClusterFitError
 from pipeline.datasets.blocks import open_dataset_cached
 
 _SHARDS: dict[str, _Shard] = {}
@@ -60,7 +60,6 @@ def _shard(key: str) -> _Shard:
 def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     """Read rows lo:hi of the store's X_train (through zarr, on this worker) into a shard; its
     bytes."""
-    unpin_malloc_thresholds()  # a worker started with Dask's MALLOC_TRIM_THRESHOLD_
     X = np.ascontiguousarray(open_dataset_cached(store, verify=False)["X_train"][lo:hi],
                              dtype=np.float64)
     _SHARDS[key] = _Shard(lo, hi, ArrayKernelBlocks(X, kernel))

@@ -17,7 +17,7 @@ from hydra.core.utils import JobStatus, run_job
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from pipeline.cluster.here import unpin_malloc_thresholds, worker_name
+from pipeline.cluster.here import worker_name
 from pipeline.datasets import ingest
 from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
@@ -90,7 +90,6 @@ def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs
     """One Dask task: ``jobs`` one after another on this worker (:func:`execute`), each
     record with the seconds it took here. ``need`` (the result of the ingest or learning task
     the jobs need) makes the task wait for it."""
-    unpin_malloc_thresholds()  # a worker started with Dask's MALLOC_TRIM_THRESHOLD_
     records = []
     hydra_records = HydraRecords()
     for job in jobs:
