@@ -125,6 +125,34 @@ def test_one_batch_without_a_limit_or_with_a_large_one(context, size):
     assert launcher.calls == [([["seed=0"], ["seed=1"], ["seed=2"]], 0)]
 
 
+def test_grids_are_a_union_of_products_each_point_once(context):
+    launcher = FakeLauncher()
+    sweeper = make_sweeper(context, launcher, params={"a": "1,2", "b": "x,y"},
+                           grids=[{}, {"a": "3", "b": "x"}, {"a": "1", "c": "z"}])
+    sweeper.sweep([])
+    assert launcher.batches == [[["a=1", "b=x"], ["a=1", "b=y"], ["a=2", "b=x"], ["a=2", "b=y"],
+                                 ["a=3", "b=x"], ["a=1", "b=x", "c=z"], ["a=1", "b=y", "c=z"]]]
+    # the command line applies to every grid; points it makes equal run once
+    launcher = FakeLauncher()
+    sweeper = make_sweeper(context, launcher, params={"a": "1,2", "b": "x,y"},
+                           grids=[{}, {"a": "3", "b": "x"}])
+    sweeper.sweep(["b=y", "a=3"])
+    assert launcher.batches == [[["a=3", "b=y"]]]
+
+
+def test_grids_from_yaml_are_read_as_omegaconf_containers(context):
+    grids = OmegaConf.create([{"a": "1,2"}, {"a": 5, "split": 0}])
+    launcher = FakeLauncher()
+    make_sweeper(context, launcher, params={"a": "0"}, grids=grids).sweep([])
+    assert launcher.batches == [[["a=1"], ["a=2"], ["a=5", "split=0"]]]
+
+
+@pytest.mark.parametrize("grids", ["a=1", {"a": "1"}, [{"a": "1"}, "b=2"]])
+def test_grids_must_be_a_list_of_mappings(grids):
+    with pytest.raises(HydraException, match="GroupedSweeper: grids must be a list of mappings"):
+        GroupedSweeper(grids=grids)
+
+
 @pytest.mark.parametrize("size", [0, -2])
 def test_max_batch_size_must_be_positive(size):
     with pytest.raises(HydraException, match="max_batch_size"):

@@ -47,6 +47,42 @@ def test_own_protocol_applies_the_specs_training_from_the_first_start_only():
     assert apply_protocol(shared) == "shared" and config_hash(shared) != config_hash(config)
 
 
+def test_own_caps_set_a_peers_own_options_and_nothing_else():
+    caps = {"gpytorch_sgpr": {"steps": 50}, "gpytorch_svgp": {"epochs": 20}}
+    config = job("gpytorch_sgpr", "own", max_basis=16)
+    config["own"] = caps
+    assert apply_protocol(config) == "own"
+    assert config["algorithm"] == {"name": "gpytorch_sgpr", "max_basis": 16,
+                                   **REGISTRY["gpytorch_sgpr"].own_protocol, "steps": 50}
+    assert apply_protocol(config) == "own" and config["algorithm"]["steps"] == 50  # idempotent
+    uncapped = job("gpytorch_sgpr", "own", max_basis=16)
+    apply_protocol(uncapped)
+    assert config_hash(config) != config_hash(uncapped)  # the cap is in the job's identity
+    # the shared mode and the methods that learn nothing are the same jobs with or without it
+    for algorithm, protocol in (("gpytorch_sgpr", "shared"), ("nystrom", "own")):
+        plain, capped = job(algorithm, protocol), job(algorithm, protocol)
+        capped["own"] = caps
+        apply_protocol(plain), apply_protocol(capped)
+        assert plain["algorithm"] == capped["algorithm"]
+        assert config_hash(plain) == config_hash(capped)
+
+
+@pytest.mark.parametrize("own, message", [
+    ({"nope": {"steps": 5}}, r"own\.nope: no such algorithm; own names an algorithm with its "
+                             r"own protocol: .*gpytorch_sgpr"),
+    ({"nystrom": {"max_basis": 5}}, r"own\.nystrom: nystrom learns nothing itself; own names"),
+    ({"gpytorch_sgpr": {"stepz": 5}}, r"own\.gpytorch_sgpr\.stepz: gpytorch_sgpr has no option "
+                                      r"'stepz'; its options: .*steps"),
+    ({"gpytorch_sgpr": 5}, r"own\.gpytorch_sgpr=5 must map options to values; pass e\.g\."),
+    ([1, 2], r"own=\[1, 2\] must map an algorithm to options of its own protocol"),
+])
+def test_bad_own_caps_are_one_line(own, message):
+    config = job("nystrom", "shared")
+    config["own"] = own
+    with pytest.raises(InputError, match=message):
+        apply_protocol(config)
+
+
 def test_a_bad_protocol_is_one_line():
     with pytest.raises(InputError, match=r"protocol='mine' must be one of shared, own; pass"):
         apply_protocol(job("nystrom", "mine"))

@@ -7,6 +7,11 @@ Dask launcher that check is its own first step (every job composed, sharing one 
 per choice of config groups, before anything runs), so this sweeper leaves it there; with any
 other launcher it checks the batch with that shared composition.
 
+``grids`` (a list of mappings like ``params``) makes the sweep a union of grids: one per entry,
+``params`` with that entry's keys set to its values, each the cartesian product of its keys
+then the command line's (a point in two grids runs once). A sweep whose methods need different
+sizes or caps is one command so: ``conf/experiment/uci_frontier.yaml``.
+
 It is built on Hydra's public plugin interface (``hydra.plugins.sweeper.Sweeper``, Hydra's
 override parser and ``Plugins.instantiate_launcher``), not on Hydra's internal ``BasicSweeper``.
 """
@@ -16,7 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +38,13 @@ log = logging.getLogger(__name__)
 
 
 class GroupedSweeper(Sweeper):
-    """The cartesian product of ``params`` then the command-line overrides, launched in
-    batches of ``max_batch_size`` jobs (None or -1: one batch)."""
+    """The cartesian product of ``params`` then the command-line overrides (or the union of
+    such products, one per entry of ``grids``), launched in batches of ``max_batch_size``
+    jobs (None or -1: one batch)."""
 
     def __init__(self, max_batch_size: int | None = None,
-                 params: dict[str, str] | None = None) -> None:
+                 params: dict[str, str] | None = None,
+                 grids: list[dict[str, str]] | None = None) -> None:
         # zero-argument super(): Hydra's plugin scan re-executes this module, rebinding its
         # names, so nothing here refers to a class by its module-level name
         super().__init__()
@@ -46,6 +53,12 @@ class GroupedSweeper(Sweeper):
                                  f"None or -1 (one batch), not {max_batch_size}")
         self.max_batch_size = max_batch_size
         self.params: dict[str, str] = dict(params or {})
+        if grids is not None and (not isinstance(grids, Sequence) or isinstance(grids, str)
+                                  or not all(isinstance(g, Mapping) for g in grids)):
+            raise HydraException(f"{type(self).__name__}: grids must be a list of mappings "
+                                 f"(key: values, as params), not {grids!r}")
+        self.grids: list[dict[str, str]] | None = (
+            None if grids is None else [{str(k): v for k, v in g.items()} for g in grids])
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
@@ -72,14 +85,19 @@ class GroupedSweeper(Sweeper):
 
     def job_overrides(self, arguments: Sequence[str]) -> list[list[str]]:
         """Every job's overrides: the product of ``params`` then ``arguments`` (a key given
-        twice keeps its first position, its last value), in that key order."""
+        twice keeps its first position, its last value), in that key order; with ``grids``,
+        the products of ``params`` updated by each grid in turn, a point once."""
         assert self.hydra_context is not None
-        texts = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        axes: dict[str, list[str]] = {}
-        for override in parser.parse_overrides(texts):
-            axes[override.get_key_element()] = self._override_values(override)
-        return [list(job) for job in itertools.product(*axes.values())]
+        jobs: dict[frozenset[str], list[str]] = {}
+        for grid in self.grids if self.grids is not None else [{}]:
+            texts = [f"{key}={value}" for key, value in {**self.params, **grid}.items()]
+            axes: dict[str, list[str]] = {}
+            for override in parser.parse_overrides(texts + list(arguments)):
+                axes[override.get_key_element()] = self._override_values(override)
+            for job in itertools.product(*axes.values()):
+                jobs.setdefault(frozenset(job), list(job))
+        return list(jobs.values())
 
     def batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
         """``jobs`` in batches of ``max_batch_size`` (None or -1: all in one)."""

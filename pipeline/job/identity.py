@@ -30,6 +30,11 @@ LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report
 EXECUTION_KEYS = ("threads", "dry_run", "blocks", "job_timeout")
 
 
+# Keys whose effect on a job is written into its algorithm node before it is named
+# (pipeline.job.protocol.apply_protocol): the node is part of the identity, the key is not
+APPLIED_KEYS = ("own",)
+
+
 # Modules whose code computes every result beside the algorithm's own module: the evaluator, the
 # Theorem 1 certificate and the learning-curve jobs (with what they import under algorithms/)
 SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "algorithms.curve_jobs")
@@ -69,7 +74,8 @@ def job_identity(config: Mapping, write_data: bool = True) -> dict:
 def _config_part(config: Mapping) -> dict:
     """The part of a job's identity its config gives: every key but the location and execution
     keys, with κ, the seed and λ null where the algorithm's spec says they do not matter."""
-    ident = {k: v for k, v in config.items() if k not in LOCATION_KEYS + EXECUTION_KEYS}
+    ident = {k: v for k, v in config.items()
+             if k not in LOCATION_KEYS + EXECUTION_KEYS + APPLIED_KEYS}
     spec = _spec_or_none(config)
     if spec is not None and not spec.uses_kappa:
         ident["kappa"] = None
