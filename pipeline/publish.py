@@ -1,6 +1,6 @@
 """A finished accuracy-against-time run as a publishable folder (the `uci_frontier` results).
 
-    python -m pipeline.publish outputs/uci_frontier/results.zarr --reference <algorithm> \
+    python -m pipeline.publish outputs/uci_frontier/results.zarr --reference <algorithm>[,…] \
         [--out docs/results]
 
 From the store alone it writes to ``--out``:
@@ -11,7 +11,7 @@ From the store alone it writes to ``--out``:
   :data:`MAX_FIGURE_BYTES`;
 - ``README.md`` (:func:`readme`, rendered from the CSV's table, not the store): per mode, the
   setting with the lowest mean test RMSE within each time budget per dataset, as mean ± sd
-  over the splits; the ``--reference`` algorithm's RMSE and NLPD per dataset; the machine and
+  over the splits; the ``--reference`` algorithms' RMSE and NLPD per dataset; the machine and
   threads the jobs ran on; the code version; the commands that reproduce the folder.
 
 Running it again on the same store rewrites the same files.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.command import OneLineParser, fail
 
-USAGE = ("python -m pipeline.publish <results.zarr> --reference <algorithm> "
+USAGE = ("python -m pipeline.publish <results.zarr> --reference <algorithm>[,<algorithm>] "
          "[--out docs/results]")
 MAX_FIGURE_BYTES = 300_000
 BUDGETS = (10, 60, 600)
@@ -166,24 +167,38 @@ def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -
     return "\n\n".join(parts)
 
 
-def reference_table(table: pd.DataFrame, reference: str) -> str:
-    """Markdown: the ``reference`` algorithm's test RMSE and NLPD (mean ± sd over splits) and
-    seconds per dataset and mode."""
+def references_of(reference: str | Sequence[str]) -> list[str]:
+    """``--reference`` as a list: one algorithm, or several separated by commas."""
+    names = reference.split(",") if isinstance(reference, str) else list(reference)
+    return [name.strip() for name in names if name.strip()]
+
+
+def reference_table(table: pd.DataFrame, reference: str | Sequence[str]) -> str:
+    """Markdown: each ``reference`` algorithm's test RMSE and NLPD (mean ± sd over its
+    finished splits) and seconds per mode and dataset (several: e.g. the factored exact GP
+    and PCG, where the run factored it on some splits only)."""
+    names = references_of(reference)
     rows = _settings(table)
-    rows = rows[rows["algorithm"] == reference]
-    if rows.empty:
-        raise InputError(f"--reference {reference}: no finished job of that algorithm in the "
-                         "results; pass the algorithm the run used as its reference (the full "
-                         "GP, factored or by PCG)")
-    lines = ["| mode | dataset | test RMSE | test NLPD | seconds | splits |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for _, r in rows.sort_values(["mode", "dataset"]).iterrows():
-        lines.append(f"| {r['mode']} | {r['dataset']} | {_pm(r['rmse'], r['rmse_sd'])} | "
-                     f"{_pm(r['nlpd'], r['nlpd_sd'])} | {r['cost']:.3g} | {r['splits']} |")
+    rows = rows[rows["algorithm"].isin(names)]
+    missing = [name for name in names if name not in set(rows["algorithm"])]
+    if missing or not names:
+        raise InputError(f"--reference {','.join(names) or repr(reference)}: no finished job of "
+                         f"{missing[0] if missing else 'an algorithm'} in the results; pass the "
+                         "algorithms the run used as its reference (the full GP, factored or "
+                         "by PCG), comma-separated")
+    order = {name: i for i, name in enumerate(names)}
+    rows = rows.assign(rank=rows["algorithm"].map(order)).sort_values(
+        ["mode", "dataset", "rank"])
+    lines = ["| mode | dataset | algorithm | test RMSE | test NLPD | seconds | splits |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in rows.iterrows():
+        lines.append(f"| {r['mode']} | {r['dataset']} | {r['algorithm']} | "
+                     f"{_pm(r['rmse'], r['rmse_sd'])} | {_pm(r['nlpd'], r['nlpd_sd'])} | "
+                     f"{r['cost']:.3g} | {r['splits']} |")
     return "\n".join(lines)
 
 
-def readme(table: pd.DataFrame, *, reference: str, sweep: str, code_version: str,
+def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, code_version: str,
            commands: list[str], figures: list[str], mode_order: list[str] = (),
            budgets=BUDGETS) -> str:
     """The folder's README.md, from the published table alone (plus what the store says of the
@@ -208,7 +223,7 @@ def readme(table: pd.DataFrame, *, reference: str, sweep: str, code_version: str
         "",
         budget_tables(table, budgets, order=mode_order),
         "",
-        f"## The reference (`{reference}`)",
+        f"## The reference ({', '.join(f'`{n}`' for n in references_of(reference))})",
         "",
         reference_table(table, reference),
         "",
@@ -259,7 +274,7 @@ def publish(results: str | Path, out: str | Path, reference: str) -> Path:
             shutil.rmtree(scratch)
         commands = [_run_command(Path(results), sweep),
                     f"python -m pipeline.publish outputs/{sweep}/results.zarr "
-                    f"--reference {reference} --out {out}"]
+                    f"--reference {','.join(references_of(reference))} --out {out}"]
         text = readme(table, reference=reference, sweep=sweep,
                       code_version=f"git {ds.attrs['git_sha']}",
                       commands=commands, figures=names,
@@ -278,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                            usage_line=USAGE)
     parser.add_argument("results", help="a finished sweep's results.zarr")
     parser.add_argument("--reference", required=True,
-                        help="the algorithm whose jobs are the run's reference (the full GP)")
+                        help="the algorithm whose jobs are the run's reference (the full GP), "
+                             "or several, comma-separated (e.g. exact,cg)")
     parser.add_argument("--out", default="docs/results", help="the folder to write")
     try:
         args = parser.parse_args(argv)

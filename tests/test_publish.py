@@ -62,9 +62,15 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
     # (mean (11 + 31)/2 = 21 s, RMSE 0.4 ± 0.14 over the two splits)
     assert "| d | b: 0.45 ± 0 in 6 s | a (m = 64): 0.4 ± 0.14 in 21 s |" in text[shared:own]
     assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in text[own:]
-    assert "| shared | d | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 |" in text
+    assert "| shared | d | b | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 |" in text
     assert "Machine: AMD EPYC; BLAS threads per job: 2" in text
     assert "![f.png](f.png)" in text
+    # several references, in the order given, per mode and dataset
+    text = readme(table, reference="b,a", sweep="s", code_version="git 0", commands=[],
+                  figures=[])
+    assert "## The reference (`b`, `a`)" in text
+    shared = text[text.index("| shared | d | b |"):]
+    assert shared.index("| shared | d | a |") > 0
 
 
 def test_keys_the_run_fixed_come_from_its_config_and_another_swept_key_is_refused():
@@ -111,3 +117,15 @@ def test_a_setting_that_finished_fewer_splits_says_so():
     text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                   figures=[], mode_order=["shared", "own"])
     assert "a (m = 64): 0.3 in 11 s (1 of 2 splits) |" in text[:text.index("**own**")]
+
+
+def test_a_reference_without_finished_jobs_is_one_line():
+    from algorithms.errors import InputError
+    from pipeline.publish import reference_table
+
+    table = job_table(_sweep())
+    with pytest.raises(InputError, match=r"--reference b,z: no finished job of z in the "
+                                         r"results; pass .* comma-separated"):
+        reference_table(table, "b,z")
+    with pytest.raises(InputError, match=r"no finished job of an algorithm"):
+        reference_table(table, " , ")
