@@ -189,13 +189,37 @@ def reference_table(table: pd.DataFrame, reference: str | Sequence[str]) -> str:
     order = {name: i for i, name in enumerate(names)}
     rows = rows.assign(rank=rows["algorithm"].map(order)).sort_values(
         ["mode", "dataset", "rank"])
-    lines = ["| mode | dataset | algorithm | test RMSE | test NLPD | seconds | splits |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    gaps = _relative_gaps(table, names)
+    lines = ["| mode | dataset | algorithm | test RMSE | test NLPD | seconds | splits | "
+             f"max \\|RMSE / RMSE of `{names[0]}` − 1\\| (splits both ran) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in rows.iterrows():
-        lines.append(f"| {r['mode']} | {r['dataset']} | {r['algorithm']} | "
+        size = -1.0 if pd.isna(r["basis_size"]) else float(r["basis_size"])
+        gap, common = gaps.get((r["mode"], r["dataset"], r["algorithm"], size), (np.nan, 0))
+        lines.append(f"| {r['mode']} | {r['dataset']} | {_setting(r)} | "
                      f"{_pm(r['rmse'], r['rmse_sd'])} | {_pm(r['nlpd'], r['nlpd_sd'])} | "
-                     f"{r['cost']:.3g} | {r['splits']} |")
+                     f"{r['cost']:.3g} | {r['splits']} | "
+                     f"{'–' if not common else f'{gap:.2g} ({common})'} |")
     return "\n".join(lines)
+
+
+def _relative_gaps(table: pd.DataFrame, names: list[str]) -> dict[tuple, tuple[float, int]]:
+    """Per (mode, dataset, algorithm, basis size) of ``names[1:]``: the largest relative
+    difference of its test RMSE from ``names[0]``'s (a method without a basis size, the full
+    GP) over the splits both finished, and how many there were."""
+    ok = table[table["status"] == "ok"].assign(
+        basis_size=lambda t: t["basis_size"].astype(float).fillna(-1.0))
+    keys = ["mode", "dataset", "split"]
+    first = ok[ok["algorithm"] == names[0]].groupby(keys)["test_rmse"].first().rename("a")
+    out = {}
+    for name in names[1:]:
+        other = ok[ok["algorithm"] == name].set_index(keys)
+        both = other.join(first, how="inner").dropna(subset=["a", "test_rmse"])
+        for (mode, dataset, size), group in both.groupby(["mode", "dataset", "basis_size"]):
+            gap = float((group["test_rmse"].astype(float) / group["a"].astype(float) - 1)
+                        .abs().max())
+            out[(mode, dataset, name, size)] = (gap, len(group))
+    return out
 
 
 def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, code_version: str,

@@ -62,7 +62,7 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
     # (mean (11 + 31)/2 = 21 s, RMSE 0.4 ± 0.14 over the two splits)
     assert "| d | b: 0.45 ± 0 in 6 s | a (m = 64): 0.4 ± 0.14 in 21 s |" in text[shared:own]
     assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in text[own:]
-    assert "| shared | d | b | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 |" in text
+    assert "| shared | d | b | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 | – |" in text
     assert "Machine: AMD EPYC; BLAS threads per job: 2" in text
     assert "![f.png](f.png)" in text
     # several references, in the order given, per mode and dataset
@@ -70,7 +70,11 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
                   figures=[])
     assert "## The reference (`b`, `a`)" in text
     shared = text[text.index("| shared | d | b |"):]
-    assert shared.index("| shared | d | a |") > 0
+    assert shared.index("| shared | d | a (m = 8) |") > 0
+    # a's relative gap to b over the splits both ran, per basis size: RMSE 0.5 and 0.7 (m = 8),
+    # 0.3 and 0.5 (m = 64) against 0.45
+    assert "| shared | d | a (m = 8) | 0.6 ± 0.14 | 1.6 ± 0.14 | 3 | 2 | 0.56 (2) |" in text
+    assert "| shared | d | a (m = 64) | 0.4 ± 0.14 | 1.4 ± 0.14 | 21 | 2 | 0.33 (2) |" in text
 
 
 def test_keys_the_run_fixed_come_from_its_config_and_another_swept_key_is_refused():
