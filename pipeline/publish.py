@@ -31,7 +31,7 @@ from algorithms.errors import InputError
 from pipeline.command import OneLineParser, fail
 
 USAGE = ("python -m pipeline.publish <results.zarr> --reference <algorithm>[,<algorithm>] "
-         "[--out docs/results]")
+         "[--out docs/results] [--notes <file.md>]")
 MAX_FIGURE_BYTES = 300_000
 BUDGETS = (10, 60, 600)
 
@@ -104,6 +104,25 @@ def _run_command(results: Path, sweep: str) -> str:
         if task is not None:
             return "python -m pipeline -m " + " ".join(str(o) for o in task)
     return f"python -m pipeline -m experiment={sweep}"
+
+
+def _grid(results: Path) -> str | None:
+    """The run's grid as Hydra recorded it beside its results (``multirun.yaml``): the
+    sweeper's ``params`` and ``grids`` and the ``own`` caps, as YAML; None without a record."""
+    record = results.parent / "multirun.yaml"
+    if not record.exists():
+        return None
+    import yaml
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(record)
+    sweeper = OmegaConf.select(config, "hydra.sweeper", default=None)
+    grid = {"params": OmegaConf.select(sweeper, "params") if sweeper is not None else None,
+            "grids": OmegaConf.select(sweeper, "grids") if sweeper is not None else None,
+            "own": OmegaConf.select(config, "own", default=None)}
+    grid = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+            for k, v in grid.items() if v is not None}
+    return yaml.safe_dump(grid, sort_keys=False, allow_unicode=True).strip()
 
 
 def _settings(table: pd.DataFrame) -> pd.DataFrame:
@@ -224,9 +243,12 @@ def _relative_gaps(table: pd.DataFrame, names: list[str]) -> dict[tuple, tuple[f
 
 def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, code_version: str,
            commands: list[str], figures: list[str], mode_order: list[str] = (),
+           grid: str | None = None, notes: str | None = None,
            budgets=BUDGETS) -> str:
     """The folder's README.md, from the published table alone (plus what the store says of the
-    run: its name, code version and commands, and the figures written beside it)."""
+    run: its name, code version and commands, and the figures written beside it); ``grid``
+    (YAML: the sweep's grid as recorded) and ``notes`` (markdown written for the run: its
+    design, the time it took, comparisons with published tables) are added as given."""
     machines = sorted(str(m) for m in table["cpu_model"].dropna().unique())
     threads = sorted(int(t) for t in table["threads"].dropna().unique())
     counts = table["status"].value_counts().to_dict()
@@ -240,6 +262,7 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
         f"Machine: {', '.join(machines) or 'not recorded'}; BLAS threads per job: "
         f"{', '.join(map(str, threads)) or 'not recorded'}. Code version: `{code_version}`.",
         "",
+        *([notes.strip(), ""] if notes else []),
         "## Best method per time budget",
         "",
         "Lowest mean test RMSE among the settings whose mean seconds (learning + fit) are "
@@ -255,6 +278,10 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
         "",
         *[f"![{name}]({name})" for name in figures],
         "",
+        *(["## The grid", "",
+           "The sweeper's `params`, then the union of its `grids` (each `params` with the "
+           "entry's values), and the caps on the peers' own protocols (`own`), as the run "
+           "recorded them:", "", "```yaml", grid, "```", ""] if grid else []),
         f"## The table: `{sweep}.csv`",
         "",
         "| column | meaning |",
@@ -270,8 +297,10 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
     ])
 
 
-def publish(results: str | Path, out: str | Path, reference: str) -> Path:
-    """Write the folder (module docstring) for ``results`` into ``out``; returns the README."""
+def publish(results: str | Path, out: str | Path, reference: str,
+            notes: str | Path | None = None) -> Path:
+    """Write the folder (module docstring) for ``results`` into ``out``, with the markdown
+    file ``notes`` in its README; returns the README."""
     from pipeline.report.frontier import frontier_figures
     from pipeline.results.consolidate import load
 
@@ -280,6 +309,14 @@ def publish(results: str | Path, out: str | Path, reference: str) -> Path:
     sweep = str(ds.attrs["sweep"])
     table = job_table(ds)
     reference_table(table, reference)  # a bad --reference fails before anything is written
+    notes_text = None
+    if notes is not None:
+        try:
+            notes_text = Path(notes).read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            why = getattr(err, "strerror", None) or err
+            raise InputError(f"--notes {notes}: cannot read it ({why}); pass a markdown "
+                             "file") from None
     spec = (ds.attrs["config"].get("report") or {}).get("frontier")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -298,10 +335,12 @@ def publish(results: str | Path, out: str | Path, reference: str) -> Path:
             shutil.rmtree(scratch)
         commands = [_run_command(Path(results), sweep),
                     f"python -m pipeline.publish outputs/{sweep}/results.zarr "
-                    f"--reference {','.join(references_of(reference))} --out {out}"]
+                    f"--reference {','.join(references_of(reference))} --out {out}"
+                    + (f" --notes {notes}" if notes is not None else "")]
         text = readme(table, reference=reference, sweep=sweep,
                       code_version=f"git {ds.attrs['git_sha']}",
-                      commands=commands, figures=names,
+                      commands=commands, figures=names, grid=_grid(Path(results)),
+                      notes=notes_text,
                       mode_order=((spec or {}).get("modes") or {}).get("order") or [],
                       budgets=spec["budgets"] if spec and "budgets" in spec else BUDGETS)
         (out / "README.md").write_text(text)
@@ -320,9 +359,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the algorithm whose jobs are the run's reference (the full GP), "
                              "or several, comma-separated (e.g. exact,cg)")
     parser.add_argument("--out", default="docs/results", help="the folder to write")
+    parser.add_argument("--notes", default=None,
+                        help="a markdown file written for the run (its design, the time it "
+                             "took, comparisons), put in the README after its first lines")
     try:
         args = parser.parse_args(argv)
-        path = publish(args.results, args.out, args.reference)
+        path = publish(args.results, args.out, args.reference, args.notes)
     except InputError as err:
         return fail(err)
     print(f"published: {path}")

@@ -267,7 +267,14 @@ def test_uci_frontier_reduced(tmp_path):
     from pipeline.publish import COLUMNS, MAX_FIGURE_BYTES, publish
 
     out = tmp_path / "docs" / "results"
-    text = publish(path, out, "exact").read_text()
+    notes = tmp_path / "notes.md"
+    notes.write_text("## How this run was sized\n\nBy hand.\n")
+    text = publish(path, out, "exact,cg", notes=notes).read_text()
+    assert text.index("## How this run was sized") < text.index("## Best method per time budget")
+    # the grid as the run recorded it: the union of grids and the caps of `own`
+    grid = text[text.index("## The grid"):text.index("## The table")]
+    assert "- algorithm: gpytorch_sgpr,gpytorch_svgp\n  protocol: own" in grid
+    assert "own:\n  gpytorch_sgpr:\n    steps: 10" in grid
     table = pd.read_csv(out / "uci_frontier_small.csv")
     assert table.columns.tolist() == list(COLUMNS)
     # per set: 5 methods at 2 basis sizes + exact, cg and scikit-learn's GPR in each mode, and
@@ -284,7 +291,7 @@ def test_uci_frontier_reduced(tmp_path):
         assert 20000 < (out / name).stat().st_size <= MAX_FIGURE_BYTES, name
         assert f"![{name}]({name})" in text
     assert text.index("**shared**") < text.index("**own**")
-    assert "| shared | abalone |" in text and "--reference exact --out" in text
+    assert "| shared | abalone | cg |" in text and "--reference exact,cg --out" in text
 
 
 def test_pcg_exact_reduced(tmp_path):

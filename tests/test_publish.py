@@ -133,3 +133,14 @@ def test_a_reference_without_finished_jobs_is_one_line():
         reference_table(table, "b,z")
     with pytest.raises(InputError, match=r"no finished job of an algorithm"):
         reference_table(table, " , ")
+
+
+def test_notes_and_the_grid_are_put_in_the_readme_as_given():
+    table = job_table(_sweep())
+    text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], grid="params:\n  a: 1,2", notes="## Sizing\n\n8 hours.\n")
+    assert text.index("## Sizing\n\n8 hours.") < text.index("## Best method per time budget")
+    assert "## The grid" in text and "```yaml\nparams:\n  a: 1,2\n```" in text
+    plain = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                   figures=[])
+    assert "## The grid" not in plain and "## Sizing" not in plain
