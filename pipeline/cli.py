@@ -170,7 +170,12 @@ def main(argv: list[str]) -> int:
     except InputError as err:
         return _error(err)
     except (HydraException, OmegaConfBaseException) as err:  # a bad override
-        return _error(err)
+        # a plugin's own message (the sweeper's bad grids), not Hydra's wrapping of its call
+        from hydra.errors import InstantiationException
+
+        cause = err.__cause__
+        return _error(cause if isinstance(err, InstantiationException)
+                      and isinstance(cause, HydraException) else err)
     except OSError as err:  # where results go: a file in the path, read-only, a full disk
         from pipeline.sweep.directory import write_error
 

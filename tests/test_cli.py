@@ -67,6 +67,13 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path, run_cli):
      ["learning_curve has no key 'nn'", "draws"]),
     (["algorithm=exact", "dataset=matern1d", "+learning_curve.draws=5"],
      ["learning_curve.n is missing"]),
+    (["algorithm=nystrom", "own={nope: {steps: 5}}"],
+     ["own.nope: no such algorithm", "gpytorch_sgpr"]),
+    (["algorithm=nystrom", "own={gpytorch_sgpr: {stepz: 5}}"],
+     ["own.gpytorch_sgpr.stepz: gpytorch_sgpr has no option 'stepz'", "steps"]),
+    (["-m", "algorithm=nystrom", "own=5"], ["own=5 must map an algorithm to options"]),
+    (["-m", "algorithm=nystrom", "hydra.sweeper.grids=[1]"],
+     ["hydra.sweeper.grids=[1] must be a list of mappings", "write e.g. grids: [{}"]),
 ])
 def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments, run_cli):
     assert_one_line_error(run_cli(tmp_path, *args), *fragments)

@@ -149,7 +149,8 @@ def test_grids_from_yaml_are_read_as_omegaconf_containers(context):
 
 @pytest.mark.parametrize("grids", ["a=1", {"a": "1"}, [{"a": "1"}, "b=2"]])
 def test_grids_must_be_a_list_of_mappings(grids):
-    with pytest.raises(HydraException, match="GroupedSweeper: grids must be a list of mappings"):
+    with pytest.raises(HydraException, match=r"hydra\.sweeper\.grids=.* must be a list of "
+                                             r"mappings like params \(key: values\); write e\.g\."):
         GroupedSweeper(grids=grids)
 
 

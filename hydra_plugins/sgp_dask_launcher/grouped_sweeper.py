@@ -55,8 +55,9 @@ class GroupedSweeper(Sweeper):
         self.params: dict[str, str] = dict(params or {})
         if grids is not None and (not isinstance(grids, Sequence) or isinstance(grids, str)
                                   or not all(isinstance(g, Mapping) for g in grids)):
-            raise HydraException(f"{type(self).__name__}: grids must be a list of mappings "
-                                 f"(key: values, as params), not {grids!r}")
+            raise HydraException(f"hydra.sweeper.grids={grids!r} must be a list of mappings "
+                                 "like params (key: values); write e.g. grids: [{}, "
+                                 "{algorithm: exact, dataset.split: 0}]")
         self.grids: list[dict[str, str]] | None = (
             None if grids is None else [{str(k): v for k, v in g.items()} for g in grids])
         self.hydra_context: HydraContext | None = None
