@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", help="a finished sweep's results.zarr")
     parser.add_argument("--reference", required=True,
                         help="the algorithm whose jobs are the run's reference (the full GP), "
-                             "or several, comma-separated (e.g. exact,cg)")
+                             "or several, comma-separated: the factored full GP, then PCG")
     parser.add_argument("--out", default="docs/results", help="the folder to write")
     parser.add_argument("--notes", default=None,
                         help="a markdown file written for the run (its design, the time it "
