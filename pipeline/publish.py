@@ -93,33 +93,39 @@ def job_table(ds) -> pd.DataFrame:
                              na_position="first", kind="stable").reset_index(drop=True)
 
 
-def _run_command(results: Path, sweep: str) -> str:
-    """The command line that last ran the sweep, from Hydra's record beside its results
-    (``multirun.yaml``), or the experiment of the sweep's name where there is none."""
+def _hydra_record(results: Path):
+    """Hydra's record of the run beside its results (``multirun.yaml``), or None."""
     record = results.parent / "multirun.yaml"
-    if record.exists():
-        from omegaconf import OmegaConf
+    if not record.exists():
+        return None
+    from omegaconf import OmegaConf
 
-        task = OmegaConf.select(OmegaConf.load(record), "hydra.overrides.task", default=None)
-        if task is not None:
-            return "python -m pipeline -m " + " ".join(str(o) for o in task)
+    return OmegaConf.load(record)
+
+
+def _run_command(record, sweep: str) -> str:
+    """The command line that last ran the sweep, from Hydra's ``record`` of it, or the
+    experiment of the sweep's name where there is none."""
+    from omegaconf import OmegaConf
+
+    task = (OmegaConf.select(record, "hydra.overrides.task", default=None)
+            if record is not None else None)
+    if task is not None:
+        return "python -m pipeline -m " + " ".join(str(o) for o in task)
     return f"python -m pipeline -m experiment={sweep}"
 
 
-def _grid(results: Path) -> str | None:
-    """The run's grid as Hydra recorded it beside its results (``multirun.yaml``): the
-    sweeper's ``params`` and ``grids`` and the ``own`` caps, as YAML; None without a record."""
-    record = results.parent / "multirun.yaml"
-    if not record.exists():
+def _grid(record) -> str | None:
+    """The run's grid in Hydra's ``record`` of it: the sweeper's ``params`` and ``grids`` and
+    the ``own`` caps, as YAML; None without a record."""
+    if record is None:
         return None
     import yaml
     from omegaconf import OmegaConf
 
-    config = OmegaConf.load(record)
-    sweeper = OmegaConf.select(config, "hydra.sweeper", default=None)
-    grid = {"params": OmegaConf.select(sweeper, "params") if sweeper is not None else None,
-            "grids": OmegaConf.select(sweeper, "grids") if sweeper is not None else None,
-            "own": OmegaConf.select(config, "own", default=None)}
+    grid = {key: OmegaConf.select(record, path, default=None) for key, path in
+            (("params", "hydra.sweeper.params"), ("grids", "hydra.sweeper.grids"),
+             ("own", "own"))}
     grid = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
             for k, v in grid.items() if v is not None}
     return yaml.safe_dump(grid, sort_keys=False, allow_unicode=True).strip()
@@ -333,13 +339,14 @@ def publish(results: str | Path, out: str | Path, reference: str,
                 shutil.move(path, out / path.name)
                 names.append(path.name)
             shutil.rmtree(scratch)
-        commands = [_run_command(Path(results), sweep),
+        record = _hydra_record(Path(results))
+        commands = [_run_command(record, sweep),
                     f"python -m pipeline.publish outputs/{sweep}/results.zarr "
                     f"--reference {','.join(references_of(reference))} --out {out}"
                     + (f" --notes {notes}" if notes is not None else "")]
         text = readme(table, reference=reference, sweep=sweep,
                       code_version=f"git {ds.attrs['git_sha']}",
-                      commands=commands, figures=names, grid=_grid(Path(results)),
+                      commands=commands, figures=names, grid=_grid(record),
                       notes=notes_text,
                       mode_order=((spec or {}).get("modes") or {}).get("order") or [],
                       budgets=spec["budgets"] if spec and "budgets" in spec else BUDGETS)
