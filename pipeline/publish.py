@@ -93,6 +93,15 @@ def job_table(ds) -> pd.DataFrame:
                              na_position="first", kind="stable").reset_index(drop=True)
 
 
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A published table (:func:`job_table` written as CSV) read back with its types: what
+    the README is rendered from, so that the committed CSV alone re-renders it."""
+    table = pd.read_csv(path, dtype={"cpu_model": str, "status": str})
+    for name in ("split", "basis_size", "threads"):
+        table[name] = pd.array(pd.to_numeric(table[name]), dtype="Int64")
+    return table
+
+
 def _hydra_record(results: Path):
     """Hydra's record of the run beside its results (``multirun.yaml``), or None."""
     record = results.parent / "multirun.yaml"
@@ -152,6 +161,8 @@ def _setting(row) -> str:
 
 
 def _pm(mean: float, sd: float) -> str:
+    if not np.isfinite(mean):
+        return "—"
     return f"{mean:.4g}" if not np.isfinite(sd) else f"{mean:.4g} ± {sd:.2g}"
 
 
@@ -162,12 +173,16 @@ def _modes(table: pd.DataFrame, order: list[str]) -> list:
         [pd.NA] if table["mode"].isna().any() else [])
 
 
+TIE = 1e-3  # settings whose mean RMSE is within this fraction of the best tie: the faster wins
+
+
 def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -> str:
     """Markdown, per mode (those of ``order`` first): the setting with the lowest mean test
     RMSE among those whose mean cost is within each budget, per dataset (RMSE mean ± sd over
-    splits, mean seconds)."""
+    splits, mean seconds). Only settings that finished every split the dataset's other
+    settings ran compete (a mean over fewer splits is not comparable); they are listed under
+    the table. Settings within :data:`TIE` of the lowest RMSE tie, and the faster wins."""
     settings = _settings(table)
-    splits = table["split"].nunique()
     parts = []
     for mode in _modes(table, list(order)):
         by_mode = settings[settings["mode"].isna() if pd.isna(mode) else
@@ -175,19 +190,26 @@ def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -
         lines = [f"**{mode}**" if not pd.isna(mode) else "", "",
                  "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |",
                  "|" + " --- |" * (len(budgets) + 1)]
+        fewer = []
         for dataset, rows in by_mode.groupby("dataset", sort=True):
+            splits = rows["splits"].max()
+            short = rows[rows["splits"] < splits]
+            fewer += [f"{_setting(r)} on {dataset} ({r['splits']} of {splits})"
+                      for _, r in short.iterrows()]
+            rows = rows[rows["splits"] == splits]
             cells = []
             for budget in budgets:
                 within = rows[rows["cost"] <= budget].dropna(subset=["rmse"])
                 if within.empty:
                     cells.append(f"— (least {rows['cost'].min():.3g} s)")
                     continue
-                best = within.loc[within["rmse"].idxmin()]
-                fewer = (f" ({best['splits']} of {splits} splits)"
-                         if best["splits"] < splits else "")
+                tied = within[within["rmse"] <= within["rmse"].min() * (1 + TIE)]
+                best = tied.loc[tied["cost"].idxmin()]
                 cells.append(f"{_setting(best)}: {_pm(best['rmse'], best['rmse_sd'])} in "
-                             f"{best['cost']:.3g} s{fewer}")
+                             f"{best['cost']:.3g} s")
             lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
+        if fewer:
+            lines += ["", "Not ranked, having finished fewer splits: " + "; ".join(fewer) + "."]
         parts.append("\n".join(lines).strip())
     return "\n\n".join(parts)
 
@@ -198,10 +220,12 @@ def references_of(reference: str | Sequence[str]) -> list[str]:
     return [name.strip() for name in names if name.strip()]
 
 
-def reference_table(table: pd.DataFrame, reference: str | Sequence[str]) -> str:
+def reference_table(table: pd.DataFrame, reference: str | Sequence[str],
+                    order: Sequence[str] = ()) -> str:
     """Markdown: each ``reference`` algorithm's test RMSE and NLPD (mean ± sd over its
     finished splits) and seconds per mode and dataset (several: e.g. the factored exact GP
-    and PCG, where the run factored it on some splits only)."""
+    and PCG, where the run factored it on some splits only); one row for the modes
+    together (those of ``order`` first) where they ran the same jobs."""
     names = references_of(reference)
     rows = _settings(table)
     rows = rows[rows["algorithm"].isin(names)]
@@ -211,10 +235,15 @@ def reference_table(table: pd.DataFrame, reference: str | Sequence[str]) -> str:
                          f"{missing[0] if missing else 'an algorithm'} in the results; pass the "
                          "algorithms the run used as its reference (the full GP, factored or "
                          "by PCG), comma-separated")
-    order = {name: i for i, name in enumerate(names)}
-    rows = rows.assign(rank=rows["algorithm"].map(order)).sort_values(
+    rank = {name: i for i, name in enumerate(names)}
+    rows = rows.assign(rank=rows["algorithm"].map(rank)).sort_values(
         ["mode", "dataset", "rank"])
     gaps = _relative_gaps(table, names)
+    if _same_in_every_mode(table, names):  # one row for the modes together
+        modes = ", ".join(str(m) for m in _modes(table, list(order)))
+        first = rows["mode"].iloc[0]
+        gaps = {(modes, *key[1:]): gap for key, gap in gaps.items() if key[0] == first}
+        rows = rows[rows["mode"] == first].assign(mode=modes)
     lines = ["| mode | dataset | algorithm | test RMSE | test NLPD | seconds | splits | "
              f"max \\|RMSE / RMSE of `{names[0]}` − 1\\| (splits both ran) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -226,6 +255,17 @@ def reference_table(table: pd.DataFrame, reference: str | Sequence[str]) -> str:
                      f"{r['cost']:.3g} | {r['splits']} | "
                      f"{'–' if not common else f'{gap:.2g} ({common})'} |")
     return "\n".join(lines)
+
+
+def _same_in_every_mode(table: pd.DataFrame, names: list[str]) -> bool:
+    """Whether the ``names`` algorithms' rows are the same jobs under every mode (they learn
+    nothing themselves): equal RMSE and seconds per dataset, split and basis size."""
+    mine = table[table["algorithm"].isin(names)]
+    if mine["mode"].nunique() < 2:
+        return False
+    keys = ["dataset", "algorithm", "basis_size", "split"]
+    per_job = mine.groupby(keys, dropna=False)[["status", "test_rmse", "fit_seconds"]]
+    return bool((per_job.nunique(dropna=False) <= 1).all().all())
 
 
 def _relative_gaps(table: pd.DataFrame, names: list[str]) -> dict[tuple, tuple[float, int]]:
@@ -255,14 +295,16 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
     run: its name, code version and commands, and the figures written beside it); ``grid``
     (YAML: the sweep's grid as recorded) and ``notes`` (markdown written for the run: its
     design, the time it took, comparisons with published tables) are added as given."""
-    machines = sorted(str(m) for m in table["cpu_model"].dropna().unique())
-    threads = sorted(int(t) for t in table["threads"].dropna().unique())
+    ran = table[table["status"] == "ok"]
+    machines = sorted({str(m) for m in ran["cpu_model"].dropna() if str(m).strip()})
+    threads = sorted(int(t) for t in ran["threads"].dropna().unique())
     counts = table["status"].value_counts().to_dict()
     schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in COLUMNS.items())
     return "\n".join([
         f"# Results: {sweep}",
         "",
-        f"{len(table)} jobs ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}) over "
+        f"{len(table)} rows, one per job and mode "
+        f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}), over "
         f"{table['dataset'].nunique()} data sets and splits "
         f"{', '.join(str(s) for s in sorted(table['split'].dropna().unique()))}. "
         f"Machine: {', '.join(machines) or 'not recorded'}; BLAS threads per job: "
@@ -272,13 +314,14 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
         "## Best method per time budget",
         "",
         "Lowest mean test RMSE among the settings whose mean seconds (learning + fit) are "
-        "within the budget; RMSE as mean ± sd over the splits.",
+        f"within the budget; RMSE as mean ± sd over the splits. Settings within {TIE:.1%} "
+        "of the lowest RMSE tie, and the faster is named.",
         "",
         budget_tables(table, budgets, order=mode_order),
         "",
         f"## The reference ({', '.join(f'`{n}`' for n in references_of(reference))})",
         "",
-        reference_table(table, reference),
+        reference_table(table, reference, order=mode_order),
         "",
         "## Figures",
         "",
@@ -327,6 +370,7 @@ def publish(results: str | Path, out: str | Path, reference: str,
     try:
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / f"{sweep}.csv", index=False)
+        table = read_table(out / f"{sweep}.csv")
         names = []
         if spec is not None:
             scratch = out / ".figures"

@@ -57,10 +57,18 @@ def test_select_keeps_one_split_and_the_points_follow():
 
 
 def test_a_diverged_point_is_clipped_not_allowed_to_flatten_the_panel():
+    import pytest
+
     from pipeline.report.frontier import CLIP_FACTOR, _clip_level
 
     assert _clip_level([0.2, 0.3, 0.25]) == float("inf")  # nothing to clip
-    assert _clip_level([0.2, 0.3, 0.25, 58.0]) == CLIP_FACTOR * 0.275
+    # beyond the median + 3 × (median − best): clipped, but not within 10 % of the range
+    assert _clip_level([0.2, 0.3, 0.25, 0.27, 0.26, 1.0]) == 0.265 + CLIP_FACTOR * 0.065
+    assert _clip_level([0.2, 0.3, 0.25, 58.0]) == pytest.approx(0.2 + 0.1 * 57.8)
+    # nearly equal points and one far off: the axis keeps 10 % of the best (RMSE) ...
+    assert _clip_level([0.205] * 5 + [0.206, 0.30]) == pytest.approx(0.2255)
+    # ... or of the range, for a metric near 0 (NLPD)
+    assert _clip_level([-0.165] * 5 + [-0.16, 10.8]) == pytest.approx(-0.165 + 1.0965)
 
 
 def test_points_drawn_over_each_other_are_named():

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from pipeline.publish import COLUMNS, job_table, main, readme
+from pipeline.publish import COLUMNS, budget_tables, job_table, main, readme
 
 
 def _sweep() -> xr.Dataset:
@@ -62,7 +62,8 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
     # (mean (11 + 31)/2 = 21 s, RMSE 0.4 ± 0.14 over the two splits)
     assert "| d | b: 0.45 ± 0 in 6 s | a (m = 64): 0.4 ± 0.14 in 21 s |" in text[shared:own]
     assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in text[own:]
-    assert "| shared | d | b | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 | – |" in text
+    # b ran the same jobs in both modes: one row for them, in the modes' order
+    assert "| shared, own | d | b | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 | – |" in text
     assert "Machine: AMD EPYC; BLAS threads per job: 2" in text
     assert "![f.png](f.png)" in text
     # several references, in the order given, per mode and dataset
@@ -113,14 +114,27 @@ def test_bad_arguments_are_one_line_errors(argv, fragment, capsys, tmp_path, mon
     assert not (tmp_path / "docs").exists()
 
 
-def test_a_setting_that_finished_fewer_splits_says_so():
+def test_a_setting_that_finished_fewer_splits_is_not_ranked_and_is_named():
     table = job_table(_sweep())
     failed = ((table["mode"] == "shared") & (table["algorithm"] == "a")
               & (table["basis_size"] == 64) & (table["split"] == 1))
     table.loc[failed, "status"] = "failed"
     text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                   figures=[], mode_order=["shared", "own"])
-    assert "a (m = 64): 0.3 in 11 s (1 of 2 splits) |" in text[:text.index("**own**")]
+    shared = text[:text.index("**own**")]
+    # its one split (RMSE 0.3) would beat b's mean over two: it is left out, and said so
+    assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in shared
+    assert "Not ranked, having finished fewer splits: a (m = 64) on d (1 of 2)." in shared
+
+
+def test_settings_within_a_tenth_of_a_percent_tie_and_the_faster_is_named():
+    table = job_table(_sweep())
+    slow = (table["algorithm"] == "a") & (table["basis_size"] == 64)
+    table.loc[slow, "test_rmse"] = 0.45 * (1 - 5e-4)  # below b's 0.45, but within 0.1 %
+    text = budget_tables(table, budgets=(60,), order=["shared", "own"])
+    assert text.count("| d | b: 0.45 ± 0 in 6 s |") == 2
+    table.loc[slow, "test_rmse"] = 0.45 * (1 - 2e-3)  # beyond the tie: the better wins
+    assert "| d | a (m = 64): 0.4491 ± 0 in 21 s |" in budget_tables(table, budgets=(60,))
 
 
 def test_a_reference_without_finished_jobs_is_one_line():

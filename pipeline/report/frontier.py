@@ -39,9 +39,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
+from matplotlib.lines import Line2D
 
 from pipeline.report.style import Figure, and_list, grouped, plain_log_ticks
-from pipeline.results.variables import axis_label, long_name, short_label, symbol
+from pipeline.results.variables import long_name, short_label, symbol
 
 Point = tuple[str, object, float, float, int]  # setting, over value, cost, metric, jobs
 
@@ -133,39 +134,50 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
     order = settings.index
     colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(settings)}
     markers = {a: "osD^vP*Xh<>"[i % 11] for i, a in enumerate(settings)}
+    sizes = _marker_sizes([p[1] for pts in every.values() for p in pts])
     for k, metric in enumerate(metrics):
         ncols = min(3, len(datasets))
         nrows = math.ceil(len(datasets) / ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.2 * ncols, 9.0), 4.2 * nrows + 1),
-                                 squeeze=False)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.2 * ncols, 9.0), 4.0 * nrows + 1.4),
+                                 squeeze=False, layout="constrained")
         for ax in axes.flat[len(datasets):]:
             ax.set_visible(False)
         drawn, shown, beyond, clipped, stacked = {}, set(), set(), False, []
-        for ax, dataset in zip(axes.flat, datasets, strict=False):
+        for i, (ax, dataset) in enumerate(zip(axes.flat, datasets, strict=False)):
             pts = every[metric, dataset]
             top = _clip_level([p[3] for p in pts])
             placed: dict[str, list[tuple[float, float]]] = {}
+            n_above = 0
             for algorithm in sorted({p[0] for p in pts}, key=order):
                 mine = sorted((p for p in pts if p[0] == algorithm), key=lambda p: p[2])
-                ys = [min(p[3], top) for p in mine]
-                placed[algorithm] = [(p[2], y) for p, y in zip(mine, ys, strict=True)]
-                drawn[algorithm] = ax.plot([p[2] for p in mine], ys,
-                                           marker=markers[algorithm], color=colors[algorithm],
-                                           ms=5, lw=1, label=algorithm)[0]
-                for p, y in zip(mine, ys, strict=True):
-                    text = str(p[1]) if p[1] is not None and len(mine) > 1 else ""
-                    if p[3] > top:  # drawn at the clip level, its value written beside it
-                        text = f"{text} ↑{p[3]:.3g}".strip()
-                        clipped = True
-                    if text:
-                        ax.annotate(text, (p[2], y), fontsize=6, xytext=(3, 3),
-                                    textcoords="offset points", color=colors[algorithm])
+                xs, ys = [p[2] for p in mine], [min(p[3], top) for p in mine]
+                placed[algorithm] = list(zip(xs, ys, strict=True))
+                ax.plot(xs, ys, color=colors[algorithm], lw=1)
+                ax.scatter(xs, ys, s=[_size(sizes, p[1]) ** 2 for p in mine], zorder=3,
+                           marker=markers[algorithm], color=colors[algorithm])
+                drawn[algorithm] = Line2D([], [], marker=markers[algorithm], ms=6, lw=1,
+                                          color=colors[algorithm], label=algorithm)
+                above = [p for p in mine if p[3] > top]
+                if above:  # drawn at the clip level; their values written once, beside them
+                    clipped = True
+                    low, high = min(p[3] for p in above), max(p[3] for p in above)
+                    text = f"↑{low:.3g}" + (f"–{high:.3g}" if f"{high:.3g}" != f"{low:.3g}"
+                                            else "")
+                    ax.annotate(text, (above[-1][2], top), fontsize=7, va="top",
+                                xytext=(4, -3 - 9 * n_above), textcoords="offset points",
+                                color=colors[algorithm])
+                    n_above += 1  # the next one's value goes under it
+                if not sizes:  # too many values to tell apart by size: written beside
+                    for p, y in zip(mine, ys, strict=True):
+                        if p[1] is not None and len(mine) > 1:
+                            ax.annotate(str(p[1]), (p[2], y), fontsize=6, xytext=(3, 3),
+                                        textcoords="offset points", color=colors[algorithm])
             front = pareto(pts)
             if front:
                 xs = [p[2] for p in front] + [ax.get_xlim()[1]]
-                ys = [p[3] for p in front] + [front[-1][3]]
-                drawn["Pareto frontier"] = ax.step(xs, ys, where="post", color="k", lw=1.6,
-                                                   alpha=0.6, label="Pareto frontier")[0]
+                ys = [min(p[3], top) for p in front] + [min(front[-1][3], top)]
+                ax.step(xs, ys, where="post", color="k", lw=1.6, alpha=0.6)
+                drawn["Pareto frontier"] = Line2D([], [], color="k", lw=1.6, alpha=0.6)
             costs = [p[2] for p in pts]
             for budget in spec.get("budgets", []):
                 if costs and budget <= BUDGET_REACH * max(costs):  # beyond: squashes the points
@@ -175,30 +187,66 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
                     beyond.add(budget)
             if metric in (spec.get("target") or {}):
                 ax.axhline(spec["target"][metric], color="red", ls="--", lw=0.9)
-                drawn["target"] = ax.plot([], [], color="red", ls="--", lw=0.9,
-                                          label="target")[0]
-            ax.set(xscale="log" if spec.get("logx", True) else "linear",
-                   xlabel=_cost_label(spec, ds), ylabel=axis_label(metric, ds), title=dataset)
+                drawn["target"] = Line2D([], [], color="red", ls="--", lw=0.9)
+            ax.set(xscale="log" if spec.get("logx", True) else "linear", title=dataset)
+            if i % ncols == 0:
+                ax.set_ylabel(short_label(metric, ds))
+            if i + ncols >= len(datasets):  # no panel below it
+                ax.set_xlabel(_cost_label(spec, ds))
             if spec.get("logx", True):
                 plain_log_ticks(ax.xaxis)
             ax.grid(True, alpha=0.3)
             stacked += [f"{and_list(group)} ({dataset})" for group in _coinciding(ax, placed)]
-        ncol = min(len(drawn), 4)
-        fig.legend(drawn.values(), drawn.keys(), loc="lower center", ncol=ncol, fontsize=8,
-                   frameon=False)
+        keys = {f"{symbol(spec['over'])} = {value}": Line2D([], [], marker="o", ms=size,
+                                                              ls="", color="0.55")
+                for value, size in sizes.items()}
+        handles, labels = _legend_grid(drawn, keys, LEGEND_COLUMNS)
+        fig.legend(handles, labels, loc="outside lower center", ncol=LEGEND_COLUMNS,
+                   fontsize=8, frameon=False)
         against = spec.get("cost_label", "wall time")
         head = f"{title}\n" if title else ""
         fig.suptitle(f"{head}{short_label(metric, ds)} against {against}", fontsize=10)
-        legend_rows = math.ceil(len(drawn) / ncol)
-        fig.tight_layout(rect=(0, 0.035 * legend_rows / nrows + 0.02, 1,
-                               0.93 if title else 0.95))
         path = out_dir / f"fig{start + k}_frontier_{metric}{tag}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=100)
         plt.close(fig)
+        missing = sorted(set(settings) - {p[0] for d in datasets for p in every[metric, d]})
         caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond - shown), clipped,
-                                    stacked)
+                                    stacked, bool(sizes), missing)
         out.append(Figure(path, caption))
     return out
+
+
+LEGEND_COLUMNS = 6
+
+
+def _legend_grid(entries: dict, keys: dict, ncol: int) -> tuple[list, list[str]]:
+    """Handles and labels for a legend of ``ncol`` columns that reads row by row: the
+    ``entries``, then, on rows of their own, the ``keys`` (e.g. marker sizes). matplotlib
+    fills a legend column by column, so the rows are padded with blanks and transposed."""
+    def rows(items: dict) -> list[tuple[object, str]]:
+        pairs = list(items.items())
+        return pairs + [("", Line2D([], [], alpha=0.0))] * (-len(pairs) % ncol)
+
+    grid = [(h, label) for label, h in rows(entries) + rows(keys)]
+    n_rows = len(grid) // ncol
+    order = [grid[r * ncol + c] for c in range(ncol) for r in range(n_rows)]
+    return [h for h, _ in order], [label for _, label in order]
+
+
+MAX_SIZES = 5  # basis sizes told apart by marker size; more are written beside the points
+
+
+def _marker_sizes(values: Sequence[object]) -> dict[object, float]:
+    """Marker size (points) per value of ``over`` (e.g. basis size), growing with the value;
+    empty when there are more than :data:`MAX_SIZES` values."""
+    held = sorted({v for v in values if v is not None})
+    if len(held) > MAX_SIZES:
+        return {}
+    return {v: 4.0 + 2.5 * i for i, v in enumerate(held)}
+
+
+def _size(sizes: dict[object, float], value: object) -> float:
+    return sizes.get(value, 6.0)
 
 
 BUDGET_REACH = 3.0  # a budget beyond this multiple of a panel's largest cost is not drawn
@@ -219,13 +267,14 @@ def _coinciding(ax, placed: dict[str, list[tuple[float, float]]]) -> list[list[s
 
 
 def _frontier_caption(spec: dict, ds: xr.Dataset, shown: list, beyond: list,
-                      clipped: bool, stacked: Sequence[str] = ()) -> str:
+                      clipped: bool, stacked: Sequence[str] = (), by_size: bool = False,
+                      missing: Sequence[str] = ()) -> str:
     """What the frontier figure's points, lines and labels are."""
     unit = spec.get("unit", "s")
     parts = ["Points: one setting's mean metric and mean cost over its splits and seeds"]
     if spec.get("over"):
-        parts.append(f"the number beside a point: {symbol(spec['over'])} "
-                     f"({long_name(spec['over'], ds)})")
+        how = "the marker's size" if by_size else "the number beside a point"
+        parts.append(f"{how}: {symbol(spec['over'])} ({long_name(spec['over'], ds)})")
     parts.append("black steps: the Pareto frontier (no other point both cheaper and better)")
     if shown:
         parts.append(f"dotted grey: budgets {', '.join(f'{b:g}' for b in shown)} {unit}")
@@ -235,23 +284,32 @@ def _frontier_caption(spec: dict, ds: xr.Dataset, shown: list, beyond: list,
     if spec.get("target"):
         parts.append("red dashed: the target")
     if clipped:
-        parts.append(f"↑value: a point above {CLIP_FACTOR:g}× the panel's median, drawn at that "
-                     "level")
+        parts.append(f"↑values: points beyond the panel's median + {CLIP_FACTOR:g}× (median − "
+                     f"best), and {CLIP_FLOOR:.0%} of the best and of the range above it, "
+                     "drawn at that level")
     if stacked:
         parts.append(f"drawn over each other (told apart by their markers): {'; '.join(stacked)}")
+    if missing:
+        parts.append(f"not drawn, having no value of this metric: {and_list(list(missing))}")
     return "; ".join(parts) + "."
 
 
-CLIP_FACTOR = 3.0  # a panel's y axis ends at this multiple of the median point (outliers ↑)
+CLIP_FACTOR = 3.0  # a panel's y axis ends this many times the median's distance from the best
+CLIP_FLOOR = 0.1  # … and no nearer the best than this fraction of it and of the range
 
 
 def _clip_level(values: Sequence[float]) -> float:
-    """Where a panel's y axis ends: the largest value, or CLIP_FACTOR × the median when some
-    point lies beyond it (a diverged fit would otherwise flatten every other point)."""
+    """Where a panel's y axis ends: the largest value, or the median + CLIP_FACTOR × (median −
+    best) when some point lies beyond it (a method far behind the rest, or a diverged fit,
+    would otherwise flatten every other point; lower is better). Never within CLIP_FLOOR of
+    the best, relative to the best or to the whole range: a panel is not zoomed into
+    differences nobody would act on (a metric near 0, such as NLPD, takes the range's)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return math.inf
-    level = CLIP_FACTOR * float(np.median(finite)) if np.median(finite) > 0 else math.inf
+    best, median, worst = min(finite), float(np.median(finite)), max(finite)
+    level = max(median + CLIP_FACTOR * (median - best), best + CLIP_FLOOR * abs(best),
+                best + CLIP_FLOOR * (worst - best))
     return level if max(finite) > level else math.inf
 
 
