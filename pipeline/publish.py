@@ -248,13 +248,16 @@ def reference_table(table: pd.DataFrame, reference: str | Sequence[str],
              f"max \\|RMSE / RMSE of `{names[0]}` − 1\\| (splits both ran) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in rows.iterrows():
-        size = -1.0 if pd.isna(r["basis_size"]) else float(r["basis_size"])
+        size = NO_BASIS if pd.isna(r["basis_size"]) else float(r["basis_size"])
         gap, common = gaps.get((r["mode"], r["dataset"], r["algorithm"], size), (np.nan, 0))
         lines.append(f"| {r['mode']} | {r['dataset']} | {_setting(r)} | "
                      f"{_pm(r['rmse'], r['rmse_sd'])} | {_pm(r['nlpd'], r['nlpd_sd'])} | "
                      f"{r['cost']:.3g} | {r['splits']} | "
                      f"{'–' if not common else f'{gap:.2g} ({common})'} |")
     return "\n".join(lines)
+
+
+NO_BASIS = -1.0  # the basis-size key of a method without one, in the gaps' keys
 
 
 def _same_in_every_mode(table: pd.DataFrame, names: list[str]) -> bool:
@@ -273,7 +276,7 @@ def _relative_gaps(table: pd.DataFrame, names: list[str]) -> dict[tuple, tuple[f
     difference of its test RMSE from ``names[0]``'s (a method without a basis size, the full
     GP) over the splits both finished, and how many there were."""
     ok = table[table["status"] == "ok"].assign(
-        basis_size=lambda t: t["basis_size"].astype(float).fillna(-1.0))
+        basis_size=lambda t: t["basis_size"].astype(float).fillna(NO_BASIS))
     keys = ["mode", "dataset", "split"]
     first = ok[ok["algorithm"] == names[0]].groupby(keys)["test_rmse"].first().rename("a")
     out = {}
