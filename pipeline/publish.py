@@ -11,8 +11,9 @@ From the store alone it writes to ``--out``:
   :data:`MAX_FIGURE_BYTES`;
 - ``README.md`` (:func:`readme`, rendered from the CSV's table, not the store): per mode, the
   setting with the lowest mean test RMSE within each time budget per dataset, as mean ± sd
-  over the splits; the ``--reference`` algorithms' RMSE and NLPD per dataset; the machine and
-  threads the jobs ran on; the code version; the commands that reproduce the folder.
+  over the splits; the ``--reference`` algorithms' RMSE and NLPD per dataset; the figures;
+  the ``--notes`` as given; the grid; the machine and threads the jobs ran on; the code
+  version; the commands that reproduce the folder.
 
 Running it again on the same store rewrites the same files.
 """
@@ -313,7 +314,6 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
         f"Machine: {', '.join(machines) or 'not recorded'}; BLAS threads per job: "
         f"{', '.join(map(str, threads)) or 'not recorded'}. Code version: `{code_version}`.",
         "",
-        *([notes.strip(), ""] if notes else []),
         "## Best method per time budget",
         "",
         "Lowest mean test RMSE among the settings whose mean seconds (learning + fit) are "
@@ -330,6 +330,7 @@ def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, c
         "",
         *[f"![{name}]({name})" for name in figures],
         "",
+        *([notes.strip(), ""] if notes else []),
         *(["## The grid", "",
            "The sweeper's `params`, then the union of its `grids` (each `params` with the "
            "entry's values), and the caps on the peers' own protocols (`own`), as the run "
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/results", help="the folder to write")
     parser.add_argument("--notes", default=None,
                         help="a markdown file written for the run (its design, the time it "
-                             "took, comparisons), put in the README after its first lines")
+                             "took, comparisons), put in the README after the figures")
     try:
         args = parser.parse_args(argv)
         path = publish(args.results, args.out, args.reference, args.notes)

@@ -270,7 +270,8 @@ def test_uci_frontier_reduced(tmp_path):
     notes = tmp_path / "notes.md"
     notes.write_text("## How this run was sized\n\nBy hand.\n")
     text = publish(path, out, "exact,cg", notes=notes).read_text()
-    assert text.index("## How this run was sized") < text.index("## Best method per time budget")
+    assert text.index("## Figures") < text.index("## How this run was sized") < text.index(
+        "## The grid")
     # the grid as the run recorded it: the union of grids and the caps of `own`
     grid = text[text.index("## The grid"):text.index("## The table")]
     assert "- algorithm: gpytorch_sgpr,gpytorch_svgp\n  protocol: own" in grid

@@ -153,7 +153,9 @@ def test_notes_and_the_grid_are_put_in_the_readme_as_given():
     table = job_table(_sweep())
     text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                   figures=[], grid="params:\n  a: 1,2", notes="## Sizing\n\n8 hours.\n")
-    assert text.index("## Sizing\n\n8 hours.") < text.index("## Best method per time budget")
+    # after the results (budgets, reference, figures), before the grid
+    sizing = text.index("## Sizing\n\n8 hours.")
+    assert text.index("## Figures") < sizing < text.index("## The grid")
     assert "## The grid" in text and "```yaml\nparams:\n  a: 1,2\n```" in text
     plain = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                    figures=[])
