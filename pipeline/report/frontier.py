@@ -114,7 +114,8 @@ def modes(ds: xr.Dataset, spec: dict) -> list[tuple[str, str, xr.Dataset]]:
 
 def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> list[Figure]:
     """One figure per metric (and mode, :func:`modes`): a panel per dataset, each algorithm's
-    points joined along ``over`` (labelled with its value), the Pareto frontier as a black step
+    points joined along ``over`` (its value by marker size, or written beside when there are
+    more than MAX_SIZES values), the Pareto frontier as a black step
     line and the time budgets as dotted verticals."""
     out: list[Figure] = []
     for tag, title, sub in modes(ds, spec):
