@@ -88,16 +88,20 @@ def job_table(ds) -> pd.DataFrame:
             jobs[source] = pd.NA if value is None else value
     table = pd.DataFrame({name: jobs[source] if source in jobs else pd.NA
                           for name, (source, _) in COLUMNS.items()})
-    for name in ("split", "basis_size", "threads"):
-        table[name] = pd.array(pd.to_numeric(table[name]), dtype="Int64")
-    return table.sort_values(["mode", "dataset", "algorithm", "basis_size", "split"],
-                             na_position="first", kind="stable").reset_index(drop=True)
+    return _integer_columns(table).sort_values(
+        ["mode", "dataset", "algorithm", "basis_size", "split"], na_position="first",
+        kind="stable").reset_index(drop=True)
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """A published table (:func:`job_table` written as CSV) read back with its types: what
     the README is rendered from, so that the committed CSV alone re-renders it."""
-    table = pd.read_csv(path, dtype={"cpu_model": str, "status": str})
+    return _integer_columns(pd.read_csv(path, dtype={"cpu_model": str, "status": str}))
+
+
+def _integer_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its integer columns (split, basis size, threads) as nullable integers
+    (empty where a job has none)."""
     for name in ("split", "basis_size", "threads"):
         table[name] = pd.array(pd.to_numeric(table[name]), dtype="Int64")
     return table
