@@ -255,7 +255,7 @@ def test_uci_frontier_reduced(tmp_path):
     assert float(abs(gpr / rmse.sel(algorithm="exact") - 1).max()) <= 1e-6
     report = render(path)
     text = report.read_text()
-    assert ("Best test root mean squared error [target units] within a budget (seconds (fit "
+    assert ("Best test root mean squared error [standardised target units] within a budget (seconds (fit "
             "time elapsed + time to learn the hyperparameters)") in text
     assert "| abalone |" in text and "| pol |" in text and "≤ 600 s" in text
     assert "**shared kernel: every method" in text and "**own protocol: each peer" in text
@@ -351,7 +351,7 @@ def test_smola2001_sparsity_reduced(tmp_path):
         assert float(basis.sel(algorithm=sparse)) < 300, sparse
         assert float(rmse.sel(algorithm=sparse)) < 1.2 * float(rmse.sel(algorithm="exact"))
     report = render(path)
-    assert "Best test root mean squared error [target units] within a budget (basis size, " \
+    assert "Best test root mean squared error [standardised target units] within a budget (basis size, " \
         "means" in report.read_text()
 
 
@@ -452,12 +452,12 @@ def test_zhang2001_abalone_and_kin40k_target_small(tmp_path):
     ds, text = run_small(tmp_path, "zhang2001_abalone", 3)
     delta = ds["delta_R"].squeeze()
     assert bool((delta <= ds["bound"].squeeze() + 1e-12).where(np.isfinite(delta), True).all())
-    assert "R(w^k) − R(ŵ) [target units²] at step 10" in text
+    assert "R(w^k) − R(ŵ) [standardised target units²] at step 10" in text
 
     ds, text = run_small(tmp_path, "kin40k_target", 2)
     lam = ds["final_hyper_lam"].values
     assert np.allclose(lam, lam.ravel()[0])  # one learning, shared by every job
-    assert "Best test root mean squared error [target units] within a budget" in text
+    assert "Best test root mean squared error [standardised target units] within a budget" in text
 
     # bench_sweep_overhead (size=small) is run by python -m pipeline.bench.sweep_overhead:
     # tests/test_sweep_planning.py::test_the_sweep_overhead_benchmark_writes_its_figures

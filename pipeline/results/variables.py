@@ -6,6 +6,7 @@ on every variable and coordinate."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
@@ -208,9 +209,12 @@ def describe_dataset(ds: xr.Dataset) -> xr.Dataset:
 
 def _described(name: str, ds: xr.Dataset | None) -> tuple[str, str] | None:
     """(long name, unit label) of ``name``: the table's (:func:`describe`; its labels, such as
-    ``target units``, make axis labels), else ``ds[name]``'s ``long_name``/``units`` attrs."""
+    ``target units``, make axis labels, and read ``standardised target units`` where ``ds``
+    standardised y: :func:`_target_label`), else ``ds[name]``'s ``long_name``/``units``
+    attrs."""
     try:
-        return describe(name)
+        long_name, unit = describe(name)
+        return long_name, _target_label(unit, ds)
     except KeyError:
         pass
     if ds is not None and name in ds.variables and "long_name" in ds[name].attrs:
@@ -218,6 +222,24 @@ def _described(name: str, ds: xr.Dataset | None) -> tuple[str, str] | None:
         if not long_name.endswith(NOT_DESCRIBED):
             return long_name, str(ds[name].attrs.get("units", "1"))
     return None
+
+
+def _target_label(unit: str, ds: xr.Dataset | None) -> str:
+    """``unit`` with ``target units`` read as ``standardised target units`` where every job of
+    ``ds`` standardised its targets (``dataset.standardize_y`` true in the run's config and not
+    swept): the numbers are then in units of the training targets' standard deviation."""
+    if ds is None or TARGET not in unit:
+        return unit
+    config = ds.attrs.get("config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return unit
+    swept = ds.attrs.get("swept_keys") or ()
+    standardised = (isinstance(config, dict) and "dataset.standardize_y" not in swept
+                    and (config.get("dataset") or {}).get("standardize_y") is True)
+    return unit.replace(TARGET, f"standardised {TARGET}") if standardised else unit
 
 
 def long_name(name: str, ds: xr.Dataset | None = None) -> str:
