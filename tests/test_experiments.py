@@ -311,6 +311,20 @@ def test_pcg_exact_reduced(tmp_path):
     assert "rank of the pivoted-Cholesky preconditioner" in text and "| pol |" in text
 
 
+def test_reference_kernel_reduced(tmp_path):
+    """The exact GP with its kernel learned on a subset or on every training row: each job
+    learned on the rows it says, the fit on every row, and the report tabulates both."""
+    path = run_experiment(tmp_path, "experiment=reference_kernel", "size=small")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    rows = ds["final_hyper_n_subset"]
+    assert set(np.unique(rows.sel({"hyper.subset": 150}).values)) == {150}
+    assert set(np.unique(rows.sel({"hyper.subset": 600}).values)) == {600}
+    assert bool(np.isfinite(ds["final_test_nlpd"]).all())
+    text = render(path).read_text()
+    assert "training rows the marginal likelihood was learned on" in text and "| pol |" in text
+
+
 def test_smola2001_classification_reduced(tmp_path):
     """Full and low-rank Laplace, RVM classification and scikit-learn's GPC on breast_cancer
     (2 seeds = 2 splits, m = 8, 64): one Dataset, the error against basis size figures and
