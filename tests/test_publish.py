@@ -203,3 +203,40 @@ def test_notes_and_the_grid_are_put_in_the_readme_as_given():
     plain = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                    figures=[])
     assert "## The grid" not in plain and "## Sizing" not in plain
+
+
+def test_seeds_are_averaged_per_split_and_their_spread_is_shown():
+    # a draws at random (its jobs differ by seed); b does not (one job whatever the seed)
+    two = _sweep().expand_dims(seed=[0, 1]).copy(deep=True)
+    hashes = two["job_hash"].values.astype(object)
+    hashes[1] = np.vectorize(lambda h: h if h.startswith("b") else h + "s1",
+                             otypes=[object])(hashes[1])
+    two["job_hash"] = (two["job_hash"].dims, hashes.astype(str))
+    two["final_test_rmse"].loc[{"seed": 1, "algorithm": "a"}] += 0.02
+    table = job_table(two)
+    b = table[table["algorithm"] == "b"]
+    assert len(b) == 4 and b["seed"].isna().all()  # counted once, under each mode
+    a = table[(table["algorithm"] == "a") & (table["mode"] == "shared")]
+    assert sorted(a["seed"].dropna()) == [0] * 4 + [1] * 4
+    text = budget_tables(table, budgets=(60,), order=["shared", "own"])
+    # a at m = 64: seeds 0.3/0.32 and 0.5/0.52, mean 0.41; sd over seeds 0.02/√2 = 0.014
+    assert "a (m = 64): 0.41 ± 1.3 (2), seed sd 0.014 in 21 s" in text
+
+
+def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path, capsys):
+    import yaml
+
+    job_table(_sweep()).drop(columns=["trivial", "seed"]).to_csv(tmp_path / "s.csv",
+                                                                index=False)
+    assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 2
+    assert "s.run.yaml does not exist" in capsys.readouterr().err
+    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
+        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
+         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "| d | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |" in text
+    # two methods: no Friedman test, and said so; the CSV is rewritten in today's columns
+    assert "the Friedman test needs at least 3 methods" in text
+    assert pd.read_csv(tmp_path / "s.csv").columns.tolist() == list(COLUMNS)
+    assert not list(tmp_path.glob("cd_*.png"))
