@@ -2,20 +2,28 @@
 
     python -m pipeline.publish outputs/uci_frontier/results.zarr --reference <algorithm>[,…] \
         [--out docs/results]
+    python -m pipeline.publish docs/results/uci_frontier.csv --reference … [--out …]
 
-From the store alone it writes to ``--out``:
+From the store it writes to ``--out``:
 
-- ``uci_frontier.csv`` (the store's sweep name): one row per job, the columns of
-  :data:`COLUMNS` in that order (:func:`job_table`);
-- the report's frontier figures (one per metric and mode), each PNG checked to be ≤
-  :data:`MAX_FIGURE_BYTES`;
-- ``README.md`` (:func:`readme`, rendered from the CSV's table, not the store): per mode, the
-  setting with the lowest mean test RMSE within each time budget per dataset, as mean ± sd
-  over the splits; the ``--reference`` algorithms' RMSE and NLPD per dataset; the figures;
-  the ``--notes`` as given; the grid; the machine and threads the jobs ran on; the code
-  version; the commands that reproduce the folder.
+- ``uci_frontier.csv`` (the store's sweep name): one row per job and mode, the columns of
+  :data:`COLUMNS` in that order (:func:`job_table`; the baselines a run did not record are
+  computed from the shipped data, and the ``trivial`` and ``contended`` flags by their rules,
+  :func:`complete`);
+- ``uci_frontier.run.yaml``: what the README needs of the run besides the table (its command,
+  code version, grid, modes, budgets, frontier figures);
+- the report's frontier figures (one per metric and mode) and a critical-difference diagram
+  per mode and metric (:func:`cd_figures`), each PNG checked to be ≤ :data:`MAX_FIGURE_BYTES`;
+- ``README.md`` (:func:`readme`, rendered from the CSV's table, not the store, by
+  :mod:`pipeline.report.comparison`): means over splits with 95 % t intervals, the best
+  setting per budget (fit-only; learning + fit) with its ties by a paired t-test, every
+  setting against the reference split by split, the methods' ranks across data sets; the
+  rules and counts of the trivial and contended flags; the ``--notes`` as given; the grid;
+  the machine; the code version; the commands that reproduce the folder.
 
-Running it again on the same store rewrites the same files.
+Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
+CSV in the current columns, the CD diagrams and the README, and keeps the frontier figures.
+Running it again on the same input rewrites the same files.
 """
 
 from __future__ import annotations
@@ -30,16 +38,26 @@ import pandas as pd
 
 from algorithms.errors import InputError
 from pipeline.command import OneLineParser, fail
+from pipeline.report import comparison
+from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
+    BUDGETS,
+    budget_tables,
+    check_reference,
+    reference_table,
+    references_of,
+)
 
-USAGE = ("python -m pipeline.publish <results.zarr> --reference <algorithm>[,<algorithm>] "
-         "[--out docs/results] [--notes <file.md>]")
+USAGE = ("python -m pipeline.publish <results.zarr | published.csv> --reference "
+         "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]")
 MAX_FIGURE_BYTES = 300_000
-BUDGETS = (10, 60, 600)
 
-# The published table: column → (the store's per-job variable or sweep dim, meaning).
+# The published table: column → (where it comes from: the store's per-job variable or sweep
+# dim, or ``=`` and how it is derived; meaning).
 COLUMNS: dict[str, tuple[str, str]] = {
     "dataset": ("dataset", "the data set"),
     "split": ("dataset.split", "the train/test split"),
+    "seed": ("seed", "the seed of the method's random choices (empty: the job does not depend "
+             "on it, or it was not recorded)"),
     "algorithm": ("algorithm", "the method"),
     "mode": ("protocol", "shared: one learned kernel for all; own: each peer learns its own "
              "(a job the mode does not change, e.g. of a method that learns nothing itself, is "
@@ -50,24 +68,65 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "test_rmse": ("final_test_rmse", "test root mean squared error (standardised targets)"),
     "test_nlpd": ("final_test_nlpd", "test negative log predictive density, nats per point"),
     "coverage_2sd": ("final_test_coverage_2sd", "fraction of test targets within ±2 sd"),
-    "fit_seconds": ("final_seconds", "seconds of the fit"),
-    "learning_seconds": ("final_hyper_seconds", "seconds of learning the hyperparameters"),
+    "fit_seconds": ("= final_seconds − final_own_learning_seconds", "wall seconds of the fit "
+                    "alone: a method's own learning of its hyperparameters is not in it (where "
+                    "the run recorded it apart; the first edition did not)"),
+    "learning_seconds": ("= final_hyper_seconds + final_own_learning_seconds", "wall seconds of "
+                         "learning the hyperparameters: the shared kernel's, and a method's "
+                         "own learning inside its fit"),
     "certificate_gap": ("final_gap", "the method's relative duality gap (empty: it has none)"),
     "threads": ("final_blas_threads", "BLAS threads of the job"),
     "cpu_model": ("final_cpu_model", "the machine's CPU"),
+    "fit_cpu_seconds": ("= final_cpu_seconds − final_own_learning_cpu_seconds", "process CPU "
+                        "seconds (all threads) of the fit alone"),
+    "learning_cpu_seconds": ("= final_hyper_cpu_seconds + final_own_learning_cpu_seconds",
+                             "process CPU seconds of learning the hyperparameters"),
+    "load_start": ("final_load_start", "the machine's 1-minute load average at the job's start"),
+    "load_end": ("final_load_end", "… and at its end"),
+    "cores": ("final_cores", "the CPUs the job's process could run on"),
+    "contended": ("= stats.contended", "whether the job's seconds were measured on a busy "
+                  "machine (the rule is in the README; empty: not recorded)"),
+    "baseline_rmse": ("final_baseline_test_rmse", "test RMSE of the training-mean predictor "
+                      "on the job's test rows (from the data where the run did not record it)"),
+    "baseline_nlpd": ("final_baseline_test_nlpd", "test NLPD of the mean predictor's Gaussian "
+                      "N(ȳ_train, var(y_train))"),
+    "trivial": ("= stats.trivial", "whether the job's predictor is no better than the "
+                "training mean (the rule is in the README); a trivial job's setting is never "
+                "ranked"),
+    "converged": ("final_own_converged", "whether a method's own learning met its stopping "
+                  "rule (empty: it learns nothing itself, or not recorded)"),
 }
 
+# what a derived column is made of: column → (store variable, sign) terms, summed; a missing
+# term counts as 0 unless every term is missing
+DERIVED = {
+    "fit_seconds": (("final_seconds", 1), ("final_own_learning_seconds", -1)),
+    "learning_seconds": (("final_hyper_seconds", 1), ("final_own_learning_seconds", 1)),
+    "fit_cpu_seconds": (("final_cpu_seconds", 1), ("final_own_learning_cpu_seconds", -1)),
+    "learning_cpu_seconds": (("final_hyper_cpu_seconds", 1),
+                             ("final_own_learning_cpu_seconds", 1)),
+}
+INTEGERS = ("split", "seed", "basis_size", "threads", "cores")
+FLAGS = ("contended", "trivial", "converged")
 
 # the sweep dims a published table may have: each is a column (any other swept key would be
 # averaged away unseen)
-PUBLISHED_DIMS = ("algorithm", "dataset", "dataset.split", "algorithm.max_basis", "protocol")
+PUBLISHED_DIMS = ("algorithm", "dataset", "dataset.split", "algorithm.max_basis", "protocol",
+                  "seed")
 
 
-def job_table(ds) -> pd.DataFrame:
+def _num(column: pd.Series) -> pd.Series:
+    """A column as floats, NaN where empty."""
+    return pd.to_numeric(column, errors="coerce").astype(float)
+
+
+def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
     """One row per job of a results Dataset and mode, the :data:`COLUMNS` in order, sorted by
-    mode, dataset, algorithm, basis size and split. A key the run fixed rather than swept
-    (one split, one mode) is filled from its config; a column the store does not have is
-    empty. Raises :class:`InputError` for a run that swept another key."""
+    mode, dataset, algorithm, basis size, split and seed. A key the run fixed rather than
+    swept (one split, one mode) is filled from its config; a column the store does not have is
+    empty; the flags and missing baselines are filled by :func:`complete`. A job that does not
+    depend on the swept seed (the same hash for every seed) is one row with an empty seed. Raises
+    :class:`InputError` for a run that swept another key."""
     from pipeline.results.access import tidy
     from pipeline.sweep.compose import lookup
 
@@ -86,25 +145,114 @@ def job_table(ds) -> pd.DataFrame:
         if source not in jobs:  # fixed by the run: every job has its config's value
             value = lookup(ds.attrs["config"], source)
             jobs[source] = pd.NA if value is None else value
-    table = pd.DataFrame({name: jobs[source] if source in jobs else pd.NA
+    table = pd.DataFrame({name: _column(jobs, name, source)
                           for name, (source, _) in COLUMNS.items()})
-    return _integer_columns(table).sort_values(
-        ["mode", "dataset", "algorithm", "basis_size", "split"], na_position="first",
-        kind="stable").reset_index(drop=True)
+    return complete(_typed(table), dataset_options)
+
+
+def _column(jobs: pd.DataFrame, name: str, source: str):
+    """Column ``name`` of the job table from the tidy ``jobs``."""
+    if name in DERIVED:
+        terms = [(_num(jobs[var]) * sign) for var, sign in DERIVED[name] if var in jobs]
+        if not terms:
+            return pd.NA
+        total = sum(t.fillna(0.0) for t in terms)
+        return total.where(~pd.concat(terms, axis=1).isna().all(axis=1))
+    if source.startswith("="):
+        return pd.NA  # computed by complete()
+    return jobs[source] if source in jobs else pd.NA
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """A published table (:func:`job_table` written as CSV) read back with its types: what
-    the README is rendered from, so that the committed CSV alone re-renders it."""
-    return _integer_columns(pd.read_csv(path, dtype={"cpu_model": str, "status": str}))
+    the README is rendered from, so that the committed CSV alone re-renders it. A column the
+    CSV lacks (an earlier edition's) is empty."""
+    table = pd.read_csv(path, dtype={"cpu_model": str, "status": str})
+    return _typed(table.reindex(columns=list(COLUMNS)))
 
 
-def _integer_columns(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with its integer columns (split, basis size, threads) as nullable integers
-    (empty where a job has none)."""
-    for name in ("split", "basis_size", "threads"):
+def _typed(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its integer columns (split, seed, basis size, threads, cores) as
+    nullable integers and its flags as nullable booleans (empty where a job has none), sorted
+    by mode, dataset, algorithm, basis size, split and seed."""
+    for name in INTEGERS:
         table[name] = pd.array(pd.to_numeric(table[name]), dtype="Int64")
+    for name in FLAGS:
+        table[name] = pd.array([_flag_value(v) for v in table[name]], dtype="boolean")
+    return table.sort_values(["mode", "dataset", "algorithm", "basis_size", "split", "seed"],
+                             na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _flag_value(value):
+    if isinstance(value, str):
+        return {"true": True, "false": False, "1": True, "0": False, "1.0": True,
+                "0.0": False}.get(value.strip().lower(), pd.NA)
+    return pd.NA if pd.isna(value) else bool(value)
+
+
+def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.DataFrame:
+    """``table`` with the baselines the run did not record computed from the shipped data
+    (:func:`baselines`), and its ``trivial`` and ``contended`` flags computed by their rules
+    (:func:`pipeline.report.stats.trivial`, :func:`pipeline.report.stats.contended`)."""
+    from pipeline.report import stats
+
+    table = table.copy()
+    missing = table["baseline_rmse"].isna() & table["split"].notna()
+    if missing.any():
+        pairs = table.loc[missing, ["dataset", "split"]].drop_duplicates()
+        known = baselines([(d, int(s)) for d, s in pairs.itertuples(index=False)],
+                          dataset_options)
+        for column, i in (("baseline_rmse", 0), ("baseline_nlpd", 1)):
+            table.loc[missing, column] = [known.get((d, int(s)), (np.nan, np.nan))[i]
+                                          for d, s in table.loc[missing, ["dataset", "split"]]
+                                          .itertuples(index=False)]
+    ok = (table["status"] == "ok").to_numpy()
+    flag = stats.trivial(*(_num(table[c]) for c in
+                           ("test_rmse", "test_nlpd", "baseline_rmse", "baseline_nlpd")))
+    known = table["baseline_rmse"].notna().to_numpy() & ok
+    table["trivial"] = pd.array([bool(f) if k else pd.NA for f, k in zip(flag, known,
+                                                                           strict=True)],
+                                dtype="boolean")
+    timing = [stats.contended(_num(table[wall]), _num(table[cpu]),
+                              _num(table["load_start"]), _num(table["load_end"]),
+                              _num(table["cores"]))
+              for wall, cpu in (("fit_seconds", "fit_cpu_seconds"),
+                                ("learning_seconds", "learning_cpu_seconds"))]
+    both = np.fmax(timing[0], timing[1])  # either part busy; NaN only if neither is known
+    table["contended"] = pd.array([pd.NA if np.isnan(v) or not o else bool(v)
+                                   for v, o in zip(both, ok, strict=True)], dtype="boolean")
     return table
+
+
+_BASELINES: dict[tuple, tuple[float, float]] = {}
+
+
+def baselines(pairs: list[tuple[str, int]], dataset_options: dict | None = None
+              ) -> dict[tuple[str, int], tuple[float, float]]:
+    """(test RMSE, test NLPD) of the training-mean predictor per (dataset, split): the data
+    set built as the run built it (:func:`pipeline.datasets.build`, in memory: split k, the
+    targets standardised with the training rows' mean and sd unless ``dataset_options`` say
+    otherwise), predicting ȳ_train with variance var(y_train) on the test rows. Cached per
+    (dataset, split, options); a data set that cannot be built here (not shipped, or no
+    ``split`` option) is left out."""
+    from algorithms.evaluation import gaussian_nlpd, rmse
+    from pipeline.datasets import StoreError, build
+
+    options = {"standardize_y": True, **(dataset_options or {})}
+    out = {}
+    for dataset, split in pairs:
+        key = (dataset, split, tuple(sorted(options.items())))
+        if key not in _BASELINES:
+            try:
+                arrays, _ = build({"name": dataset, "split": split, **options})
+            except (InputError, StoreError, KeyError, ValueError):
+                continue
+            y, test = arrays["y_train"], arrays["y_test"]
+            mean = np.full_like(test, y.mean())
+            _BASELINES[key] = (rmse(test, mean), gaussian_nlpd(test, mean,
+                                                                np.full_like(test, y.var())))
+        out[(dataset, split)] = _BASELINES[key]
+    return out
 
 
 def _hydra_record(results: Path):
@@ -145,240 +293,105 @@ def _grid(record) -> str | None:
     return yaml.safe_dump(grid, sort_keys=False, allow_unicode=True).strip()
 
 
-def _settings(table: pd.DataFrame) -> pd.DataFrame:
-    """Per mode, dataset and setting (algorithm, basis size): over its finished splits the
-    mean cost (fit + learning seconds) and the mean and sd of test RMSE and NLPD."""
-    ok = table[table["status"] == "ok"].copy()
-    ok["cost"] = ok["fit_seconds"].astype(float) + ok["learning_seconds"].astype(
-        float).fillna(0.0)
-    ok["basis_size"] = ok["basis_size"].astype("Int64")
-    keys = ["mode", "dataset", "algorithm", "basis_size"]
-    grouped = ok.groupby(keys, dropna=False)
-    out = grouped.agg(cost=("cost", "mean"), rmse=("test_rmse", "mean"),
-                      rmse_sd=("test_rmse", "std"), nlpd=("test_nlpd", "mean"),
-                      nlpd_sd=("test_nlpd", "std"), splits=("split", "nunique"))
-    return out.reset_index()
+def cd_figures(table: pd.DataFrame, out: Path, order: Sequence[str] = ()) -> dict:
+    """Draw the CD diagram (:mod:`pipeline.report.critical_difference`) of every mode and
+    metric with enough methods into ``out``; (mode, metric) → the file's name."""
+    from pipeline.report.critical_difference import cd_diagram
+
+    names = {}
+    for mode in comparison.modes(table, order):
+        for metric, (_, words) in comparison.METRICS.items():
+            result = comparison.ranks(table, mode, metric)
+            if not len(result["ranks"]):
+                continue
+            tag = "all" if pd.isna(mode) else str(mode)
+            path = cd_diagram(result["names"], result["ranks"], result["cd"],
+                              out / f"cd_{tag}_{metric}.png",
+                              title=f"{tag}: average rank of {words} over {result['n']} "
+                                    "data sets")
+            if path.stat().st_size > MAX_FIGURE_BYTES:
+                raise InputError(f"{path.name} is {path.stat().st_size} bytes, above "
+                                 f"{MAX_FIGURE_BYTES}; lower the CD diagram's dpi")
+            names[(tag, metric)] = path.name
+    return names
 
 
-def _setting(row) -> str:
-    size = row["basis_size"]
-    return row["algorithm"] + ("" if pd.isna(size) else f" (m = {int(size)})")
+def readme(table: pd.DataFrame, **kwargs) -> str:
+    """The folder's README.md from the published ``table`` alone
+    (:func:`pipeline.report.published.readme`, with the schema :data:`COLUMNS`)."""
+    from pipeline.report.published import readme as render
+
+    return render(table, columns=COLUMNS, **kwargs)
 
 
-def _pm(mean: float, sd: float) -> str:
-    if not np.isfinite(mean):
-        return "—"
-    return f"{mean:.4g}" if not np.isfinite(sd) else f"{mean:.4g} ± {sd:.2g}"
+def _notes_text(notes: str | Path | None) -> str | None:
+    if notes is None:
+        return None
+    try:
+        return Path(notes).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        why = getattr(err, "strerror", None) or err
+        raise InputError(f"--notes {notes}: cannot read it ({why}); pass a markdown "
+                         "file") from None
 
 
-def _modes(table: pd.DataFrame, order: list[str]) -> list:
-    """The table's modes, those named in ``order`` first and in that order."""
-    held = [m for m in table["mode"].unique().tolist() if not pd.isna(m)]
-    return [m for m in order if m in held] + sorted(m for m in held if m not in order) + (
-        [pd.NA] if table["mode"].isna().any() else [])
+RUN_SUFFIX = ".run.yaml"  # beside the CSV: what the README needs of the run besides the table
 
 
-TIE = 1e-3  # settings whose mean RMSE is within this fraction of the best tie: the faster wins
+def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
+           notes: str | Path | None, figures: list[str]) -> Path:
+    """Write the CSV, the run's record, the CD diagrams and the README into ``out``."""
+    import yaml
 
-
-def budget_tables(table: pd.DataFrame, budgets=BUDGETS, order: list[str] = ()) -> str:
-    """Markdown, per mode (those of ``order`` first): the setting with the lowest mean test
-    RMSE among those whose mean cost is within each budget, per dataset (RMSE mean ± sd over
-    splits, mean seconds). Only settings that finished every split the dataset's other
-    settings ran compete (a mean over fewer splits is not comparable); they are listed under
-    the table. Settings within :data:`TIE` of the lowest RMSE tie, and the faster wins."""
-    settings = _settings(table)
-    parts = []
-    for mode in _modes(table, list(order)):
-        by_mode = settings[settings["mode"].isna() if pd.isna(mode) else
-                           settings["mode"] == mode]
-        lines = [f"**{mode}**" if not pd.isna(mode) else "", "",
-                 "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |",
-                 "|" + " --- |" * (len(budgets) + 1)]
-        fewer = []
-        for dataset, rows in by_mode.groupby("dataset", sort=True):
-            splits = rows["splits"].max()
-            short = rows[rows["splits"] < splits]
-            fewer += [f"{_setting(r)} on {dataset} ({r['splits']} of {splits})"
-                      for _, r in short.iterrows()]
-            rows = rows[rows["splits"] == splits]
-            cells = []
-            for budget in budgets:
-                within = rows[rows["cost"] <= budget].dropna(subset=["rmse"])
-                if within.empty:
-                    cells.append(f"— (least {rows['cost'].min():.3g} s)")
-                    continue
-                tied = within[within["rmse"] <= within["rmse"].min() * (1 + TIE)]
-                best = tied.loc[tied["cost"].idxmin()]
-                cells.append(f"{_setting(best)}: {_pm(best['rmse'], best['rmse_sd'])} in "
-                             f"{best['cost']:.3g} s")
-            lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
-        if fewer:
-            lines += ["", "Not ranked, having finished fewer splits: " + "; ".join(fewer) + "."]
-        parts.append("\n".join(lines).strip())
-    return "\n\n".join(parts)
-
-
-def references_of(reference: str | Sequence[str]) -> list[str]:
-    """``--reference`` as a list: one algorithm, or several separated by commas."""
-    names = reference.split(",") if isinstance(reference, str) else list(reference)
-    return [name.strip() for name in names if name.strip()]
-
-
-def reference_table(table: pd.DataFrame, reference: str | Sequence[str],
-                    order: Sequence[str] = ()) -> str:
-    """Markdown: each ``reference`` algorithm's test RMSE and NLPD (mean ± sd over its
-    finished splits) and seconds per mode and dataset (several: e.g. the factored exact GP
-    and PCG, where the run factored it on some splits only); one row for the modes
-    together (those of ``order`` first) where they ran the same jobs."""
     names = references_of(reference)
-    rows = _settings(table)
-    rows = rows[rows["algorithm"].isin(names)]
-    missing = [name for name in names if name not in set(rows["algorithm"])]
-    if missing or not names:
-        raise InputError(f"--reference {','.join(names) or repr(reference)}: no finished job of "
-                         f"{missing[0] if missing else 'an algorithm'} in the results; pass the "
-                         "algorithms the run used as its reference (the full GP, factored or "
-                         "by PCG), comma-separated")
-    rank = {name: i for i, name in enumerate(names)}
-    rows = rows.assign(rank=rows["algorithm"].map(rank)).sort_values(
-        ["mode", "dataset", "rank"])
-    gaps = _relative_gaps(table, names)
-    if _same_in_every_mode(table, names):  # one row for the modes together
-        modes = ", ".join(str(m) for m in _modes(table, list(order)))
-        first = rows["mode"].iloc[0]
-        gaps = {(modes, *key[1:]): gap for key, gap in gaps.items() if key[0] == first}
-        rows = rows[rows["mode"] == first].assign(mode=modes)
-    lines = ["| mode | dataset | algorithm | test RMSE | test NLPD | seconds | splits | "
-             f"max \\|RMSE / RMSE of `{names[0]}` − 1\\| (splits both ran) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for _, r in rows.iterrows():
-        size = NO_BASIS if pd.isna(r["basis_size"]) else float(r["basis_size"])
-        gap, common = gaps.get((r["mode"], r["dataset"], r["algorithm"], size), (np.nan, 0))
-        lines.append(f"| {r['mode']} | {r['dataset']} | {_setting(r)} | "
-                     f"{_pm(r['rmse'], r['rmse_sd'])} | {_pm(r['nlpd'], r['nlpd_sd'])} | "
-                     f"{r['cost']:.3g} | {r['splits']} | "
-                     f"{'–' if not common else f'{gap:.2g} ({common})'} |")
-    return "\n".join(lines)
+    table.to_csv(out / f"{sweep}.csv", index=False)
+    class Block(yaml.SafeDumper):  # a multi-line string (the grid) as a literal block
+        pass
 
-
-NO_BASIS = -1.0  # the basis-size key of a method without one, in the gaps' keys
-
-
-def _same_in_every_mode(table: pd.DataFrame, names: list[str]) -> bool:
-    """Whether the ``names`` algorithms' rows are the same jobs under every mode (they learn
-    nothing themselves): equal RMSE and seconds per dataset, split and basis size."""
-    mine = table[table["algorithm"].isin(names)]
-    if mine["mode"].nunique() < 2:
-        return False
-    keys = ["dataset", "algorithm", "basis_size", "split"]
-    per_job = mine.groupby(keys, dropna=False)[["status", "test_rmse", "fit_seconds"]]
-    return bool((per_job.nunique(dropna=False) <= 1).all().all())
-
-
-def _relative_gaps(table: pd.DataFrame, names: list[str]) -> dict[tuple, tuple[float, int]]:
-    """Per (mode, dataset, algorithm, basis size) of ``names[1:]``: the largest relative
-    difference of its test RMSE from ``names[0]``'s (a method without a basis size, the full
-    GP) over the splits both finished, and how many there were."""
-    ok = table[table["status"] == "ok"].assign(
-        basis_size=lambda t: t["basis_size"].astype(float).fillna(NO_BASIS))
-    keys = ["mode", "dataset", "split"]
-    first = ok[ok["algorithm"] == names[0]].groupby(keys)["test_rmse"].first().rename("a")
-    out = {}
-    for name in names[1:]:
-        other = ok[ok["algorithm"] == name].set_index(keys)
-        both = other.join(first, how="inner").dropna(subset=["a", "test_rmse"])
-        for (mode, dataset, size), group in both.groupby(["mode", "dataset", "basis_size"]):
-            gap = float((group["test_rmse"].astype(float) / group["a"].astype(float) - 1)
-                        .abs().max())
-            out[(mode, dataset, name, size)] = (gap, len(group))
-    return out
-
-
-def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str, code_version: str,
-           commands: list[str], figures: list[str], mode_order: list[str] = (),
-           grid: str | None = None, notes: str | None = None,
-           budgets=BUDGETS) -> str:
-    """The folder's README.md, from the published table alone (plus what the store says of the
-    run: its name, code version and commands, and the figures written beside it); ``grid``
-    (YAML: the sweep's grid as recorded) and ``notes`` (markdown written for the run: its
-    design, the time it took, comparisons with published tables) are added as given."""
-    ran = table[table["status"] == "ok"]
-    machines = sorted({str(m) for m in ran["cpu_model"].dropna() if str(m).strip()})
-    threads = sorted(int(t) for t in ran["threads"].dropna().unique())
-    counts = table["status"].value_counts().to_dict()
-    schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in COLUMNS.items())
-    return "\n".join([
-        f"# Results: {sweep}",
-        "",
-        f"{len(table)} rows, one per job and mode "
-        f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}), over "
-        f"{table['dataset'].nunique()} data sets and splits "
-        f"{', '.join(str(s) for s in sorted(table['split'].dropna().unique()))}. "
-        f"Machine: {', '.join(machines) or 'not recorded'}; BLAS threads per job: "
-        f"{', '.join(map(str, threads)) or 'not recorded'}. Code version: `{code_version}`.",
-        "",
-        "## Best method per time budget",
-        "",
-        "Lowest mean test RMSE among the settings whose mean seconds (learning + fit) are "
-        f"within the budget; RMSE as mean ± sd over the splits. Settings within {TIE:.1%} "
-        "of the lowest RMSE tie, and the faster is named.",
-        "",
-        budget_tables(table, budgets, order=mode_order),
-        "",
-        f"## The reference ({', '.join(f'`{n}`' for n in references_of(reference))})",
-        "",
-        reference_table(table, reference, order=mode_order),
-        "",
-        "## Figures",
-        "",
-        *[f"![{name}]({name})" for name in figures],
-        "",
-        *([notes.strip(), ""] if notes else []),
-        *(["## The grid", "",
-           "The sweeper's `params`, then the union of its `grids` (each `params` with the "
-           "entry's values), and the caps on the peers' own protocols (`own`), as the run "
-           "recorded them:", "", "```yaml", grid, "```", ""] if grid else []),
-        f"## The table: `{sweep}.csv`",
-        "",
-        "| column | meaning |",
-        "| --- | --- |",
-        schema,
-        "",
-        "## Reproduce",
-        "",
-        "```bash",
-        *commands,
-        "```",
-        "",
-    ])
+    Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+    (out / f"{sweep}{RUN_SUFFIX}").write_text(yaml.dump(run, Dumper=Block, sort_keys=False,
+                                                        allow_unicode=True))
+    table = read_table(out / f"{sweep}.csv")
+    order = run.get("mode_order") or []
+    cd = cd_figures(table, out, order)
+    commands = [run["command"],
+                f"python -m pipeline.publish outputs/{sweep}/results.zarr "
+                f"--reference {','.join(names)} --out {out}"
+                + (f" --notes {notes}" if notes is not None else ""),
+                f"# or, from the published table and {sweep}{RUN_SUFFIX} alone (no figures "
+                "of the frontier):",
+                f"python -m pipeline.publish {out}/{sweep}.csv --reference {','.join(names)} "
+                f"--out {out}" + (f" --notes {notes}" if notes is not None else "")]
+    text = readme(table, reference=names, sweep=sweep, code_version=run["code_version"],
+                  commands=commands, figures=figures, grid=run.get("grid"),
+                  notes=_notes_text(notes), mode_order=order,
+                  budgets=run.get("budgets") or BUDGETS, cd=cd)
+    (out / "README.md").write_text(text)
+    return out / "README.md"
 
 
 def publish(results: str | Path, out: str | Path, reference: str,
             notes: str | Path | None = None) -> Path:
-    """Write the folder (module docstring) for ``results`` into ``out``, with the markdown
-    file ``notes`` in its README; returns the README."""
+    """Write the folder (module docstring) for ``results`` (a results store, or a published
+    CSV with its ``.run.yaml`` beside it) into ``out``, with the markdown file ``notes`` in
+    its README; returns the README."""
+    if str(results).endswith(".csv"):
+        return publish_table(results, out, reference, notes)
     from pipeline.report.frontier import frontier_figures
     from pipeline.results.consolidate import load
+    from pipeline.sweep.compose import lookup
 
     out = Path(out)
     ds = load(results).load()
     sweep = str(ds.attrs["sweep"])
-    table = job_table(ds)
-    reference_table(table, reference)  # a bad --reference fails before anything is written
-    notes_text = None
-    if notes is not None:
-        try:
-            notes_text = Path(notes).read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            why = getattr(err, "strerror", None) or err
-            raise InputError(f"--notes {notes}: cannot read it ({why}); pass a markdown "
-                             "file") from None
+    standardize = lookup(ds.attrs["config"], "dataset.standardize_y")
+    table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
+    check_reference(table, reference)  # a bad --reference fails before anything is written
+    _notes_text(notes)
     spec = (ds.attrs["config"].get("report") or {}).get("frontier")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / f"{sweep}.csv", index=False)
-        table = read_table(out / f"{sweep}.csv")
         names = []
         if spec is not None:
             scratch = out / ".figures"
@@ -392,28 +405,57 @@ def publish(results: str | Path, out: str | Path, reference: str,
                 names.append(path.name)
             shutil.rmtree(scratch)
         record = _hydra_record(Path(results))
-        commands = [_run_command(record, sweep),
-                    f"python -m pipeline.publish outputs/{sweep}/results.zarr "
-                    f"--reference {','.join(references_of(reference))} --out {out}"
-                    + (f" --notes {notes}" if notes is not None else "")]
-        text = readme(table, reference=reference, sweep=sweep,
-                      code_version=f"git {ds.attrs['git_sha']}",
-                      commands=commands, figures=names, grid=_grid(record),
-                      notes=notes_text,
-                      mode_order=((spec or {}).get("modes") or {}).get("order") or [],
-                      budgets=spec["budgets"] if spec and "budgets" in spec else BUDGETS)
-        (out / "README.md").write_text(text)
+        run = {"command": _run_command(record, sweep),
+               "code_version": f"git {ds.attrs['git_sha']}",
+               "mode_order": list(((spec or {}).get("modes") or {}).get("order") or []),
+               "budgets": list(spec["budgets"]) if spec and "budgets" in spec else
+               list(BUDGETS),
+               "figures": names, "grid": _grid(record)}
+        return _write(out, sweep, table, run, reference, notes, names)
     except OSError as err:
         raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "
                          "directory") from None
-    return out / "README.md"
+
+
+def publish_table(csv: str | Path, out: str | Path, reference: str,
+                  notes: str | Path | None = None) -> Path:
+    """Re-render a published folder from its CSV and the run's record beside it
+    (``<sweep>.run.yaml``): the CSV rewritten in the current columns (the baselines and flags
+    an earlier edition lacks filled in), the CD diagrams and the README; the frontier figures
+    the record names are kept (copied into ``out`` when it is another folder)."""
+    import yaml
+
+    csv, out = Path(csv), Path(out)
+    sweep = csv.name.removesuffix(".csv")
+    record = csv.with_name(f"{sweep}{RUN_SUFFIX}")
+    if not csv.exists():
+        raise InputError(f"{csv} does not exist; pass a published table (<sweep>.csv)")
+    if not record.exists():
+        raise InputError(f"{record} does not exist; publish the run's results.zarr once, or "
+                         f"write {record.name} beside the table (command, code_version, "
+                         "mode_order, budgets, figures, grid)")
+    run = yaml.safe_load(record.read_text())
+    table = complete(read_table(csv))
+    check_reference(table, reference)
+    _notes_text(notes)
+    figures = list(run.get("figures") or [])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in figures:
+            if not (out / name).exists():
+                shutil.copy(csv.parent / name, out / name)
+        return _write(out, sweep, table, run, reference, notes, figures)
+    except OSError as err:
+        raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "
+                         "directory") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
     parser = OneLineParser(prog="python -m pipeline.publish", description=__doc__,
                            usage_line=USAGE)
-    parser.add_argument("results", help="a finished sweep's results.zarr")
+    parser.add_argument("results", help="a finished sweep's results.zarr, or a published "
+                                        "table (<sweep>.csv, its <sweep>.run.yaml beside it)")
     parser.add_argument("--reference", required=True,
                         help="the algorithm whose jobs are the run's reference (the full GP), "
                              "or several, comma-separated: the factored full GP, then PCG")

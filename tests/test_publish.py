@@ -49,7 +49,7 @@ def test_the_table_has_its_schema_and_lists_mode_free_jobs_under_each_mode():
     assert set(table["cpu_model"]) == {"AMD EPYC"}
 
 
-def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
+def test_readme_renders_from_the_csv_with_confidence_intervals_over_splits():
     buffer = io.StringIO()
     job_table(_sweep()).to_csv(buffer, index=False)
     table = pd.read_csv(io.StringIO(buffer.getvalue()))
@@ -58,12 +58,21 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
                   mode_order=["shared", "own"])
     shared, own = text.index("**shared**"), text.index("**own**")
     assert shared < own
-    # within 10 s: b (mean 6 s) beats a at m = 8 (mean 3 s, RMSE 0.6); within 60 s a at m = 64
-    # (mean (11 + 31)/2 = 21 s, RMSE 0.4 ± 0.14 over the two splits)
-    assert "| d | b: 0.45 ± 0 in 6 s | a (m = 64): 0.4 ± 0.14 in 21 s |" in text[shared:own]
-    assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in text[own:]
+    # learning + fit within 10 s: b (6 s, RMSE 0.45) beats a at m = 8 (3 s, RMSE 0.5 and 0.7)
+    # but not significantly: differences 0.05 and 0.25, t = 1.5 on 1 df, p = 0.37: tied.
+    # Within 60 s a at m = 64 ((11 + 31)/2 = 21 s, RMSE 0.3 and 0.5): mean 0.4 ± t(0.975, 1)
+    # · 0.1414/√2 = 12.71 · 0.1 = 1.3; b is tied with it, a at m = 8 is worse on both splits by
+    # exactly 0.2 (no spread: significant)
+    cells = ("| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | a (m = 64): 0.4 ± 1.3 (2) in 21 s, "
+             "tied with 1 | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |")
+    assert cells in text[shared:own]
+    assert "d ≤ 10 s (with b): a (m = 8); d ≤ 60, 600 s (with a (m = 64)): b." in text[shared:own]
+    # fit only: a at m = 64 takes (10 + 30)/2 = 20 s
+    assert "a (m = 64): 0.4 ± 1.3 (2) in 20 s" in text[shared:own]
+    assert "| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | b: 0.45 ± 0 (2) in 6 s, tied with 2 |" \
+        in text[own:]
     # b ran the same jobs in both modes: one row for them, in the modes' order
-    assert "| shared, own | d | b | 0.45 ± 0 | 1.45 ± 0 | 6 | 2 | – |" in text
+    assert "| shared, own | d | b | 0.45 ± 0 (2) | 1.45 ± 0 (2) | 6 | 2 | – |" in text
     assert "Machine: AMD EPYC; BLAS threads per job: 2" in text
     assert "![f.png](f.png)" in text
     # several references, in the order given, per mode and dataset
@@ -72,10 +81,13 @@ def test_readme_renders_from_the_csv_with_mean_and_sd_over_splits():
     assert "## The reference (`b`, `a`)" in text
     shared = text[text.index("| shared | d | b |"):]
     assert shared.index("| shared | d | a (m = 8) |") > 0
-    # a's relative gap to b over the splits both ran, per basis size: RMSE 0.5 and 0.7 (m = 8),
-    # 0.3 and 0.5 (m = 64) against 0.45
-    assert "| shared | d | a (m = 8) | 0.6 ± 0.14 | 1.6 ± 0.14 | 3 | 2 | 0.56 (2) |" in text
-    assert "| shared | d | a (m = 64) | 0.4 ± 0.14 | 1.4 ± 0.14 | 21 | 2 | 0.33 (2) |" in text
+    # a's difference from b over the splits both ran, per basis size: RMSE 0.5 and 0.7 (m = 8)
+    # against 0.45: +0.15 ± 12.71 · 0.1414/√2
+    assert "| shared | d | a (m = 8) | 0.6 ± 1.3 (2) | 1.6 ± 1.3 (2) | 3 | 2 | +0.15 ± 1.3 (2) |" \
+        in text
+    # every setting against the reference, per split: Δ RMSE and Δ NLPD with their intervals
+    assert ("| d | a (m = 64) | 0.4 ± 1.3 (2) | -0.05 ± 1.3 (2) | 1.4 ± 1.3 (2) | "
+            "-0.05 ± 1.3 (2) | 20 | 1 |  |  |") in text
 
 
 def test_keys_the_run_fixed_come_from_its_config_and_another_swept_key_is_refused():
@@ -99,7 +111,8 @@ def test_a_budget_whose_settings_have_no_finite_rmse_is_a_dash():
     table["test_rmse"] = np.nan  # e.g. every fit within the budget diverged
     text = readme(table, reference="a", sweep="s", code_version="git 0", commands=[],
                   figures=[], budgets=(5, 60))
-    assert text.count("| d | — (least 3 s) | — (least 3 s) |") == 2  # both modes
+    # no setting has an RMSE on every split, so none is ranked: both modes, both costs
+    assert text.count("| d | — (none ranked) | — (none ranked) |") == 4
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -123,18 +136,48 @@ def test_a_setting_that_finished_fewer_splits_is_not_ranked_and_is_named():
                   figures=[], mode_order=["shared", "own"])
     shared = text[:text.index("**own**")]
     # its one split (RMSE 0.3) would beat b's mean over two: it is left out, and said so
-    assert "| d | b: 0.45 ± 0 in 6 s | b: 0.45 ± 0 in 6 s |" in shared
-    assert "Not ranked, having finished fewer splits: a (m = 64) on d (1 of 2)." in shared
+    assert "| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | b: 0.45 ± 0 (2) in 6 s, tied with 1 |" \
+        in shared
+    assert "data set's others (a mean over fewer splits is not comparable): shared: a (m = 64) " \
+        "on d (1 of 2)." in text
 
 
-def test_settings_within_a_tenth_of_a_percent_tie_and_the_faster_is_named():
+def test_ties_are_called_by_a_paired_test_over_splits():
     table = job_table(_sweep())
     slow = (table["algorithm"] == "a") & (table["basis_size"] == 64)
-    table.loc[slow, "test_rmse"] = 0.45 * (1 - 5e-4)  # below b's 0.45, but within 0.1 %
+    # below b's 0.45 on one split, above on the other: the better mean, b tied with it
+    table.loc[slow & (table["split"] == 0), "test_rmse"] = 0.43
+    table.loc[slow & (table["split"] == 1), "test_rmse"] = 0.46
     text = budget_tables(table, budgets=(60,), order=["shared", "own"])
-    assert text.count("| d | b: 0.45 ± 0 in 6 s |") == 2
-    table.loc[slow, "test_rmse"] = 0.45 * (1 - 2e-3)  # beyond the tie: the better wins
-    assert "| d | a (m = 64): 0.4491 ± 0 in 21 s |" in budget_tables(table, budgets=(60,))
+    # a at m = 8 (0.5 and 0.7) differs by 0.07 and 0.24: with 2 splits, tied too
+    assert text.count("| d | a (m = 64): 0.445 ± 0.19 (2) in 21 s, tied with 2 |") == 2
+    assert "d ≤ 60 s (with a (m = 64)): a (m = 8), b." in text
+    # 0.01 below b on both splits: no spread in the difference, so significant: b is not tied
+    table.loc[slow, "test_rmse"] = 0.44
+    text = budget_tables(table, budgets=(60,))
+    assert text.count("| d | a (m = 64): 0.44 ± 0 (2) in 21 s, tied with 1 |") == 2
+    assert "d ≤ 60 s (with a (m = 64)): a (m = 8)." in text
+
+
+def test_a_trivial_setting_is_flagged_and_never_ranked():
+    from pipeline.publish import complete
+
+    table = job_table(_sweep())
+    table["baseline_rmse"], table["baseline_nlpd"] = 0.6, 1.55
+    table = complete(table)
+    # RMSE ≥ 0.99 · 0.6 = 0.594 or NLPD > 1.55: a at m = 8 on split 1 (0.7, 1.7) when shared
+    shared = table[table["mode"] == "shared"]
+    assert shared[shared["trivial"]][["algorithm", "basis_size", "split"]].values.tolist() == [
+        ["a", 8, 1]]
+    text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], budgets=(5, 60), mode_order=["shared", "own"])
+    budget = text[text.index("**shared**"):text.index("**own**")]
+    # a at m = 8 (3 s) would be the only setting within 5 s: it is not ranked
+    assert "| d | — (least 6 s) | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |" in budget
+    assert "a (m = 8):" not in budget
+    assert "Left out as trivial: shared: a (m = 8) on d (1 of 2 splits; RMSE 0.6)" in text
+    # flagged in the table's CSV
+    assert table["trivial"].notna().all()
 
 
 def test_a_reference_without_finished_jobs_is_one_line():
@@ -160,3 +203,40 @@ def test_notes_and_the_grid_are_put_in_the_readme_as_given():
     plain = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                    figures=[])
     assert "## The grid" not in plain and "## Sizing" not in plain
+
+
+def test_seeds_are_averaged_per_split_and_their_spread_is_shown():
+    # a draws at random (its jobs differ by seed); b does not (one job whatever the seed)
+    two = _sweep().expand_dims(seed=[0, 1]).copy(deep=True)
+    hashes = two["job_hash"].values.astype(object)
+    hashes[1] = np.vectorize(lambda h: h if h.startswith("b") else h + "s1",
+                             otypes=[object])(hashes[1])
+    two["job_hash"] = (two["job_hash"].dims, hashes.astype(str))
+    two["final_test_rmse"].loc[{"seed": 1, "algorithm": "a"}] += 0.02
+    table = job_table(two)
+    b = table[table["algorithm"] == "b"]
+    assert len(b) == 4 and b["seed"].isna().all()  # counted once, under each mode
+    a = table[(table["algorithm"] == "a") & (table["mode"] == "shared")]
+    assert sorted(a["seed"].dropna()) == [0] * 4 + [1] * 4
+    text = budget_tables(table, budgets=(60,), order=["shared", "own"])
+    # a at m = 64: seeds 0.3/0.32 and 0.5/0.52, mean 0.41; sd over seeds 0.02/√2 = 0.014
+    assert "a (m = 64): 0.41 ± 1.3 (2), seed sd 0.014 in 21 s" in text
+
+
+def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path, capsys):
+    import yaml
+
+    job_table(_sweep()).drop(columns=["trivial", "seed"]).to_csv(tmp_path / "s.csv",
+                                                                index=False)
+    assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 2
+    assert "s.run.yaml does not exist" in capsys.readouterr().err
+    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
+        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
+         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "| d | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |" in text
+    # two methods: no Friedman test, and said so; the CSV is rewritten in today's columns
+    assert "the Friedman test needs at least 3 methods" in text
+    assert pd.read_csv(tmp_path / "s.csv").columns.tolist() == list(COLUMNS)
+    assert not list(tmp_path.glob("cd_*.png"))

@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.publish import COLUMNS, MAX_FIGURE_BYTES, budget_tables, read_table, reference_table
+from pipeline.publish import (
+    COLUMNS,
+    MAX_FIGURE_BYTES,
+    baselines,
+    budget_tables,
+    read_table,
+    reference_table,
+)
+from pipeline.report import comparison
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SETS = {"abalone", "kin40k", "protein", "elevators", "pol", "pumadyn32nm"}
@@ -22,6 +30,7 @@ def _table() -> pd.DataFrame:
 def test_the_committed_table_follows_its_schema():
     table = _table()
     assert table.columns.tolist() == list(COLUMNS)
+    assert pd.read_csv(RESULTS / "uci_frontier.csv", nrows=1).columns.tolist() == list(COLUMNS)
     assert set(table["dataset"]) == SETS and set(table["mode"]) == {"shared", "own"}
     assert set(table["split"]) == {0, 1, 2, 3, 4}
     assert set(table["status"]) <= {"ok", "failed"}
@@ -51,8 +60,57 @@ def test_the_committed_readme_renders_from_the_committed_table():
     table, text = _table(), (RESULTS / "README.md").read_text()
     assert budget_tables(table, order=["shared", "own"]) in text
     assert reference_table(table, "exact,cg", order=["shared", "own"]) in text
-    figures = sorted(RESULTS.glob("*.png"))
-    assert len(figures) == 4
-    for figure in figures:
+    for mode in ("shared", "own"):
+        assert comparison.against_reference(table, "exact,cg", mode) in text
+        for metric in ("rmse", "nlpd"):
+            assert comparison.rank_table(comparison.ranks(table, mode, metric)) in text
+    frontier = sorted(RESULTS.glob("fig*_frontier_*.png"))
+    assert len(frontier) == 4
+    for figure in frontier:
         assert 20_000 < figure.stat().st_size <= MAX_FIGURE_BYTES, figure.name
         assert f"![{figure.name}]({figure.name})" in text
+    # a critical-difference diagram per mode and metric
+    cd = sorted(path.name for path in RESULTS.glob("cd_*.png"))
+    assert cd == [f"cd_{mode}_{metric}.png" for mode in ("own", "shared")
+                  for metric in ("nlpd", "rmse")]
+    for name in cd:
+        assert 5_000 < (RESULTS / name).stat().st_size <= MAX_FIGURE_BYTES, name
+        assert f"![{name}]({name})" in text
+
+
+def test_every_mean_over_splits_has_a_confidence_interval():
+    text = (RESULTS / "README.md").read_text()
+    assert "95 % confidence interval over the splits (Student t" in text
+    assert "paired t-test on their per-split differences" in text
+    # exact GP on pol, 5 splits: mean ± t(0.975, 4) · sd/√5
+    pol = _table()
+    pol = pol[(pol["dataset"] == "pol") & (pol["algorithm"] == "exact") & (pol["mode"] == "own")]
+    rmse = pol["test_rmse"].to_numpy(float)
+    half = 2.7764451051977987 * rmse.std(ddof=1) / np.sqrt(5)
+    assert f"| pol | exact | {rmse.mean():.4g} ± {half:.2g} (5) |" in text
+    assert "± sd" not in text[:text.index("## Figures")]  # the notes after it are the lead's
+
+
+def test_the_trivial_sgpr_on_pumadyn32nm_is_flagged_and_never_ranked():
+    table, text = _table(), (RESULTS / "README.md").read_text()
+    sgpr = table[(table["algorithm"] == "gpytorch_sgpr") & (table["mode"] == "own")
+                 & (table["dataset"] == "pumadyn32nm")]
+    assert len(sgpr) == 10 and sgpr["trivial"].all()
+    assert (sgpr["test_rmse"] >= 0.99 * sgpr["baseline_rmse"]).all()
+    # the baselines are the training-mean predictor's on the shipped data
+    (rmse, nlpd), = baselines([("pumadyn32nm", 0)]).values()
+    first = sgpr[sgpr["split"] == 0].iloc[0]
+    assert (first["baseline_rmse"], first["baseline_nlpd"]) == (rmse, nlpd)
+    assert "own: gpytorch_sgpr (m = 512) on pumadyn32nm (5 of 5 splits; RMSE 0.9907)" in text
+    # never ranked: not in a budget table, not in the ranks across data sets
+    budgets = text[text.index("## Best method"):text.index("## Ranks across")]
+    own = budgets[budgets.index("**own**"):]
+    row = next(line for line in own.splitlines() if line.startswith("| pumadyn32nm |"))
+    assert "gpytorch_sgpr" not in row
+    ranks = comparison.ranks(table, "own", "rmse")
+    assert "gpytorch_sgpr" not in ranks["names"]
+    assert any(entry.startswith("gpytorch_sgpr (no ranked setting") for entry in
+               ranks["left_out"])
+    # every finished row is judged; the failed ones are not
+    ok = table["status"] == "ok"
+    assert table.loc[ok, "trivial"].notna().all() and table.loc[~ok, "trivial"].isna().all()

@@ -1,0 +1,367 @@
+"""The published comparison's tables, from the job table of :mod:`pipeline.publish` alone (one
+row per job and mode): every mean over splits with its 95 % Student-t interval, the best
+setting per time budget with the settings tied with it by a paired t-test over the splits,
+every setting against the reference split by split, and the methods' average ranks across
+data sets (Friedman + Nemenyi, Demšar 2006). The statistics are :mod:`pipeline.report.stats`.
+
+A *setting* is (mode, dataset, algorithm, basis size); its value on a split is the mean over
+the seeds it ran there (a deterministic method's jobs are one job whatever the seed). A
+setting is *ranked* (in a budget table, a tie, a rank) only when it finished every split the
+dataset's other settings ran and none of its splits is trivial (:func:`stats.trivial`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from algorithms.errors import InputError
+from pipeline.report import stats
+
+BUDGETS = (10, 60, 600)
+NO_BASIS = -1.0  # the basis-size key of a method without one
+KEYS = ["mode", "dataset", "algorithm", "basis"]
+METRICS = {"rmse": ("test_rmse", "test RMSE"), "nlpd": ("test_nlpd", "test NLPD")}
+COSTS = {"fit": "fit only", "cost": "learning + fit"}
+
+CI_WORDS = ("mean ± the half-width of its 95 % confidence interval over the splits (Student t "
+            "with n − 1 degrees of freedom, n the splits, in brackets)")
+TIE_WORDS = ("A setting is *tied* with the best when a paired t-test on their per-split "
+             "differences (the splits both ran; two-sided, 5 %) does not find it worse. "
+             "Wilcoxon's signed-rank test was not used: with 5 splits its smallest two-sided "
+             "p-value is 2/2⁵ = 0.0625, so it could never call a difference at 5 %.")
+
+
+def _num(column: pd.Series) -> pd.Series:
+    """A column as floats, NaN where empty."""
+    return pd.to_numeric(column, errors="coerce").astype(float)
+
+
+def per_split(table: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and split, the finished jobs' values averaged over seeds: ``rmse``,
+    ``nlpd``, ``fit`` (fit-only seconds), ``cost`` (learning + fit seconds), the sd over seeds
+    of RMSE and NLPD (NaN with one seed), ``seeds``, and whether any job was ``trivial`` or
+    ``contended``."""
+    ok = table[table["status"] == "ok"]
+    frame = pd.DataFrame({
+        "mode": ok["mode"].astype(object), "dataset": ok["dataset"],
+        "algorithm": ok["algorithm"],
+        "basis": _num(ok["basis_size"]).fillna(NO_BASIS),
+        "split": _num(ok["split"]),
+        "seed": _num(ok["seed"]) if "seed" in ok else np.nan,
+        "rmse": _num(ok["test_rmse"]), "nlpd": _num(ok["test_nlpd"]),
+        "fit": _num(ok["fit_seconds"]),
+        "cost": _num(ok["fit_seconds"]) + _num(ok["learning_seconds"])
+        .fillna(0.0),
+        "trivial": _flag(ok, "trivial"), "contended": _flag(ok, "contended")})
+    grouped = frame.groupby([*KEYS, "split"], dropna=False, sort=True)
+    out = grouped.agg(rmse=("rmse", "mean"), nlpd=("nlpd", "mean"), fit=("fit", "mean"),
+                      cost=("cost", "mean"), rmse_seed_sd=("rmse", "std"),
+                      nlpd_seed_sd=("nlpd", "std"), seeds=("rmse", "size"),
+                      trivial=("trivial", "max"), contended=("contended", "max"))
+    return out.reset_index()
+
+
+def _flag(table: pd.DataFrame, name: str) -> pd.Series:
+    """A boolean column as 0/1 floats (NaN where not recorded)."""
+    if name not in table:
+        return pd.Series(np.nan, index=table.index)
+    return table[name].map(lambda v: np.nan if pd.isna(v) else float(bool(v))).astype(float)
+
+
+def settings(table: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: each metric's mean, CI half-width and splits (``rmse``, ``rmse_ci``,
+    ``rmse_n``; the same for ``nlpd``), mean ``fit`` and ``cost`` seconds, ``splits``
+    finished, the most ``seeds`` of a split and the mean over splits of the sd over seeds
+    (``rmse_seed_sd``), the ``trivial`` splits, the ``contended`` splits, and ``ranked``."""
+    rows = []
+    for key, group in per_split(table).groupby(KEYS, dropna=False, sort=True):
+        row = dict(zip(KEYS, key, strict=True))
+        for metric in METRICS:
+            row[metric], row[f"{metric}_ci"], row[f"{metric}_n"] = stats.t_interval(group[metric])
+            spread = group[f"{metric}_seed_sd"]
+            row[f"{metric}_seed_sd"] = float(spread.mean()) if spread.notna().any() else np.nan
+        row.update(fit=group["fit"].mean(), cost=group["cost"].mean(),
+                   splits=group["split"].nunique(), seeds=int(group["seeds"].max()),
+                   trivial=int((group["trivial"] == 1).sum()),
+                   contended=int((group["contended"] == 1).sum()))
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=[*KEYS, "rmse", "rmse_ci", "rmse_n", "rmse_seed_sd",
+                                      "nlpd", "nlpd_ci", "nlpd_n", "nlpd_seed_sd", "fit", "cost",
+                                      "splits", "seeds", "trivial", "contended"])
+    most = out.groupby(["mode", "dataset"], dropna=False)["splits"].transform("max")
+    out["full"] = out["splits"] == most
+    out["ranked"] = out["full"] & (out["trivial"] == 0) & (out["rmse_n"] == out["splits"])
+    return out
+
+
+def label(row) -> str:
+    """``algorithm (m = size)``, or the algorithm alone for a method without a basis."""
+    size = row["basis"]
+    return row["algorithm"] + ("" if pd.isna(size) or size == NO_BASIS else f" (m = {int(size)})")
+
+
+def mean_ci(mean: float, half: float, n: int) -> str:
+    """``mean ± half (n)``; the mean alone where there is no interval; — without a value."""
+    if not np.isfinite(mean):
+        return "—"
+    return f"{mean:.4g} ({n})" if not np.isfinite(half) else f"{mean:.4g} ± {half:.2g} ({n})"
+
+
+def modes(table: pd.DataFrame, order: Sequence[str] = ()) -> list:
+    """The table's modes, those named in ``order`` first and in that order."""
+    held = [m for m in table["mode"].unique().tolist() if not pd.isna(m)]
+    return [m for m in order if m in held] + sorted(m for m in held if m not in order) + (
+        [pd.NA] if table["mode"].isna().any() else [])
+
+
+def _of_mode(frame: pd.DataFrame, mode) -> pd.DataFrame:
+    return frame[frame["mode"].isna() if pd.isna(mode) else frame["mode"] == mode]
+
+
+def _by_split(splits: pd.DataFrame, names: pd.DataFrame, metric: str) -> dict[str, np.ndarray]:
+    """Each setting of ``names`` (rows of :func:`settings`) → its ``metric`` per split,
+    aligned over the splits any of them ran."""
+    index = sorted(splits["split"].unique())
+    out = {}
+    for _, row in names.iterrows():
+        mine = splits[(splits["algorithm"] == row["algorithm"]) & (splits["basis"] == row["basis"])]
+        out[label(row)] = mine.set_index("split")[metric].reindex(index).to_numpy(float)
+    return out
+
+
+def excluded(table: pd.DataFrame, order: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Per reason (``trivial``, ``fewer splits``), the settings never ranked, as
+    ``mode: setting on dataset (detail)``."""
+    out: dict[str, list[str]] = {"trivial": [], "fewer splits": []}
+    rows = settings(table)
+    for mode in modes(table, order):
+        mine = _of_mode(rows, mode)
+        for _, r in mine.iterrows():
+            where = f"{'' if pd.isna(mode) else f'{mode}: '}{label(r)} on {r['dataset']}"
+            if r["trivial"]:
+                out["trivial"].append(f"{where} ({r['trivial']} of {r['splits']} splits; "
+                                      f"RMSE {r['rmse']:.4g})")
+            elif not r["full"]:
+                most = mine[mine["dataset"] == r["dataset"]]["splits"].max()
+                out["fewer splits"].append(f"{where} ({r['splits']} of {most})")
+    return out
+
+
+def budget_tables(table: pd.DataFrame, budgets: Sequence[float] = BUDGETS,
+                  order: Sequence[str] = ()) -> str:
+    """Markdown, per mode (those of ``order`` first) and cost (fit-only seconds; learning +
+    fit seconds): per dataset and budget, the ranked setting with the lowest mean test RMSE
+    among those whose mean seconds are within the budget, its RMSE as :func:`mean_ci`, its
+    seconds, and how many settings are tied with it (listed under the table)."""
+    rows, splits = settings(table), per_split(table)
+    parts = []
+    for mode in modes(table, order):
+        parts.append(f"**{mode}**" if not pd.isna(mode) else "**all jobs**")
+        for cost, words in COSTS.items():
+            lines = [f"*budget on {words} seconds*", "",
+                     "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |",
+                     "|" + " --- |" * (len(budgets) + 1)]
+            ties: dict[tuple, list[str]] = {}  # (dataset, best, tied) → the budgets
+            for dataset, mine in _of_mode(rows, mode).groupby("dataset", sort=True):
+                ranked = mine[mine["ranked"]]
+                here = _of_mode(splits, mode)
+                here = here[here["dataset"] == dataset]
+                cells = []
+                for budget in budgets:
+                    within = ranked[ranked[cost] <= budget]
+                    if within.empty:
+                        least = ranked[cost].min() if not ranked.empty else np.nan
+                        cells.append(f"— (least {least:.3g} s)" if np.isfinite(least) else
+                                     "— (none ranked)")
+                        continue
+                    best, tied = stats.tied_with_best(_by_split(here, within, "rmse"))
+                    r = within[[label(w) == best for _, w in within.iterrows()]].iloc[0]
+                    spread = (f", seed sd {r['rmse_seed_sd']:.2g}" if r["seeds"] > 1 else "")
+                    cells.append(f"{best}: {mean_ci(r['rmse'], r['rmse_ci'], r['rmse_n'])}"
+                                 f"{spread} in {r[cost]:.3g} s"
+                                 + (f", tied with {len(tied)}" if tied else ""))
+                    if tied:
+                        ties.setdefault((dataset, best, tuple(tied)), []).append(f"{budget:g}")
+                lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
+            if ties:
+                lines += ["", "Tied with the best: " + "; ".join(
+                    f"{dataset} ≤ {', '.join(at)} s (with {best}): {', '.join(tied)}"
+                    for (dataset, best, tied), at in ties.items()) + "."]
+            parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def references_of(reference: str | Sequence[str]) -> list[str]:
+    """``--reference`` as a list: one algorithm, or several separated by commas."""
+    names = reference.split(",") if isinstance(reference, str) else list(reference)
+    return [name.strip() for name in names if name.strip()]
+
+
+def check_reference(table: pd.DataFrame, reference: str | Sequence[str]) -> list[str]:
+    """The ``reference`` algorithms, each with a finished job; else one-line InputError."""
+    names = references_of(reference)
+    ran = set(table[table["status"] == "ok"]["algorithm"])
+    missing = [name for name in names if name not in ran]
+    if missing or not names:
+        raise InputError(f"--reference {','.join(names) or repr(reference)}: no finished job of "
+                         f"{missing[0] if missing else 'an algorithm'} in the results; pass the "
+                         "algorithms the run used as its reference (the full GP, factored or "
+                         "by PCG), comma-separated")
+    return names
+
+
+def _reference_per_split(splits: pd.DataFrame, names: list[str], metric: str,
+                         exclude: str | None = None) -> pd.Series:
+    """Per split, the first of ``names`` (other than ``exclude``) with a finite ``metric``."""
+    out = pd.Series(np.nan, index=sorted(splits["split"].unique()), dtype=float)
+    for name in reversed([n for n in names if n != exclude]):
+        mine = splits[splits["algorithm"] == name].groupby("split")[metric].first()
+        mine = mine[np.isfinite(mine)]
+        out.loc[mine.index] = mine.to_numpy(float)
+    return out
+
+
+def _same_in_every_mode(table: pd.DataFrame, names: list[str]) -> bool:
+    """Whether the ``names`` algorithms' rows are the same jobs under every mode (they learn
+    nothing themselves): equal RMSE and seconds per dataset, split and basis size."""
+    mine = table[table["algorithm"].isin(names)]
+    if mine["mode"].nunique() < 2:
+        return False
+    keys = ["dataset", "algorithm", "basis_size", "split"]
+    per_job = mine.groupby(keys, dropna=False)[["status", "test_rmse", "fit_seconds"]]
+    return bool((per_job.nunique(dropna=False) <= 1).all().all())
+
+
+def reference_table(table: pd.DataFrame, reference: str | Sequence[str],
+                    order: Sequence[str] = ()) -> str:
+    """Markdown: each ``reference`` algorithm's test RMSE and NLPD (:func:`mean_ci`) and
+    seconds (learning + fit) per mode and dataset, with its per-split RMSE difference from the
+    first reference (mean ± CI over the splits both ran); one row for the modes together
+    (those of ``order`` first) where they ran the same jobs."""
+    names = check_reference(table, reference)
+    rows = settings(table)
+    rows = rows[rows["algorithm"].isin(names)]
+    rank = {name: i for i, name in enumerate(names)}
+    rows = rows.assign(rank=rows["algorithm"].map(rank)).sort_values(["mode", "dataset", "rank"])
+    splits = per_split(table)
+    together = _same_in_every_mode(table, names)
+    if together:
+        first = rows["mode"].iloc[0]
+        rows = rows[rows["mode"] == first].assign(
+            shown=", ".join(str(m) for m in modes(table, list(order))))
+    else:
+        rows = rows.assign(shown=rows["mode"].astype(str))
+    lines = ["| mode | dataset | algorithm | test RMSE | test NLPD | seconds | splits | "
+             f"RMSE − RMSE of `{names[0]}` (splits both ran) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in rows.iterrows():
+        here = _of_mode(splits, r["mode"])
+        here = here[here["dataset"] == r["dataset"]]
+        if r["algorithm"] == names[0]:
+            gap = "–"
+        else:
+            ref = here[here["algorithm"] == names[0]].set_index("split")["rmse"]
+            mine = here[(here["algorithm"] == r["algorithm"]) & (here["basis"] == r["basis"])]
+            mine = mine.set_index("split")["rmse"]
+            d, half, n = stats.paired_difference(mine, ref.reindex(mine.index))
+            gap = f"{d:+.2g} ± {half:.2g} ({n})" if np.isfinite(half) else (
+                f"{d:+.2g} ({n})" if n else "–")
+        lines.append(f"| {r['shown']} | {r['dataset']} | {label(r)} | "
+                     f"{mean_ci(r['rmse'], r['rmse_ci'], r['rmse_n'])} | "
+                     f"{mean_ci(r['nlpd'], r['nlpd_ci'], r['nlpd_n'])} | {r['cost']:.3g} | "
+                     f"{r['splits']} | {gap} |")
+    return "\n".join(lines)
+
+
+def _delta(here: pd.DataFrame, row, names: list[str], metric: str) -> str:
+    """``row``'s per-split ``metric`` minus the reference's (:func:`_reference_per_split`):
+    mean ± CI (n splits), or – where they share none."""
+    mine = here[(here["algorithm"] == row["algorithm"]) & (here["basis"] == row["basis"])]
+    mine = mine.set_index("split")[metric]
+    ref = _reference_per_split(here, names, metric, exclude=row["algorithm"])
+    d, half, n = stats.paired_difference(mine.to_numpy(float), ref.reindex(mine.index))
+    if not n:
+        return "–"
+    return f"{d:+.3g} ± {half:.2g} ({n})" if np.isfinite(half) else f"{d:+.3g} ({n})"
+
+
+def against_reference(table: pd.DataFrame, reference: str | Sequence[str], mode) -> str:
+    """Markdown for one mode: every setting per dataset with its test RMSE and NLPD
+    (:func:`mean_ci`), its per-split difference from the reference in each (mean ± CI over
+    the splits both ran; the reference on a split is the first ``reference`` algorithm that
+    has the metric there), its seconds (fit only; learning), the spread over seeds where it ran
+    several, and why it is not ranked."""
+    names = check_reference(table, reference)
+    rows, splits = _of_mode(settings(table), mode), _of_mode(per_split(table), mode)
+    lines = ["| dataset | setting | test RMSE | Δ RMSE | test NLPD | Δ NLPD | fit s | "
+             "learning s | seed sd (RMSE) | not ranked |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in rows.sort_values(["dataset", "algorithm", "basis"]).iterrows():
+        here = splits[splits["dataset"] == r["dataset"]]
+        why = ("trivial" if r["trivial"] else "" if r["full"] else
+               f"{r['splits']} splits")
+        lines.append(
+            f"| {r['dataset']} | {label(r)} | {mean_ci(r['rmse'], r['rmse_ci'], r['rmse_n'])} | "
+            f"{_delta(here, r, names, 'rmse')} | "
+            f"{mean_ci(r['nlpd'], r['nlpd_ci'], r['nlpd_n'])} | "
+            f"{_delta(here, r, names, 'nlpd')} | {r['fit']:.3g} | "
+            f"{r['cost'] - r['fit']:.3g} | "
+            f"{f'{r.rmse_seed_sd:.2g} ({r.seeds} seeds)' if r['seeds'] > 1 else ''} | {why} |")
+    return "\n".join(lines)
+
+
+class Ranks(dict):
+    """What :func:`ranks` found: ``names``, average ``ranks``, ``cd``, ``chi2``, ``p``, ``n``
+    (data sets), ``chosen`` (per method, the basis size per dataset) and ``left_out``."""
+
+
+def ranks(table: pd.DataFrame, mode, metric: str) -> Ranks:
+    """The methods' average ranks over the data sets on ``metric`` (``rmse`` or ``nlpd``) in
+    ``mode``: each method enters at its best ranked basis size per data set (the setting with
+    the lowest mean metric among its ranked settings there that have the metric on every
+    split), and only a method with such a setting on every data set enters (a Friedman test
+    needs a complete table). Then the Friedman test and the Nemenyi critical difference at 5 %
+    (Demšar 2006, §3.2.2). With fewer than 3 methods or 2 data sets: no test (``cd`` NaN)."""
+    rows = _of_mode(settings(table), mode)
+    rows = rows[rows["ranked"] & (rows[f"{metric}_n"] == rows["splits"])]
+    datasets = sorted(_of_mode(settings(table), mode)["dataset"].unique())
+    every = sorted(_of_mode(settings(table), mode)["algorithm"].unique())
+    scores, chosen, names, left_out = [], {}, [], []
+    for algorithm in every:
+        mine = rows[rows["algorithm"] == algorithm]
+        best = [mine[mine["dataset"] == d].sort_values(metric).head(1) for d in datasets]
+        missing = [d for d, b in zip(datasets, best, strict=True) if b.empty]
+        if missing:
+            left_out.append(f"{algorithm} (no ranked setting with {METRICS[metric][1]} on "
+                            f"{', '.join(missing)})")
+            continue
+        names.append(algorithm)
+        scores.append([float(b[metric].iloc[0]) for b in best])
+        chosen[algorithm] = {d: b["basis"].iloc[0] for d, b in zip(datasets, best, strict=True)}
+    out = Ranks(names=names, chosen=chosen, left_out=left_out, n=len(datasets),
+                datasets=datasets, ranks=np.array([]), cd=np.nan, chi2=np.nan, p=np.nan)
+    if len(names) < 3 or len(datasets) < 2:
+        return out
+    matrix = np.array(scores).T  # data sets × methods
+    out.update(ranks=stats.average_ranks(matrix), cd=stats.critical_difference(
+        len(names), len(datasets)))
+    out["chi2"], out["p"] = stats.friedman(matrix)
+    return out
+
+
+def rank_table(result: Ranks) -> str:
+    """Markdown: each entering method's average rank and the basis size it entered at per
+    data set, best rank first."""
+    if not len(result["ranks"]):
+        return ""
+    datasets = result["datasets"]
+    lines = ["| method | average rank | " + " | ".join(f"m on {d}" for d in datasets) + " |",
+             "|" + " --- |" * (len(datasets) + 2)]
+    for i in np.argsort(result["ranks"], kind="stable"):
+        name = result["names"][i]
+        sizes = ["–" if s == NO_BASIS else str(int(s)) for s in result["chosen"][name].values()]
+        lines.append(f"| {name} | {result['ranks'][i]:.2f} | " + " | ".join(sizes) + " |")
+    return "\n".join(lines)

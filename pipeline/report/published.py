@@ -1,0 +1,188 @@
+"""The README of a published folder (:mod:`pipeline.publish`), rendered from its job table
+alone by the tables of :mod:`pipeline.report.comparison`, plus what the run's record says
+(its command, code version, grid) and the figures beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from pipeline.report import comparison
+from pipeline.report.comparison import BUDGETS, budget_tables, reference_table, references_of
+
+
+def _summary(table: pd.DataFrame, code_version: str) -> str:
+    """The table in one paragraph: rows, status, data sets, splits, machine, threads."""
+    ran = table[table["status"] == "ok"]
+    machines = sorted({str(m) for m in ran["cpu_model"].dropna() if str(m).strip()})
+    threads = sorted(int(t) for t in ran["threads"].dropna().unique())
+    counts = table["status"].value_counts().to_dict()
+    return (f"{len(table)} rows, one per job and mode "
+            f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}), over "
+            f"{table['dataset'].nunique()} data sets and splits "
+            f"{', '.join(str(s) for s in sorted(table['split'].dropna().unique()))}. "
+            f"Machine: {', '.join(machines) or 'not recorded'}; BLAS threads per job: "
+            f"{', '.join(map(str, threads)) or 'not recorded'}. Code version: `{code_version}`.")
+
+
+def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
+    """The README's account of its statistics and flags, with this table's counts."""
+    from pipeline.report import stats
+
+    ok = table[table["status"] == "ok"]
+    seeds = comparison.per_split(table)["seeds"].max() if len(ok) else 0
+    left = comparison.excluded(table, order)
+    flagged, judged = int(ok["contended"].eq(True).sum()), int(ok["contended"].notna().sum())
+    computed = "" if ok["fit_cpu_seconds"].notna().any() else (
+        " This table's run recorded neither CPU seconds, load nor cores, so no row could be "
+        "judged; nor did it record a method's own learning apart from its fit, so a method "
+        "that trains itself inside its fit has that training in its fit seconds.")
+    trivial = "; ".join(left["trivial"]) or "none"
+    return [
+        "## How the numbers are summarised",
+        "",
+        f"- **Means over splits.** Every mean over the splits is shown as {comparison.CI_WORDS}."
+        " Without an interval, the setting ran one split.",
+        f"- **Seeds.** A setting's value on a split is the mean over the seeds it ran there (a "
+        "method without random choices runs one job whatever the seed, counted once). Where a "
+        "setting ran several seeds, *seed sd* is the mean over the splits of the sd over the "
+        f"seeds. In this table a split ran at most {int(seeds)} seed(s)"
+        + (": no setting shows a seed spread, so how much a re-draw of the random choices "
+           "(e.g. landmarks) moves a result is not measured here." if seeds <= 1 else "."),
+        f"- **Trivial predictors.** A job is trivial when its test RMSE is at least "
+        f"{stats.TRIVIAL_RATIO} times that of the training-mean predictor on the same test "
+        "rows, or its test NLPD is above that of the mean predictor's Gaussian "
+        "N(ȳ_train, var(y_train)) (column `trivial`; the baselines are columns `baseline_rmse`"
+        " and `baseline_nlpd`, computed from the shipped data where the run did not record "
+        f"them). A setting with a trivial split is never ranked, in any table or figure: "
+        f"{int(ok['trivial'].eq(True).sum())} of {len(ok)} finished rows are trivial. Left out "
+        f"as trivial: {trivial}.",
+        f"- **Contention.** A row is flagged `contended` when its fit or its learning, if it "
+        f"took at least {stats.MIN_WALL:g} s, got less than {stats.BUSY_CPU} CPU seconds per "
+        "wall second (a CPU-bound step keeps at least one thread running, so less than 0.8 "
+        "of a core means it waited for one; between 1 and the job's threads is no evidence, "
+        "as a fit with 2 BLAS threads is partly single-threaded), or when the 1-minute load "
+        "average at the job's start or end exceeded its cores (more runnable threads than "
+        f"cores). {flagged} of {judged} finished rows that could be judged are flagged"
+        f" ({len(ok) - judged} could not).{computed}",
+        "",
+    ]
+
+
+def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
+    """What a CD figure shows, its test and what was left out."""
+    words = comparison.METRICS[metric][1]
+    if not len(result["ranks"]):
+        return [f"No ranks of {words}: {len(result['names'])} method(s) over "
+                f"{result['n']} data set(s) enter (the Friedman test needs at least 3 methods "
+                "and 2 data sets). Left out: " + ("; ".join(result["left_out"]) or "none") + "."]
+    return [
+        f"Average rank of {words} over {result['n']} data sets (1 = best; ties share their "
+        f"average rank). Friedman χ² = {result['chi2']:.3g}, p = {result['p']:.2g}; bars join "
+        "methods whose ranks differ by less than the Nemenyi critical difference at 5 % "
+        f"(CD = q₀.₀₅·√(k(k+1)/(6N)) = {result['cd']:.2f} for k = {len(result['names'])}, "
+        f"N = {result['n']}; Demšar 2006): no difference within a bar is significant. Each "
+        "method enters at its best ranked basis size per data set (the table below), and only "
+        "a method with a ranked setting on every data set enters. Left out: "
+        + ("; ".join(result["left_out"]) or "none") + ".",
+        "",
+        comparison.rank_table(result),
+    ]
+
+
+def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
+           reference: str | Sequence[str], sweep: str, code_version: str,
+           commands: list[str], figures: list[str], mode_order: Sequence[str] = (),
+           grid: str | None = None, notes: str | None = None,
+           budgets=BUDGETS, cd: dict | None = None) -> str:
+    """The folder's README.md, from the published table alone (plus what the store says of the
+    run: its name, code version and commands, and the figures written beside it: the
+    frontier ``figures`` and the ``cd`` diagrams of :func:`cd_figures`); ``grid`` (YAML: the
+    sweep's grid as recorded) and ``notes`` (markdown written for the run) are added as
+    given; ``columns`` (name → (source, meaning)) is the table's schema."""
+    order = list(mode_order)
+    names = references_of(reference)
+    left = comparison.excluded(table, order)
+    schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in columns.items())
+    ranks = []
+    for mode in comparison.modes(table, order):
+        tag = "all" if pd.isna(mode) else str(mode)
+        for metric in comparison.METRICS:
+            result = comparison.ranks(table, mode, metric)
+            figure = (cd or {}).get((tag, metric))
+            ranks += [f"**{tag}, {comparison.METRICS[metric][1]}**", "",
+                      *([f"![{figure}]({figure})", ""] if figure else []),
+                      *_cd_caption(result, metric), ""]
+    against = []
+    for mode in comparison.modes(table, order):
+        tag = "all jobs" if pd.isna(mode) else str(mode)
+        against += [f"<details><summary>{tag}</summary>", "",
+                    comparison.against_reference(table, names, mode), "", "</details>", ""]
+    return "\n".join([
+        f"# Results: {sweep}",
+        "",
+        _summary(table, code_version),
+        "",
+        *_how(table, order),
+        "## Best method per time budget",
+        "",
+        "Per mode, two tables: the budget on the mean *fit-only* seconds, and on the mean "
+        "seconds of *learning + fit*. A cell names the ranked setting with the lowest mean test "
+        f"RMSE among those within the budget: its RMSE as {comparison.CI_WORDS}, its mean "
+        f"seconds, and how many settings are tied with it. {comparison.TIE_WORDS} Never "
+        "ranked: the trivial settings (above) and those that finished fewer splits than the "
+        "data set's others (a mean over fewer splits is not comparable): "
+        + ("; ".join(left["fewer splits"]) or "none") + ".",
+        "",
+        budget_tables(table, budgets, order=order),
+        "",
+        "## Ranks across data sets",
+        "",
+        *ranks,
+        f"## The reference ({', '.join(f'`{n}`' for n in names)})",
+        "",
+        f"Test RMSE and NLPD as {comparison.CI_WORDS}; seconds of learning + fit; the last "
+        "column: the per-split RMSE difference from the first reference, mean ± 95 % CI over "
+        "the splits both ran.",
+        "",
+        reference_table(table, names, order=order),
+        "",
+        "## Every setting against the reference",
+        "",
+        f"Per mode and data set, every setting's test RMSE and NLPD as {comparison.CI_WORDS}, "
+        "and Δ: its per-split difference from the reference on the same split (negative: "
+        "better than the reference), mean ± 95 % Student-t CI over the splits both ran (in "
+        f"brackets). The reference on a split is the first of {', '.join(names)} that has the "
+        "metric there (a reference algorithm is compared with the others). Seconds: mean "
+        "fit-only and learning seconds. *not ranked*: trivial, or fewer splits than the data "
+        "set's other settings.",
+        "",
+        *against,
+        "## Figures",
+        "",
+        "The frontier figures plot every finished setting, the trivial ones included; their "
+        "Pareto line is drawn from the means and is not a ranking (the tables above are).",
+        "",
+        *[f"![{name}]({name})" for name in figures],
+        "",
+        *([notes.strip(), ""] if notes else []),
+        *(["## The grid", "",
+           "The sweeper's `params`, then the union of its `grids` (each `params` with the "
+           "entry's values), and the caps on the peers' own protocols (`own`), as the run "
+           "recorded them:", "", "```yaml", grid, "```", ""] if grid else []),
+        f"## The table: `{sweep}.csv`",
+        "",
+        "| column | meaning |",
+        "| --- | --- |",
+        schema,
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        *commands,
+        "```",
+        "",
+    ])
+
+
