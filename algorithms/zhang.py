@@ -49,15 +49,22 @@ Algorithms 1 and 3, ``predictive``:
 - ``rescaled`` (default): Zhang's own coefficients and no variance; test NLPD and coverage are
   ``not_applicable`` with the reason.
 - ``sor``: after the last step the coefficients are refitted on the chosen basis, c_S above
-  (one Cholesky of G; the refit's seconds count), and the SoR variance goes with it: the mean
-  scored for RMSE and the variance scored for NLPD are one model's. The last trace row and the
-  summary then describe the refit; ``zhang_R_rescaled`` keeps R of Zhang's last iterate.
+  (Cholesky factors of K_SS and G; the refit's seconds count), and the SoR variance goes with
+  it: the mean scored for RMSE and the variance scored for NLPD are one model's. The last trace
+  row and the summary then describe the refit; ``zhang_R_rescaled`` keeps R of Zhang's last
+  iterate, ``refit_dropped`` counts basis points left out as numerically in the span of others.
+- ``dtc``: the same refitted mean with the variance of the deterministic training conditional
+  (Seeger, Williams & Lawrence 2003; Quiñonero-Candela & Rasmussen 2005, §5), the model with
+  the SoR likelihood for the training targets and the exact prior conditional for f(x):
+  σ² + σ² k_S(x)ᵀG⁻¹k_S(x) + k(x, x) − k_S(x)ᵀK_SS⁻¹k_S(x), which adds back the prior variance
+  the basis cannot explain (the SoR prior has variance k_S(x)ᵀK_SS⁻¹k_S(x) ≤ k(x, x), so its
+  error bars shrink to σ² away from the basis). It is the variance ``nystrom`` reports.
 
 Algorithm 2 minimises R exactly on its span, so its coefficients are c_S and its SoR variance
 is coherent as it stands. With S = all n points (K nonsingular), c_S = (K + σ²I)⁻¹y is the exact
 GP's mean (004 eq. 47) and the SoR variance is σ² + k_xᵀK⁻¹k_x − k_xᵀ(K + σ²I)⁻¹k_x, the exact
 variance less k(x, x) − k_xᵀK⁻¹k_x ≥ 0 (x's Nyström residual): equal at the training inputs,
-smaller elsewhere.
+smaller elsewhere; the DTC variance adds exactly that residual back, so it is the exact one.
 """
 
 from __future__ import annotations
@@ -141,11 +148,11 @@ class _Reference:
 
 @dataclass(frozen=True)
 class SoRPosterior:
-    """The subset-of-regressors posterior on a basis S (module docstring; Quiñonero-Candela &
-    Rasmussen 2005, §4): coefficients c_S = G⁻¹K_Sᵀy, the fitted values K_S c_S, ‖w‖² =
-    c_Sᵀ K_SS c_S and the predictive variance of y, σ² + σ² k_S(x)ᵀG⁻¹k_S(x), with
-    G = σ²K_SS + K_SᵀK_S = FFᵀ (Cholesky, no jitter). ``keep``: the positions in S it uses;
-    the others are numerically in the span of those (the SoR model depends on the span only)."""
+    """The posterior on a basis S of the subset-of-regressors model (module docstring;
+    Quiñonero-Candela & Rasmussen 2005, §4): coefficients c_S = G⁻¹K_Sᵀy, the fitted values
+    K_S c_S, ‖w‖² = c_Sᵀ K_SS c_S, and the predictive variance of y of the SoR model or of the
+    DTC model with the same mean. ``keep``: the positions in S it uses; the others are
+    numerically in the span of those (both models depend on the span only)."""
 
     keep: np.ndarray
     coef: np.ndarray
@@ -154,37 +161,45 @@ class SoRPosterior:
     variance_bounds: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def sor_posterior(blocks: KernelBlocks, y: np.ndarray, basis: np.ndarray,
-                  lam: float) -> SoRPosterior:
-    """The SoR posterior of the basis at noise variance σ² = ``lam`` (the minimiser of Zhang's
-    R over span{k(·, x_i): i ∈ basis} and its variance). A basis column whose pivot in the
-    pivoted Cholesky of G falls below DEGENERATE_RTOL·max diag(G) (a repeated input, a kernel of
-    rank below m) is left out; ``LinAlgError`` if what is kept is still not positive definite."""
+def sor_posterior(blocks: KernelBlocks, y: np.ndarray, basis: np.ndarray, lam: float,
+                  variance: str = "sor") -> SoRPosterior:
+    """The SoR posterior of the basis at noise variance σ² = ``lam``: the minimiser of Zhang's
+    R over span{k(·, x_i): i ∈ basis}, with G = σ²K_SS + K_SᵀK_S = FFᵀ, and the variance of y
+
+        sor: σ² + σ² k_S(x)ᵀG⁻¹k_S(x),
+        dtc: the same + k(x, x) − k_S(x)ᵀK_SS⁻¹k_S(x) (K_SS = L Lᵀ; clipped at 0 for rounding).
+
+    A basis point whose pivot in the pivoted Cholesky of K_SS falls below
+    DEGENERATE_RTOL·max diag(K_SS) (a repeated input, a kernel of rank below m) is left out.
+    Cholesky factors, no jitter; ``LinAlgError`` if what is kept is not positive definite."""
     K_S = blocks.block(slice(None), basis)
-    G = lam * K_S[basis, :] + K_S.T @ K_S
-    keep = _independent(G)
+    keep = _independent(K_S[basis, :])
     if len(keep) < len(basis):
-        K_S, G = K_S[:, keep], G[np.ix_(keep, keep)]
+        K_S = K_S[:, keep]
     K_SS = K_S[basis[keep], :]
-    factor = sla.cholesky(G, lower=True, check_finite=False)
+    factor = sla.cholesky(lam * K_SS + K_S.T @ K_S, lower=True, check_finite=False)
     coef = sla.cho_solve((factor, True), K_S.T @ y, check_finite=False)
+    prior = sla.cholesky(K_SS, lower=True, check_finite=False) if variance == "dtc" else None
     kernel, X_basis = blocks.kernel, blocks.inputs(basis[keep])
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        V = sla.solve_triangular(factor, kernel(X_new, X_basis).T, lower=True,
-                                 check_finite=False)
+        k_S = kernel(X_new, X_basis).T
+        V = sla.solve_triangular(factor, k_S, lower=True, check_finite=False)
         var = lam + lam * np.einsum("ij,ij->j", V, V)
+        if prior is not None:
+            P = sla.solve_triangular(prior, k_S, lower=True, check_finite=False)
+            var += np.maximum(kernel.diag(X_new) - np.einsum("ij,ij->j", P, P), 0.0)
         return var, var
 
     return SoRPosterior(keep, coef, K_S @ coef, float(coef @ K_SS @ coef), variance_bounds)
 
 
-def _independent(G: np.ndarray) -> np.ndarray:
-    """The sorted positions that LAPACK's pivoted Cholesky (dpstrf) takes before every pivot
-    left is below DEGENERATE_RTOL·max diag(G): the columns of K_S that span its range."""
-    if not len(G):
+def _independent(K_SS: np.ndarray) -> np.ndarray:
+    """The sorted positions that LAPACK's pivoted Cholesky (dpstrf) of K_SS takes before every
+    pivot left is below DEGENERATE_RTOL·max diag(K_SS): basis points spanning the others."""
+    if not len(K_SS):
         return np.arange(0)
-    _, piv, rank, info = lapack.dpstrf(G, tol=DEGENERATE_RTOL * float(G.diagonal().max()),
+    _, piv, rank, info = lapack.dpstrf(K_SS, tol=DEGENERATE_RTOL * float(K_SS.diagonal().max()),
                                        lower=1)
     if info < 0:
         raise np.linalg.LinAlgError(f"dpstrf: argument {-info} is invalid")
@@ -195,7 +210,7 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
             rng: np.random.Generator, recorder: Recorder, max_basis: int, reference: str,
             chunk_bytes: int, predictive: str, name: str) -> Solution:
     """Algorithms 1 (κ = None: every index is a candidate) and 3 (a fresh κ-subset per step);
-    with ``predictive="sor"`` the last step refits the coefficients on the basis."""
+    with ``predictive`` sor or dtc the last step refits the coefficients on the basis."""
     n, d = blocks.n, getattr(blocks, "d", 0)
     ref = _Reference(blocks, y, lam, reference, recorder)
     lam_z, diag = ref.lam_z, ref.diag
@@ -256,8 +271,9 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
             if not math.isfinite(R):
                 raise FloatingPointError(f"{name}: R became non-finite at step {k}")
             basis = np.array([j for j, c in coef.items() if c != 0.0], dtype=np.int64)
-            if k == max_basis and predictive == "sor":
-                return _refit(blocks, y, lam, basis, ref, recorder, R, k, flops, max_basis)
+            if k == max_basis and predictive != "rescaled":
+                return _refit(blocks, y, lam, basis, ref, recorder, R, k, flops, max_basis,
+                              predictive)
             ref.record(recorder, predict, k, len(basis), R, flops)
     values = np.array([coef[j] for j in basis])
     reasons = {**ref.reasons(), "variance": RESCALED_NO_VARIANCE}
@@ -267,19 +283,20 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
 
 RESCALED_NO_VARIANCE = ("Zhang's rescaled coefficients are the posterior mean of no Gaussian "
                         "model, so no predictive variance matches them "
-                        "(algorithm.predictive=sor refits them and gives the SoR variance)")
+                        "(algorithm.predictive=sor or dtc refits them and gives a variance)")
 
 
 def _refit(blocks: KernelBlocks, y: np.ndarray, lam: float, basis: np.ndarray, ref: _Reference,
-           recorder: Recorder, R_rescaled: float, k: int, flops: float,
-           max_basis: int) -> Solution:
-    """``predictive=sor``: step k's coefficients replaced by the SoR posterior mean on the basis
-    (the minimiser of R over its span), recorded as step k with the SoR variance."""
+           recorder: Recorder, R_rescaled: float, k: int, flops: float, max_basis: int,
+           predictive: str) -> Solution:
+    """``predictive`` sor or dtc: step k's coefficients replaced by the SoR posterior mean on
+    the basis (the minimiser of R over its span), recorded as step k with that model's
+    variance."""
     try:
-        post = sor_posterior(blocks, y, basis, lam)
+        post = sor_posterior(blocks, y, basis, lam, predictive)
     except np.linalg.LinAlgError:
-        raise FloatingPointError("predictive=sor: σ²K_SS + K_SᵀK_S is not positive definite "
-                                 "on the chosen basis") from None
+        raise FloatingPointError(f"predictive={predictive}: K_SS or σ²K_SS + K_SᵀK_S is not "
+                                 "positive definite on the chosen basis") from None
     dropped = len(basis) - len(post.keep)
     basis = basis[post.keep]
     n, m = blocks.n, len(basis)
@@ -348,13 +365,14 @@ def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.rando
                      stop_reason)
 
 
-PREDICTIVES = ("rescaled", "sor")
+PREDICTIVES = ("rescaled", "sor", "dtc")
 
 
 def _options(greedy: bool) -> dict[str, Option]:
     predictive = {"predictive": Option(
         "rescaled", "choice", "rescaled: Zhang's coefficients, no variance (NLPD not "
-        "applicable); sor: refit them on the basis, the SoR mean and variance",
+        "applicable); sor, dtc: refit them on the basis (the SoR mean), with the SoR or the "
+        "DTC variance",
         choices=PREDICTIVES)} if greedy else {}
     return {
         "max_basis": Option(200, "int", "k_max: the trace covers k = 1..max_basis", lo=1,

@@ -179,14 +179,17 @@ def test_the_reference_solve_is_not_the_methods_time(algorithm, monkeypatch):
 
 # ---------------------------------------------------------------- the predictive distribution
 
-def dense_sor(K, K_star, y, S, sigma2):
+def dense_sor(K, K_star, y, S, sigma2, prior_diag=None):
     """The SoR posterior on basis S by plain dense solves: coefficients (σ²K_SS + K_SᵀK_S)⁻¹K_Sᵀy,
-    test mean and the variance of y, σ² + σ² k_S(x)ᵀ(σ²K_SS + K_SᵀK_S)⁻¹k_S(x)."""
+    test mean and the variance of y, σ² + σ² k_S(x)ᵀ(σ²K_SS + K_SᵀK_S)⁻¹k_S(x); with the prior
+    variances k(x, x) the DTC variance, which adds k(x, x) − k_S(x)ᵀK_SS⁻¹k_S(x)."""
     K_S = K[:, S]
     G = sigma2 * K_S[S] + K_S.T @ K_S
     c = np.linalg.solve(G, K_S.T @ y)
     k_S = K_star[:, S]
     var = sigma2 + sigma2 * np.einsum("ij,ji->i", k_S, np.linalg.solve(G, k_S.T))
+    if prior_diag is not None:
+        var += prior_diag - np.einsum("ij,ji->i", k_S, np.linalg.solve(K_S[S], k_S.T))
     return c, k_S @ c, var
 
 
@@ -198,20 +201,23 @@ def dense_metrics(mean, var, y):
 PREDICTIVE_KERNELS = [Kernel("rbf", {"width": 2.0}), Kernel("laplacian", {"omega": 1.0})]
 
 
+@pytest.mark.parametrize("predictive", ["sor", "dtc"])
 @pytest.mark.parametrize("kernel", PREDICTIVE_KERNELS)
 @pytest.mark.parametrize("algorithm", ["zhang_greedy", "zhang_kappa_greedy"])
-def test_sor_refit_mean_and_variance_equal_a_dense_computation(algorithm, kernel):
+def test_refit_mean_and_variance_equal_a_dense_computation(algorithm, kernel, predictive):
     blocks, y, X_test, y_test = make_problem(n=60, d=3, kernel=kernel)
     sigma2, k = 0.3, 12
     K, K_star = blocks.block(slice(None), slice(None)), kernel(X_test, blocks.inputs(slice(None)))
     kw = {"lam": sigma2, "kappa": 9, "rng": np.random.default_rng(5), "max_basis": k,
           "test": (X_test, y_test)}
     zhang = run(algorithm, blocks, y, **kw)
-    refit = run(algorithm, blocks, y, predictive="sor", **{**kw, "rng": np.random.default_rng(5)})
+    refit = run(algorithm, blocks, y, predictive=predictive,
+                **{**kw, "rng": np.random.default_rng(5)})
     # the same iterates up to the last step, on the same basis
     np.testing.assert_array_equal(refit.basis, zhang.basis)
     np.testing.assert_array_equal(refit.trace["zhang_R"][:-1], zhang.trace["zhang_R"][:-1])
-    c, mean, var = dense_sor(K, K_star, y, refit.basis, sigma2)
+    prior_diag = np.diag(kernel(X_test, X_test)) if predictive == "dtc" else None
+    c, mean, var = dense_sor(K, K_star, y, refit.basis, sigma2, prior_diag)
     np.testing.assert_allclose(refit.coef, c, rtol=1e-10, atol=1e-10 * np.abs(c).max())
     np.testing.assert_allclose(refit.predict(X_test), mean, rtol=1e-10,
                                atol=1e-10 * np.abs(mean).max())
@@ -271,7 +277,8 @@ def test_random_is_already_the_sor_posterior_of_its_basis():
 
 def test_sor_on_every_point_is_the_exact_mean_and_the_exact_variance_less_the_nystrom_residual():
     """S = all n points: c_S = (K + σ²I)⁻¹y, the exact GP's mean; the SoR variance is the exact
-    one less k(x,x) − k_xᵀK⁻¹k_x ≥ 0, so equal at the training inputs and below elsewhere."""
+    one less k(x,x) − k_xᵀK⁻¹k_x ≥ 0, so equal at the training inputs and below elsewhere; the
+    DTC variance adds that residual back: the exact variance."""
     kernel = Kernel("laplacian", {"omega": 1.0})
     blocks, y, X_test, _ = make_problem(n=40, d=3, kernel=kernel)
     n, sigma2 = blocks.n, 0.3
@@ -289,6 +296,10 @@ def test_sor_on_every_point_is_the_exact_mean_and_the_exact_variance_less_the_ny
     assert np.all(residual < 1e-8)  # Z = X: the training inputs
     np.testing.assert_allclose(post.variance_bounds(X)[1], exact.predict_var(X), rtol=1e-8)
     assert np.all(post.variance_bounds(X_test)[1] < exact.predict_var(X_test))
+    dtc = sor_posterior(blocks, y, np.arange(n), sigma2, "dtc")
+    np.testing.assert_allclose(dtc.coef, post.coef, rtol=1e-12)
+    for Z in (X_test, X):
+        np.testing.assert_allclose(dtc.variance_bounds(Z)[1], exact.predict_var(Z), rtol=1e-8)
 
 
 def test_a_refit_on_a_rank_deficient_basis_keeps_the_spanning_points():
@@ -329,11 +340,13 @@ def contract_problem(tmp_path_factory):
                                    contract.check_store_blocks_equal_memory_blocks,
                                    contract.check_extreme_lam,
                                    contract.check_variables_described])
+@pytest.mark.parametrize("predictive", ["sor", "dtc"])
 @pytest.mark.parametrize("name", ["zhang_greedy", "zhang_kappa_greedy"])
-def test_the_sor_refit_follows_the_contract_with_a_variance(name, check, contract_problem):
+def test_the_refit_follows_the_contract_with_a_variance(name, predictive, check,
+                                                        contract_problem):
     """The registry's contract suite checks the default (no variance); the same checks with
-    ``predictive=sor`` and a variance declared."""
+    ``predictive`` sor or dtc and a variance declared."""
     base = REGISTRY[name]
     spec = dataclasses.replace(base, has_variance=True,
-                               check_options={**base.check_options, "predictive": "sor"})
+                               check_options={**base.check_options, "predictive": predictive})
     check(spec, contract_problem, contract.CONF_DIR)
