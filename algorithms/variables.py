@@ -113,6 +113,9 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "bound": ("Zhang's Theorem 3.1 bound on R(w^k) − R(ŵ)", TARGET2),
     "R_hat": ("Zhang's R(ŵ) of the exact solution", TARGET2),
     "delta_R0": ("Zhang's R(0) − R(ŵ)", TARGET2),
+    "zhang_R_rescaled": ("Zhang's R(w^k) of the last iterate before the SoR refit", TARGET2),
+    "refit_dropped": ("basis points the SoR refit left out (numerically in the span of the "
+                      "others)", "1"),
     "zhang_lambda": ("Zhang's λ = σ²/n", "1"),
     "M2": ("max_i k(x_i, x_i) (M² of Zhang's Theorem 3.1)", "1"),
     # learning curves (Ferrari-Trecate et al., Lemma 4)

@@ -1,9 +1,12 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from algorithms import InputError, Kernel, run
-from algorithms.zhang import theorem31_bound
+from algorithms import REGISTRY, InputError, Kernel, run
+from algorithms.zhang import RESCALED_NO_VARIANCE, sor_posterior, theorem31_bound
+from tests import contract
 from tests.conftest import make_problem
 
 
@@ -172,3 +175,178 @@ def test_the_reference_solve_is_not_the_methods_time(algorithm, monkeypatch):
               test=(X_test, y_test))
     assert 0 < fit.trace["seconds"][-1] < 1.0
     assert np.all(np.isfinite(fit.trace["primal_subopt" if algorithm == "sgma" else "delta_R"]))
+
+
+# ---------------------------------------------------------------- the predictive distribution
+
+def dense_sor(K, K_star, y, S, sigma2, prior_diag=None):
+    """The SoR posterior on basis S by plain dense solves: coefficients (σ²K_SS + K_SᵀK_S)⁻¹K_Sᵀy,
+    test mean and the variance of y, σ² + σ² k_S(x)ᵀ(σ²K_SS + K_SᵀK_S)⁻¹k_S(x); with the prior
+    variances k(x, x) the DTC variance, which adds k(x, x) − k_S(x)ᵀK_SS⁻¹k_S(x)."""
+    K_S = K[:, S]
+    G = sigma2 * K_S[S] + K_S.T @ K_S
+    c = np.linalg.solve(G, K_S.T @ y)
+    k_S = K_star[:, S]
+    var = sigma2 + sigma2 * np.einsum("ij,ji->i", k_S, np.linalg.solve(G, k_S.T))
+    if prior_diag is not None:
+        var += prior_diag - np.einsum("ij,ji->i", k_S, np.linalg.solve(K_S[S], k_S.T))
+    return c, k_S @ c, var
+
+
+def dense_metrics(mean, var, y):
+    nlpd = np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (y - mean) ** 2 / var)
+    return nlpd, np.mean(np.abs(y - mean) <= 2 * np.sqrt(var))
+
+
+PREDICTIVE_KERNELS = [Kernel("rbf", {"width": 2.0}), Kernel("laplacian", {"omega": 1.0})]
+
+
+@pytest.mark.parametrize("predictive", ["sor", "dtc"])
+@pytest.mark.parametrize("kernel", PREDICTIVE_KERNELS)
+@pytest.mark.parametrize("algorithm", ["zhang_greedy", "zhang_kappa_greedy"])
+def test_refit_mean_and_variance_equal_a_dense_computation(algorithm, kernel, predictive):
+    blocks, y, X_test, y_test = make_problem(n=60, d=3, kernel=kernel)
+    sigma2, k = 0.3, 12
+    K, K_star = blocks.block(slice(None), slice(None)), kernel(X_test, blocks.inputs(slice(None)))
+    kw = {"lam": sigma2, "kappa": 9, "rng": np.random.default_rng(5), "max_basis": k,
+          "test": (X_test, y_test)}
+    zhang = run(algorithm, blocks, y, **kw)
+    refit = run(algorithm, blocks, y, predictive=predictive,
+                **{**kw, "rng": np.random.default_rng(5)})
+    # the same iterates up to the last step, on the same basis
+    np.testing.assert_array_equal(refit.basis, zhang.basis)
+    np.testing.assert_array_equal(refit.trace["zhang_R"][:-1], zhang.trace["zhang_R"][:-1])
+    prior_diag = np.diag(kernel(X_test, X_test)) if predictive == "dtc" else None
+    c, mean, var = dense_sor(K, K_star, y, refit.basis, sigma2, prior_diag)
+    np.testing.assert_allclose(refit.coef, c, rtol=1e-10, atol=1e-10 * np.abs(c).max())
+    np.testing.assert_allclose(refit.predict(X_test), mean, rtol=1e-10,
+                               atol=1e-10 * np.abs(mean).max())
+    np.testing.assert_allclose(refit.predict_var(X_test), var, rtol=1e-10)
+    nlpd, coverage = dense_metrics(mean, var, y_test)
+    assert refit.summary["test_nlpd"] == pytest.approx(nlpd, rel=1e-10)
+    assert refit.summary["test_coverage_2sd"] == coverage
+    assert refit.summary["test_rmse"] == pytest.approx(np.sqrt(np.mean((mean - y_test) ** 2)),
+                                                       rel=1e-10)
+    assert refit.trace["test_nlpd"][-1] == refit.summary["test_nlpd"]
+    assert "test_nlpd" not in refit.not_applicable
+    # the refit is the minimiser of R on the span; Zhang's rescaled iterate is not (k ≥ 3)
+    lam_z = sigma2 / blocks.n
+    R_refit = zhang_R(K, y, lam_z, full(blocks.n, refit))
+    assert refit.summary["zhang_R"] == pytest.approx(R_refit, rel=1e-10)
+    assert refit.trace["zhang_R"][-1] == pytest.approx(R_refit, rel=1e-10)
+    assert refit.summary["zhang_R_rescaled"] == zhang.summary["zhang_R"]
+    assert R_refit < zhang.summary["zhang_R"] * (1 - 1e-6)
+    assert not np.allclose(zhang.coef, refit.coef, rtol=1e-3)
+    assert refit.summary["delta_R"] <= zhang.summary["delta_R"]
+    assert refit.summary["stop_reason"].endswith("then refitted on the basis")
+    assert refit.summary["refit_dropped"] == 0
+
+
+@pytest.mark.parametrize("algorithm", ["zhang_greedy", "zhang_kappa_greedy"])
+def test_default_fit_gives_no_variance_and_says_why(algorithm, problem):
+    blocks, y, X_test, y_test = problem
+    fit = run(algorithm, blocks, y, lam=0.3, kappa=9, rng=0, max_basis=10, test=(X_test, y_test))
+    assert fit.predict_var(X_test) is None
+    for key in ("test_nlpd", "test_coverage_2sd"):
+        assert np.isnan(fit.summary[key]) and np.isnan(fit.trace[key]).all()
+        assert fit.not_applicable[key] == RESCALED_NO_VARIANCE
+    assert fit.not_applicable["variance"] == RESCALED_NO_VARIANCE
+    assert set(fit.not_applicable) == {"variance", "test_nlpd", "test_coverage_2sd"}
+    nan = [key for key, value in fit.summary.items()
+           if isinstance(value, float) and not np.isfinite(value)]
+    assert sorted(nan) == ["test_coverage_2sd", "test_nlpd"]
+    for key, values in fit.trace.items():
+        assert np.isfinite(values).all() or key in fit.not_applicable, key
+    assert np.isfinite(fit.summary["test_rmse"])
+
+
+def test_random_is_already_the_sor_posterior_of_its_basis():
+    """Algorithm 2 minimises R on its span: its coefficients are the SoR mean and the SoR
+    variance it reports belongs to that mean."""
+    kernel = Kernel("laplacian", {"omega": 1.0})
+    blocks, y, X_test, y_test = make_problem(n=60, d=3, kernel=kernel)
+    fit = fit_random(blocks, y, lam=0.3, rng=np.random.default_rng(2), max_basis=15,
+                     test=(X_test, y_test))
+    K, K_star = blocks.block(slice(None), slice(None)), kernel(X_test, blocks.inputs(slice(None)))
+    c, mean, var = dense_sor(K, K_star, y, fit.basis, 0.3)
+    np.testing.assert_allclose(fit.coef, c, rtol=1e-9, atol=1e-9 * np.abs(c).max())
+    np.testing.assert_allclose(fit.predict_var(X_test), var, rtol=1e-10)
+    assert fit.summary["test_nlpd"] == pytest.approx(dense_metrics(mean, var, y_test)[0],
+                                                     rel=1e-9)
+
+
+def test_sor_on_every_point_is_the_exact_mean_and_the_exact_variance_less_the_nystrom_residual():
+    """S = all n points: c_S = (K + σ²I)⁻¹y, the exact GP's mean; the SoR variance is the exact
+    one less k(x,x) − k_xᵀK⁻¹k_x ≥ 0, so equal at the training inputs and below elsewhere; the
+    DTC variance adds that residual back: the exact variance."""
+    kernel = Kernel("laplacian", {"omega": 1.0})
+    blocks, y, X_test, _ = make_problem(n=40, d=3, kernel=kernel)
+    n, sigma2 = blocks.n, 0.3
+    exact = run("exact", blocks, y, lam=sigma2)
+    post = sor_posterior(blocks, y, np.arange(n), sigma2)
+    np.testing.assert_allclose(post.coef, exact.coef, rtol=1e-10,
+                               atol=1e-10 * np.abs(exact.coef).max())
+    X = blocks.inputs(slice(None))
+    K = blocks.block(slice(None), slice(None))
+    for Z in (X_test, X):
+        k_x = kernel(Z, X)
+        residual = np.diag(kernel(Z, Z)) - np.einsum("ij,ji->i", k_x, np.linalg.solve(K, k_x.T))
+        sor_var = post.variance_bounds(Z)[1]
+        np.testing.assert_allclose(sor_var, exact.predict_var(Z) - residual, rtol=1e-8)
+    assert np.all(residual < 1e-8)  # Z = X: the training inputs
+    np.testing.assert_allclose(post.variance_bounds(X)[1], exact.predict_var(X), rtol=1e-8)
+    assert np.all(post.variance_bounds(X_test)[1] < exact.predict_var(X_test))
+    dtc = sor_posterior(blocks, y, np.arange(n), sigma2, "dtc")
+    np.testing.assert_allclose(dtc.coef, post.coef, rtol=1e-12)
+    for Z in (X_test, X):
+        np.testing.assert_allclose(dtc.variance_bounds(Z)[1], exact.predict_var(Z), rtol=1e-8)
+
+
+def test_a_refit_on_a_rank_deficient_basis_keeps_the_spanning_points():
+    """A linear kernel on d = 4 inputs has rank 4: Zhang's greedy picks more points than that
+    (its rescaled iterate is not yet the minimiser), so G = σ²K_SS + K_SᵀK_S is singular. The
+    refit keeps four spanning points, whose span is the whole feature space: the exact GP,
+    mean and variance."""
+    blocks, y, X_test, y_test = make_problem(n=30, d=4, kernel=Kernel("linear"))
+    zhang = fit_greedy(blocks, y, lam=0.3, max_basis=12)
+    refit = fit_greedy(blocks, y, lam=0.3, max_basis=12, predictive="sor", test=(X_test, y_test))
+    exact = run("exact", blocks, y, lam=0.3)
+    assert zhang.summary["n_basis"] > 4
+    assert refit.summary["n_basis"] == 4 == len(refit.basis)
+    assert refit.summary["refit_dropped"] == zhang.summary["n_basis"] - 4
+    assert set(refit.basis) <= set(zhang.basis)
+    np.testing.assert_allclose(refit.predict(X_test), exact.predict(X_test), rtol=1e-8,
+                               atol=1e-8 * np.abs(exact.predict(X_test)).max())
+    np.testing.assert_allclose(refit.predict_var(X_test), exact.predict_var(X_test), rtol=1e-8)
+    assert np.isfinite(refit.summary["test_nlpd"])
+
+
+def test_predictive_is_part_of_the_job_identity(tmp_path):
+    from pipeline.job.identity import config_hash
+
+    config = {"algorithm": {"name": "zhang_kappa_greedy"}, "lam": 0.1, "kappa": 9, "seed": 0,
+              "dataset": {"name": "sine1d", "n_train": 40, "n_test": 10},
+              "kernel": {"name": "rbf", "width": 1.0}, "store_root": str(tmp_path)}
+    sor = {**config, "algorithm": {"name": "zhang_kappa_greedy", "predictive": "sor"}}
+    assert config_hash(sor, write_data=False) != config_hash(config, write_data=False)
+
+
+@pytest.fixture(scope="module")
+def contract_problem(tmp_path_factory):
+    return contract.make_problem(tmp_path_factory.mktemp("stores"))
+
+
+@pytest.mark.parametrize("check", [contract.check_result_schema, contract.check_deterministic,
+                                   contract.check_store_blocks_equal_memory_blocks,
+                                   contract.check_extreme_lam,
+                                   contract.check_variables_described])
+@pytest.mark.parametrize("predictive", ["sor", "dtc"])
+@pytest.mark.parametrize("name", ["zhang_greedy", "zhang_kappa_greedy"])
+def test_the_refit_follows_the_contract_with_a_variance(name, predictive, check,
+                                                        contract_problem):
+    """The registry's contract suite checks the default (no variance); the same checks with
+    ``predictive`` sor or dtc and a variance declared."""
+    base = REGISTRY[name]
+    spec = dataclasses.replace(base, has_variance=True,
+                               check_options={**base.check_options, "predictive": predictive})
+    check(spec, contract_problem, contract.CONF_DIR)
