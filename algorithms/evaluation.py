@@ -3,7 +3,10 @@
 An algorithm reports each step to a :class:`Recorder` with its diagnostics and a predictor of
 its current state (benchopt's ``Objective.compute``); the recorder times the step, evaluates
 the predictor on the test set every ``eval_every`` steps (RMSE, and NLPD and ±2σ coverage where
-the predictor has a variance) and keeps the time spent evaluating out of ``seconds``.
+the predictor has a variance) and keeps the time spent evaluating out of ``seconds`` (wall
+clock) and ``cpu_seconds`` (the process's CPU time, every thread of it:
+:func:`time.process_time`; above ``seconds`` when BLAS or the kernel tiles run on several
+threads, below it when the process waits).
 :func:`run` validates the inputs and options of a registered algorithm, runs it, evaluates its
 final predictor and returns the immutable :class:`~algorithms.contract.Fit`.
 
@@ -62,6 +65,22 @@ def gaussian_nlpd(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> float:
 def coverage_2sd(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> float:
     """Fraction of targets inside mean ± 2·sd (calibration of the error bars; 0.954 if exact)."""
     return float(np.mean(np.abs(y - mean) <= 2.0 * np.sqrt(var)))
+
+
+def mean_predictor_metrics(y_train: np.ndarray, y_test: np.ndarray) -> dict[str, float]:
+    """The training-mean predictor on the test targets: ``baseline_test_rmse`` of the constant
+    ȳ_train and ``baseline_test_nlpd`` under N(ȳ_train, var(y_train)) (the variance with
+    divisor n, the Gaussian's maximum-likelihood fit to the training targets; absent for
+    constant training targets, whose variance is 0). A model that does not beat these has
+    learned nothing from the inputs."""
+    y_train = np.asarray(y_train, dtype=np.float64)
+    y_test = np.asarray(y_test, dtype=np.float64)
+    mean, var = float(np.mean(y_train)), float(np.var(y_train))
+    out = {"baseline_test_rmse": rmse(np.full(len(y_test), mean), y_test)}
+    if var > 0.0:
+        out["baseline_test_nlpd"] = gaussian_nlpd(y_test, np.full(len(y_test), mean),
+                                                  np.full(len(y_test), var))
+    return out
 
 
 def classification_metrics(prob: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -129,7 +148,9 @@ class Recorder:
         self.metric_keys = TASK_METRICS[task]
         self.rows: list[dict[str, float]] = []
         self.eval_seconds = 0.0
+        self.eval_cpu_seconds = 0.0
         self.start = time.perf_counter()
+        self.cpu_start = time.process_time()
 
     @property
     def test_inputs(self) -> np.ndarray | None:
@@ -141,21 +162,35 @@ class Recorder:
         """Seconds of the algorithm's own work so far (evaluation excluded)."""
         return time.perf_counter() - self.start - self.eval_seconds
 
+    def cpu_elapsed(self) -> float:
+        """CPU seconds of the process (all its threads) so far, evaluation excluded as in
+        :meth:`elapsed`."""
+        return time.process_time() - self.cpu_start - self.eval_cpu_seconds
+
     @contextmanager
-    def untimed(self) -> Iterator[None]:
-        """Work that is not the algorithm's own (the exact reference solve behind its
-        suboptimality diagnostics): its seconds are left out of :meth:`elapsed`, as the test
-        evaluations' are."""
-        t0 = time.perf_counter()
+    def _excluded(self) -> Iterator[None]:
+        """Leave the wall and CPU seconds of the block out of :meth:`elapsed` and
+        :meth:`cpu_elapsed`."""
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.eval_seconds += time.perf_counter() - t0
+            self.eval_cpu_seconds += time.process_time() - c0
+
+    @contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Work that is not the algorithm's own (the exact reference solve behind its
+        suboptimality diagnostics): its seconds are left out of :meth:`elapsed` (and its CPU
+        seconds out of :meth:`cpu_elapsed`), as the test evaluations' are."""
+        with self._excluded():
+            yield
 
     def step(self, predict: Predictor | None = None, **values: float) -> None:
         """Record one step: its diagnostics (``n_basis``, ``objective``, ``gap``, ...) and,
         on evaluation steps, the test metrics of ``predict`` (the predictor of this step)."""
-        row = {"seconds": self.elapsed(), **{k: float(v) for k, v in values.items()},
+        row = {"seconds": self.elapsed(), "cpu_seconds": self.cpu_elapsed(),
+               **{k: float(v) for k, v in values.items()},
                **dict.fromkeys(self.metric_keys, math.nan)}
         if (self.test is not None and predict is not None
                 and (len(self.rows) + 1) % self.eval_every == 0):
@@ -163,10 +198,8 @@ class Recorder:
         self.rows.append(row)
 
     def _evaluate(self, predict: Predictor) -> dict[str, float]:
-        t0 = time.perf_counter()
-        out = metrics(predict(self.test[0]), self.test[1], self.task)
-        self.eval_seconds += time.perf_counter() - t0
-        return out
+        with self._excluded():
+            return metrics(predict(self.test[0]), self.test[1], self.task)
 
     def trace(self) -> dict[str, np.ndarray]:
         keys = list(dict.fromkeys(k for row in self.rows for k in row))
@@ -233,6 +266,7 @@ class Recorder:
         for key in trace_keys(self.task):
             trace.setdefault(key, np.full(n_steps, np.nan))
         summary = {"seconds": float(trace["seconds"][-1]) if n_steps else 0.0,
+                   "cpu_seconds": float(trace["cpu_seconds"][-1]) if n_steps else 0.0,
                    **solution.summary, **final, **costs}
         _check_finite(solution, summary, reasons, self.task)
         return Fit(name, trace, summary, reasons, solution, self.task)

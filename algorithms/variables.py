@@ -20,6 +20,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
                   TARGET2),
     "gap": ("relative duality gap (L − L_dual)/|L|", "1"),
     "seconds": ("fit time elapsed", "s"),
+    "cpu_seconds": ("CPU time of the fit's process, every thread (time.process_time), "
+                    "test evaluation excluded", "s"),
     "stop_reason": ("why the fit stopped", "1"),
     "clipped_options": ("options above n_train, clipped to it (algorithms.options.clip_to_n)",
                         "1"),

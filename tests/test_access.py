@@ -59,6 +59,24 @@ def test_every_variable_and_coordinate_has_a_long_name_and_units(results, tmp_pa
     assert ds["job_seconds"].attrs["units"] == "s" and "step" not in ds["job_seconds"].dims
     assert "evaluated steps" in ds["step"].attrs["long_name"]
     assert ds["final_cpu_model"].dims == ds["status"].dims  # text summaries are kept too
+    # timing a reader can trust: CPU beside wall seconds (per step too), the load, the cores,
+    # the untimed warm-up, and the training-mean predictor beside the fit's metrics
+    for name in ("final_cpu_seconds", "cpu_seconds", "final_load_start", "final_load_end",
+                 "final_warmup_seconds"):
+        assert ds[name].attrs["units"] == ("s" if "seconds" in name else "1"), name
+    ran = ds["status"] == "ok"
+    for name in ("final_cpu_seconds", "final_warmup_seconds", "final_load_start",
+                 "final_load_end", "final_cores", "final_baseline_test_rmse",
+                 "final_baseline_test_nlpd"):
+        assert bool((ds[name] >= 0).where(ran, True).all()), name
+    assert bool((ds["final_cores"] >= 1).where(ran, True).all())
+    assert ds["final_baseline_test_nlpd"].attrs["units"] == "1"  # nats
+    # one warm-up per worker process and algorithm: at most the 2 workers' first jobs (a job
+    # that ignores κ and the seed stands at several points: counted once, by its hash)
+    for algorithm in ("exact", "sgma"):
+        one = ds.sel(algorithm=algorithm)
+        warmed = set(one["job_hash"].values[(one["final_warmup_seconds"] > 0).values])
+        assert 1 <= len(warmed) <= 2, (algorithm, warmed)
     job = next((tmp_path.parent / "access0" / "outputs" / "access" / "jobs").glob("*/result.nc"))
     described(load_job_result(job))
     learned = load(sweep(tmp_path, "sweep=learned", "hyper=ml", "algorithm=sgma", "kappa=5",
@@ -66,6 +84,8 @@ def test_every_variable_and_coordinate_has_a_long_name_and_units(results, tmp_pa
     described(learned)
     assert learned["hyper_lml"].dims[-1] == "hyper_eval"
     assert learned["final_hyper_lengthscale"].attrs["long_name"] == "learned length scale"
+    assert learned["final_hyper_cpu_seconds"].attrs["units"] == "s"
+    assert bool((learned["final_hyper_cpu_seconds"] >= 0).all())
 
 
 def test_last_valid_value_along_step():

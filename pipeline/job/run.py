@@ -5,12 +5,22 @@ A job is named by :func:`config_hash`, the hash of what determines its result: i
 without where it runs (without κ for algorithms that ignore it and without the seed for
 deterministic ones, read from the algorithm's spec), the identity of its dataset store and the
 version of the code that computes it.
+
+Every job's summary says how trustworthy its timings are: the machine's 1-minute load average
+at its start and end (``load_start``, ``load_end``) and the CPUs its process may use
+(``cores``); a fit's also its CPU seconds (``cpu_seconds``, :mod:`algorithms.evaluation`) and
+the untimed warm-up before the process's first fit of its algorithm (``warmup_seconds``,
+:mod:`pipeline.job.warmup`, left out of ``job_seconds`` too). A regression fit's summary has
+the training-mean predictor's test metrics beside its own (``baseline_test_rmse``,
+``baseline_test_nlpd``), on the same test rows and in the same (centred) target units.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +31,7 @@ import numpy as np
 from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
-from algorithms.evaluation import options_of, run
+from algorithms.evaluation import mean_predictor_metrics, options_of, run
 from algorithms.kernels import Kernel, fit_tails, kernel_threads, use_kernel_threads
 from pipeline.cluster.threads import _blas, blas_threads, cpu_model, resolve_threads
 from pipeline.config import complete
@@ -32,6 +42,7 @@ from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.validate import check_config
+from pipeline.job.warmup import warm_up
 from pipeline.results.job_file import write_job_result
 from pipeline.watch import announce
 
@@ -82,6 +93,30 @@ def _one_fit_at_a_time(lock):
         lock.release()
 
 
+def load_average() -> float:
+    """The machine's 1-minute load average (NaN where the OS has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return math.nan
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; every CPU where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class JobClock:
+    """When the job started (``time.perf_counter``) and the load average then."""
+
+    start: float
+    load_start: float
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     result: Result
@@ -97,7 +132,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     certify, and write ``result_path``. ``attrs`` are extra attributes for the result file
     (e.g. the worker that ran the job). A hand-built config is completed from
     ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
-    start = time.perf_counter()
+    clock = JobClock(time.perf_counter(), load_average())
     config = complete(config)
     apply_protocol(config)  # protocol=own: the method's own training options (idempotent)
     spec, lam, kernel, options = check_config(config)
@@ -106,10 +141,10 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
              else contextlib.nullcontext())
     # the kernel blocks' tiles use as many threads as BLAS (null: every core), for this job only
     with limit, use_kernel_threads(threads):
-        return _run_job(config, result_path, attrs, start, spec, lam, kernel, options)
+        return _run_job(config, result_path, attrs, clock, spec, lam, kernel, options)
 
 
-def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, start: float,
+def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, clock: JobClock,
              spec: AlgorithmSpec, lam: float, kernel: Kernel, options: dict) -> JobOutcome:
     seed = config["seed"]
 
@@ -123,12 +158,12 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, st
     if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.job.hyper)
         kernel, lam = hyper.kernel, hyper.lam
     with kernel_blocks(config, store, kernel) as blocks:
-        return _fit_and_write(config, result_path, attrs, start, spec, lam, kernel, options,
+        return _fit_and_write(config, result_path, attrs, clock, spec, lam, kernel, options,
                               seed, store, hyper, blocks)
 
 
 def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | None,
-                   start: float, spec: AlgorithmSpec, lam: float, kernel: Kernel,
+                   clock: JobClock, spec: AlgorithmSpec, lam: float, kernel: Kernel,
                    options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key][...], dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
@@ -140,12 +175,18 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
     # the fit's kernel tiles: compiled ones loaded before its clock starts, or numpy's exp for
     # a small RBF fit (algorithms.kernels.fit_tails)
     with fit_tails(kernel.name, blocks.n):
+        warm = {}
+        if not config["learning_curve"]:  # untimed: imports, compiled code (module docstring)
+            seconds, error = warm_up(spec, kernel, lam, config["kappa"], options, blocks.d)
+            warm = {"warmup_seconds": seconds, **({"warmup_error": error} if error else {})}
         result = _fit_and_certify(config, spec, lam, kernel, options, seed, blocks, hyper,
                                   y_train, X_test, y_test, what)
+    result = _with_summary(result, **warm, load_start=clock.load_start,
+                           load_end=load_average(), cores=usable_cores())
     job_hash = config_hash(config)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
              "store": store.name,
-             "job_seconds": time.perf_counter() - start,
+             "job_seconds": time.perf_counter() - clock.start - warm.get("warmup_seconds", 0.0),
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
     path = write_job_result(result, config, result_path, attrs,
                             hyper.variables() if hyper is not None else None)
@@ -167,7 +208,14 @@ def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: K
     result = _certified(result, spec, config, blocks, y_train, lam, seed)
     if hyper is not None:
         result = result.with_summary(**hyper.summary)
+    if spec.task == "regression":  # in the units of the fit's targets (centred by hyper)
+        result = result.with_summary(**mean_predictor_metrics(y_train, y_test))
     return result
+
+
+def _with_summary(result: Result, **values) -> Result:
+    """A copy of a fit's or a learning curve's result with more summary scalars."""
+    return dataclasses.replace(result, summary={**result.summary, **values})
 
 
 def _declared_memory(spec: AlgorithmSpec, blocks, options: Mapping) -> str:

@@ -52,6 +52,8 @@ def fit_text(ds) -> str:
         lines[1:1] = [f"  {what} {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
                       f"(log marg. lik. {_fmt(s['hyper_log_marginal_likelihood'])} on "
                       f"{s['hyper_n_subset']} points, {_fmt(s['hyper_seconds'], '.1f')} s"
+                      + (f", CPU {_fmt(s['hyper_cpu_seconds'], '.1f')} s"
+                         if "hyper_cpu_seconds" in s else "")
                       + (f", prior mean {_fmt(s['hyper_y_offset'], '.4g')}"
                          if s.get("hyper_y_offset") else "")
                       + (f", on a bound: {s['hyper_at_bound']}" if s.get("hyper_at_bound")
@@ -68,10 +70,31 @@ def fit_text(ds) -> str:
     else:
         lines += [f"  test RMSE        {_value(s, why, 'test_rmse')}",
                   f"  test NLPD        {_value(s, why, 'test_nlpd')}"]
-    lines.append(f"  seconds          {_fmt(s['seconds'], '.3f')}")
+        if "baseline_test_rmse" in s:
+            lines.append(f"  training mean    RMSE {_fmt(s['baseline_test_rmse'])}, NLPD "
+                         f"{_fmt(s.get('baseline_test_nlpd', math.nan))}  (the trivial "
+                         "predictor)")
+    lines += _timing_lines(s)
     if s.get("clipped_options"):  # a size option above n_train (algorithms.options.clip_to_n)
         lines.append(f"  note             {s['clipped_options']}")
     return "\n".join(lines)
+
+
+def _timing_lines(s: dict) -> list[str]:
+    """The fit's wall and CPU seconds, its untimed warm-up and the machine's load."""
+    seconds = f"  seconds          {_fmt(s['seconds'], '.3f')}"
+    if "cpu_seconds" in s:
+        seconds += f"  (CPU {_fmt(s['cpu_seconds'], '.3f')} s"
+        if s.get("warmup_seconds"):
+            seconds += f"; untimed warm-up {_fmt(s['warmup_seconds'], '.3f')} s before"
+        seconds += ")"
+    lines = [seconds]
+    if "load_start" in s:
+        lines.append(f"  load average     {_fmt(s['load_start'], '.2f')} → "
+                     f"{_fmt(s['load_end'], '.2f')} on {s['cores']} cores")
+    if s.get("warmup_error"):
+        lines.append(f"  note             the warm-up fit failed: {s['warmup_error']}")
+    return lines
 
 
 def curve_text(ds) -> str:

@@ -30,7 +30,16 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "hyper_eval": ("evaluation of the marginal likelihood while learning hyperparameters "
                    "(every restart, in order)", "1"),
     # job bookkeeping
-    "job_seconds": ("job wall time (data, learning, fit, certificate, writing)", "s"),
+    "job_seconds": ("job wall time (data, learning, fit, certificate, writing; not the "
+                    "warm-up)", "s"),
+    "warmup_seconds": ("untimed warm-up before the process's first fit of this algorithm and "
+                       "kernel (a tiny synthetic fit: imports, compiled code; 0 when warm)", "s"),
+    "warmup_error": ("one-line error of a warm-up fit that failed (the job's fit ran anyway)",
+                     "1"),
+    "load_start": ("1-minute load average of the machine at the job's start (os.getloadavg)",
+                   "1"),
+    "load_end": ("1-minute load average of the machine at the job's end (os.getloadavg)", "1"),
+    "cores": ("CPUs the job's process may run on (sched_getaffinity)", "1"),
     "status": ("job status: ok, failed or missing (not run)", "1"),
     "error": ("one-line error of a failed job", "1"),
     "worker": ("Dask worker that ran the job", "1"),
@@ -46,6 +55,10 @@ PIPELINE: dict[str, tuple[str, str]] = {
                                     "(blocks=cluster)", "bytes"),
     "cluster_worker_peak_rss_min": ("smallest peak resident memory of a worker holding rows "
                                     "(blocks=cluster)", "bytes"),
+    # the training-mean predictor on the job's test rows (pipeline.job.baseline)
+    "baseline_test_rmse": ("test root mean squared error of the training mean", TARGET),
+    "baseline_test_nlpd": ("test negative log predictive density of N(training mean, training "
+                           "variance) (mean over points)", "nats"),
     # Theorem 1 certificate (pipeline.job)
     "gap_certified": ("certified relative suboptimality (L − L_min)/|L_min| (Theorem 1)", "1"),
     "certified_lower_bound": ("certified lower bound on min L (Theorem 1)", TARGET2),
@@ -56,6 +69,8 @@ PIPELINE: dict[str, tuple[str, str]] = {
                                       "hyperparameters", "nats"),
     "hyper_n_subset": ("training rows the marginal likelihood was learned on", "1"),
     "hyper_seconds": ("time to learn the hyperparameters", "s"),
+    "hyper_cpu_seconds": ("CPU time of the process (every thread) while learning the "
+                          "hyperparameters", "s"),
     "hyper_lam": ("learned noise variance σ²", TARGET2),
     "hyper_variance": ("learned kernel variance", TARGET2),
     "hyper_evaluations": ("marginal-likelihood evaluations while learning", "1"),
