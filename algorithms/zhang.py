@@ -35,7 +35,14 @@ import math
 import numpy as np
 import scipy.linalg as sla
 
-from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
+from algorithms.contract import (
+    AlgorithmSpec,
+    ExactLimit,
+    KernelBlocks,
+    Prediction,
+    Solution,
+    lowrank_own_hyper,
+)
 from algorithms.evaluation import Recorder
 from algorithms.greedy import PrimalGreedy
 from algorithms.kernels import tiles_own_the_cores
@@ -256,11 +263,13 @@ def _options() -> dict[str, Option]:
 _CHECK = {"max_basis": 8}
 SPECS = [
     AlgorithmSpec("zhang_greedy", fit_greedy, "Zhang's Algorithm 1, full greedy",
-                  _options(), seed_free=True, has_variance=True, check_options=_CHECK),
+                  _options(), seed_free=True, has_variance=True, check_options=_CHECK,
+                  own_hyper=lowrank_own_hyper),
     AlgorithmSpec("zhang_kappa_greedy", fit_kappa_greedy, "Zhang's Algorithm 3, κ-greedy",
-                  _options(), uses_kappa=True, has_variance=True, check_options=_CHECK),
+                  _options(), uses_kappa=True, has_variance=True, check_options=_CHECK,
+                  own_hyper=lowrank_own_hyper),
     AlgorithmSpec("zhang_random", fit_random,
                   "Zhang's Algorithm 2, random (nested draws without replacement)",
                   _options(), has_variance=True, check_options=_CHECK,
-                  exact_limit=ExactLimit({"max_basis": "n"})),
+                  exact_limit=ExactLimit({"max_basis": "n"}), own_hyper=lowrank_own_hyper),
 ]
