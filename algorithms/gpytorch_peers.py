@@ -264,7 +264,7 @@ def _own_summary(runs: list[Trained], best: int, clock: Clock | None) -> dict[st
             "own_stop_reason": chosen.stop, "own_starts": len(runs),
             "own_best_start": chosen.label,
             "own_iterations_total": sum(r.iterations for r in runs),
-            "own_start_summary": "; ".join(f"{r.label}: score {r.score:.6g}, {r.iterations} "
+            "own_start_summary": "; ".join(f"{r.label}: score {r.score:.10g}, {r.iterations} "
                                            f"iterations, {r.stop}" for r in runs),
             "own_learning_seconds": clock.wall if clock else 0.0,
             "own_learning_cpu_seconds": clock.cpu if clock else 0.0,
