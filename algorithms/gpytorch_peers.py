@@ -40,7 +40,10 @@ thread count are left as the process has them); the kernel and the noise at the 
   GPflow's ``Scipy`` optimiser and BoTorch's ``fit_gpytorch_mll`` run it with; else after
   ``steps`` iterations (a safety cap). An L-BFGS iteration that did not move (its line search
   found no decrease; torch's L-BFGS would repeat it forever) restarts L-BFGS along the
-  gradient; a restart that cannot move ends the training (``stalled``). The learned kernel is
+  gradient; a restart that cannot move ends the training (``stalled``: no decrease even along
+  the gradient, a numerically stationary point, where scipy's L-BFGS-B reports
+  ABNORMAL_TERMINATION_IN_LNSRCH; counted as converged, the largest gradient component there
+  recorded as ``own_final_gradient``). The learned kernel is
   translated back into ours; Z is no longer on training rows (``basis`` then holds the rows
   each inducing input started from, or nearest to) and there is no certificate. The summary
   has ``steps_run`` and the stopping reason.
@@ -74,7 +77,9 @@ shuffled ``DataLoader`` gives them. The defaults are GPyTorch's SVGP example's (
 batches of 1024). With ``holdout`` = h > 0 a random share h of the training rows (drawn once,
 the same for every start) is held out: after every epoch their mean negative log predictive
 density (each row's Gaussian N(μ, σ²_f + σ²)) is computed; training stops once it has not
-dropped by more than ``heldout_tol``·max(|best|, 1) below the best for ``patience`` epochs
+dropped by more than ``heldout_tol``·max(|best|, 1) below the best for ``patience`` epochs,
+once ``min_steps`` Adam steps are run (a start whose held-out NLPD first rises, as from a
+kernel learned with a small σ², is not stopped at once)
 (early stopping on a validation set, the usual rule for minibatch training), and the state
 with the best held-out NLPD is kept; ``epochs`` is then a safety cap. With ``holdout`` = 0
 every row is fitted for ``epochs`` epochs. With ``learn_kernel`` (the default) q(u), the
@@ -127,7 +132,10 @@ SVGP_OWN_CAP = 1000  # the own protocol's safety cap on epochs
 PATIENCE = 10  # SVGP: epochs without a held-out improvement before it stops
 HELDOUT_TOL = 1e-4  # SVGP: the relative drop of the held-out NLPD that counts as one
 HELDOUT_BLOCK = 4096  # held-out rows per prediction block
-CONVERGED = ("relative_change", "gradient", "no_improvement")  # own_stop_reason: converged
+MIN_STEPS = 1000  # SVGP: Adam steps before the held-out rule may stop it (GPyTorch's example
+# trains 1360 steps on 3droad)
+# own_stop_reason of a converged training ("stalled": numerically stationary, module docstring)
+CONVERGED = ("relative_change", "gradient", "stalled", "no_improvement")
 NOISE_FLOOR = 1e-4  # GaussianLikelihood's default lower bound on the noise, lowered for a lam below
 JITTER = re.compile(r"added jitter of ([0-9.eE+-]+)")
 
@@ -250,6 +258,7 @@ class Trained:
     stop: str  # own_stop_reason: relative_change, gradient, no_improvement, cap, stalled, untrained
     text: str  # the stopping reason in words
     steps: int  # SGPR: L-BFGS restarts along the gradient; SVGP: Adam steps
+    gradient: float = math.nan  # SGPR: the largest gradient component at the last evaluation
 
     @property
     def converged(self) -> bool:
@@ -268,7 +277,7 @@ def _own_summary(runs: list[Trained], best: int, clock: Clock | None) -> dict[st
                                            f"iterations, {r.stop}" for r in runs),
             "own_learning_seconds": clock.wall if clock else 0.0,
             "own_learning_cpu_seconds": clock.cpu if clock else 0.0,
-            "inducing_init": chosen.note}
+            "inducing_init": chosen.note, "own_final_gradient": chosen.gradient}
 
 
 def fit_sgpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
@@ -393,7 +402,7 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
         return loss
 
     bounds: list[float] = []
-    restarts, restarted, stop, measure = 0, False, "", math.nan
+    restarts, restarted, stop, measure, last_gradient = 0, False, "", math.nan, math.nan
     model.train()
     likelihood.train()
     for step in range(s.steps + 1):
@@ -412,6 +421,7 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
         if training:
             (-value).backward()
             gradient = max(float(p.grad.abs().max()) for p in params if p.grad is not None)
+            last_gradient = gradient
         bounds.append(bound)
         recorder.step(n_basis=m, objective=math.nan, gap=math.nan, elbo=bound,
                       noise=float(likelihood.noise.detach()), start=index)
@@ -444,8 +454,9 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
     how = "L-BFGS iterations" if s.optimizer == "lbfgs" else f"Adam steps (lr={s.lr:g})"
     text = {
         "untrained": "no training (steps = 0): the start's kernel and lam, the inducing rows",
-        "stalled": (f"stalled: L-BFGS's line search found no decrease after {run} iterations, "
-                    "from its restart along the gradient too"),
+        "stalled": (f"converged (stalled): L-BFGS's line search found no decrease after {run} "
+                    "iterations, from its restart along the gradient too (largest gradient "
+                    f"component {last_gradient:.2g})"),
         "relative_change": (f"converged: the bound's relative change {measure:.2g} ≤ "
                             f"elbo_tol={s.elbo_tol:g} after {run} {how}"),
         "gradient": (f"converged: the largest gradient component {measure:.2g} ≤ "
@@ -453,12 +464,13 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
         "cap": f"steps = {s.steps} {how} reached (the cap) on Titsias's bound",
     }[stop]
     return Trained(label, kernel, noise, model, likelihood, base, rows, note, bound, run, stop,
-                   f"{text}; start {label}, {note}", restarts)
+                   f"{text}; start {label}, {note}", restarts, last_gradient)
 
 
 def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
              recorder: Recorder, max_basis: int, epochs: int, lr: float, batch_size: int,
              learn_kernel: bool, holdout: float, patience: int, heldout_tol: float,
+             min_steps: int,
              inducing_init: str, starts: str) -> Solution:
     """GPyTorch's SVGP (Hensman et al. 2013) on ``max_basis`` inducing inputs started by
     ``inducing_init``: Adam at learning rate ``lr`` on GPyTorch's VariationalELBO for at most
@@ -466,7 +478,8 @@ def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.
     training q(u), the inducing inputs and (``learn_kernel``) the kernel and the noise; with
     ``holdout`` > 0 that share of the training rows is held out and training stops once
     their mean negative log predictive density has not improved by ``heldout_tol`` (relative)
-    for ``patience`` epochs, the best state kept; from each of ``starts`` (module docstring)."""
+    for ``patience`` epochs, after at least ``min_steps`` Adam steps, the best state kept; from
+    each of ``starts`` (module docstring)."""
     owner = "algorithm gpytorch_svgp"
     check_translatable(blocks.kernel, owner)
     n = blocks.n
@@ -474,7 +487,7 @@ def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.
         raise InputError(f"{owner}: holdout={holdout:g} of n_train={n} rows holds out "
                          f"{round(holdout * n)}; pass a holdout that keeps at least one row "
                          "on each side, or holdout=0")
-    settings = SvgpSettings(epochs, lr, batch_size, learn_kernel, holdout, patience,
+    settings = SvgpSettings(epochs, lr, batch_size, learn_kernel, holdout, patience, min_steps,
                             heldout_tol, owner)
     try:
         return _fit_svgp(blocks, y, lam, rng, recorder, max_basis, settings, inducing_init,
@@ -493,6 +506,7 @@ class SvgpSettings:
     learn_kernel: bool
     holdout: float
     patience: int
+    min_steps: int
     heldout_tol: float
     owner: str
 
@@ -617,7 +631,8 @@ def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
                 state = _snapshot(model, likelihood)
             else:
                 waited += 1
-                stop = "no_improvement" if waited >= s.patience else ""
+                stop = ("no_improvement" if waited >= s.patience and step >= s.min_steps
+                        else "")
     if state is not None and best_epoch != epoch:  # the best held-out state, not the last
         model.load_state_dict(state[0])
         likelihood.load_state_dict(state[1])
@@ -628,7 +643,8 @@ def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
     text = {
         "untrained": "no training (epochs = 0): q(u) is the prior, the mean is 0",
         "no_improvement": (f"converged: the held-out NLPD did not improve by heldout_tol="
-                           f"{s.heldout_tol:g} (relative) for patience={s.patience} epochs"),
+                           f"{s.heldout_tol:g} (relative) for patience={s.patience} epochs, "
+                           f"after at least min_steps={s.min_steps} steps"),
         "cap": f"epochs = {s.epochs} reached (the cap)",
     }[stop] + (f"; {epoch} epochs of Adam (lr={s.lr:g}, batches of {batch}: {step} steps) on "
                f"the ELBO over {what}{held}; start {label}, {note}")
@@ -715,13 +731,16 @@ SPECS: list[AlgorithmSpec] = [
             "heldout_tol": Option(HELDOUT_TOL, "float", "holdout > 0: an improvement is a "
                                   "drop of the held-out NLPD by more than this, relative "
                                   "(floor 1)", lo=0.0),
+            "min_steps": Option(MIN_STEPS, "int", "holdout > 0: Adam steps before the held-out "
+                                "rule may stop the training (GPyTorch's SVGP example trains "
+                                "1360)", lo=0),
             "inducing_init": INIT_OPTION,
             "starts": STARTS_OPTION,
         },
         has_variance=True, check_options={"max_basis": 10, "epochs": 2, "batch_size": 20},
         certifiable=lambda options: options["epochs"] == 0, requires=(TORCH, GPYTORCH),
         own_protocol={"learn_kernel": True, "epochs": SVGP_OWN_CAP, "holdout": 0.1,
-                      "patience": PATIENCE, "heldout_tol": HELDOUT_TOL,
+                      "patience": PATIENCE, "heldout_tol": HELDOUT_TOL, "min_steps": MIN_STEPS,
                       "inducing_init": "greedy_variance", "starts": "given+median"},
     ),
 ]

@@ -88,7 +88,7 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "own_converged": ("the method's own learning stopped by its convergence rule (not its "
                       "cap)", "1"),
     "own_stop_reason": ("why the method's own learning stopped (relative_change, gradient, "
-                        "no_improvement, converged: converged; cap, stalled, untrained, "
+                        "stalled, no_improvement, converged: converged; cap, untrained, "
                         "failed_to_converge)", "1"),
     "own_starts": ("starts of the method's own learning", "1"),
     "own_best_start": ("the start whose learning was kept (given, median)", "1"),
@@ -99,6 +99,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "own_learning_cpu_seconds": ("process CPU time (all threads) of the method's own "
                                  "hyperparameter learning within its fit", "s"),
     "inducing_init": ("how the inducing inputs were initialised", "1"),
+    "own_final_gradient": ("largest gradient component of the per-row objective at the last "
+                           "evaluation of the kept start", "1"),
     "heldout_rows": ("training rows held out to stop the training on", "1"),
     "heldout_nlpd": ("mean negative log predictive density of the held-out training rows",
                      "nats"),

@@ -128,11 +128,12 @@ def test_the_best_of_two_starts_is_kept(data):
 def test_svgp_stops_on_its_held_out_rows(data):
     """Adam epochs stopped once the held-out NLPD stops improving: converged below the cap,
     the kept state the one with the best held-out NLPD (recomputed here from the predictor
-    on the held-out rows, the first draw of the job's generator); a cap of 2 epochs says so."""
+    on the held-out rows, the first draw of the job's generator); not before ``min_steps``;
+    a cap of 2 epochs says so."""
     X, y = data
     blocks = ArrayKernelBlocks(X, KERNEL)
     options = own("gpytorch_svgp", starts="given", batch_size=32, lr=0.05, patience=3,
-                  heldout_tol=1e-3, holdout=0.2, epochs=400)
+                  heldout_tol=1e-3, holdout=0.2, epochs=400, min_steps=0)
     fit = run("gpytorch_svgp", blocks, y, lam=LAM, rng=5, max_basis=8, **options)
     s = fit.summary
     print(f"\nSVGP own: {s['own_iterations']} epochs, {s['own_stop_reason']}")
@@ -147,6 +148,9 @@ def test_svgp_stops_on_its_held_out_rows(data):
     traced = fit.trace["heldout_nlpd"]
     assert nlpd == pytest.approx(np.nanmin(traced), rel=1e-6)
     assert np.argmin(np.where(np.isnan(traced), np.inf, traced)) < len(traced) - 1
+    later = run("gpytorch_svgp", blocks, y, lam=LAM, rng=5, max_basis=8,
+                **{**options, "min_steps": 150}).summary  # not stopped before 150 steps
+    assert later["own_converged"] and later["steps_run"] >= 150 > s["steps_run"]
     capped = run("gpytorch_svgp", blocks, y, lam=LAM, rng=5, max_basis=8,
                  **{**options, "epochs": 2}).summary
     assert not capped["own_converged"] and capped["own_stop_reason"] == "cap"
