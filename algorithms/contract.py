@@ -414,6 +414,16 @@ class Requirement:
     extra: str
 
 
+def lowrank_own_hyper(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The own protocol of a low-rank method with a basis size ``max_basis`` = m: its kernel
+    and σ² learned on every training row by Titsias' collapsed bound with a basis of m
+    pivoted-Cholesky rows (``hyper.method=lowrank``, ``hyper.basis`` = m; the ``hyper``
+    block's basis where max_basis is null), the bound GPyTorch's SGPR trains on, so the two
+    compare like for like at equal m."""
+    basis = options.get("max_basis")
+    return {"method": "lowrank", "bound": "vfe", **({"basis": int(basis)} if basis else {})}
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """Everything the pipeline may know about an algorithm.
@@ -448,6 +458,11 @@ class AlgorithmSpec:
     of that training; the pipeline's ``protocol=own`` applies them instead of fitting at a
     shared learned kernel (None: the method learns nothing itself, so its own protocol is the
     shared one).
+    ``own_hyper``: for a method whose own protocol learns its kernel by the pipeline's
+    ``hyper=ml`` in another form (our low-rank methods: Titsias' bound on every training row
+    with a basis of the method's own size, :func:`lowrank_own_hyper`), a function of the
+    job's algorithm options giving the ``hyper`` options of that learning (None: the shared
+    learning, or the method's own training where ``own_protocol`` is set).
     """
 
     name: str
@@ -466,6 +481,7 @@ class AlgorithmSpec:
     requires: tuple[Requirement, ...] = ()
     cluster_blocks: bool = False
     own_protocol: Mapping[str, Any] | None = None
+    own_hyper: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -64,7 +64,7 @@ from algorithms.options import Option
 METHODS = ("subset", "lowrank", "exact")  # hyper.method: which marginal likelihood is maximised
 
 __all__ = ["BOUNDS", "LEARNABLE", "OPTIONS", "Learned", "Parameters", "at_bound", "learn",
-           "log_marginal_likelihood", "median_distance", "memory_bytes"]
+           "log_marginal_likelihood", "median_distance", "median_start", "memory_bytes"]
 
 OPTIONS: dict[str, Option] = {
     "method": Option("subset", "choice", "subset: the dense marginal likelihood on a random "
@@ -146,6 +146,28 @@ def median_distance(X: np.ndarray, rng: np.random.Generator, pairs: int = 4000) 
     return float(np.median(d)) if len(d) else 1.0
 
 
+def median_theta(params: Parameters, X: np.ndarray, y: np.ndarray, lam: float,
+                 rng: np.random.Generator) -> np.ndarray:
+    """θ of the median-heuristic start (module docstring): the variance at var(y), every
+    length scale at half the median distance between rows of X (:func:`median_distance`),
+    σ² = ``lam``; clipped to the bounds box."""
+    theta = np.empty(params.n_lengths + 2)
+    theta[0] = math.log(max(float(np.var(y)), BOUNDS[0]))
+    theta[1:-1] = math.log(0.5 * median_distance(X, rng))
+    theta[-1] = math.log(lam)
+    return np.clip(theta, *np.log(BOUNDS))
+
+
+def median_start(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float,
+                 rng: np.random.Generator) -> tuple[Kernel, float]:
+    """(kernel, σ²) of the median-heuristic start (:func:`median_theta`) in ``kernel``'s family,
+    ARD if ``kernel`` has one length scale per input: the first start of :func:`learn`, for a
+    method that learns by itself (the peers' ``starts``)."""
+    X = np.asarray(X, dtype=np.float64)
+    params = Parameters.of(kernel, X.shape[1], kernel.lengthscales is not None)
+    return params.kernel(median_theta(params, X, np.asarray(y, dtype=np.float64), lam, rng))
+
+
 DENSE_ARRAYS = 5  # square arrays alive in one dense evaluation (K, its factor, K⁻¹, M, M∘G)
 
 
@@ -190,12 +212,9 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     if method == "subset" and n > subset:
         rows = np.sort(rng.choice(n, size=subset, replace=False))
         X, y = X[rows], y[rows]
-    theta0 = params.theta(kernel, lam, d)
-    if init == "median":
-        theta0[0] = math.log(max(float(np.var(y)), BOUNDS[0]))
-        theta0[1:-1] = math.log(0.5 * median_distance(X, rng))  # module docstring
+    theta0 = (median_theta(params, X, y, lam, rng) if init == "median"
+              else np.clip(params.theta(kernel, lam, d), *np.log(BOUNDS)))
     log_bounds = np.log(BOUNDS)
-    theta0 = np.clip(theta0, *log_bounds)
     starts = [theta0] + [rng.uniform(*log_bounds, size=len(theta0))
                          for _ in range(restarts if max_iter else 0)]
     lowrank = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Solution
+from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Solution, lowrank_own_hyper
 from algorithms.evaluation import Recorder
 from algorithms.lowrank import (
     LowRankSolve,
@@ -61,4 +61,5 @@ SPECS = [AlgorithmSpec(
     exact_limit=ExactLimit({"max_basis": "n"}, variance=True),
     check_options={"max_basis": 20},
     cluster_blocks=True,
+    own_hyper=lowrank_own_hyper,
 )]

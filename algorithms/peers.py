@@ -23,11 +23,21 @@ The signal variance v is ``ConstantKernel`` / ``ScaleKernel.outputscale``. ARD
 ``lengthscales`` ℓ_j become a vector length scale (``RBF(ℓ)`` / ``ard_num_dims = d``), times
 √3 for the Matérn-3/2 (our (1+h)e^{−h} has h = ‖(x−x')/ℓ‖, the libraries' √3·‖(x−x')/ℓ‖).
 The linear and polynomial kernels have no translation here: a one-line InputError.
+
+Starts (the peers' ``starts`` option, :func:`start_points`): ``given``, the job's kernel and λ
+(under ``protocol=own`` the kernel and σ² that ``hyper=ml`` learned for the dataset and split,
+:mod:`pipeline.job.protocol`); ``median``, the median-heuristic start of
+:func:`algorithms.hyper.median_start` (variance var(y), every length scale at half the median
+distance between training inputs, σ² = :data:`MEDIAN_NOISE`·var(y): on standardised targets
+the σ² = 0.1 that ``hyper=ml`` starts from in uci_frontier); ``given+median``, both, the best
+final objective kept. :class:`Clock` measures a method's own learning (wall and process CPU
+seconds, the summary's ``own_learning_seconds`` and ``own_learning_cpu_seconds``).
 """
 
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,12 +47,16 @@ import numpy as np
 
 from algorithms.contract import Requirement
 from algorithms.errors import InputError
+from algorithms.hyper import median_start
 from algorithms.kernels import KERNELS, Kernel
 
 EXTRA = "peers"
 SKLEARN = Requirement("sklearn", "scikit-learn", "")  # a dependency of the package itself
 TORCH = Requirement("torch", "PyTorch", EXTRA)
 GPYTORCH = Requirement("gpytorch", "GPyTorch", EXTRA)
+
+STARTS = ("given", "median", "given+median")  # the peers' ``starts`` (module docstring)
+MEDIAN_NOISE = 0.1  # σ² of the median start, a fraction of var(y)
 
 # ℓ in the libraries = FACTOR × our length (√(width/2) for the RBF's width, μ, ω or ARD ℓ_j)
 FACTOR = {"rbf": 1.0, "matern32": math.sqrt(3.0), "laplacian": 1.0}
@@ -166,3 +180,32 @@ def torch_linalg_errors() -> tuple[type[BaseException], ...]:
     from linear_operator.utils.errors import NotPSDError
 
     return (torch.linalg.LinAlgError, NotPSDError)
+
+
+def start_points(starts: str, kernel: Kernel, lam: float, X: np.ndarray, y: np.ndarray,
+                 rng: np.random.Generator) -> list[tuple[str, Kernel, float]]:
+    """(label, kernel, σ²) of each start in ``starts`` (:data:`STARTS`, module docstring), in
+    order; the median start draws its pairs of rows from ``rng``."""
+    out = []
+    for label in starts.split("+"):
+        if label == "given":
+            out.append(("given", kernel, lam))
+        elif label == "median":
+            noise = MEDIAN_NOISE * max(float(np.var(y)), 1e-5)
+            out.append(("median", *median_start(X, y, kernel, noise, rng)))
+        else:
+            raise ValueError(f"starts={starts!r}: one of {STARTS}")
+    return out
+
+
+class Clock:
+    """Wall and process CPU seconds (all threads) since it was made, or frozen by :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+        self.wall = self.cpu = 0.0
+
+    def stop(self) -> Clock:
+        self.wall = time.perf_counter() - self.wall0
+        self.cpu = time.process_time() - self.cpu0
+        return self

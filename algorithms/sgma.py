@@ -29,6 +29,7 @@ from algorithms.contract import (
     ExactLimit,
     KernelBlocks,
     Solution,
+    lowrank_own_hyper,
 )
 from algorithms.evaluation import Recorder
 from algorithms.greedy import DualGreedy, PrimalGreedy
@@ -216,5 +217,6 @@ SPECS = [AlgorithmSpec(
     exact_limit=ExactLimit({"eps": 0.0}, variance=True),
     check_options={"max_basis": 8, "eps": 0.0},
     cluster_blocks=True,
+    own_hyper=lowrank_own_hyper,
 )]
 

@@ -9,7 +9,11 @@ Laplace GP classifier.
   L-BFGS-B over the kernel's parameters and a ``WhiteKernel(lam)`` noise term (then
   ``alpha = 1e-10``, recorded as ``jitter``), from the job's kernel and λ and from
   ``n_restarts`` further log-uniform random starts seeded from the job's generator; the
-  learned kernel (translated back) and noise are the solution's. The predictor is
+  learned kernel (translated back) and noise are the solution's. The summary has the wall and
+  CPU seconds of that learning (``own_learning_seconds``, ``own_learning_cpu_seconds``; they
+  include the final factorisation, one of the optimiser's), ``own_starts`` and
+  ``own_converged`` (false where scipy's L-BFGS-B warned that it failed to converge,
+  ``own_stop_reason`` then ``failed_to_converge``). The predictor is
   k(x, X) @ α with scikit-learn's own α (``alpha_``), its variance scikit-learn's
   ``predict(return_std=True)`` squared, plus λ for the fixed kernel (the WhiteKernel already
   holds the noise otherwise).
@@ -48,6 +52,7 @@ from algorithms.evaluation import Recorder
 from algorithms.options import Option
 from algorithms.peers import (
     SKLEARN,
+    Clock,
     hyper_bounds,
     kernel_from_sklearn,
     library_warnings,
@@ -99,8 +104,10 @@ def fit_gpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.G
         gpr = GaussianProcessRegressor(kernel, alpha=lam, optimizer=None, random_state=seed,
                                        copy_X_train=False)
     caught: list[str] = []
+    clock = Clock()
     with library_warnings(caught):
         gpr.fit(X, y)
+    clock.stop()
     alpha = np.asarray(gpr.alpha_, dtype=np.float64).ravel()
     if optimize:  # kernel_ = ConstantKernel * base + WhiteKernel
         fitted, noise = kernel_from_sklearn(blocks.kernel.name, gpr.kernel_.k1), \
@@ -128,10 +135,15 @@ def fit_gpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.G
                                 "kernel and lam does not describe this predictor")
         reasons["gap_certified"] = "no certificate: the kernel and noise were learned"
         stop = f"L-BFGS-B on the log marginal likelihood from {1 + n_restarts} starts"
+        failed = [w for w in caught if "failed to converge" in w]
+        own = {"own_learning_seconds": clock.wall, "own_learning_cpu_seconds": clock.cpu,
+               "own_starts": 1 + n_restarts, "own_converged": not failed,
+               "own_stop_reason": "failed_to_converge" if failed else "converged"}
     else:
         reasons["objective"] = "not computed by scikit-learn (the certificate computes L(α))"
         stop = "fixed kernel (optimizer=None)"
-    summary = {"n_basis": n, "objective": math.nan, "gap": math.nan, "stop_reason": stop,
+        own = {}
+    summary = {"n_basis": n, "objective": math.nan, "gap": math.nan, "stop_reason": stop, **own,
                "jitter": OPTIMIZE_ALPHA if optimize else 0.0,
                "log_marginal_likelihood": log_ml, "learned_kernel": str(fitted),
                "learned_lam": noise, "library": _library(), **_warnings_summary(caught)}

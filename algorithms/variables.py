@@ -83,6 +83,30 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "lbfgs_restarts": ("times L-BFGS was restarted along the gradient after an iteration that "
                        "did not move", "1"),
     "epochs": ("passes over the training rows the minibatch training made", "1"),
+    "own_iterations": ("iterations (SVGP: epochs) of the kept start of the method's own "
+                       "hyperparameter learning", "1"),
+    "own_iterations_total": ("iterations (SVGP: epochs) of every start of the method's own "
+                             "learning", "1"),
+    "own_converged": ("the method's own learning stopped by its convergence rule (not its "
+                      "cap)", "1"),
+    "own_stop_reason": ("why the method's own learning stopped (relative_change, gradient, "
+                        "stalled, no_improvement, converged: converged; cap, untrained, "
+                        "failed_to_converge)", "1"),
+    "own_starts": ("starts of the method's own learning", "1"),
+    "own_best_start": ("the start whose learning was kept (given, median)", "1"),
+    "own_start_summary": ("every start of the method's own learning: its score, iterations "
+                          "and stop reason", "1"),
+    "own_learning_seconds": ("wall time of the method's own hyperparameter learning within "
+                             "its fit", "s"),
+    "own_learning_cpu_seconds": ("process CPU time (all threads) of the method's own "
+                                 "hyperparameter learning within its fit", "s"),
+    "inducing_init": ("how the inducing inputs were initialised", "1"),
+    "own_final_gradient": ("largest gradient component of the per-row objective at the last "
+                           "evaluation of the kept start", "1"),
+    "heldout_rows": ("training rows held out to stop the training on", "1"),
+    "heldout_nlpd": ("mean negative log predictive density of the held-out training rows",
+                     "nats"),
+    "start": ("index of the start (0: the first of starts)", "1"),
     "library": ("peer library and version", "1"),
     "library_warnings": ("warnings the peer library raised", "1"),
     "first_warning": ("the peer library's first warning", "1"),

@@ -77,7 +77,14 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.linalg import lapack
 
-from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
+from algorithms.contract import (
+    AlgorithmSpec,
+    ExactLimit,
+    KernelBlocks,
+    Prediction,
+    Solution,
+    lowrank_own_hyper,
+)
 from algorithms.evaluation import Recorder
 from algorithms.greedy import DEGENERATE_RTOL, PrimalGreedy
 from algorithms.kernels import tiles_own_the_cores
@@ -388,11 +395,13 @@ def _options(greedy: bool) -> dict[str, Option]:
 _CHECK = {"max_basis": 8}
 SPECS = [
     AlgorithmSpec("zhang_greedy", fit_greedy, "Zhang's Algorithm 1, full greedy",
-                  _options(greedy=True), seed_free=True, check_options=_CHECK),
+                  _options(greedy=True), seed_free=True, check_options=_CHECK,
+                  own_hyper=lowrank_own_hyper),
     AlgorithmSpec("zhang_kappa_greedy", fit_kappa_greedy, "Zhang's Algorithm 3, κ-greedy",
-                  _options(greedy=True), uses_kappa=True, check_options=_CHECK),
+                  _options(greedy=True), uses_kappa=True, check_options=_CHECK,
+                  own_hyper=lowrank_own_hyper),
     AlgorithmSpec("zhang_random", fit_random,
                   "Zhang's Algorithm 2, random (nested draws without replacement)",
                   _options(greedy=False), has_variance=True, check_options=_CHECK,
-                  exact_limit=ExactLimit({"max_basis": "n"})),
+                  exact_limit=ExactLimit({"max_basis": "n"}), own_hyper=lowrank_own_hyper),
 ]

@@ -1,5 +1,6 @@
 """protocol=shared|own (pipeline/job/protocol.py): a method that learns by itself trains from
-hyper=ml's first start; one that does not is the shared job."""
+the shared learned kernel (and the median start); our low-rank methods learn by Titsias' bound
+at their basis size; the exact GP and CG are the shared job."""
 
 import math
 
@@ -10,8 +11,10 @@ from algorithms import REGISTRY, InputError, Kernel
 from algorithms.evaluation import options_of
 from algorithms.hyper import Parameters, learn, log_marginal_likelihood
 from pipeline.config import complete
+from pipeline.job.hyper import cache_key
 from pipeline.job.identity import config_hash
 from pipeline.job.protocol import apply_protocol
+from pipeline.job.run import run_job
 
 
 def job(algorithm: str, protocol: str, **algorithm_options) -> dict:
@@ -30,21 +33,67 @@ def test_own_protocols_are_valid_options_of_their_spec(name):
 
 
 def test_a_method_that_learns_nothing_itself_runs_the_shared_job():
+    for name in ("exact", "cg", "sklearn_nystroem"):  # the reference keeps the shared kernel
+        own, shared = job(name, "own"), job(name, "shared")
+        assert apply_protocol(own) == "shared" and own == shared, name
+        assert config_hash(own) == config_hash(shared)
+    # under hyper=fixed nothing is learned: a low-rank method's own job is the shared one too
     own, shared = job("nystrom", "own"), job("nystrom", "shared")
+    own["hyper"] = shared["hyper"] = {"name": "fixed"}
     assert apply_protocol(own) == "shared" and own == shared
-    assert config_hash(own) == config_hash(shared)
 
 
-def test_own_protocol_applies_the_specs_training_from_the_first_start_only():
+@pytest.mark.parametrize("name", ["nystrom", "incomplete_cholesky", "sgma",
+                                  "zhang_kappa_greedy"])
+def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
+    """protocol=own for a method with a basis size m: hyper.method=lowrank with hyper.basis = m
+    (the bound SGPR trains on), the rest of the hyper block as configured; one learning per
+    dataset, split and m, shared by every such method, none with the shared mode."""
+    config = job(name, "own", max_basis=16)
+    assert apply_protocol(config) == "own"
+    assert config["hyper"] == {**job(name, "shared")["hyper"], "method": "lowrank",
+                               "bound": "vfe", "basis": 16}
+    again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    assert apply_protocol(again) == "own" and again == config  # idempotent
+    shared = job(name, "shared", max_basis=16)
+    apply_protocol(shared)
+    assert config_hash(config) != config_hash(shared)
+    assert cache_key(config) != cache_key(shared)
+    nystrom = job("nystrom", "own", max_basis=16)
+    larger = job("nystrom", "own", max_basis=32)
+    apply_protocol(nystrom), apply_protocol(larger)
+    assert cache_key(config) == cache_key(nystrom) != cache_key(larger)
+
+
+def test_own_protocol_applies_the_specs_training_from_the_shared_kernel():
+    """A peer trains by its own protocol from the kernel hyper=ml learned for the shared mode
+    (the same learning: one cache key) and from the median start its ``starts`` names."""
     config = job("gpytorch_sgpr", "own", max_basis=16, steps=0, optimizer="adam")
     assert apply_protocol(config) == "own"
     assert config["algorithm"] == {"name": "gpytorch_sgpr", "max_basis": 16,
                                    **REGISTRY["gpytorch_sgpr"].own_protocol}
-    assert config["hyper"]["restarts"] == 0 and config["hyper"]["max_iter"] == 0
+    assert config["algorithm"]["starts"] == "given+median"
     again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     assert apply_protocol(again) == "own" and again == config  # idempotent
     shared = job("gpytorch_sgpr", "shared", max_basis=16, steps=0, optimizer="adam")
     assert apply_protocol(shared) == "shared" and config_hash(shared) != config_hash(config)
+    assert config["hyper"] == shared["hyper"] and cache_key(config) == cache_key(shared)
+
+
+def test_a_tiny_own_job_learns_by_the_low_rank_bound(tmp_path):
+    """In process: nystrom under protocol=own runs hyper.method=lowrank at basis = max_basis,
+    the exact GP under protocol=own the shared learning."""
+    base = {"dataset": {"name": "sine1d", "n_train": 60, "n_test": 20},
+            "kernel": {"name": "rbf", "width": 2.0}, "protocol": "own",
+            "hyper": {"name": "ml", "restarts": 0, "max_iter": 20},
+            "store_root": str(tmp_path / "stores"), "certificate": {"enabled": False}}
+    nystrom = run_job({**base, "algorithm": {"name": "nystrom", "max_basis": 12}},
+                      tmp_path / "nystrom.nc").result.summary
+    assert nystrom["hyper_method"] == "lowrank" and nystrom["hyper_n_basis"] == 12
+    exact = run_job({**base, "algorithm": {"name": "exact"}},
+                    tmp_path / "exact.nc").result.summary
+    assert exact["hyper_method"] == "subset" and exact["hyper_n_basis"] == 0
+    assert exact["hyper_lam"] != nystrom["hyper_lam"]
 
 
 def test_own_caps_set_a_peers_own_options_and_nothing_else():
@@ -59,7 +108,7 @@ def test_own_caps_set_a_peers_own_options_and_nothing_else():
     apply_protocol(uncapped)
     assert config_hash(config) != config_hash(uncapped)  # the cap is in the job's identity
     # the shared mode and the methods that learn nothing are the same jobs with or without it
-    for algorithm, protocol in (("gpytorch_sgpr", "shared"), ("nystrom", "own")):
+    for algorithm, protocol in (("gpytorch_sgpr", "shared"), ("nystrom", "own"), ("exact", "own")):
         plain, capped = job(algorithm, protocol), job(algorithm, protocol)
         capped["own"] = caps
         apply_protocol(plain), apply_protocol(capped)

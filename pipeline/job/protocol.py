@@ -1,20 +1,34 @@
 """Which hyperparameters a job fits with: the shared ones, or those its method learns itself.
 
 ``protocol=shared`` (the default): every method fits at the configured kernel and ``lam``, or
-at the one kernel and σ² that ``hyper=ml`` learned for the dataset; comparing methods then
-isolates their approximations. ``protocol=own``: a method that learns its hyperparameters
-itself as its users run it (a spec that declares ``own_protocol``: GPyTorch's SGPR trained to
-convergence, SVGP trained with its kernel, scikit-learn's GPR with its optimiser and restarts)
-runs with those option values, from the first start of ``hyper=ml`` (the median-heuristic
-kernel, σ² = ``lam``, the targets' mean as prior mean) evaluated but not optimised, so the
-method's own training is the only learning it gets and its cost is its fit's. For a method
-that learns nothing itself its own protocol is the shared one: its ``protocol=own`` job is
-rewritten to ``protocol=shared``, the same job (computed once in a sweep over both).
+at the one kernel and σ² that ``hyper=ml`` learned for the dataset and split; comparing
+methods then isolates their approximations.
+
+``protocol=own``: each method learns as its users run it, its learning counted in its seconds:
+
+- a method that learns by itself (a spec that declares ``own_protocol``: GPyTorch's SGPR
+  trained by L-BFGS to convergence on Titsias' bound, SVGP by Adam stopped on held-out rows,
+  scikit-learn's GPR by its optimiser and restarts) runs with those option values, from the
+  kernel and σ² that ``hyper=ml`` learned for the dataset and split (the shared mode's
+  learning, computed once for both modes) and, where its ``starts`` option says so, from the
+  median heuristic too, the best final objective kept (:mod:`algorithms.gpytorch_peers`);
+- a method that learns by ``hyper=ml`` in another form (a spec that declares ``own_hyper``:
+  our low-rank methods with a basis size ``max_basis`` = m) gets that form: its kernel learned
+  on every training row by Titsias' bound with a basis of m pivoted-Cholesky rows
+  (``hyper.method=lowrank``, ``hyper.basis`` = m, :func:`algorithms.contract.lowrank_own_hyper`),
+  the bound SGPR trains on, so SGPR and Nyström or SGMA at equal m compare like for like. The
+  learning is cached per dataset, split and basis size (:func:`pipeline.job.hyper.cache_key`
+  hashes the hyper block), shared by every such job at that m;
+- a method that declares neither (the exact GP, CG: the reference's protocol is the shared
+  one), and any method under ``hyper=fixed`` (nothing is learned), runs the shared job: its
+  ``protocol=own`` job is rewritten to ``protocol=shared``, the same job (computed once in a
+  sweep over both).
 
 ``own`` (a mapping, algorithm name → options) sets options on top of a method's own protocol,
-the caps a run can afford, e.g. ``own={<algorithm>: {steps: 50}}`` for at most 50
-iterations; it applies to that method's ``protocol=own`` jobs only, and is part of a job's
-identity through the options it sets (:mod:`pipeline.job.identity` leaves the mapping out).
+the caps a run can afford, e.g. ``own={<algorithm>: {steps: 500}}`` for at most 500
+iterations (the summary's ``own_stop_reason`` says ``cap`` where one was hit); it applies to
+that method's ``protocol=own`` jobs only, and is part of a job's identity through the options
+it sets (:mod:`pipeline.job.identity` leaves the mapping out).
 """
 
 from __future__ import annotations
@@ -41,13 +55,15 @@ def apply_protocol(config: dict) -> str:
     caps = own_options(config["own"], spec)
     if protocol == "shared" or spec is None:
         return protocol
-    if spec.own_protocol is None:  # it learns nothing itself: the shared job
+    learns = dict(config["hyper"]).get("name") == "ml"
+    if spec.own_protocol is not None:  # its own training, from the shared learned kernel
+        config["algorithm"] = {**config["algorithm"], **spec.own_protocol, **caps}
+    elif spec.own_hyper is not None and learns:  # hyper=ml in its own form
+        options = {**{k: o.default for k, o in spec.options.items()}, **config["algorithm"]}
+        config["hyper"] = {**config["hyper"], **spec.own_hyper(options)}
+    else:  # it learns nothing itself: the shared job
         config["protocol"] = "shared"
         return "shared"
-    config["algorithm"] = {**config["algorithm"], **spec.own_protocol, **caps}
-    hyper = dict(config["hyper"])
-    if hyper.get("name") == "ml":  # the first start only (algorithms.hyper, max_iter = 0)
-        config["hyper"] = {**hyper, "restarts": 0, "max_iter": 0}
     return protocol
 
 

@@ -43,10 +43,14 @@ def fit_text(ds) -> str:
         f"  objective {'L   ' if spec.task == 'regression' else '−Ψ  '}   "
         f"{_value(s, why, 'objective')}",
     ]
-    own = c.get("protocol") == "own"  # the method trained from hyper=ml's first start
-    if own and "learned_kernel" in s:
+    # protocol=own: a peer trained from hyper=ml's kernel (its given start) by itself
+    own = c.get("protocol") == "own" and "learned_kernel" in s
+    if own:
         lines[1:1] = [f"  trained (own)    kernel {s['learned_kernel']}, "
-                      f"lam={_fmt(s.get('learned_lam', math.nan))}"]
+                      f"lam={_fmt(s.get('learned_lam', math.nan))}"
+                      + (f" ({s['own_stop_reason']} after {s['own_iterations']} iterations, "
+                         f"best of {s['own_starts']} starts: {s['own_best_start']})"
+                         if "own_iterations" in s else "")]
     if "hyper_kernel" in s:  # hyper=ml: the fit used the learned kernel and λ (own: its start)
         what = "start (own)      kernel" if own else "learned (ML)     kernel"
         lines[1:1] = [f"  {what} {s['hyper_kernel']}, lam={_fmt(s['hyper_lam'])} "
