@@ -265,8 +265,8 @@ def test_uci_frontier_reduced(tmp_path):
     assert float(abs(gpr / rmse.sel(algorithm="exact") - 1).max()) <= 1e-6
     report = render(path)
     text = report.read_text()
-    assert ("Best test root mean squared error [standardised target units] within a budget (seconds (fit "
-            "time elapsed + time to learn the hyperparameters)") in text
+    assert ("Best test root mean squared error [standardised target units] within a budget "
+            "(seconds (fit time elapsed + time to learn the hyperparameters)") in text
     assert "| abalone |" in text and "| pol |" in text and "≤ 600 s" in text
     assert "**shared kernel: every method" in text and "**own protocol: each peer" in text
     figures = [f"fig{i}_frontier_{metric}_{mode}.png" for i, (mode, metric) in enumerate(
@@ -375,8 +375,8 @@ def test_smola2001_sparsity_reduced(tmp_path):
         assert float(basis.sel(algorithm=sparse)) < 300, sparse
         assert float(rmse.sel(algorithm=sparse)) < 1.2 * float(rmse.sel(algorithm="exact"))
     report = render(path)
-    assert "Best test root mean squared error [standardised target units] within a budget (basis size, " \
-        "means" in report.read_text()
+    assert ("Best test root mean squared error [standardised target units] within a budget "
+            "(basis size, means") in report.read_text()
 
 
 def test_only_the_single_run_benchmarks_declare_no_sweep():
