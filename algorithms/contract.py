@@ -448,6 +448,8 @@ class AlgorithmSpec:
     of that training; the pipeline's ``protocol=own`` applies them instead of fitting at a
     shared learned kernel (None: the method learns nothing itself, so its own protocol is the
     shared one).
+    ``too_large``: what to run instead when :func:`~algorithms.evaluation.check_size` refuses
+    a fit as too large, named first in its one-line error (None: a sparse algorithm).
     """
 
     name: str
@@ -466,6 +468,7 @@ class AlgorithmSpec:
     requires: tuple[Requirement, ...] = ()
     cluster_blocks: bool = False
     own_protocol: Mapping[str, Any] | None = None
+    too_large: str | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
