@@ -463,6 +463,8 @@ class AlgorithmSpec:
     with a basis of the method's own size, :func:`lowrank_own_hyper`), a function of the
     job's algorithm options giving the ``hyper`` options of that learning (None: the shared
     learning, or the method's own training where ``own_protocol`` is set).
+    ``too_large``: what to run instead when :func:`~algorithms.evaluation.check_size` refuses
+    a fit as too large, named first in its one-line error (None: a sparse algorithm).
     """
 
     name: str
@@ -482,6 +484,7 @@ class AlgorithmSpec:
     cluster_blocks: bool = False
     own_protocol: Mapping[str, Any] | None = None
     own_hyper: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    too_large: str | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

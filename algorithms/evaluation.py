@@ -412,21 +412,23 @@ def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],
     """Refuse a fit on n training points of dimension d that is too large: n above the spec's
     :data:`~algorithms.contract.SIZE_OPTION` (``max_n``), or a declared memory need
     (``spec.memory_bytes``) above the ``available`` bytes (default: the memory the OS can give
-    now, psutil's ``virtual_memory().available``). Needs only n and d, so the pipeline calls it
-    before ingesting the data; :func:`run` calls it too."""
+    now, psutil's ``virtual_memory().available``), in one line naming ``spec.too_large`` (what
+    to run instead) first. Needs only n and d, so the pipeline calls it before ingesting the
+    data; :func:`run` calls it too."""
     need = None if spec.memory_bytes is None else float(spec.memory_bytes(n, d, options))
     needs = "" if need is None else f" (a fit needs {_size(need)} of memory)"
+    instead = f"{spec.too_large}, a sparse algorithm" if spec.too_large else "a sparse algorithm"
     limit = options.get(SIZE_OPTION)
     if limit is not None and n > limit:
         raise TooLarge(f"{spec.owner}: n_train={n} exceeds algorithm.{SIZE_OPTION}={limit}"
-                         f"{needs}; use a sparse algorithm, fewer training points "
+                         f"{needs}; use {instead}, fewer training points "
                          f"(dataset.n_train) or raise algorithm.{SIZE_OPTION}")
     if need is None:
         return
     available = psutil.virtual_memory().available if available is None else available
     if need > available:
         raise TooLarge(f"{spec.owner}: a fit on n_train={n} needs {_size(need)} of memory but "
-                         f"{_size(available)} is available; use a sparse algorithm or fewer "
+                         f"{_size(available)} is available; use {instead} or fewer "
                          "training points (dataset.n_train)")
 
 

@@ -21,7 +21,8 @@ matrices (K, K + σ²I, L) made the same fits peak at 3.00·n²·8. :func:`memor
 :data:`MEMORY_FACTOR` = 1 times n²·8, plus X, plus :data:`WORKING_BYTES` = 64 MiB, so the
 pipeline refuses a fit above the available memory (or above ``max_n``, if one is set; the
 default null leaves the memory alone to decide) before it ingests the data
-(:func:`algorithms.evaluation.check_size`).
+(:func:`algorithms.evaluation.check_size`), in one line that names PCG (``algorithm=cg``,
+:data:`TOO_LARGE`) as the way to the same posterior at that size.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ from algorithms.options import Option
 
 MEMORY_FACTOR = 1  # n×n float64 matrices alive at the peak of a fit (module docstring)
 WORKING_BYTES = 2 * BLOCK_BYTES  # one streamed block with its temporaries (37 MiB measured)
+# what a fit too large for memory is pointed to: the same posterior by PCG, matrix-free
+# (keggundirected's 57 247 training rows need one n×n matrix of 26.2 GB = 24.4 GiB)
+TOO_LARGE = ("algorithm=cg (PCG: the same GP by conjugate gradients in O(n·block) memory; "
+             "algorithm.error_bars=true for its variances)")
 
 
 def memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
@@ -131,7 +136,7 @@ SPECS = [AlgorithmSpec(
     options={"max_n": Option(None, "int", "refuse larger n; null: refuse only a fit whose "
                              "n²·8 bytes exceed the memory available (memory_bytes)", lo=1,
                              none_ok=True, example=20000)},
-    seed_free=True, has_variance=True, memory_bytes=memory_bytes,
+    seed_free=True, has_variance=True, memory_bytes=memory_bytes, too_large=TOO_LARGE,
     learning_curve=CurveModel(lambda kernel, density, basis, X, sigma2:
                               gp_xbar_error(kernel, density, X, sigma2), needs_basis=False),
     exact_limit=ExactLimit({}, variance=True),

@@ -250,7 +250,7 @@ def test_cg_on_cluster_blocks_equals_the_in_memory_fit(client, store, preconditi
     X, y, X_test, y_test = load_arrays(store)
     kernel = Kernel("rbf", {"width": 10.0})
     options = {"tol": 1e-8, "max_iter": 80, "preconditioner": preconditioner,
-               "error_bars": True}
+               "error_bars": True, "var_tol": 1e-10}  # both brackets 1e-10 wide: equal
     ref = run("cg", ArrayKernelBlocks(X, kernel), y, lam=0.1, rng=0,
               test=(X_test[:10], y_test[:10]), **options)
     with ClusterKernelBlocks(client, store, kernel) as blocks:

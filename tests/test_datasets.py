@@ -31,7 +31,10 @@ from pipeline.datasets import (
 )
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "dataset"
-UCI = ["kin40k", "protein", "elevators", "pol", "pumadyn32nm"]
+UCI = ["kin40k", "protein", "elevators", "pol", "pumadyn32nm", "bike", "keggdirected",
+       "keggundirected"]
+# rows and inputs of the sets added for issue 50 (pipeline/data/README.md)
+UCI_SHAPES = {"bike": (17379, 17), "keggdirected": (48827, 20), "keggundirected": (63608, 27)}
 SYNTHETIC = {  # small sizes keep the suite fast
     "friedman1": {"n_train": 50, "n_test": 20},
     "zhang_sparse_linear": {"n_train": 40, "n_test": 10, "d": 100},
@@ -165,6 +168,67 @@ def test_uci_split_is_ten_percent_and_standardised(name):
     assert set(attrs["source_sha256"]) == {f"{name}.csv.gz", f"{name}_test_mask.csv.gz"}
     other, _ = build({"name": name, "split": 4})
     assert not np.array_equal(arrays["y_test"], other["y_test"])
+
+
+@pytest.mark.parametrize("name", sorted(UCI_SHAPES))
+def test_new_uci_sets_shapes_splits_and_target(name):
+    """Every split 0..9 holds all rows, 10 % of them test; d inputs; the target is the file's
+    last column (the unstandardised build gives it back unchanged)."""
+    rows, d = UCI_SHAPES[name]
+    data, mask = sources._load_uci(name)
+    assert data.shape == (rows, d + 1) and mask.shape == (rows, 10)
+    for split in range(10):
+        n_train, d_split = datasets.train_shape({"name": name, "split": split})
+        assert d_split == d and abs((rows - n_train) - 0.1 * rows) < 1, (name, split)
+        assert n_train == int((~mask[:, split]).sum())
+    raw, attrs = build({"name": name, "split": 7, "standardize_x": False,
+                        "standardize_y": False})
+    assert (attrs["n_train"] + attrs["n_test"], attrs["d"]) == (rows, d)
+    test = mask[:, 7]
+    np.testing.assert_array_equal(raw["y_train"], data[~test, -1])
+    np.testing.assert_array_equal(raw["X_test"], data[test, :-1])
+    with pytest.raises(InputError, match=r"split=10 is invalid") as err:
+        build({"name": name, "split": 10})
+    assert "\n" not in str(err.value)
+
+
+def test_constant_training_columns_are_centred_and_recorded():
+    """A constant training input column is centred on its value (0 on every train row), left
+    unscaled and listed in ``x_constant``: keggundirected's input 9 (0 everywhere) on every
+    split, and keggdirected's input 7 on split 2, whose one test row with the other value stays
+    at its raw distance (≈ 1), not divided by the 3e-21 std of the rounded mean."""
+    arrays, attrs = build({"name": "keggundirected", "split": 0})
+    info = attrs["standardisation"]
+    assert info["x_constant"] == [9] and info["x_std"][9] == 1.0 and info["x_mean"][9] == 0.0
+    assert not arrays["X_train"][:, 9].any() and not arrays["X_test"][:, 9].any()
+    others = np.delete(arrays["X_train"], 9, axis=1)
+    np.testing.assert_allclose(others.std(axis=0), 1.0, rtol=1e-9)
+
+    data, mask = sources._load_uci("keggdirected")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by zero, no overflow
+        arrays, attrs = build({"name": "keggdirected", "split": 2})
+    info = attrs["standardisation"]
+    assert info["x_constant"] == [7] and info["x_std"][7] == 1.0
+    assert not arrays["X_train"][:, 7].any()
+    raw_test = data[mask[:, 2], 7]
+    np.testing.assert_array_equal(arrays["X_test"][:, 7], raw_test - info["x_mean"][7])
+    assert np.abs(arrays["X_test"][:, 7]).max() == pytest.approx(1.0, abs=1e-3)
+    # a split where input 7 varies: nothing constant, nothing recorded
+    assert "x_constant" not in build({"name": "keggdirected", "split": 0})[1]["standardisation"]
+
+
+def test_constant_column_whose_mean_rounds_is_exactly_zero(tmp_path):
+    """0.1 three times: numpy's mean is 0.1 + 1.4e-17 and its std 1.4e-17, not 0; the column
+    is still constant, so it is centred on 0.1 exactly and not divided by that std."""
+    path = _write_csv(tmp_path / "c.csv", [[0.1, 1.0, 2.0], [0.1, 2.0, 3.0], [0.1, 3.0, 1.0],
+                                           [0.5, 4.0, 0.0]])
+    assert np.full(3, 0.1).std() > 0  # the rounding this guards against
+    arrays, attrs = build({"name": "csv", "path": str(path), "test_fraction": 0.25,
+                           "split_seed": None})
+    assert attrs["standardisation"]["x_constant"] == [0]
+    np.testing.assert_array_equal(arrays["X_train"][:, 0], 0.0)
+    assert arrays["X_test"][0, 0] == pytest.approx(0.4)
 
 
 def test_uci_train_subsample_and_bad_split():

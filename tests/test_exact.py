@@ -38,8 +38,9 @@ def test_exact_equals_sklearn(case, seed, lam):
 def test_exact_refuses_huge_n():
     blocks, y, _, _ = make_problem(n=50)
     with pytest.raises(InputError, match=r"^algorithm exact: n_train=50 exceeds algorithm\.max_n="
-                                         r"10 \(a fit needs 64\.0 MiB of memory\); use a sparse "
-                                         r"algorithm, .* or raise algorithm\.max_n$"):
+                                         r"10 \(a fit needs 64\.0 MiB of memory\); use "
+                                         r"algorithm=cg \(PCG.*\), a sparse algorithm, .* or "
+                                         r"raise algorithm\.max_n$"):
         run("exact", blocks, y, lam=0.1, max_n=10)
     with pytest.raises(InputError, match="algorithm exact has no option 'eps'; its options: "
                                          "max_n") as err:
@@ -67,7 +68,8 @@ def test_memory_need_is_the_measured_one_matrix_and_is_checked_against_available
     check_size(spec, 4000, 10, {"max_n": 20000}, available=2 * 4000**2 * 8)  # fits: no error
     with pytest.raises(InputError, match=r"^algorithm exact: a fit on n_train=4000 needs "
                                          r"186\.4 MiB of memory but 122\.1 MiB is available; "
-                                         r"use a sparse algorithm or fewer training points"):
+                                         r"use algorithm=cg \(PCG: .* O\(n·block\) memory; .*\), "
+                                         r"a sparse algorithm or fewer training points"):
         check_size(spec, 4000, 10, {"max_n": 20000}, available=4000**2 * 8)
     check_size(REGISTRY["sgma"], 10**7, 10, {})  # sparse: nothing declared, nothing refused
 
@@ -86,3 +88,34 @@ def test_a_job_too_large_for_exact_is_refused_before_its_data_are_ingested(tmp_p
         run_job(config, tmp_path / "result.nc")  # would generate 2e6 × 20 inputs first
     assert str(err.value).startswith(f"algorithm exact: {fragment}")
     assert not (tmp_path / "stores").exists() and not (tmp_path / "result.nc").exists()
+
+
+def test_keggundirected_is_refused_in_one_line_naming_pcg(tmp_path, monkeypatch):
+    """keggundirected's 57 247 training rows (split 0) need one 26.2 GB matrix: on a machine
+    with 24 GiB available (this one's total) the job is refused before its data are read or
+    anything big is allocated, in one line that points to PCG; PCG itself is not refused."""
+    import tracemalloc
+
+    import psutil
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=24 * 2**30))
+    config = {"algorithm": {"name": "exact"},
+              "dataset": {"name": "keggundirected", "split": 0},
+              "kernel": {"name": "rbf", "width": 10.0}, "lam": 0.1, "kappa": 5, "seed": 0,
+              "store_root": str(tmp_path / "stores")}
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError) as err:
+            run_job(config, tmp_path / "result.nc")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    msg = str(err.value)
+    assert msg == ("algorithm exact: a fit on n_train=57248 needs 24.9 GiB of memory but "
+                   "24.0 GiB is available; use algorithm=cg (PCG: the same GP by conjugate "
+                   "gradients in O(n·block) memory; algorithm.error_bars=true for its "
+                   "variances), a sparse algorithm or fewer training points (dataset.n_train)")
+    assert peak < 64 * 2**20  # nothing n×n, not even the 63 608 × 28 data (14 MB as float64)
+    assert not (tmp_path / "stores").exists() and not (tmp_path / "result.nc").exists()
+    check_size(REGISTRY["cg"], 57248, 27, {"max_n": REGISTRY["cg"].options["max_n"].default})

@@ -68,5 +68,8 @@ def test_code_and_data_are_shipped_and_tests_are_not(shipped):
         assert modules and sorted(modules - files) == [], top
     data = _tracked("pipeline/data", "*")
     assert "pipeline/data/README.md" in data and "pipeline/data/abalone.data" in data
+    for name in ("bike", "keggdirected", "keggundirected"):  # the sets added for issue 50
+        assert {f"pipeline/data/{name}.csv.gz", f"pipeline/data/{name}_test_mask.csv.gz",
+                f"conf/dataset/{name}.yaml"} <= files, name
     assert sorted(data - files) == []
     assert not [f for f in files if f.startswith(("tests/", "outputs/", "multirun/"))]

@@ -47,6 +47,9 @@ _UCI_ORIGINS = {
     "elevators": "Torgo's regression collection (F16 aircraft control, 'elevators')",
     "pol": "Torgo's regression collection ('pole telecommunication')",
     "pumadyn32nm": "Delve 'pumadyn-32nm' (Puma 560 robot-arm dynamics)",
+    "bike": "UCI 'Bike Sharing' (Fanaee-T & Gama 2013), hourly counts",
+    "keggdirected": "UCI 'KEGG Metabolic Relation Network (Directed)'",
+    "keggundirected": "UCI 'KEGG Metabolic Reaction Network (Undirected)'",
 }
 _UCI_SHA256 = {
     "kin40k": ("9bee7f2a9f39aa61a015f239378368601fb3978c5bb9a96433e88a55d40883ba",
@@ -59,6 +62,12 @@ _UCI_SHA256 = {
             "c5540259aabe58f5c7a534ed6f5141f8c1157d5de592e45884b7fced6091e981"),
     "pumadyn32nm": ("10d1698944e0f6e586f2781e4b62c17c05174d4c6cdb6fb824a3e5a1b3630ae4",
                     "5a70d06c54813712456b3631ef406094c121a20fdc68b2dd400a1045f45b3f43"),
+    "bike": ("411f76ae426c0e348a2629dcf6b3b29102c7db465eae780a3454c39db1dfac4f",
+             "cf13dc25e80c03019cf2b01666f9cc29b03ea222f5c519536023ea56669bf337"),
+    "keggdirected": ("51b7bb56e3f3eae36273cdd5a549c042bdf0ec10948a6f8e6b01a1d6912212cd",
+                     "b8a7fc902444fdbc5866e8bf314e4778a303d675ef5267c83c5c25b70dacd357"),
+    "keggundirected": ("117419270e50f581df18bf996ffc8b6bf1bb76c9f3640331ac9d6e64cff63d4e",
+                       "ea56968ffbf638720943f2758fe0464e1ff532654bc5a67c369a1cda8c6e7f13"),
 }
 UCI_NAMES = tuple(_UCI_SHA256)
 _SKLEARN = ("scikit-learn/scikit-learn", "1.9.1")  # the release tag the file was taken from

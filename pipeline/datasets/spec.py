@@ -251,9 +251,15 @@ def _scale_error(name: str, what: str, values: np.ndarray, mean: float, std: flo
 
 def _standardise(arrays: Arrays, spec: Mapping[str, Any],
                  extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Standardise in place with TRAIN statistics (a constant column keeps scale 1); return what
-    was used. ``extra`` (the builder's attrs) may name the columns: ``feature_names`` (one per
-    input column) and ``target_name``.
+    """Standardise in place with TRAIN statistics; return what was used. ``extra`` (the
+    builder's attrs) may name the columns: ``feature_names`` (one per input column) and
+    ``target_name``.
+
+    A constant training input column (all its train values equal, e.g. keggundirected's input
+    9) has no scale: it is centred on its value (exactly 0 on every train row; a test row keeps
+    its difference from it, unscaled), its ``x_std`` is 1, and its index is listed in
+    ``x_constant`` (present only when some column is constant, so that the record, and the
+    content digest, of a set without one is unchanged). A constant target keeps scale 1 too.
 
     Raises
     ------
@@ -272,7 +278,9 @@ def _standardise(arrays: Arrays, spec: Mapping[str, Any],
             label = f" ({names[j]})" if names is not None and len(names) == X.shape[1] else ""
             raise _scale_error(name, f"input column {j}{label}", X[:, j], mean[j], std[j],
                                "standardize_x")
-        std[std == 0.0] = 1.0
+        constant = np.flatnonzero(X.max(axis=0) == X.min(axis=0))  # n_train ≥ 1: validated
+        mean[constant] = X[0, constant]  # its value itself: the train column becomes exactly 0
+        std[constant] = 1.0  # a mean of equal values may round, and its std need not be 0
     if spec.get("standardize_y", False):
         y = arrays["y_train"]
         mean_y, std_y, bad_y = (v[0] for v in _train_scale(y[:, None]))
@@ -286,6 +294,8 @@ def _standardise(arrays: Arrays, spec: Mapping[str, Any],
             for key in ("X_train", "X_test"):
                 arrays[key] = (arrays[key] - mean) / std
             info["x_mean"], info["x_std"] = mean.tolist(), std.tolist()
+            if len(constant):
+                info["x_constant"] = constant.tolist()
         if spec.get("standardize_y", False):
             for key in ("y_train", "y_test"):
                 arrays[key] = (arrays[key] - mean_y) / std_y
