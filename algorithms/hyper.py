@@ -4,7 +4,7 @@ Which likelihood (``method``): ``subset``, the dense form (:mod:`algorithms.marg
 on a random subset of at most ``subset`` training points (the subset form of §3.6:
 O(subset³) per evaluation whatever n); ``lowrank``, Titsias' collapsed bound or the
 subset-of-regressors evidence on every training point with a basis of ``basis`` points chosen
-by pivoted Cholesky at the first start (:mod:`algorithms.marginal_likelihood_lowrank`,
+by pivoted Cholesky at each start (:mod:`algorithms.marginal_likelihood_lowrank`,
 O(n·basis²)); ``exact``, the dense form on every training point (O(n³), n² memory).
 
 :func:`learn` runs scipy's L-BFGS-B on −log p from a first start and from ``restarts`` random
@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,12 +194,15 @@ def at_bound(theta: np.ndarray, names: list[str], fraction: float = 0.01) -> lis
 def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
           rng: np.random.Generator, method: str = "subset", subset: int = 2000,
           basis: int = 512, bound: str = "vfe", restarts: int = 5, ard: bool = False,
-          max_iter: int = 200, init: str = "median", center_y: bool = True) -> Learned:
+          max_iter: int = 200, init: str = "median", center_y: bool = True,
+          extra_starts: Sequence[tuple[Kernel, float]] = ()) -> Learned:
     """Maximise the marginal likelihood of ``method`` (:data:`METHODS`) from the first start
-    (``init``) and from ``restarts`` log-uniform random starts over the bounds box; keep the
-    best (module docstring). With ``center_y`` the targets' mean is subtracted first
-    (``Learned.y_offset``). ``Learned.seconds`` is its wall time, ``Learned.cpu_seconds`` the
-    process's CPU time meanwhile (every thread)."""
+    (``init``), then from each (kernel, σ²) of ``extra_starts`` (e.g. a kernel learned by
+    another method) and from ``restarts`` log-uniform random starts over the bounds box; keep
+    the best (module docstring). With ``method=lowrank`` every start chooses its own basis
+    (pivoted Cholesky of the kernel at that start). With ``center_y`` the targets' mean is
+    subtracted first (``Learned.y_offset``). ``Learned.seconds`` is its wall time,
+    ``Learned.cpu_seconds`` the process's CPU time meanwhile (every thread)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -215,13 +218,21 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     theta0 = (median_theta(params, X, y, lam, rng) if init == "median"
               else np.clip(params.theta(kernel, lam, d), *np.log(BOUNDS)))
     log_bounds = np.log(BOUNDS)
-    starts = [theta0] + [rng.uniform(*log_bounds, size=len(theta0))
-                         for _ in range(restarts if max_iter else 0)]
-    lowrank = None
-    if method == "lowrank":  # the basis: pivoted Cholesky at the first start, then fixed
-        chosen = pivoted_basis(X, params.kernel(theta0)[0], basis)
-        lowrank = LowRankObjective(X, y, X[chosen], params, bound)
-    evaluate = lowrank or functools.partial(log_marginal_likelihood, X, y, params)
+    given = [np.clip(params.theta(k, s2, d), *log_bounds) for k, s2 in extra_starts]
+    starts = [theta0] + given + [rng.uniform(*log_bounds, size=len(theta0))
+                                 for _ in range(restarts if max_iter else 0)]
+    objectives: dict[int, LowRankObjective] = {}
+
+    def objective_at(run: int):
+        """The run's objective: with method=lowrank, Titsias' bound on a basis chosen by
+        pivoted Cholesky at the run's start (then fixed), else the dense likelihood."""
+        if method != "lowrank":
+            return functools.partial(log_marginal_likelihood, X, y, params)
+        if run not in objectives:
+            chosen = pivoted_basis(X, params.kernel(starts[run])[0], basis)
+            objectives[run] = LowRankObjective(X, y, X[chosen], params, bound)
+        return objectives[run]
+
     rows_run: list[int] = []
     rows_value: list[float] = []
     rows_theta: list[np.ndarray] = []
@@ -229,7 +240,7 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
 
     def objective(theta: np.ndarray, run: int) -> tuple[float, np.ndarray]:
         try:
-            value, grad = evaluate(theta)
+            value, grad = objective_at(run)(theta)
         except np.linalg.LinAlgError:  # K_y not positive definite: a step too far
             value, grad = -math.inf, np.zeros(len(theta))
         rows_run.append(run)
@@ -238,13 +249,15 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
         return (-value if math.isfinite(value) else 1e300), -grad
 
     best = None
+    basis_of_run: dict[int, tuple[int, float]] = {}
     for run, theta in enumerate(starts):
         if not max_iter:  # the first start, evaluated, not optimised
             value = -objective(theta, run)[0]
             runs.append({"run": run, "log_marginal_likelihood": value, "iterations": 0,
                          "converged": False, "message": "not optimised (max_iter = 0)"})
-            if math.isfinite(value) and value > -1e299:
-                best = (value, theta)
+            if math.isfinite(value) and value > -1e299 and (best is None or value > best[0]):
+                best = (value, theta, run)
+            basis_of_run[run] = _basis_of(objectives.pop(run, None))
             continue
         from scipy.optimize import minimize  # here: ~0.13 s of import a fixed-kernel job skips
 
@@ -254,16 +267,23 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
         runs.append({"run": run, "log_marginal_likelihood": value, "iterations": int(res.nit),
                      "converged": bool(res.success), "message": str(res.message)})
         if math.isfinite(value) and value > -1e299 and (best is None or value > best[0]):
-            best = (value, res.x)
+            best = (value, res.x, run)
+        basis_of_run[run] = _basis_of(objectives.pop(run, None))  # one run's arrays at a time
     if best is None:
         raise InputError(f"hyper=ml: the marginal likelihood could not be evaluated from kernel "
                          f"{kernel}, lam={lam} (K + σ²I not positive definite at every start); "
                          "pass a larger lam or another kernel scale")
     learned, learned_lam = params.kernel(best[1])
+    n_basis, jitter = basis_of_run[best[2]]  # method=lowrank: the best run's basis
     trace = {"run": np.array(rows_run, dtype=np.int64),
              "log_marginal_likelihood": np.array(rows_value),
              "theta": np.array(rows_theta)}
     return Learned(learned, learned_lam, best[0], len(y), time.perf_counter() - start,
                    params.names(), trace, runs, y_offset, at_bound(best[1], params.names()),
-                   method, 0 if lowrank is None else len(lowrank.Z),
-                   0.0 if lowrank is None else lowrank.jitter, time.process_time() - cpu_start)
+                   method, n_basis, jitter, time.process_time() - cpu_start)
+
+
+def _basis_of(objective: LowRankObjective | None) -> tuple[int, float]:
+    """(basis points, largest jitter added to K_mm) of a low-rank run's objective; (0, 0) for
+    the dense likelihood."""
+    return (0, 0.0) if objective is None else (len(objective.Z), float(objective.jitter))

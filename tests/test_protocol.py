@@ -11,7 +11,7 @@ from algorithms import REGISTRY, InputError, Kernel
 from algorithms.evaluation import options_of
 from algorithms.hyper import Parameters, learn, log_marginal_likelihood
 from pipeline.config import complete
-from pipeline.job.hyper import cache_key
+from pipeline.job.hyper import HYPER_OPTIONS, cache_key, shared_config
 from pipeline.job.identity import config_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.run import run_job
@@ -51,8 +51,12 @@ def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
     dataset, split and m, shared by every such method, none with the shared mode."""
     config = job(name, "own", max_basis=16)
     assert apply_protocol(config) == "own"
-    assert config["hyper"] == {**job(name, "shared")["hyper"], "method": "lowrank",
-                               "bound": "vfe", "basis": 16}
+    shared_hyper = job(name, "shared")["hyper"]
+    assert config["hyper"] == {**shared_hyper, "method": "lowrank", "bound": "vfe",
+                               "basis": 16,
+                               "shared_start": {k: shared_hyper.get(k, HYPER_OPTIONS[k].default)
+                                                for k in ("method", "bound", "basis")}}
+    assert shared_config(config)["hyper"]["method"] == shared_hyper.get("method", "subset")
     again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     assert apply_protocol(again) == "own" and again == config  # idempotent
     shared = job(name, "shared", max_basis=16)
@@ -90,6 +94,7 @@ def test_a_tiny_own_job_learns_by_the_low_rank_bound(tmp_path):
     nystrom = run_job({**base, "algorithm": {"name": "nystrom", "max_basis": 12}},
                       tmp_path / "nystrom.nc").result.summary
     assert nystrom["hyper_method"] == "lowrank" and nystrom["hyper_n_basis"] == 12
+    assert nystrom["hyper_runs"] == 2  # the median start and the shared learning's optimum
     exact = run_job({**base, "algorithm": {"name": "exact"}},
                     tmp_path / "exact.nc").result.summary
     assert exact["hyper_method"] == "subset" and exact["hyper_n_basis"] == 0
@@ -153,3 +158,25 @@ def test_max_iter_zero_returns_the_first_start_evaluated():
     value, _ = log_marginal_likelihood(X, y - y.mean(), params, theta)
     assert got.log_marginal_likelihood == pytest.approx(value, rel=1e-12)
     assert got.lam == pytest.approx(0.1) and got.y_offset == pytest.approx(y.mean())
+
+
+@pytest.mark.parametrize("method", ["lowrank", "subset"])
+def test_a_further_start_is_evaluated_and_the_better_kept(method):
+    """learn(extra_starts=…): every start is a run of its own (with method=lowrank its own
+    pivoted-Cholesky basis), and the best objective wins: a start at a learned optimum beats
+    the median start it was learned from."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=80)
+    kernel = Kernel("rbf", {"width": 2.0})
+    options = {"method": method, "basis": 10, "restarts": 0}
+    optimum = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), max_iter=50, **options)
+    median = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), max_iter=0, **options)
+    both = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), max_iter=0,
+                 extra_starts=[(optimum.kernel, optimum.lam)], **options)
+    assert [run["run"] for run in both.runs] == [0, 1]
+    assert both.runs[0]["log_marginal_likelihood"] == median.log_marginal_likelihood
+    assert both.log_marginal_likelihood == max(r["log_marginal_likelihood"] for r in both.runs)
+    assert both.log_marginal_likelihood > median.log_marginal_likelihood
+    assert both.lam == pytest.approx(optimum.lam, rel=1e-12)
+    assert both.n_basis == (10 if method == "lowrank" else 0)

@@ -40,7 +40,20 @@ HYPER_OPTIONS: dict[str, Option] = {
     "name": Option("fixed", "choice", "fixed: the configured kernel and lam; ml: learn them "
                    "by maximum marginal likelihood", choices=("fixed", "ml")),
     **OPTIONS,
+    "shared_start": Option(None, "any", "null, or the hyper options (e.g. {method: subset}) "
+                           "of another learning on the same data whose kernel and σ² are a "
+                           "further start of this one (protocol=own sets it: a method that "
+                           "learns in its own form also starts from the shared kernel, as the "
+                           "peers do)", none_ok=True, parse=lambda v: _hyper_form(v)),
 }
+
+
+def _hyper_form(value: Any) -> dict[str, Any]:
+    """``hyper.shared_start``: a mapping of options of :data:`algorithms.hyper.OPTIONS`."""
+    if not isinstance(value, Mapping) or not set(value) <= set(OPTIONS):
+        raise InputError(f"hyper.shared_start={value!r} must map hyper options to values, "
+                         "e.g. 'hyper.shared_start={method: subset}', or be null")
+    return dict(value)
 CACHE_DIR = "hyper"
 
 
@@ -165,6 +178,13 @@ def _record_from_json(data: Mapping) -> LearnedRecord:
                          data["runs"])
 
 
+def shared_config(config: Mapping) -> dict:
+    """``config`` with the ``hyper`` block of the learning its ``hyper.shared_start`` names
+    (that block's options over this one's, and no further start)."""
+    hyper = dict(config["hyper"])
+    return {**config, "hyper": {**hyper, **dict(hyper["shared_start"]), "shared_start": None}}
+
+
 def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedRecord:
     """The learned hyperparameters of a job with ``hyper=ml``: read from the cache, or learned
     on the job's training data (ingested if ``store`` is not given) and cached atomically."""
@@ -182,9 +202,14 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     X, y, _, _ = load_arrays(store, verify=False)
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
-    settings = {k: v for k, v in options.items() if k not in ("name", "seed")}
+    settings = {k: v for k, v in options.items() if k not in ("name", "seed", "shared_start")}
+    extra = []
+    if options["shared_start"]:  # the other learning's optimum is one more start
+        other = learned(shared_config(config), store)
+        extra.append((other.kernel, other.lam))
     result = learn(X, y, kernel, float(config["lam"]),
-                   rng=np.random.default_rng([options["seed"], 7]), **settings)
+                   rng=np.random.default_rng([options["seed"], 7]), extra_starts=extra,
+                   **settings)
     data = {"kernel": {"name": result.kernel.name,
                        **{k: list(v) if isinstance(v, tuple) else v
                           for k, v in result.kernel.params.items()}},
