@@ -36,6 +36,15 @@ from pipeline.job.codeversion import code_version
 if TYPE_CHECKING:
     import xarray as xr
 
+
+def _hyper_form(value: Any) -> dict[str, Any]:
+    """``hyper.shared_start``: a mapping of options of :data:`algorithms.hyper.OPTIONS`."""
+    if not isinstance(value, Mapping) or not set(value) <= set(OPTIONS):
+        raise InputError(f"hyper.shared_start={value!r} must map hyper options to values, "
+                         "e.g. 'hyper.shared_start={method: subset}', or be null")
+    return dict(value)
+
+
 HYPER_OPTIONS: dict[str, Option] = {
     "name": Option("fixed", "choice", "fixed: the configured kernel and lam; ml: learn them "
                    "by maximum marginal likelihood", choices=("fixed", "ml")),
@@ -44,16 +53,9 @@ HYPER_OPTIONS: dict[str, Option] = {
                            "of another learning on the same data whose kernel and σ² are a "
                            "further start of this one (protocol=own sets it: a method that "
                            "learns in its own form also starts from the shared kernel, as the "
-                           "peers do)", none_ok=True, parse=lambda v: _hyper_form(v)),
+                           "peers do)", none_ok=True, parse=_hyper_form),
 }
 
-
-def _hyper_form(value: Any) -> dict[str, Any]:
-    """``hyper.shared_start``: a mapping of options of :data:`algorithms.hyper.OPTIONS`."""
-    if not isinstance(value, Mapping) or not set(value) <= set(OPTIONS):
-        raise InputError(f"hyper.shared_start={value!r} must map hyper options to values, "
-                         "e.g. 'hyper.shared_start={method: subset}', or be null")
-    return dict(value)
 CACHE_DIR = "hyper"
 
 
