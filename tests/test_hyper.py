@@ -326,3 +326,61 @@ def test_the_report_and_the_sweep_name_each_setting_on_a_bound(monkeypatch):
     (line,) = outcome.sweep_warnings("results.zarr")
     assert line.startswith("warning: hyper=ml at dataset.split=0 learned log_noise=upper")
     assert at_bound_settings(ds.drop_vars("final_hyper_at_bound")) == []
+
+
+def _learning_config(tmp_path) -> dict:
+    from pipeline.config import complete
+
+    config = complete({"algorithm": {"name": "nystrom"},
+                       "dataset": {"name": "sine1d", "n_train": 120},
+                       "kernel": {"name": "rbf", "width": 2.0},
+                       "hyper": {"name": "ml", "subset": 100, "max_iter": 30}})
+    config["store_root"] = str(tmp_path / "stores")
+    return config
+
+
+def test_a_damaged_cached_learning_is_learned_again_with_a_note(tmp_path, capsys):
+    """The hyper cache carries the sha256 of its content: a changed digit is never served."""
+    from pipeline.job.hyper import learned
+
+    config = _learning_config(tmp_path)
+    first = learned(config)
+    (path,) = (tmp_path / "stores" / "hyper").glob("*.json")
+    assert learned(config).lam == first.lam and "note:" not in capsys.readouterr().out
+    text = path.read_text()
+    lam = json.dumps(json.loads(text)["learning"]["lam"])
+    damaged = text.replace(lam, lam[:-1] + str((int(lam[-1]) + 1) % 10), 1)
+    assert damaged != text
+    path.write_text(damaged)
+    again = learned(config)
+    out = capsys.readouterr().out
+    assert f"note: the cached learning {path}" in out and "checksum" in out
+    assert again.lam == first.lam and path.read_text() == text  # relearned, rewritten
+    path.write_text("{not json")
+    assert learned(config).lam == first.lam
+    assert "is unreadable or damaged" in capsys.readouterr().out
+
+
+def test_jobs_needing_one_learning_at_once_learn_it_once(tmp_path, monkeypatch):
+    """A lease around the learning: concurrent jobs wait for it and read the cache."""
+    import threading
+
+    import pipeline.job.hyper as hyper
+
+    config = _learning_config(tmp_path)
+    calls = []
+    real = hyper._learn
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(hyper, "_learn", counted)
+    out: list = []
+    threads = [threading.Thread(target=lambda: out.append(hyper.learned(config).lam))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(out) == 3 and len(set(out)) == 1 and len(calls) == 1

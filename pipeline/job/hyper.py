@@ -8,8 +8,12 @@ learned kernel and λ = learned σ². Every job of a sweep on the same dataset s
 ``lam`` and ``hyper`` options shares one learning: its outcome is cached as
 ``<store_root>/hyper/<key>.json``, the key being the hash of those settings, of the store's
 identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version, so edited
-data or code learns again. A sweep runs each learning as its own task before the jobs that
-need it (:mod:`pipeline.sweep`); a single job learns (or reads the cache) itself.
+data or code learns again. The file carries the sha256 of its content: a damaged one is
+learned again, with a note, never served. A lease (``<key>.lock``) around the learning makes
+concurrent jobs that need it wait for one learning. A sweep runs each learning as its own task
+before the jobs that need it, and a learning that also starts from another's optimum
+(``hyper.shared_start``) after that one (:mod:`pipeline.sweep`); a single job learns (or reads
+the cache) itself.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.codeversion import code_version
+from pipeline.sweep.claims import claim
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -195,11 +200,53 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
         raise ValueError("learned() needs hyper=ml")
     root = Path(config["store_root"]).expanduser() / CACHE_DIR
     path = root / f"{cache_key(config)}.json"
-    if path.exists():
+    cached = _read_cache(path)
+    if cached is not None:
+        return cached
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot write learned hyperparameters to {path}: "
+                         f"{err.strerror or err}; pass a writable store_root") from None
+    with claim(path.with_suffix(".lock")):  # concurrent jobs needing it wait for one learning
+        cached = _read_cache(path)
+        if cached is not None:
+            return cached
+        data = _learn(config, options, store)
         try:
-            return _record_from_json(json.loads(path.read_text()))
-        except (ValueError, KeyError, TypeError, InputError):
-            pass  # damaged or from another format: learn again and overwrite
+            tmp = root / f".{path.name}.tmp-{uuid.uuid4().hex}"
+            tmp.write_text(json.dumps({"sha256": _digest(data), "learning": data}))
+            os.replace(tmp, path)
+        except OSError as err:
+            raise InputError(f"cannot write learned hyperparameters to {path}: "
+                             f"{err.strerror or err}; pass a writable store_root") from None
+    return _record_from_json(data)
+
+
+def _digest(data: Mapping) -> str:
+    """sha256 of a learning's canonical JSON: written with it, checked when it is read."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _read_cache(path: Path) -> LearnedRecord | None:
+    """The cached learning at ``path``, or None when there is none; a file that is damaged
+    (its checksum does not match), or from an older format, is learned again, with a note."""
+    try:
+        wrapped = json.loads(path.read_text())
+        data = wrapped["learning"]
+        if wrapped["sha256"] != _digest(data):
+            raise ValueError("its checksum does not match its content")
+        return _record_from_json(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, InputError) as err:
+        print(f"note: the cached learning {path} is unreadable or damaged ({err}); it is "
+              "learned again", flush=True)
+        return None
+
+
+def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike | None) -> dict:
+    """Learn the hyperparameters of ``config`` on its training data: the cache's payload."""
     store = store if store is not None else ingest(config["dataset"], config["store_root"])
     X, y, _, _ = load_arrays(store, verify=False)
     kernel_cfg = dict(config["kernel"])
@@ -212,18 +259,9 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     result = learn(X, y, kernel, float(config["lam"]),
                    rng=np.random.default_rng([options["seed"], 7]), extra_starts=extra,
                    **settings)
-    data = {"kernel": {"name": result.kernel.name,
+    return {"kernel": {"name": result.kernel.name,
                        **{k: list(v) if isinstance(v, tuple) else v
                           for k, v in result.kernel.params.items()}},
             "lam": result.lam, "summary": result.summary(), "names": result.names,
             "runs": result.runs,
             "trace": {k: np.asarray(v).tolist() for k, v in result.trace.items()}}
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".{path.name}.tmp-{uuid.uuid4().hex}"
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
-    except OSError as err:
-        raise InputError(f"cannot write learned hyperparameters to {path}: "
-                         f"{err.strerror or err}; pass a writable store_root") from None
-    return _record_from_json(data)

@@ -25,7 +25,7 @@ from pipeline.cluster.connect import connect
 from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
 from pipeline.cluster.options import memory_hint
 from pipeline.datasets.spec import train_shape
-from pipeline.job.hyper import cache_key, hyper_options
+from pipeline.job.hyper import cache_key, hyper_options, shared_config
 from pipeline.results.job_file import (
     job_path,
     write_job_failure,
@@ -135,13 +135,22 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
                     ingest_task, job.config["dataset"], job.config["store_root"], retries=retries,
                     pure=False, priority=1)
         learnings: dict[str, object] = {}
-        for job in to_run:
-            store = stores[_dataset_key(job)]
-            key = _hyper_key(job)
-            if key is not None and key not in learnings:
-                learnings[key] = client.submit(learn_task, job.config, store, retries=retries,
+
+        def learning(config: Mapping, key: str, store: object) -> object:
+            """The learning task of ``config``; one that starts from another learning's
+            optimum too (``hyper.shared_start``) runs after it, so that one is learned once."""
+            if key not in learnings:
+                shared = _shared_key(config)
+                before = store if shared is None else learning(shared_config(config), shared,
+                                                               store)
+                learnings[key] = client.submit(learn_task, config, before, retries=retries,
                                                pure=False, priority=1)
-            needs[job.hash] = learnings[key] if key is not None else store
+            return learnings[key]
+
+        for job in to_run:
+            key = _hyper_key(job)
+            store = stores[_dataset_key(job)]
+            needs[job.hash] = learning(job.config, key, store) if key is not None else store
 
         def submit(jobs: list[PlannedJob]):
             return client.submit(execute_batch, task, context, jobs, sweep_dir,
@@ -251,6 +260,16 @@ class Batches:
 
 
 TASK_SECONDS = 0.5  # a batch's target duration: Dask's ~ms per task is then a fraction of 1 %
+
+
+def _shared_key(config: Mapping) -> str | None:
+    """The key of the learning whose optimum ``config``'s learning also starts from
+    (``hyper.shared_start``), or None."""
+    try:
+        options = hyper_options(config)
+        return cache_key(shared_config(config)) if options and options["shared_start"] else None
+    except InputError:
+        return None  # a bad hyper block: the job itself reports it
 
 
 def _hyper_key(job: PlannedJob) -> str | None:
