@@ -130,6 +130,13 @@ task.run_resolved = run_task
 
 
 def _launch(overrides: Sequence[str], multirun: bool):
+    from pipeline.config.yaml_limits import config_directories_problem, search_directories
+
+    problem = config_directories_problem(search_directories(overrides, CONF_DIR))
+    if problem:  # a config file too large, too deep or an alias bomb: before Hydra reads it
+        from algorithms.errors import InputError
+
+        raise InputError(problem)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None,
                                job_name="pipeline"):
         app = GlobalHydra.instance().hydra

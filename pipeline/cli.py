@@ -146,11 +146,24 @@ def help_text() -> str:
     return Template(template).substitute(APP_CONFIG_GROUPS=groups)
 
 
+def config_files_problem(argv: Sequence[str]) -> str | None:
+    """The one line saying why a config file Hydra may compose for ``argv`` (``conf/``, a
+    ``--config-dir``, a ``hydra.searchpath`` entry) is too large, too deep or an alias bomb
+    (:mod:`pipeline.config.yaml_limits`), or None."""
+    from pipeline.config import CONF_DIR
+    from pipeline.config.yaml_limits import config_directories_problem, search_directories
+
+    return config_directories_problem(search_directories(argv, CONF_DIR))
+
+
 def main(argv: list[str]) -> int:
     mark_command_line()  # a sweep's start-up is this process's age when its launcher runs
     if list(argv) in (["--help"], ["-h"]):
         print(help_text())
         return 0
+    problem = config_files_problem(argv)  # before Hydra composes any of them, flags included
+    if problem:
+        return _error(problem)
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
         sys.argv = [sys.argv[0], *argv]  # Hydra's own flags (--cfg job, --help, ...)
         app.hydra_main()

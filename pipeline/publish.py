@@ -262,6 +262,9 @@ def _hydra_record(results: Path):
         return None
     from omegaconf import OmegaConf
 
+    from pipeline.config.yaml_limits import load_yaml
+
+    load_yaml(record)  # size, depth and aliases bounded before OmegaConf copies them
     return OmegaConf.load(record)
 
 
@@ -423,7 +426,7 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     (``<sweep>.run.yaml``): the CSV rewritten in the current columns (the baselines and flags
     an earlier edition lacks filled in), the CD diagrams and the README; the frontier figures
     the record names are kept (copied into ``out`` when it is another folder)."""
-    import yaml
+    from pipeline.config.yaml_limits import load_yaml
 
     csv, out = Path(csv), Path(out)
     sweep = csv.name.removesuffix(".csv")
@@ -434,7 +437,7 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
         raise InputError(f"{record} does not exist; publish the run's results.zarr once, or "
                          f"write {record.name} beside the table (command, code_version, "
                          "mode_order, budgets, figures, grid)")
-    run = yaml.safe_load(record.read_text())
+    run = load_yaml(record)  # size, depth and aliases bounded (pipeline.config.yaml_limits)
     table = complete(read_table(csv))
     check_reference(table, reference)
     _notes_text(notes)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pipeline.config.yaml_limits import load_yaml
 
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 GROUPS = ("algorithm", "dataset", "kernel", "hyper", "cluster", "experiment", "size")
@@ -29,8 +29,9 @@ def group_options(group: str) -> list[str]:
 @functools.cache
 def read_yaml(path: Path) -> dict:
     """A config file's YAML as plain data, read by PyYAML's C loader (OmegaConf.load takes
-    ~12 ms a file: the command line's checks read every experiment file)."""
-    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    ~12 ms a file: the command line's checks read every experiment file), once its size,
+    depth and aliases are checked (:mod:`pipeline.config.yaml_limits`)."""
+    return load_yaml(path) or {}
 
 
 # the config groups a job config may leave out, completed with conf/config.yaml's choice

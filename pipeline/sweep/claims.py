@@ -1,15 +1,16 @@
 """Per-job claims, so that sweeps sharing a directory fit each job once.
 
-Before a job runs, its task takes the lease ``<job dir>/claim.lock``: filelock's
-:class:`~filelock.SoftFileLease`, a marker file created exclusively (``O_CREAT | O_EXCL``:
-exactly one creator wins, on a local or a shared file system, where ``flock`` is not to be
-trusted across hosts) and refreshed by a heartbeat thread every :data:`HEARTBEAT_SECONDS`;
-released (the marker removed) when the job's result is on disk. A task that finds the job
-claimed waits, then looks at the disk (the claimant has usually written the result by then).
-A lease is broken when its heartbeat has not moved for :data:`LEASE_SECONDS`, timed on the
-waiting process's own clock (its holder died on another host, or hangs), or at once when its
-holder's process is gone on this host; so a killed sweep or worker never blocks a rerun for
-long. The sweep's own lock (:mod:`pipeline.sweep.manifest`) is the same lease.
+Before a job runs, its task takes the lease ``<job dir>/claim.lock``
+(:class:`pipeline.sweep.lease.Lease`: a marker file created exclusively, holding its holder's
+host, pid and start time, touched by a heartbeat every :data:`HEARTBEAT_SECONDS`), released
+(the marker removed) when the job's result is on disk. A task that finds the job claimed
+waits, then looks at the disk (the claimant has usually written the result by then). The lease
+is broken, with a ``note:`` line naming the file, at once when its holder's process is gone on
+this host, and otherwise once the marker has not changed for :data:`LEASE_SECONDS` on the
+waiting process's own clock: a holder that died on another host or hangs, and a marker that is
+empty (a crash between its creation and its record), unreadable or garbage. So a killed or
+frozen sweep or worker never blocks a rerun for longer than that. The sweep's own lock
+(:mod:`pipeline.sweep.manifest`) is the same lease.
 
 Every fit also appends a line to ``<job dir>/fits.log`` (time, host, pid, worker): the record
 that a job was fitted once, and of every attempt that died.
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import SoftFileLease
+from pipeline.sweep.lease import lease
 
 CLAIM_FILE = "claim.lock"
 FITS_FILE = "fits.log"
@@ -38,11 +39,11 @@ POLL_SECONDS = 0.25
 @contextmanager
 def claim(path: str | os.PathLike) -> Iterator[None]:
     """Hold the lease ``path`` for the duration of the block; waits while another live
-    process holds it (see the module's docstring)."""
+    process holds it, at most :data:`LEASE_SECONDS` for a stale one (see the module's
+    docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with SoftFileLease(path, lease_duration=LEASE_SECONDS, heartbeat_interval=HEARTBEAT_SECONDS,
-                       poll_interval=POLL_SECONDS):
+    with lease(path, LEASE_SECONDS, HEARTBEAT_SECONDS, POLL_SECONDS):
         yield
 
 

@@ -43,6 +43,26 @@ from pipeline.sweep.compose import (
 )
 from pipeline.sweep.manifest import HYDRA_RECORD, old_dims, restore_hydra_record
 
+PLAN_PROGRESS_SECONDS = 5.0  # a planning sweep says how far it is at most this often
+
+
+class PlanProgress:
+    """``planning: <k> of <n> points composed, checked and named (<s> s)``, at most every
+    :data:`PLAN_PROGRESS_SECONDS`: a large sweep's planning is never silent for longer. Each
+    point counts twice (composed, then checked and named), so the count reaches ``n`` once."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.steps = n, 0
+        self.start = self.said = time.monotonic()
+
+    def __call__(self) -> None:
+        self.steps += 1
+        now = time.monotonic()
+        if now - self.said >= PLAN_PROGRESS_SECONDS:
+            self.said = now
+            print(f"planning: {self.steps // 2} of {self.n} points composed, checked and named "
+                  f"({now - self.start:.0f} s)", flush=True)
+
 
 def finished_jobs(sweep_dir: Path, hashes) -> set[str]:
     """The jobs among ``hashes`` whose result in ``sweep_dir`` is there with status ok."""
@@ -90,7 +110,8 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
         print_job_script(cluster_cfg)
 
-    composed = compose_jobs(master, hydra_context.config_loader, job_overrides)
+    progress = PlanProgress(len(job_overrides))
+    composed = compose_jobs(master, hydra_context.config_loader, job_overrides, progress)
     extra_dims = [k for k in swept_keys(composed) if k not in FIXED_DIMS]
     # a rerun of part of a sweep is expressed in that sweep's dims (a dim it sweeps, fixed now)
     dims = extra_dims + [d for d in old_dims(sweep_dir) if d not in extra_dims]
@@ -113,6 +134,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
                     * (cluster_cfg.get("threads_per_worker") or 1)
                     if cluster_cfg.get("kind") == "local" else os.cpu_count() or 1)
     for idx, point in enumerate(composed):
+        progress()
         config = point.config()
         coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
         dropped = drop_inapplicable_options(config)
