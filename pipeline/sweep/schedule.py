@@ -110,7 +110,11 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
                  hydra_context: HydraContext, task_function: TaskFunction, retries: int,
                  timings: dict, cluster: SweepCluster) -> tuple[dict[str, dict], int]:
     """Submit one ingest task per dataset (and learning task per hyperparameter setting),
-    then the jobs in batches (:class:`Batches`); show progress; collect."""
+    then the jobs in batches (:class:`Batches`); show progress; collect. While tasks run the
+    client watches the cluster (frozen local workers ended, a cluster without workers stopped:
+    :mod:`pipeline.cluster.liveness`) and the jobs' ``job_timeout`` (:mod:`pipeline.sweep.
+    deadlines`); a task whose workers died ``ALLOWED_FAILURES + 1`` times ends as KilledWorker,
+    recorded with its cause (:func:`killed_worker_hint`)."""
     records: dict[str, dict] = {}
     if not to_run:
         return records, 0
