@@ -190,13 +190,26 @@ def main(argv: list[str]) -> int:
         return _error(cause if isinstance(err, InstantiationException)
                       and isinstance(cause, HydraException) else err)
     except OSError as err:  # where results go: a file in the path, read-only, a full disk
-        from pipeline.sweep.directory import write_error
+        from pipeline.sweep.directory import RERUN, write_error
 
+        if _connection_closed(err):  # a worker or the scheduler went away: not a disk error
+            return _error(f"the sweep lost its connection to the Dask cluster "
+                          f"({type(err).__name__}: {err}): a worker or the scheduler went away "
+                          f"(a crash, or a machine too loaded to keep them; see the sweep's "
+                          f"dask.log); {RERUN}")
         return _error(write_error(err, err.filename or os.getcwd()))
     except KeyboardInterrupt:
         print("error: interrupted; rerun the same command to resume (finished jobs are kept "
               "and not fitted again)", file=sys.stderr)
         return 130
+
+
+def _connection_closed(err: OSError) -> bool:
+    """Whether ``err`` is a closed connection to a Dask worker or scheduler (Dask's
+    ``CommClosedError``, tornado's ``StreamClosedError``: OSErrors that name no file)."""
+    kinds = [getattr(sys.modules.get(module), name, None) for module, name in (
+        ("distributed.comm.core", "CommClosedError"), ("tornado.iostream", "StreamClosedError"))]
+    return isinstance(err, tuple(k for k in kinds if k is not None))
 
 
 def _run(argv: list[str], overrides: list[str]) -> int:

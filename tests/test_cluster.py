@@ -38,7 +38,8 @@ def test_every_cluster_yaml_matches_its_table():
 
 def test_defaults_are_safe():
     assert OPTIONS["local"]["dashboard_address"].default.startswith("127.0.0.1:")
-    assert OPTIONS["local"]["start_timeout"].default == "10s"  # the issue's 10 s default
+    # generous: a loaded machine starts local workers slowly (issue 51), but not for ever
+    assert OPTIONS["local"]["start_timeout"].default == "60s"
     assert OPTIONS["address"]["start_timeout"].default == "10s"
     for kind in ("slurm", "pbs"):  # queueing may take a while, but not for ever
         assert OPTIONS[kind]["dashboard_address"].default.startswith("127.0.0.1:")

@@ -1,6 +1,7 @@
 """Results a user can trust: a cache that follows data and code, no duplicated work between
 concurrent sweeps, and sweeps that survive a killed or interrupted client."""
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.cluster.options import ALLOWED_FAILURES
 from pipeline.job import codeversion
 from pipeline.job.identity import config_hash
 from pipeline.results.consolidate import load
@@ -279,26 +281,36 @@ def test_a_job_killed_by_a_signal_ends_with_one_line(tmp_path, sig, cause):
     assert cause in stderr and "declared memory 0.4 GiB" in stderr
 
 
+def _fitting_pids(job_dir: Path) -> list[int]:
+    """The pids of the processes that started a fit of the job (its ``fits.log``)."""
+    try:
+        lines = (job_dir / "fits.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line)["pid"] for line in lines if line.strip()]
+
+
 @pytest.mark.slow
 def test_a_sweep_job_whose_workers_are_killed_by_a_signal_fails_with_its_cause(tmp_path):
     """Every worker that runs the job dies by SIGSEGV (as a BLAS crash would kill it): the job
-    is recorded as failed with the signal's cause, and the sweep goes on to its end."""
+    is retried on ALLOWED_FAILURES + 1 = 4 workers, then recorded as failed with the signal's
+    cause, and the sweep goes on to its end. Only the process fitting the job is killed (its
+    pid from the job's fits.log), so that a loaded machine, where workers start slowly, sees
+    the same sequence as an idle one."""
     proc = start(tmp_path, "algorithm=exact", "dataset=friedman1", "dataset.n_train=10000",
                  "dataset.n_test=10", "sweep=crash", *LOCAL)
     killed: set[int] = set()
-    deadline = time.time() + 240
+    deadline = time.time() + 400
     while time.time() < deadline and proc.poll() is None:
-        for p in _descendants(proc.pid):  # workers: the forkserver's children, or respawned
-            try:
-                cmd = " ".join(p.cmdline())
-                worker = ("forkserver" in " ".join(p.parent().cmdline())
-                          or "spawn_main" in cmd)
-                if worker and p.pid not in killed and time.time() - p.create_time() > 1.0:
-                    p.send_signal(signal.SIGSEGV)
-                    killed.add(p.pid)
-            except Exception:  # gone meanwhile
-                continue
-        time.sleep(0.2)
+        jobs = tmp_path / "outputs/crash/jobs"
+        for job_dir in jobs.iterdir() if jobs.exists() else []:
+            for pid in set(_fitting_pids(job_dir)) - killed:
+                try:
+                    os.kill(pid, signal.SIGSEGV)
+                except ProcessLookupError:
+                    pass
+                killed.add(pid)
+        time.sleep(0.1)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stdout[-2000:] + stderr[-2000:]
     failed = next(ln for ln in stdout.splitlines() if ln.startswith("failed: "))
@@ -310,4 +322,44 @@ def test_a_sweep_job_whose_workers_are_killed_by_a_signal_fails_with_its_cause(t
     ds = load(tmp_path / "outputs/crash/results.zarr")
     assert ds["status"].values.ravel().tolist() == ["failed"]
     assert "killed by SIGSEGV" in str(ds["error"].values.ravel()[0])
-    assert "Traceback" not in stderr and len(killed) >= 4
+    assert "Traceback" not in stderr and "cannot write" not in stderr
+    assert len(killed) == ALLOWED_FAILURES + 1, killed  # retried 3 times, then failed
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_loses_its_job_and_the_sweep_ends(tmp_path):
+    """A worker stopped by SIGSTOP mid-job (frozen: no heartbeat, no CPU time) is ended by
+    the sweep within FROZEN_SECONDS, with one note; its job runs on the other worker (or, if
+    the client's job_timeout measure comes first, fails with one JobTimedOut line), and the
+    sweep ends. Before: it waited as long as the worker was frozen."""
+    args = ("algorithm=sgma", "dataset=friedman1", "dataset.n_train=8000", "dataset.n_test=50",
+            "algorithm.eps=0", "algorithm.max_basis=100", "seed=range(0,4)", "sweep=frozen",
+            "cluster.n_workers=2", "cluster.dashboard_address=null", "job_timeout=20")
+    jobs = tmp_path / "outputs/frozen/jobs"
+    proc = start(tmp_path, *args)
+    frozen = None
+    deadline = time.time() + 300
+    while frozen is None and proc.poll() is None and time.time() < deadline:
+        pids = [pid for d in (jobs.iterdir() if jobs.exists() else []) for pid in
+                _fitting_pids(d)]
+        frozen = pids[0] if pids else None
+        time.sleep(0.05)
+    assert frozen is not None, "no fit started"
+    os.kill(frozen, signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(frozen, signal.SIGCONT)
+    took = time.time() - t0
+    print(f"\nfrozen worker: the sweep ended {took:.0f} s after the SIGSTOP")
+    assert proc.returncode in (0, 1), stdout[-2000:] + stderr[-2000:]
+    notes = [line for line in stderr.splitlines() if line.strip()]
+    assert len(notes) == 1 and notes[0].startswith("note: worker ") and f"(pid {frozen})" in \
+        notes[0] and "it was ended and its jobs go to the other workers" in notes[0], stderr
+    ds = load(tmp_path / "outputs/frozen/results.zarr")
+    errors = [str(e) for s_, e in zip(ds["status"].values.ravel(), ds["error"].values.ravel(),
+                                      strict=True) if s_ != "ok"]
+    assert all(e.startswith("JobTimedOut: the job ran past job_timeout=20 s") for e in errors)
+    assert ds.sizes["seed"] == 4

@@ -40,12 +40,22 @@ from pipeline.cluster import prestart
 from pipeline.cluster.here import unpin_malloc_thresholds
 from pipeline.cluster.main_guard import check_main_guard
 from pipeline.cluster.options import (
+    ALLOWED_FAILURES,
     JOBQUEUE_KEYS,
     SUBMIT_COMMAND,
+    WORKER_TTL,
     check,
     seconds,
     worker_memory_limit,
 )
+
+# what the scheduler of every cluster a sweep starts is given: how often a task's worker may
+# die before the task ends as KilledWorker, and when a silent worker is removed (a local
+# cluster turns the ttl off: _local_cluster)
+SCHEDULER_SETTINGS: dict[str, Any] = {
+    "distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+    "distributed.scheduler.worker-ttl": WORKER_TTL,
+}
 
 _POLL_SECONDS = 0.25
 
@@ -323,34 +333,12 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
                              "the address `dask scheduler` printed as scheduler=") from None
         with client:
             _wait_for_first_worker(client, opts, deadline)
-            client.register_plugin(UnpinMalloc())
+            register_plugin(client, UnpinMalloc())
             yield client
         return
     if kind == "local":
         check_main_guard()  # before any process starts: spawned workers import the script
-        n_workers = opts["n_workers"] or os.cpu_count() or 1
-        try:
-            # A job holding the GIL for minutes (a long LAPACK call, e.g. the exact GP on
-            # kin40k) misses the workers' heartbeats; Dask's default 5-minute worker-ttl then
-            # restarts a healthy worker and kills the job. A local worker that really dies is
-            # seen by its nanny, so the ttl is off here.
-            settings: dict[str, Any] = {"distributed.scheduler.worker-ttl": None,
-                                        **prestart.WORKER_SETTINGS}
-            # each worker warms up the kernel tiles' compiled code at its start, on a thread
-            settings["distributed.worker.preload"] = [
-                *dask.config.get("distributed.worker.preload", default=[]),
-                *(["pipeline.cluster.prestart"] if warm_tiles else [])]
-            if prestart.started():  # workers forked from the command line's warm fork server
-                settings["distributed.worker.multiprocessing-method"] = "forkserver"
-            with _quiet("distributed.deploy.spec"), dask.config.set(settings):
-                cluster = LocalCluster(n_workers=n_workers,
-                                       threads_per_worker=opts["threads_per_worker"],
-                                       processes=True, memory_limit=worker_memory_limit(opts),
-                                       dashboard_address=opts["dashboard_address"])
-        except (RuntimeError, OSError, ValueError) as err:
-            raise InputError(f"cluster local could not start ({' '.join(str(err).split())[:200]})"
-                             "; check cluster.n_workers, cluster.memory_limit and "
-                             "cluster.dashboard_address") from None
+        cluster = _local_cluster(opts, warm_tiles, timeout)
     else:
         command = SUBMIT_COMMAND[kind]
         if shutil.which(command) is None:
@@ -359,7 +347,8 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
                              "node), or use cluster=local or cluster=address "
                              "(cluster.dry_run=true prints the job script)")
         _watch_submissions()
-        cluster = _jobqueue_cluster(opts, opts["dashboard_address"])
+        with dask.config.set(SCHEDULER_SETTINGS):  # read by the scheduler it starts here
+            cluster = _jobqueue_cluster(opts, opts["dashboard_address"])
         if opts["adapt"]:
             cluster.adapt(minimum_jobs=opts["adapt"]["minimum"],
                           maximum_jobs=opts["adapt"]["maximum"])
@@ -372,12 +361,26 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
                 _dashboard_link(opts["dashboard_address"]):
             _wait_for_first_worker(client, opts, deadline,
                                    cluster if kind in SUBMIT_COMMAND else None)
-            client.register_plugin(UnpinMalloc())
+            register_plugin(client, UnpinMalloc())
             yield client
     except BaseException:
         _close_after_failure(cluster)
         raise
     cluster.close()
+
+
+def register_plugin(client: Client, plugin: WorkerPlugin) -> None:
+    """Register a worker plugin on the cluster's workers, those there now and those that join
+    later. A worker that dies while the plugin is sent to it (its connection closes: Dask's
+    ``CommClosedError``, an OSError with no errno) makes the registration raise, although the
+    scheduler keeps the plugin for every worker that joins: it is sent once more to the
+    workers there then; a second failure is raised (the cluster is losing its workers)."""
+    try:
+        client.register_plugin(plugin)
+    except OSError as err:
+        if err.errno is not None:  # not a closed connection
+            raise
+        client.register_plugin(plugin)
 
 
 class UnpinMalloc(WorkerPlugin):
@@ -390,6 +393,61 @@ class UnpinMalloc(WorkerPlugin):
 
     def setup(self, worker) -> None:
         unpin_malloc_thresholds()
+
+
+def _local_cluster(opts: Mapping, warm_tiles: bool, timeout: float):
+    """A LocalCluster of ``cluster.n_workers`` worker processes, each given ``timeout``
+    (``cluster.start_timeout``) to start. A start that fails (a nanny whose worker did not
+    come up: a machine too loaded to start it in time, a worker that died as it started) is
+    retried once; a second failure is one InputError line naming the load as a likely cause."""
+    n_workers = opts["n_workers"] or os.cpu_count() or 1
+    # A job holding the GIL for minutes (a long LAPACK call, e.g. the exact GP on kin40k)
+    # misses the workers' heartbeats; Dask's default 5-minute worker-ttl then restarts a
+    # healthy worker and kills the job. So the ttl is off here: a local worker that dies is
+    # seen by its nanny, and one that is frozen (no heartbeat and no CPU time) is ended by
+    # the sweep (pipeline.cluster.liveness).
+    settings: dict[str, Any] = {**SCHEDULER_SETTINGS, "distributed.scheduler.worker-ttl": None,
+                                **prestart.WORKER_SETTINGS}
+    # each worker warms up the kernel tiles' compiled code at its start, on a thread
+    settings["distributed.worker.preload"] = [
+        *dask.config.get("distributed.worker.preload", default=[]),
+        *(["pipeline.cluster.prestart"] if warm_tiles else [])]
+    if prestart.started():  # workers forked from the command line's warm fork server
+        settings["distributed.worker.multiprocessing-method"] = "forkserver"
+    failures = []
+    for _ in range(2):
+        try:
+            with _quiet("distributed.deploy.spec"), dask.config.set(settings):
+                # death_timeout: a nanny waits this long for its worker process to start
+                # (else its start fails), and a worker this long for a lost scheduler
+                return LocalCluster(n_workers=n_workers, threads_per_worker=opts[
+                    "threads_per_worker"], processes=True, memory_limit=worker_memory_limit(opts),
+                    dashboard_address=opts["dashboard_address"], death_timeout=timeout)
+        except ValueError as err:  # a bad option: no retry helps
+            raise InputError(f"cluster local could not start ({_brief(err)}); check "
+                             "cluster.n_workers, cluster.memory_limit and "
+                             "cluster.dashboard_address") from None
+        except (RuntimeError, OSError, TimeoutError) as err:
+            failures.append(_brief(err))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    raise InputError(f"cluster local could not start its {n_workers} worker"
+                     f"{'s' if n_workers != 1 else ''}, twice ({failures[-1]}); a likely cause "
+                     f"is a machine too loaded to start them within {_timeout_text(opts)} "
+                     f"(load average {load:.1f} on {os.cpu_count()} cores): raise "
+                     "cluster.start_timeout or lower cluster.n_workers, or rerun when the "
+                     "machine is less busy (the cause is in the sweep's dask.log)")
+
+
+def _brief(err: BaseException) -> str:
+    """An exception in one short line, with the cause Dask wraps ("Cluster failed to start"
+    around "Nanny failed to start" around what happened)."""
+    texts = []
+    while err is not None and len(texts) < 3:
+        text = " ".join(str(err).split()) or type(err).__name__
+        if text not in texts:
+            texts.append(text)
+        err = err.__cause__ or err.__context__
+    return ": ".join(texts)[:240]
 
 
 def _close_after_failure(cluster) -> None:

@@ -13,9 +13,11 @@ import collections
 import contextlib
 import logging
 import re
+import signal
 from collections.abc import Iterator
 
-KILLED = re.compile(r"Worker process \d+ was killed by signal (\d+)")
+KILLED = re.compile(r"Worker process (\d+) was killed by signal (\d+)")
+DIED = re.compile(r"Worker process (\d+) (was killed|exited with status)")
 MEMORY = re.compile(r"exceeded \d+% memory budget")
 NANNY_LOGGER = "distributed.nanny"
 
@@ -29,12 +31,17 @@ class WorkerDeaths(logging.Handler):
         super().__init__(logging.INFO)
         self.signals: collections.Counter[int] = collections.Counter()
         self.memory_terminations = 0
+        self.died = 0  # every worker process that ended other than by the sweep's own close
+        self.frozen: set[int] = set()  # pids the sweep ended (pipeline.cluster.liveness)
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
+        if DIED.search(message):
+            self.died += 1
         killed = KILLED.search(message)
         if killed:
-            self.signals[int(killed.group(1))] += 1
+            if int(killed.group(1)) not in self.frozen:  # the sweep's own SIGKILL: no cause
+                self.signals[int(killed.group(2))] += 1
         elif MEMORY.search(message):
             self.memory_terminations += 1
         if record.levelno >= logging.WARNING:
@@ -43,6 +50,23 @@ class WorkerDeaths(logging.Handler):
     def signal(self) -> int | None:
         """The signal that killed most workers, or None if none was seen."""
         return self.signals.most_common(1)[0][0] if self.signals else None
+
+    def summary(self) -> str:
+        """The deaths seen, in a few words: "12 died (9 killed by SIGSEGV, 2 ended by the
+        sweep)"."""
+        parts = [f"{n} killed by {_name(sig)}" for sig, n in self.signals.most_common()]
+        if self.memory_terminations:
+            parts.append(f"{self.memory_terminations} over their memory limit")
+        if self.frozen:
+            parts.append(f"{len(self.frozen)} ended by the sweep")
+        return f"{self.died} died" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 @contextlib.contextmanager

@@ -29,6 +29,17 @@ JOBQUEUE_KEYS = ("cores", "memory", "processes", "walltime", "queue", "account",
 
 MIN_WORKER_MEMORY = parse_bytes("256MB")  # a Dask worker process alone takes ~100 MB
 
+# a task whose worker dies is given to another worker; when the workers running it have died
+# ALLOWED_FAILURES + 1 times, Dask ends it as KilledWorker (distributed.scheduler.allowed-
+# failures, set on every cluster a sweep starts; an address cluster's scheduler keeps its own)
+ALLOWED_FAILURES = 3
+
+# a worker of a batch cluster (slurm, pbs) that sends its scheduler no heartbeat for this long
+# (frozen, its node partitioned) is removed and its tasks go to the other workers
+# (distributed.scheduler.worker-ttl, set on the batch clusters a sweep starts; a local
+# cluster's frozen workers are found sooner: pipeline.cluster.liveness)
+WORKER_TTL = "5 minutes"
+
 
 class _Bad(ValueError):
     """A value of the right type but wrong form; the text says why (appended to the message)."""
@@ -235,7 +246,8 @@ def _jobqueue_options(kind: str) -> dict[str, Option]:
 
 OPTIONS: dict[str, dict[str, Option]] = {
     "local": {
-        **_common("local", "10s", "how long to wait for the first worker"),
+        **_common("local", "60s", "how long each worker may take to start (a loaded machine "
+                                  "starts them slowly)"),
         "n_workers": Option(None, "int", "worker processes (null = one per core)", lo=1,
                             none_ok=True, example=2),
         "threads_per_worker": Option(1, "int", "threads per worker process", lo=1),

@@ -8,7 +8,9 @@ so a fit stops between two steps, BLAS calls or kernel tiles, and the job fails 
 :data:`GRACE_SECONDS` later (a LAPACK factorisation of minutes, which no exception can
 interrupt) is ended with its process by ``on_stuck``: a sweep's worker records the failure and
 kills itself (its nanny starts a fresh one, and the sweep reruns the batch's other jobs); a
-single job prints its one line and exits.
+single job prints its one line and exits. A worker whose timer cannot run (the process frozen,
+or a native call holding the GIL) is caught by the sweep's client, which measures the same
+limit from its side (:mod:`pipeline.sweep.deadlines`).
 """
 
 from __future__ import annotations

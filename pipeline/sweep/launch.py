@@ -30,6 +30,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from algorithms.errors import InputError
+from pipeline.cluster.liveness import ClusterLost
 from pipeline.results.consolidate import consolidate
 from pipeline.results.job_file import (
     job_path,
@@ -92,7 +93,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         try:
             records, n_workers = run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
                                              task_function, retries, timings, cluster)
-        except OutOfSpace:  # jobs ran: the manifest keeps the sweep's points for its rerun
+        except (OutOfSpace, ClusterLost):  # jobs ran: the manifest keeps the points for a rerun
             raise
         except InputError:  # the cluster did not start: no job ran, leave the directory as it was
             with sweep_lock(sweep_dir):

@@ -21,16 +21,20 @@ from hydra.types import HydraContext, TaskFunction
 
 from algorithms.errors import InputError
 from algorithms.kernels import FUSED_KERNELS, takes_numpy_exp
-from pipeline.cluster.connect import connect
+from pipeline.cluster.connect import connect, register_plugin
 from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
-from pipeline.cluster.options import memory_hint
+from pipeline.cluster.liveness import POLL_SECONDS, ClusterLost, Liveness
+from pipeline.cluster.options import ALLOWED_FAILURES, memory_hint
 from pipeline.datasets.spec import train_shape
 from pipeline.job.hyper import cache_key, hyper_options, shared_config
 from pipeline.results.job_file import (
+    JOB_FILE,
     job_path,
     write_job_failure,
 )
+from pipeline.sweep.claims import FITS_FILE
 from pipeline.sweep.compose import PlannedJob
+from pipeline.sweep.deadlines import CLOCK_SKEW_SECONDS, JobDeadlines
 from pipeline.sweep.directory import OUT_OF_SPACE, RERUN, OutOfSpace
 from pipeline.sweep.execute import execute_batch, ingest_task, learn_task
 from pipeline.sweep.progress import Progress
@@ -61,9 +65,9 @@ class SweepCluster:
         if log is not None:
             self.stack.enter_context(dask_log_to_file(log))
         client = self.stack.enter_context(connect(cfg, warm_tiles))
-        client.register_plugin(QuietCancellations())
+        register_plugin(client, QuietCancellations())
         if log is not None:
-            client.register_plugin(DaskLogToFile(str(log), restore=cfg.get("kind") == "address"))
+            register_plugin(client, DaskLogToFile(str(log), restore=cfg.get("kind") == "address"))
         return client
 
     def close(self, wait: bool = True) -> None:
@@ -106,7 +110,11 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
                  hydra_context: HydraContext, task_function: TaskFunction, retries: int,
                  timings: dict, cluster: SweepCluster) -> tuple[dict[str, dict], int]:
     """Submit one ingest task per dataset (and learning task per hyperparameter setting),
-    then the jobs in batches (:class:`Batches`); show progress; collect."""
+    then the jobs in batches (:class:`Batches`); show progress; collect. While tasks run the
+    client watches the cluster (frozen local workers ended, a cluster without workers stopped:
+    :mod:`pipeline.cluster.liveness`) and the jobs' ``job_timeout`` (:mod:`pipeline.sweep.
+    deadlines`); a task whose workers died ``ALLOWED_FAILURES + 1`` times ends as KilledWorker,
+    recorded with its cause (:func:`killed_worker_hint`)."""
     records: dict[str, dict] = {}
     if not to_run:
         return records, 0
@@ -163,40 +171,57 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         in_flight: dict[object, list[PlannedJob]] = {}
         adaptive = _adaptive_workers(cluster_cfg)
         out_of_space: str | None = None  # a job's result could not be written: stop
-        while True:
-            workers = max(1, len(client.scheduler_info().get("workers", {})))
-            # an adaptive cluster grows with the work the scheduler sees queued: it is shown
-            # every job at once, in batches sized for its largest size
-            window = 2 * workers if adaptive is None else math.inf
-            while len(in_flight) < window and batches and out_of_space is None:
-                jobs = batches.take(workers if adaptive is None else adaptive)
-                future = submit(jobs)
-                in_flight[future] = jobs
-                running.add(future)
-            if not in_flight:
-                break
-            future = next(running)
-            jobs = in_flight.pop(future)
-            if future.status == "finished":
-                for job, record in zip(jobs, future.result(), strict=True):
-                    if record["status"] == OUT_OF_SPACE:  # no record of it: it runs on a rerun
-                        out_of_space = out_of_space or record["error"]
-                        continue
-                    records[job.hash] = record
-                    batches.measured(record["seconds"])
-            elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
-                # the task failed outside its jobs (workers died): rerun each job alone, so
-                # that only a job that kills its worker fails (finished ones are found on disk)
-                for job in jobs:
-                    alone = submit([job])
-                    in_flight[alone] = [job]
-                    running.add(alone)
-                continue
-            else:
-                for job in jobs:
-                    records[job.hash] = _collect(future, needs[job.hash], job, sweep_dir,
-                                                 cluster_cfg, deaths)
-            progress.advance(len(jobs))
+        liveness = Liveness(client, cluster_cfg, deaths)
+        watch = _Watch(liveness, JobDeadlines(sweep_dir, since, liveness), in_flight)
+        try:
+            while True:
+                workers = max(1, len(client.scheduler_info().get("workers", {})))
+                # an adaptive cluster grows with the work the scheduler sees queued: it is
+                # shown every job at once, in batches sized for its largest size
+                window = 2 * workers if adaptive is None else math.inf
+                while len(in_flight) < window and batches and out_of_space is None:
+                    jobs = batches.take(workers if adaptive is None else adaptive)
+                    future = submit(jobs)
+                    in_flight[future] = jobs
+                    running.add(future)
+                if not in_flight:
+                    break
+                future = watch.next_finished(running)
+                jobs = in_flight.pop(future)
+                liveness.progressed()
+                if future.status == "finished":
+                    for job, record in zip(jobs, future.result(), strict=True):
+                        if record["status"] == OUT_OF_SPACE:  # no record: it runs on a rerun
+                            out_of_space = out_of_space or record["error"]
+                            continue
+                        records[job.hash] = record
+                        batches.measured(record["seconds"])
+                elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
+                    # the task failed outside its jobs (workers died): the jobs whose fit
+                    # started and did not finish fail with the cause; the others are rerun,
+                    # each alone (finished ones are found on disk)
+                    for job in jobs:
+                        if _died_fitting(future, job, sweep_dir, since):
+                            records[job.hash] = _collect(future, needs[job.hash], job,
+                                                         sweep_dir, cluster_cfg, deaths, liveness)
+                            progress.advance(1)
+                            continue
+                        alone = submit([job])
+                        in_flight[alone] = [job]
+                        running.add(alone)
+                    continue
+                else:
+                    for job in jobs:
+                        records[job.hash] = _collect(future, needs[job.hash], job, sweep_dir,
+                                                     cluster_cfg, deaths, liveness)
+                progress.advance(len(jobs))
+        except ClusterLost as err:
+            progress.close()
+            done = sum(r["status"] == "ok" for r in records.values())
+            raise ClusterLost(f"{err}; the sweep stopped after {done} of {len(to_run)} jobs, "
+                              "whose results are kept (a likely cause: a machine too loaded to "
+                              "start workers, or workers that crash as they start; see "
+                              f"{sweep_dir / LOG_FILE}): {RERUN}") from None
         progress.close()
         # release every future (and the errors that reference them) while the client is open
         in_flight.clear()
@@ -289,8 +314,58 @@ def _same(value):
     return value
 
 
+class _Watch:
+    """The client's watch over its cluster and its running jobs while it waits for a task
+    to finish (:class:`~pipeline.cluster.liveness.Liveness`,
+    :class:`~pipeline.sweep.deadlines.JobDeadlines`), every
+    :data:`~pipeline.cluster.liveness.POLL_SECONDS`, whether tasks finish meanwhile or not."""
+
+    def __init__(self, liveness: Liveness, deadlines: JobDeadlines,
+                 in_flight: Mapping[object, list[PlannedJob]]) -> None:
+        self.liveness, self.deadlines, self.in_flight = liveness, deadlines, in_flight
+        self.last = time.monotonic()
+
+    def next_finished(self, running: as_completed):
+        """The next task of ``running`` to finish, watching until there is one; raises
+        :class:`~pipeline.cluster.liveness.ClusterLost`."""
+        while True:
+            if time.monotonic() - self.last >= POLL_SECONDS:
+                self.last = time.monotonic()
+                self.liveness.check()
+                self.deadlines.check(list(self.in_flight.values()))
+            if running.has_ready():
+                return next(running)
+            with running.thread_condition:  # as as_completed's own __next__ waits
+                running.thread_condition.wait(timeout=0.1)
+
+
+def _died_fitting(future, job: PlannedJob, sweep_dir: Path, since: float) -> bool:
+    """Whether ``job``, of a batch whose workers kept dying (KilledWorker), had its fit
+    started in this sweep and has no result since: the job the workers died running."""
+    if not isinstance(_exception(future), KilledWorker):
+        return False
+    job_dir = job_path(sweep_dir, job.hash).parent
+    try:
+        fit = json.loads((job_dir / FITS_FILE).read_text().splitlines()[-1])["time"]
+    except (OSError, IndexError, ValueError, KeyError, TypeError):
+        return False
+    if fit < since - CLOCK_SKEW_SECONDS:
+        return False
+    try:
+        return (job_dir / JOB_FILE).stat().st_mtime < fit - 1.0
+    except OSError:
+        return True
+
+
+def _exception(future) -> BaseException | None:
+    try:
+        return future.exception()
+    except Exception as err:  # cancelled
+        return err
+
+
 def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mapping,
-             deaths: WorkerDeaths | None = None) -> dict:
+             deaths: WorkerDeaths | None = None, liveness: Liveness | None = None) -> dict:
     """The job's record; an error raised outside the job (in the ingest or hyperparameter
     learning it needed, ``need``; lost workers) is recorded."""
     if future.status == "finished":
@@ -303,10 +378,20 @@ def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mappin
     except Exception as err:  # cancelled
         exc, error = err, f"{type(err).__name__}: {err}"
     if isinstance(exc, KilledWorker):
-        error = killed_worker_hint(cluster_cfg, deaths)
+        ended = liveness.why_ended(_last_address(exc)) if liveness is not None else None
+        error = (f"KilledWorker: the workers running this job died {ALLOWED_FAILURES + 1} "
+                 f"times; the last one {ended}, and was ended by the sweep" if ended else
+                 killed_worker_hint(cluster_cfg, deaths))
     write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
                       {"config_hash": job.hash, "worker": ""})
     return {"status": "failed", "error": error}
+
+
+def _last_address(exc: KilledWorker) -> str | None:
+    try:
+        return exc.last_worker.address
+    except Exception:  # an older Dask's KilledWorker carries no worker
+        return None
 
 
 def killed_worker_hint(cluster_cfg: Mapping, deaths: WorkerDeaths | None = None) -> str:

@@ -1,0 +1,148 @@
+"""Workers that stop answering, and a cluster that keeps losing them, never hold a sweep for
+ever. The sweep's client calls :meth:`Liveness.check` every :data:`POLL_SECONDS` while jobs
+run (:mod:`pipeline.sweep.schedule`):
+
+- **A frozen local worker is ended within** :data:`FROZEN_SECONDS`. A worker of a local
+  cluster that has sent the scheduler no heartbeat for that long and whose process used no CPU
+  time meanwhile (stopped by SIGSTOP, deadlocked) is killed; its nanny starts a fresh one, and
+  Dask gives its tasks to the other workers (a job whose result is already on disk is not
+  fitted again). A worker busy in a long native call that holds the GIL misses heartbeats too
+  but uses CPU time: it is left alone (Dask's worker-ttl, which cannot tell the two apart, is
+  off on a local cluster: :mod:`pipeline.cluster.connect`). Workers on other machines are
+  removed by their scheduler after :data:`~pipeline.cluster.options.WORKER_TTL` without a
+  heartbeat (set on the slurm and pbs clusters a sweep starts; an ``address`` cluster's
+  scheduler keeps its own setting, Dask's default being the same 5 minutes).
+- **A cluster without workers stops the sweep.** No worker for :attr:`Liveness.no_worker_seconds`
+  (:data:`NO_WORKER_SECONDS`, or ``cluster.start_timeout`` if longer) while jobs wait — every
+  restart failed: a machine too loaded to start a worker, workers that die as they start —
+  or, on a local cluster, :attr:`Liveness.storm` worker deaths with no job finished in between,
+  raises :class:`ClusterLost`: one line, the jobs finished so far kept.
+
+:meth:`Liveness.end_worker` is also how the sweep ends a worker whose job ran past its
+``job_timeout`` without the worker stopping it (:mod:`pipeline.sweep.deadlines`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+
+import psutil
+
+from algorithms.errors import InputError
+from pipeline.cluster.deaths import WorkerDeaths
+from pipeline.cluster.options import ALLOWED_FAILURES, check, seconds
+
+POLL_SECONDS = 2.0
+FROZEN_SECONDS = 30.0
+NO_WORKER_SECONDS = 60.0
+# worker deaths per worker of a local cluster, with no job finished in between, that stop a
+# sweep: twice what it takes every worker's task to end as KilledWorker
+STORM_DEATHS_PER_WORKER = 2 * (ALLOWED_FAILURES + 1)
+
+
+class ClusterLost(InputError):
+    """The cluster lost its workers for good: the sweep stops with one line; the jobs finished
+    so far are kept, the rest run when it is rerun."""
+
+
+class Liveness:
+    """What the sweep's client watches of its cluster (see the module's docstring)."""
+
+    def __init__(self, client, cluster_cfg: Mapping, deaths: WorkerDeaths | None = None) -> None:
+        opts = check(cluster_cfg)
+        self.client = client
+        self.deaths = deaths
+        cluster = getattr(client, "cluster", None)
+        # the nannies of a local cluster run in this process: their workers' pids are known
+        self.nannies = getattr(cluster, "workers", None) if opts["kind"] == "local" else None
+        self.no_worker_seconds = max(NO_WORKER_SECONDS, seconds(opts["start_timeout"]))
+        n_workers = (opts.get("n_workers") or os.cpu_count() or 1) if opts["kind"] == "local" \
+            else 1
+        self.storm = max(20, STORM_DEATHS_PER_WORKER * n_workers)
+        self.ended: dict[str, str] = {}  # worker address → why the sweep ended it
+        self._cpu: dict[int, tuple[float, float]] = {}  # pid → (CPU seconds, since when)
+        self._no_worker_since: float | None = None
+        self._died_at_progress = deaths.died if deaths is not None else 0
+        self._started = time.monotonic()
+
+    def progressed(self) -> None:
+        """A task finished: the deaths counted towards a storm start again from here."""
+        if self.deaths is not None:
+            self._died_at_progress = self.deaths.died
+
+    def check(self) -> None:
+        """End frozen local workers; raise :class:`ClusterLost` if the cluster has had no
+        worker for too long, or keeps losing them."""
+        workers = self.client.scheduler_info().get("workers", {})
+        now = time.monotonic()
+        if workers:
+            self._no_worker_since = None
+        elif self._no_worker_since is None:
+            self._no_worker_since = now
+        elif now - self._no_worker_since > self.no_worker_seconds:
+            raise ClusterLost(f"the cluster has had no worker for {self.no_worker_seconds:g} s"
+                              f"{self._deaths_text()}: none could be restarted")
+        if self.deaths is not None and self.deaths.died - self._died_at_progress >= self.storm:
+            raise ClusterLost(f"the cluster's workers keep dying: {self._deaths_text()[2:]} in "
+                              f"{now - self._started:.0f} s with no job finished meanwhile")
+        if self.nannies is not None:
+            self._end_frozen(workers)
+
+    def _deaths_text(self) -> str:
+        if self.deaths is None or not self.deaths.died:
+            return ""
+        return f"; {self.deaths.summary()}"
+
+    def _end_frozen(self, workers: Mapping[str, Mapping]) -> None:
+        now, wall = time.monotonic(), time.time()
+        for nanny in list(self.nannies.values()):
+            pid, address = getattr(nanny, "pid", None), getattr(nanny, "worker_address", None)
+            info = workers.get(address) if address else None
+            if not pid or info is None:
+                continue
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:  # gone meanwhile
+                continue
+            cpu = times.user + times.system
+            before = self._cpu.get(pid)
+            if before is None or before[0] != cpu:
+                self._cpu[pid] = (cpu, now)
+                continue
+            silent = wall - float(info.get("last_seen", wall))
+            if silent > FROZEN_SECONDS and now - before[1] > FROZEN_SECONDS:
+                self.end_worker(address, f"sent no heartbeat and used no CPU time for "
+                                         f"{FROZEN_SECONDS:g} s (frozen: stopped, or deadlocked)")
+
+    def end_worker(self, address: str, why: str) -> None:
+        """End the worker at ``address`` (a local one is killed, a remote one restarted by its
+        nanny) so that its tasks go to the other workers, with a ``note:`` saying ``why``."""
+        if address in self.ended:
+            return
+        self.ended[address] = why
+        pid = self.pid_of(address)
+        print(f"note: worker {address}{f' (pid {pid})' if pid else ''} {why}; it was ended and "
+              "its jobs go to the other workers", file=sys.stderr, flush=True)
+        if pid is not None:
+            if self.deaths is not None:
+                self.deaths.frozen.add(pid)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            return
+        with contextlib.suppress(Exception):  # its nanny kills it; else the scheduler drops it
+            self.client.restart_workers([address], timeout=30, raise_for_error=False)
+
+    def pid_of(self, address: str) -> int | None:
+        for nanny in list((self.nannies or {}).values()):
+            if getattr(nanny, "worker_address", None) == address:
+                return getattr(nanny, "pid", None)
+        return None
+
+    def why_ended(self, address: str | None) -> str | None:
+        """Why the sweep ended the worker at ``address``, or None if it did not."""
+        return self.ended.get(address) if address else None
