@@ -127,6 +127,7 @@ class GroupedSweeper(Sweeper):
 
         # the name as resolved (a quoted value or an interpolation such as ${oc.env:VAR} is
         # checked here, not on the command line): nothing is made outside outputs/
+        from pipeline.atomic import write_text
         from pipeline.job.validate import check_sweep_name
         from pipeline.sweep.directory import check_sweep_directory, write_error
 
@@ -135,7 +136,7 @@ class GroupedSweeper(Sweeper):
         check_sweep_directory(sweep_dir.resolve())  # a file in its path, read-only, full disk
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         except OSError as err:
             raise write_error(err, sweep_dir) from None
 

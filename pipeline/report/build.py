@@ -48,11 +48,13 @@ matplotlib.use("Agg")
 import xarray as xr  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
+from pipeline.atomic import write_text  # noqa: E402
 from pipeline.command import OneLineParser, fail  # noqa: E402
 from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
 from pipeline.report.html import html_path, write_html
 from pipeline.report.interactive import interactive_path, write_interactive
+from pipeline.report.markdown import code, inert, one_line
 from pipeline.report.scaling import scaling_figure, scaling_table
 from pipeline.report.tables import (
     at_bound,
@@ -119,9 +121,9 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     figures = [metric_figure(ds, spec, out_dir, f"fig{i}_{spec['metric']}")
                for i, spec in enumerate(specs, start=1)]
     table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
-    lines = [f"# Sweep `{ds.attrs['sweep']}`", "",
-             f"results: `{path}` (git {ds.attrs['git_sha'][:12]}, swept: "
-             f"{', '.join(ds.attrs['swept_keys'])})", "", table, ""]
+    lines = [f"# Sweep {code(ds.attrs['sweep'])}", "",
+             f"results: {code(path)} (git {code(str(ds.attrs['git_sha'])[:12])}, swept: "
+             f"{', '.join(map(str, ds.attrs['swept_keys']))})", "", table, ""]
     if report_cfg.get("paired"):
         lines += ["Paired t-tests:", "", paired_tests(ds, report_cfg["paired"]), ""]
     if report_cfg.get("scaling"):
@@ -134,7 +136,7 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
         figures += frontier_figures(ds, report_cfg["frontier"], out_dir, len(figures) + 1)
         lines += [budget_table(ds, report_cfg["frontier"]), ""]
     if report_cfg.get("paper"):
-        lines += [f"Paper: {report_cfg['paper']}", ""]
+        lines += [f"Paper: {one_line(report_cfg['paper'])}", ""]
     if (ds["status"] == "failed").any():
         lines += ["Failed jobs:", "", failures(ds), ""]
     if bounds := at_bound(ds):
@@ -142,13 +144,17 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
                   "lower bound or the noise at its upper one is a white-noise model):", "",
                   bounds, ""]
     lines += [overhead_line(ds), ""]
-    for figure in (f for f in figures if f is not None):  # each with its caption line
-        lines += [f"![{figure.path.stem}]({figure.path.name})", "", figure.caption, ""]
+    # every string read from the store is text: nothing in it links, embeds or is HTML; the
+    # figure lines, added after, are the only images (the files written here)
+    lines = [inert("\n".join(lines))]
+    drawn = [f for f in figures if f is not None]
+    for figure in drawn:  # each with its caption line
+        lines += [f"![{figure.path.stem}]({figure.path.name})", "", inert(figure.caption), ""]
     report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_text(report, "\n".join(lines) + "\n")
     interactive = write_interactive(ds, out_dir, [spec["metric"] for spec in specs
                                                   if "x" not in spec and "against" not in spec])
-    write_html(report, ds, path, interactive)
+    write_html(report, ds, path, interactive, figures=[f.path.name for f in drawn])
     return report
 
 
