@@ -4,7 +4,8 @@
         [--out docs/results]
     python -m pipeline.publish docs/results/uci_frontier.csv --reference … [--out …]
 
-From the store it writes to ``--out``:
+From the store it writes to ``--out`` (default ``outputs/published``; the project's published
+results are written with ``--out docs/results``, a directory given explicitly):
 
 - ``uci_frontier.csv`` (the store's sweep name): one row per job and mode, the columns of
   :data:`COLUMNS` in that order (:func:`job_table`; the baselines a run did not record are
@@ -53,6 +54,7 @@ from pipeline.report.comparison import (  # noqa: F401  (the published tables, r
 
 USAGE = ("python -m pipeline.publish <results.zarr | published.csv> --reference "
          "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]")
+DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
 
 # The published table: column → (where it comes from: the store's per-job variable or sweep
@@ -477,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", required=True,
                         help="the algorithm whose jobs are the run's reference (the full GP), "
                              "or several, comma-separated: the factored full GP, then PCG")
-    parser.add_argument("--out", default="docs/results", help="the folder to write")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"the folder to write (default {DEFAULT_OUT}; the published "
+                             "results: --out docs/results)")
     parser.add_argument("--notes", default=None,
                         help="a markdown file written for the run (its design, the time it "
                              "took, comparisons), put in the README after the figures")

@@ -50,6 +50,7 @@ import xarray as xr  # noqa: E402
 from algorithms.errors import InputError  # noqa: E402
 from pipeline.atomic import write_text  # noqa: E402
 from pipeline.command import OneLineParser, fail  # noqa: E402
+from pipeline.outputs import check_under_outputs  # noqa: E402
 from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
 from pipeline.report.html import html_path, write_html
@@ -100,10 +101,14 @@ def render(path: str | Path, out_dir: str | Path | None = None,
 
     Raises :class:`InputError` (one line) when ``path`` is not a sound results store
     (:func:`pipeline.results.load` verifies it), a choice is not in the sweep, or the report
-    cannot be written to ``out_dir``."""
+    cannot be written to ``out_dir``, or, without ``out_dir``, when the default beside the
+    store (``<sweep>/report``) lies outside the working directory's outputs/."""
     path = Path(path)
     ds = select(load(path).load(), choices or {})
-    out_dir = Path(out_dir) if out_dir else path.parent / "report"
+    if not out_dir:  # the default lies under outputs/; an --out given is the user's choice
+        out_dir = path.parent / "report"
+        check_under_outputs(out_dir, "the report's default --out", "pass --out <dir>")
+    out_dir = Path(out_dir)
     try:
         return _write_report(ds, path, out_dir)
     except OSError as err:

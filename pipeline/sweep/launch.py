@@ -134,7 +134,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             if (sweep_dir / "report").exists():  # a report describes the results beside it
                 from pipeline.report import render
 
-                print(f"report: {render(results_path)}", flush=True)
+                print(f"report: {render(results_path, results_path.parent / 'report')}",
+                      flush=True)
         returns = []
         for job in jobs:
             record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
