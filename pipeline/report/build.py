@@ -95,20 +95,21 @@ def select(ds: xr.Dataset, choices: dict[str, str]) -> xr.Dataset:
 
 
 def render(path: str | Path, out_dir: str | Path | None = None,
-           choices: dict[str, str] | None = None) -> Path:
+           choices: dict[str, str] | None = None, *,
+           default_under_outputs: bool = False) -> Path:
     """Write the figures and ``report.md`` for ``results.zarr`` at ``path``, restricted to
     ``choices`` (:func:`select`); returns report.md.
 
     Raises :class:`InputError` (one line) when ``path`` is not a sound results store
     (:func:`pipeline.results.load` verifies it), a choice is not in the sweep, or the report
-    cannot be written to ``out_dir``, or, without ``out_dir``, when the default beside the
-    store (``<sweep>/report``) lies outside the working directory's outputs/."""
+    cannot be written to ``out_dir``; with ``default_under_outputs`` (the command line), also
+    when no ``out_dir`` is given and the default beside the store lies outside the working
+    directory's outputs/ (an ``out_dir`` given is the caller's choice)."""
     path = Path(path)
     ds = select(load(path).load(), choices or {})
-    if not out_dir:  # the default lies under outputs/; an --out given is the user's choice
-        out_dir = path.parent / "report"
-        check_under_outputs(out_dir, "the report's default --out", "pass --out <dir>")
-    out_dir = Path(out_dir)
+    if not out_dir and default_under_outputs:
+        check_under_outputs(path.parent / "report", "the report's default --out", "--out <dir>")
+    out_dir = Path(out_dir) if out_dir else path.parent / "report"
     try:
         return _write_report(ds, path, out_dir)
     except OSError as err:
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--select {item!r} is not DIM=VALUE; pass e.g. "
                                  "--select dataset.split=0")
             choices[dim] = value
-        report = render(args.results, args.out, choices)
+        report = render(args.results, args.out, choices, default_under_outputs=True)
     except InputError as err:
         return fail(err)
     print(report.read_text())
