@@ -124,6 +124,29 @@ def _stuck(config: dict, output_dir: Path, one_job: bool, message: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _Callbacks:
+    """The callbacks ``hydra.callbacks`` configures (none in conf/), called as Hydra's run
+    calls them: each instantiated once, an event passed to each in turn (the ``*_end`` ones
+    in reverse order)."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        nodes = OmegaConf.select(cfg, "hydra.callbacks") or {}
+        self.callbacks = [instantiate(node) for node in nodes.values()]
+
+    def __getattr__(self, event: str):
+        if not event.startswith("on_"):
+            raise AttributeError(event)
+        order = reversed(self.callbacks) if event.endswith("_end") else self.callbacks
+
+        def notify(**kwargs) -> None:
+            for callback in list(order):
+                getattr(callback, event)(**kwargs)
+        return notify
+
+
 # what a sweep's worker calls with the job's resolved config when Hydra's run_job would only
 # write the job's .hydra/ files around the task (pipeline.sweep.job_files)
 task.run_resolved = run_task
@@ -140,8 +163,37 @@ def _launch(overrides: Sequence[str], multirun: bool):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None,
                                job_name="pipeline"):
         app = GlobalHydra.instance().hydra
-        launch = app.multirun if multirun else app.run
-        return launch(config_name="config", task_function=task, overrides=list(overrides))
+        if multirun:  # the sweeper checks the sweep's directory before making it
+            return app.multirun(config_name="config", task_function=task,
+                                overrides=list(overrides))
+        return _run_checked(app, list(overrides))
+
+
+def _run_checked(app, overrides: list[str]) -> JobReturn:
+    """Hydra's ``Hydra.run`` (compose, callbacks, ``run_job``), with the directories the job
+    writes checked between composing its config and making its output directory
+    (:func:`pipeline.outputs.check_run_directories`): Hydra's callbacks cannot stop a run
+    (it turns their errors into warnings), and the check must come before ``run_job``."""
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext
+
+    from pipeline.outputs import check_run_directories
+
+    cfg = app.compose_config(config_name="config", overrides=overrides,
+                             with_log_configuration=True, run_mode=RunMode.RUN)
+    if cfg.hydra.mode is None:
+        cfg.hydra.mode = RunMode.RUN
+    HydraConfig.instance().set_config(cfg)  # for a run dir naming ${hydra:...}
+    check_run_directories(cfg, "run")
+    callbacks = _Callbacks(cfg)
+    callbacks.on_run_start(config=cfg, config_name="config")
+    ret = run_job(hydra_context=HydraContext(config_loader=app.config_loader,
+                                             callbacks=callbacks),
+                  task_function=task, config=cfg, job_dir_key="hydra.run.dir",
+                  job_subdir_key=None, configure_logging=True)
+    callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
+    _ = ret.return_value  # raises the job's error, as Hydra's run does
+    return ret
 
 
 def run(overrides: Sequence[str]) -> JobReturn:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from algorithms.errors import InputError
+from pipeline.atomic import atomic_path
 from pipeline.command import OneLineParser, fail
 from pipeline.results.access import tidy
 from pipeline.results.consolidate import load
@@ -40,16 +41,14 @@ def export(results: str | Path, out: str | Path, per: str = "step") -> pd.DataFr
         raise InputError(f"{out}: writing parquet needs pyarrow; pip install pyarrow (or "
                          "pip install -e '.[export]'), or write .csv")
     table = tidy(load(results).load(), per)
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".csv":
-            table.to_csv(tmp, index=False)
-        else:
-            table.to_parquet(tmp, index=False)
-        tmp.replace(out)
+        with atomic_path(out) as tmp:
+            if out.suffix == ".csv":
+                table.to_csv(tmp, index=False)
+            else:
+                table.to_parquet(tmp, index=False)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write {out}: {err.strerror or err}; pass a path in a "
                          "writable directory") from None
     return table

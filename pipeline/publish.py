@@ -4,7 +4,8 @@
         [--out docs/results]
     python -m pipeline.publish docs/results/uci_frontier.csv --reference … [--out …]
 
-From the store it writes to ``--out``:
+From the store it writes to ``--out`` (default ``outputs/published``; the project's published
+results are written with ``--out docs/results``, a directory given explicitly):
 
 - ``uci_frontier.csv`` (the store's sweep name): one row per job and mode, the columns of
   :data:`COLUMNS` in that order (:func:`job_table`; the baselines a run did not record are
@@ -28,8 +29,11 @@ Running it again on the same input rewrites the same files.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from algorithms.errors import InputError
+from pipeline.atomic import atomic_path, write_text
 from pipeline.command import OneLineParser, fail
 from pipeline.report import comparison
 from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
@@ -49,6 +54,7 @@ from pipeline.report.comparison import (  # noqa: F401  (the published tables, r
 
 USAGE = ("python -m pipeline.publish <results.zarr | published.csv> --reference "
          "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]")
+DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
 
 # The published table: column → (where it comes from: the store's per-job variable or sweep
@@ -347,14 +353,15 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
     import yaml
 
     names = references_of(reference)
-    table.to_csv(out / f"{sweep}.csv", index=False)
+    with atomic_path(out / f"{sweep}.csv") as tmp:
+        table.to_csv(tmp, index=False)
     class Block(yaml.SafeDumper):  # a multi-line string (the grid) as a literal block
         pass
 
     Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
         "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
-    (out / f"{sweep}{RUN_SUFFIX}").write_text(yaml.dump(run, Dumper=Block, sort_keys=False,
-                                                        allow_unicode=True))
+    write_text(out / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
+                                                       allow_unicode=True))
     table = read_table(out / f"{sweep}.csv")
     order = run.get("mode_order") or []
     cd = cd_figures(table, out, order)
@@ -370,8 +377,18 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
                   commands=commands, figures=figures, grid=run.get("grid"),
                   notes=_notes_text(notes), mode_order=order,
                   budgets=run.get("budgets") or BUDGETS, cd=cd)
-    (out / "README.md").write_text(text)
+    write_text(out / "README.md", text)
     return out / "README.md"
+
+
+def _plain_name(name: str, what: str, suffix: str = "") -> str:
+    """``name`` when it is a plain file name (no directory part, not hidden, ending in
+    ``suffix``): a name read from a store or a record never writes or reads elsewhere."""
+    if not re.fullmatch(r"[\w\-][\w.\-]*", name) or not name.endswith(suffix):
+        raise InputError(f"{what} {name!r} is not a plain file name (letters, digits, '.', "
+                         f"'-', '_'{', ending ' + suffix if suffix else ''}); the file was "
+                         "not written by the product: publish the run's own results.zarr")
+    return name
 
 
 def publish(results: str | Path, out: str | Path, reference: str,
@@ -387,7 +404,7 @@ def publish(results: str | Path, out: str | Path, reference: str,
 
     out = Path(out)
     ds = load(results).load()
-    sweep = str(ds.attrs["sweep"])
+    sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
     standardize = lookup(ds.attrs["config"], "dataset.standardize_y")
     table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
     check_reference(table, reference)  # a bad --reference fails before anything is written
@@ -397,16 +414,17 @@ def publish(results: str | Path, out: str | Path, reference: str,
         out.mkdir(parents=True, exist_ok=True)
         names = []
         if spec is not None:
-            scratch = out / ".figures"
-            scratch.mkdir(exist_ok=True)
-            for figure in frontier_figures(ds, spec, scratch, 1):
-                path = Path(figure.path)
-                if path.stat().st_size > MAX_FIGURE_BYTES:
-                    raise InputError(f"{path.name} is {path.stat().st_size} bytes, above "
-                                     f"{MAX_FIGURE_BYTES}; lower the report's dpi")
-                shutil.move(path, out / path.name)
-                names.append(path.name)
-            shutil.rmtree(scratch)
+            scratch = Path(tempfile.mkdtemp(prefix=".figures-", dir=out))  # its own, removed
+            try:
+                for figure in frontier_figures(ds, spec, scratch, 1):
+                    path = Path(figure.path)
+                    if path.stat().st_size > MAX_FIGURE_BYTES:
+                        raise InputError(f"{path.name} is {path.stat().st_size} bytes, above "
+                                         f"{MAX_FIGURE_BYTES}; lower the report's dpi")
+                    os.replace(path, out / path.name)  # a rename within out: atomic
+                    names.append(path.name)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
         record = _hydra_record(Path(results))
         run = {"command": _run_command(record, sweep),
                "code_version": f"git {ds.attrs['git_sha']}",
@@ -441,12 +459,14 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     table = complete(read_table(csv))
     check_reference(table, reference)
     _notes_text(notes)
-    figures = list(run.get("figures") or [])
+    figures = [_plain_name(str(name), f"{record}: figure", ".png")
+               for name in run.get("figures") or []]
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name in figures:
             if not (out / name).exists():
-                shutil.copy(csv.parent / name, out / name)
+                with atomic_path(out / name) as tmp:
+                    shutil.copyfile(csv.parent / name, tmp)
         return _write(out, sweep, table, run, reference, notes, figures)
     except OSError as err:
         raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "
@@ -462,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", required=True,
                         help="the algorithm whose jobs are the run's reference (the full GP), "
                              "or several, comma-separated: the factored full GP, then PCG")
-    parser.add_argument("--out", default="docs/results", help="the folder to write")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"the folder to write (default {DEFAULT_OUT}; the published "
+                             "results: --out docs/results)")
     parser.add_argument("--notes", default=None,
                         help="a markdown file written for the run (its design, the time it "
                              "took, comparisons), put in the README after the figures")

@@ -92,7 +92,8 @@ def test_a_full_disk_before_the_start_is_one_line(args, tmp_path, run_cli):
     with tmpfs(tmp_path / "mnt", "256k") as mount:
         work = _workdir(tmp_path, mount)
         _fill(mount)
-        ran = run_cli(work, *args[1:], f"store_root={tmp_path / 'stores'}")
+        ran = run_cli(work, *args[1:], f"store_root={tmp_path / 'stores'}",
+                      "allow_outside_outputs=true")
         lines = [line for line in ran.stderr.splitlines() if line.strip()]
         assert ran.returncode == 2 and len(lines) == 1, ran.stderr
         assert lines[0].startswith("error: no space left on the device of ") \
@@ -107,7 +108,8 @@ def test_a_read_only_file_system_is_one_line(tmp_path, run_cli):
     with tmpfs(tmp_path / "mnt", "1m") as mount:
         work = _workdir(tmp_path, mount)
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-        ran = run_cli(work, *SWEEP[1:], f"store_root={tmp_path / 'stores'}")
+        ran = run_cli(work, *SWEEP[1:], f"store_root={tmp_path / 'stores'}",
+                      "allow_outside_outputs=true")
         assert ran.returncode == 2 and ran.stderr.count("\n") == 1, ran.stderr
         assert "is on a read-only file system" in ran.stderr and str(mount.name) in ran.stderr
 
@@ -116,7 +118,8 @@ def test_a_disk_filling_up_mid_sweep_stops_it_and_the_rerun_resumes(tmp_path, ru
     """The disk fills up after a few jobs: exit 2 with one line, the finished jobs kept; once
     space is freed the same command finishes the sweep without fitting them again."""
     args = (*SWEEP[1:], "seed=range(0,30)", "algorithm=sgma", "algorithm.max_basis=5",
-            f"store_root={tmp_path / 'stores'}", "certificate.enabled=false")
+            f"store_root={tmp_path / 'stores'}", "allow_outside_outputs=true",
+            "certificate.enabled=false")
     with tmpfs(tmp_path / "mnt", "192k") as mount:
         work = _workdir(tmp_path, mount)
         ran = run_cli(work, *args)

@@ -179,10 +179,10 @@ CASES = [
          ("outputs/stores/sine1d-", "edited after ingest", "rerun to re-ingest"),
          setup=edit_store_attrs),
     Case("store-root-unwritable", ("pipeline", "dataset=sine1d", "dataset.n_train=41",
-                                   "store_root={dir}/ro/stores"),
+                                   "store_root={dir}/ro/stores", "allow_outside_outputs=true"),
          ("store_root=", "ro/stores", "writable directory"), setup=unwritable_dir),
     Case("store-root-is-a-file", ("pipeline", "dataset=sine1d", "dataset.n_train=41",
-                                  "store_root={dir}/ok.csv"),
+                                  "store_root={dir}/ok.csv", "allow_outside_outputs=true"),
          ("store_root=", "ok.csv", "File exists"), setup=csv_file("ok.csv", "1,2\n")),
 ]
 

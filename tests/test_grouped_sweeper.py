@@ -56,12 +56,13 @@ class FakeLauncher:
 
 
 @pytest.fixture
-def context(tmp_path):
+def context(tmp_path, monkeypatch):
     """Hydra's config loader for this project's conf/ and a master config whose sweep
-    directory is under ``tmp_path``."""
+    directory is under ``tmp_path``'s outputs/ (the working directory)."""
+    monkeypatch.chdir(tmp_path)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="t"):
         loader = GlobalHydra.instance().config_loader()
-        sweep_dir = tmp_path / "deep" / "sweep"
+        sweep_dir = tmp_path / "outputs" / "deep" / "sweep"
         master = loader.load_configuration(
             "config", [f"hydra.sweep.dir={sweep_dir}"], RunMode.MULTIRUN)
         # the callbacks are the launcher's business: Hydra's no-op Callback stands in

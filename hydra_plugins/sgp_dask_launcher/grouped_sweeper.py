@@ -159,15 +159,24 @@ class GroupedSweeper(Sweeper):
 
         # the name as resolved (a quoted value or an interpolation such as ${oc.env:VAR} is
         # checked here, not on the command line): nothing is made outside outputs/
+        from pipeline.atomic import write_text
         from pipeline.job.validate import check_sweep_name
-        from pipeline.sweep.directory import check_sweep_directory, write_error
+        from pipeline.outputs import check_run_directories
+        from pipeline.sweep.directory import (
+            check_not_nested,
+            check_sweep_directory,
+            write_error,
+        )
 
         check_sweep_name(self.config.sweep)
+        check_run_directories(self.config, "sweep")  # under outputs/, or allowed outside
         sweep_dir = Path(self.config.hydra.sweep.dir)
         check_sweep_directory(sweep_dir.resolve())  # a file in its path, read-only, full disk
+        # not inside another sweep's files or a store, none inside its own results.zarr
+        check_not_nested(sweep_dir, Path(str(self.config.store_root)))
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         except OSError as err:
             raise write_error(err, sweep_dir) from None
 

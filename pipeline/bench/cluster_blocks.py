@@ -33,6 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pipeline.atomic import write_text  # noqa: E402
 from pipeline.bench.sweep_overhead import save_figure, size_argument
 from pipeline.results.consolidate import load
 
@@ -142,7 +143,7 @@ def main(argv: list[str]) -> int:
     spread = runs["spread"]
     spread["bytes_moved_per_step"] = spread["summary"]["cluster_bytes_moved"] / spread["steps"]
     out_dir = cwd / "outputs" / base
-    (out_dir / "figures.json").write_text(json.dumps(runs, indent=2))
+    write_text(out_dir / "figures.json", json.dumps(runs, indent=2))
     figure(runs, out_dir / "cluster_blocks.png")
     s, one = spread["summary"], runs["one_process"]["summary"]
     print(f"{base}: n = {spread['n']:,}, t = {spread['steps']} on 2 workers: "

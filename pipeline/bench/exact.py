@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from algorithms import Kernel  # noqa: E402
 from algorithms.cholesky import cholesky_in_place  # noqa: E402
+from pipeline.atomic import write_text  # noqa: E402
 from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
 
 
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> int:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {"gemm_gflops": gemm, "cores": os.cpu_count(), "rows": rows,
                "peak_rss_mib": peak_mib, "config": cfg}
-    (out_dir / "figures.json").write_text(json.dumps(figures, indent=2))
+    write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
     figure(rows, gemm, cfg, out_dir / "cholesky_gflops.png")
     print(f"figures: {out_dir / 'figures.json'}")
     return 0

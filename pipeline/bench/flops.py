@@ -35,6 +35,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 import algorithms  # noqa: E402
 from algorithms import InputError, Kernel  # noqa: E402
 from algorithms.kernels import use_kernel_threads  # noqa: E402
+from pipeline.atomic import save_figure, write_text
 from pipeline.cluster.threads import blas_threads
 from pipeline.config import CONF_DIR
 from pipeline.datasets import ingest, load_arrays  # noqa: E402
@@ -167,7 +168,7 @@ def _run(cfg: dict, out_dir: Path, threads: int) -> dict:
     figures["step_breakdown_fraction_at_t_max"] = {
         k: float(v[tail].sum() / seconds[tail].sum()) for k, v in parts.items()}
     figures["kernel_entries"] = entries
-    (out_dir / "figures.json").write_text(json.dumps(figures, indent=2))
+    write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
     _kernel_figure(entries, kcfg, out_dir / "kernel_ns_per_entry.png")
 
     t = fit.trace["n_basis"]
@@ -185,7 +186,7 @@ def _run(cfg: dict, out_dir: Path, threads: int) -> dict:
     ax2.set(xlabel="basis size t", ylabel="GFLOP/s", title="achieved vs GEMM")
     ax2.legend()
     fig.tight_layout()
-    fig.savefig(out_dir / f"{name}_flops.png", dpi=100)
+    save_figure(fig, out_dir / f"{name}_flops.png", dpi=100)
     plt.close(fig)
     return figures
 
@@ -216,7 +217,7 @@ def _kernel_figure(entries: list[dict], kcfg: dict, path: Path) -> None:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 

@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
 from algorithms.kernels import fit_tails, use_kernel_threads  # noqa: E402
 from algorithms.registry import discover  # noqa: E402
+from pipeline.atomic import write_text  # noqa: E402
 from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
 from pipeline.datasets.sources import _load_abalone  # noqa: E402
 
@@ -128,7 +129,7 @@ def _measure_all(cfg: dict, out_dir: Path) -> int:
             print(f"    {k:28s} {row['ratio'][k]:7.3f}  ({row['seconds'][k]:.3f} s, "
                   f"{row['n_basis'][k]} basis)", flush=True)
     figures = {"cores": os.cpu_count(), "rows": rows, "config": cfg}
-    (out_dir / "figures.json").write_text(json.dumps(figures, indent=2))
+    write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
     figure(rows, cfg, out_dir / "small_n_ratio.png")
     print(f"figures: {out_dir / 'figures.json'}")
     return 0

@@ -34,6 +34,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pipeline import atomic
+from pipeline.atomic import write_text
 from pipeline.results.consolidate import load
 
 SWEEPS = ("bench_sweep_overhead", "bench_sweep_overhead_1000")
@@ -153,7 +155,7 @@ def figure(sweeps: list[dict], plan: dict, path: Path) -> None:
 def save_figure(fig, path: Path) -> None:
     """Lay out, write (100 dpi) and close a benchmark's figure."""
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -201,7 +203,7 @@ def main(argv: list[str]) -> int:
     sweeps.append(measure_warm(SWEEPS[0], size, cwd))
     out_dir = cwd / "outputs" / ("bench_sweeps" if size == "full" else f"bench_sweeps_{size}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "figures.json").write_text(json.dumps({"sweeps": sweeps, "plan": plan},
+    write_text(out_dir / "figures.json", json.dumps({"sweeps": sweeps, "plan": plan},
                                                      indent=2))
     figure(sweeps, plan, out_dir / "sweep_overhead.png")
     for s in sweeps:

@@ -23,7 +23,8 @@ from pipeline.job.codeversion import code_version, module_of
 from pipeline.job.hyper import hyper_options
 
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
-LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report")
+LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report",
+                 "allow_outside_outputs")
 
 
 # How a job runs, not what it computes (BLAS threads change results by round-off only)

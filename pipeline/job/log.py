@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipeline.atomic import NoFollowFileHandler
+
 LOGGER = logging.getLogger("pipeline.job")
 LOG_NAME = "pipeline.log"  # Hydra's ${hydra.job.name}.log (pipeline.app names the job)
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging
@@ -28,7 +30,7 @@ FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's defau
 def job_log(directory: Path) -> Iterator[logging.Logger]:
     """Append this thread's ``pipeline.job`` records to ``directory/pipeline.log`` while the
     block runs; an exception leaving the block is recorded with its traceback (and raised)."""
-    handler = logging.FileHandler(directory / LOG_NAME, encoding="utf-8", delay=True)
+    handler = NoFollowFileHandler(directory / LOG_NAME, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter(FORMAT))
     thread = threading.get_ident()
     handler.addFilter(lambda record: record.thread == thread)

@@ -48,11 +48,14 @@ matplotlib.use("Agg")
 import xarray as xr  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
+from pipeline.atomic import write_text  # noqa: E402
 from pipeline.command import OneLineParser, fail  # noqa: E402
+from pipeline.outputs import check_under_outputs  # noqa: E402
 from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
 from pipeline.report.html import html_path, write_html
 from pipeline.report.interactive import interactive_path, write_interactive
+from pipeline.report.markdown import code, inert, one_line
 from pipeline.report.scaling import scaling_figure, scaling_table
 from pipeline.report.tables import (
     at_bound,
@@ -92,15 +95,20 @@ def select(ds: xr.Dataset, choices: dict[str, str]) -> xr.Dataset:
 
 
 def render(path: str | Path, out_dir: str | Path | None = None,
-           choices: dict[str, str] | None = None) -> Path:
+           choices: dict[str, str] | None = None, *,
+           default_under_outputs: bool = False) -> Path:
     """Write the figures and ``report.md`` for ``results.zarr`` at ``path``, restricted to
     ``choices`` (:func:`select`); returns report.md.
 
     Raises :class:`InputError` (one line) when ``path`` is not a sound results store
     (:func:`pipeline.results.load` verifies it), a choice is not in the sweep, or the report
-    cannot be written to ``out_dir``."""
+    cannot be written to ``out_dir``; with ``default_under_outputs`` (the command line), also
+    when no ``out_dir`` is given and the default beside the store lies outside the working
+    directory's outputs/ (an ``out_dir`` given is the caller's choice)."""
     path = Path(path)
     ds = select(load(path).load(), choices or {})
+    if not out_dir and default_under_outputs:
+        check_under_outputs(path.parent / "report", "the report's default --out", "--out <dir>")
     out_dir = Path(out_dir) if out_dir else path.parent / "report"
     try:
         return _write_report(ds, path, out_dir)
@@ -119,9 +127,9 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     figures = [metric_figure(ds, spec, out_dir, f"fig{i}_{spec['metric']}")
                for i, spec in enumerate(specs, start=1)]
     table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
-    lines = [f"# Sweep `{ds.attrs['sweep']}`", "",
-             f"results: `{path}` (git {ds.attrs['git_sha'][:12]}, swept: "
-             f"{', '.join(ds.attrs['swept_keys'])})", "", table, ""]
+    lines = [f"# Sweep {code(ds.attrs['sweep'])}", "",
+             f"results: {code(path)} (git {code(str(ds.attrs['git_sha'])[:12])}, swept: "
+             f"{', '.join(map(str, ds.attrs['swept_keys']))})", "", table, ""]
     if report_cfg.get("paired"):
         lines += ["Paired t-tests:", "", paired_tests(ds, report_cfg["paired"]), ""]
     if report_cfg.get("scaling"):
@@ -134,7 +142,7 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
         figures += frontier_figures(ds, report_cfg["frontier"], out_dir, len(figures) + 1)
         lines += [budget_table(ds, report_cfg["frontier"]), ""]
     if report_cfg.get("paper"):
-        lines += [f"Paper: {report_cfg['paper']}", ""]
+        lines += [f"Paper: {one_line(report_cfg['paper'])}", ""]
     if (ds["status"] == "failed").any():
         lines += ["Failed jobs:", "", failures(ds), ""]
     if bounds := at_bound(ds):
@@ -142,13 +150,17 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
                   "lower bound or the noise at its upper one is a white-noise model):", "",
                   bounds, ""]
     lines += [overhead_line(ds), ""]
-    for figure in (f for f in figures if f is not None):  # each with its caption line
-        lines += [f"![{figure.path.stem}]({figure.path.name})", "", figure.caption, ""]
+    # every string read from the store is text: nothing in it links, embeds or is HTML; the
+    # figure lines, added after, are the only images (the files written here)
+    lines = [inert("\n".join(lines))]
+    drawn = [f for f in figures if f is not None]
+    for figure in drawn:  # each with its caption line
+        lines += [f"![{figure.path.stem}]({figure.path.name})", "", inert(figure.caption), ""]
     report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_text(report, "\n".join(lines) + "\n")
     interactive = write_interactive(ds, out_dir, [spec["metric"] for spec in specs
                                                   if "x" not in spec and "against" not in spec])
-    write_html(report, ds, path, interactive)
+    write_html(report, ds, path, interactive, figures=[f.path.name for f in drawn])
     return report
 
 
@@ -173,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--select {item!r} is not DIM=VALUE; pass e.g. "
                                  "--select dataset.split=0")
             choices[dim] = value
-        report = render(args.results, args.out, choices)
+        report = render(args.results, args.out, choices, default_under_outputs=True)
     except InputError as err:
         return fail(err)
     print(report.read_text())

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pipeline.atomic import save_figure  # noqa: E402
 from pipeline.report.stats import cliques  # noqa: E402
 
 ROW = 0.28  # inches between two labels
@@ -73,6 +74,6 @@ def cd_diagram(names: Sequence[str], ranks: Sequence[float], cd: float, path: st
             ax.plot([x(r[i]), x(r[i]), end], [axis_at, y, y], color="0.3", lw=0.9, zorder=0)
             ax.text(end - 0.05 if side == "left" else end + 0.05, y, labels[i], fontsize=9,
                     ha="right" if side == "left" else "left", va="center")
-    fig.savefig(path, dpi=dpi)
+    save_figure(fig, path, dpi=dpi)
     plt.close(fig)
     return Path(path)

@@ -41,6 +41,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.lines import Line2D
 
+from pipeline.atomic import save_figure
 from pipeline.report.style import Figure, and_list, grouped, plain_log_ticks
 from pipeline.results.variables import long_name, short_label, symbol
 
@@ -208,7 +209,7 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
         head = f"{title}\n" if title else ""
         fig.suptitle(f"{head}{short_label(metric, ds)} against {against}", fontsize=10)
         path = out_dir / f"fig{start + k}_frontier_{metric}{tag}.png"
-        fig.savefig(path, dpi=100)
+        save_figure(fig, path, dpi=100)
         plt.close(fig)
         missing = sorted(set(settings) - {p[0] for d in datasets for p in every[metric, d]})
         caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond - shown), clipped,

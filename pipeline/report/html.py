@@ -19,13 +19,15 @@ import html
 import io
 import json
 import mimetypes
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 from markdown_it import MarkdownIt
 from PIL import Image
+
+from pipeline.atomic import write_text
 
 NOT_RECORDED = "not recorded"
 
@@ -74,13 +76,15 @@ def html_path(report_md: Path) -> Path:
 
 
 def write_html(report_md: Path, ds: xr.Dataset, results_path: Path,
-               interactive: Path | None = None) -> Path:
+               interactive: Path | None = None,
+               figures: Collection[str] | None = None) -> Path:
     """Write ``report.html`` beside ``report_md`` (the report of the sweep ``ds`` loaded from
-    ``results_path``) and return its path. Figures the markdown names are read from the
-    directory of ``report_md``; ``interactive`` (a page in the same directory) is linked from
+    ``results_path``) and return its path. The figures the markdown names are read from the
+    directory of ``report_md``, only those named in ``figures`` (the files the report wrote;
+    :func:`markdown_to_html`); ``interactive`` (a page in the same directory) is linked from
     the navigation bar."""
     report_md = Path(report_md)
-    body = markdown_to_html(report_md.read_text(), report_md.parent)
+    body = markdown_to_html(report_md.read_text(), report_md.parent, figures)
     sweep = str(ds.attrs.get("sweep", ""))
     sections = [
         ("report", None, body),
@@ -115,7 +119,7 @@ def write_html(report_md: Path, ds: xr.Dataset, results_path: Path,
         "",
     ])
     out = html_path(report_md)
-    out.write_text(page, encoding="utf-8")
+    write_text(out, page)
     return out
 
 
@@ -123,18 +127,22 @@ def write_html(report_md: Path, ds: xr.Dataset, results_path: Path,
 
 
 def _markdown() -> MarkdownIt:
-    """CommonMark with pipe tables; raw HTML in the text is escaped, not passed through."""
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    """CommonMark with pipe tables; raw HTML in the text is escaped, not passed through, and
+    links are text (a report links nowhere: its only references are its own figures)."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "autolink"])
     md.add_render_rule("table_open", lambda *_: '<div class="table-wrap">\n<table>\n')
     md.add_render_rule("table_close", lambda *_: "</table>\n</div>\n")
     md.add_render_rule("image", _image)
     return md
 
 
-def markdown_to_html(text: str, base_dir: Path) -> str:
+def markdown_to_html(text: str, base_dir: Path, figures: Collection[str] | None = None) -> str:
     """HTML of the markdown ``text`` (markdown-it-py: CommonMark and pipe tables, all text
-    escaped). Images are embedded as data URIs, read relative to ``base_dir``; a paragraph of
-    nothing but images becomes one ``<figure>`` per image."""
+    escaped, links as text). An image is embedded as a data URI when it names a file of
+    ``base_dir`` itself (a plain name, no directory part, a regular file, not a symlink) and,
+    with ``figures``, one of those names (the files the report wrote); any other image is a
+    note, its file never read. A paragraph of nothing but images becomes one ``<figure>`` per
+    image."""
     md = _markdown()
     tokens = md.parse(text)
     for i, token in enumerate(tokens[:-2]):
@@ -144,7 +152,8 @@ def markdown_to_html(text: str, base_dir: Path) -> str:
             token.hidden = tokens[i + 2].hidden = True
             for child in inline.children:
                 child.meta["figure"] = True
-    return md.renderer.render(tokens, md.options, {"base_dir": Path(base_dir)})
+    return md.renderer.render(tokens, md.options, {
+        "base_dir": Path(base_dir), "figures": None if figures is None else set(figures)})
 
 
 def _image(renderer, tokens, idx, options, env) -> str:
@@ -153,11 +162,14 @@ def _image(renderer, tokens, idx, options, env) -> str:
     token = tokens[idx]
     src = str(token.attrGet("src") or "")
     alt = renderer.renderInlineAsText(token.children or [], options, env)
+    tag = "p" if token.meta.get("figure") else "span"
     path = env["base_dir"] / src
+    why = _not_embedded(src, path, env["figures"])
+    if why:
+        return f'<{tag} class="missing">image {html.escape(src)} not embedded: {why}</{tag}>'
     try:
         data = path.read_bytes()
     except OSError as err:
-        tag = "p" if token.meta.get("figure") else "span"
         return (f'<{tag} class="missing">figure {html.escape(src)} could not be read: '
                 f"{html.escape(err.strerror or str(err))}</{tag}>")
     mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
@@ -172,6 +184,18 @@ def _image(renderer, tokens, idx, options, env) -> str:
         return img
     return (f'<figure id="{html.escape(Path(src).stem, quote=True)}">{img}'
             f"<figcaption>{html.escape(alt)}</figcaption></figure>")
+
+
+def _not_embedded(src: str, path: Path, figures: set[str] | None) -> str | None:
+    """Why the image ``src`` (at ``path``) is not embedded, or None: only a file the report
+    wrote beside the markdown is (never a path elsewhere, a link, a URL)."""
+    if not src or src != Path(src).name or src.startswith(".") or "\\" in src:
+        return "not a file of this report"
+    if figures is not None and src not in figures:
+        return "not a figure this report wrote"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "not a regular file"
+    return None
 
 
 # --- the sections after the report's body ------------------------------------------------------

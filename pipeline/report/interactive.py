@@ -45,6 +45,7 @@ from bokeh.palettes import Category10_10, Category20_20, Turbo256
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
+from pipeline.atomic import write_text
 from pipeline.report.figures import select_setting, settings
 from pipeline.results.variables import axis_label, setting_text
 
@@ -271,5 +272,5 @@ def write_interactive(ds: xr.Dataset, out_dir: Path,
     doc = build_document(ds, trace_metrics(ds, preferred), title)
     page = file_html(doc, resources=INLINE, title=title)
     out = interactive_path(out_dir)
-    out.write_text(page, encoding="utf-8")
+    write_text(out, page)
     return out

@@ -4,12 +4,14 @@ alone by the tables of :mod:`pipeline.report.comparison`, plus what the run's re
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import pandas as pd
 
 from pipeline.report import comparison
 from pipeline.report.comparison import BUDGETS, budget_tables, reference_table, references_of
+from pipeline.report.markdown import code, fence, inert, one_line
 
 
 def _summary(table: pd.DataFrame, code_version: str) -> str:
@@ -111,20 +113,26 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         for metric in comparison.METRICS:
             result = comparison.ranks(table, mode, metric)
             figure = (cd or {}).get((tag, metric))
-            ranks += [f"**{tag}, {comparison.METRICS[metric][1]}**", "",
+            ranks += [inert(f"**{tag}, {comparison.METRICS[metric][1]}**"), "",
                       *([f"![{figure}]({figure})", ""] if figure else []),
-                      *_cd_caption(result, metric), ""]
+                      inert("\n".join(_cd_caption(result, metric))), ""]
     against = []
     for mode in comparison.modes(table, order):
         tag = "all jobs" if pd.isna(mode) else str(mode)
-        against += [f"<details><summary>{tag}</summary>", "",
-                    comparison.against_reference(table, names, mode), "", "</details>", ""]
+        against += [f"<details><summary>{html.escape(one_line(tag))}</summary>", "",
+                    inert(comparison.against_reference(table, names, mode)), "", "</details>",
+                    ""]
+    # every string from the table (or the run's record) is text: it neither links, embeds nor
+    # is HTML; the figure lines, the notes (written for the run) and the code blocks are not
+    # escaped (a fence longer than any backtick run inside keeps a code block closed)
+    grid_fence = fence(grid or "")
+    commands_fence = fence("\n".join(commands))
     return "\n".join([
-        f"# Results: {sweep}",
+        f"# Results: {inert(one_line(sweep))}",
         "",
-        _summary(table, code_version),
+        inert(_summary(table, code_version)),
         "",
-        *_how(table, order),
+        inert("\n".join(_how(table, order))),
         "## Best method per time budget",
         "",
         "Per mode, two tables: the budget on the mean *fit-only* seconds, and on the mean "
@@ -133,20 +141,20 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         f"seconds, and how many settings are tied with it. {comparison.TIE_WORDS} Never "
         "ranked: the trivial settings (above) and those that finished fewer splits than the "
         "data set's others (a mean over fewer splits is not comparable): "
-        + ("; ".join(left["fewer splits"]) or "none") + ".",
+        + inert("; ".join(left["fewer splits"]) or "none") + ".",
         "",
-        budget_tables(table, budgets, order=order),
+        inert(budget_tables(table, budgets, order=order)),
         "",
         "## Ranks across data sets",
         "",
         *ranks,
-        f"## The reference ({', '.join(f'`{n}`' for n in names)})",
+        f"## The reference ({', '.join(code(n) for n in names)})",
         "",
         f"Test RMSE and NLPD as {comparison.CI_WORDS}; seconds of learning + fit; the last "
         "column: the per-split RMSE difference from the first reference, mean ± 95 % CI over "
         "the splits both ran.",
         "",
-        reference_table(table, names, order=order),
+        inert(reference_table(table, names, order=order)),
         "",
         "## Every setting against the reference",
         "",
@@ -170,8 +178,8 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         *(["## The grid", "",
            "The sweeper's `params`, then the union of its `grids` (each `params` with the "
            "entry's values), and the caps on the peers' own protocols (`own`), as the run "
-           "recorded them:", "", "```yaml", grid, "```", ""] if grid else []),
-        f"## The table: `{sweep}.csv`",
+           "recorded them:", "", f"{grid_fence}yaml", grid, grid_fence, ""] if grid else []),
+        f"## The table: {code(f'{sweep}.csv')}",
         "",
         "| column | meaning |",
         "| --- | --- |",
@@ -179,9 +187,9 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         "",
         "## Reproduce",
         "",
-        "```bash",
+        f"{commands_fence}bash",
         *commands,
-        "```",
+        commands_fence,
         "",
     ])
 

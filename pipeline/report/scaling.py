@@ -25,6 +25,7 @@ import xarray as xr
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
+from pipeline.atomic import save_figure
 from pipeline.report.style import Figure
 from pipeline.results.variables import symbol
 
@@ -184,6 +185,6 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Figur
     bottom = (0.17 * (text.count("\n") + 1) + 0.1) / fig.get_figheight()
     fig.tight_layout(rect=(0, bottom, 1, 1 - 0.6 / fig.get_figheight()))
     path = out_dir / f"{name}.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return Figure(path, caption)

@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from pipeline.atomic import save_figure  # noqa: E402
+
 MARKERS = "osD^vP*Xh<>p"  # per setting: with the line style, overlapping lines stay visible
 LINESTYLES = ["-", (0, (5, 1.5)), "-.", (0, (1.5, 1))]
 OVERLAP = 0.01  # mean lines within 1 % of the panel's height everywhere: said in the caption
@@ -69,7 +71,7 @@ def _finish(fig, axes, path: Path, caption: str) -> Figure:
         width = int(fig.get_figwidth() * 13)
         fig.supxlabel(_wrap(math_text(caption), width), fontsize=8, x=0.01, ha="left",
                       color="0.25")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return Figure(path, caption)
 

@@ -16,6 +16,7 @@ from scipy import stats  # noqa: E402
 
 from pipeline.job.hyper import at_bound_settings
 from pipeline.report.figures import _label, select_setting, settings
+from pipeline.report.markdown import one_line
 from pipeline.results.variables import setting_text, short_label, symbol
 
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
@@ -33,7 +34,7 @@ def failures(ds: xr.Dataset) -> str:
             continue
         seen.add(h)
         where = " ".join(f"{d}={v}" for d, v in point.items() if ds.sizes[d] > 1)
-        lines.append(f"- {where}: {ds['error'].values[index]}")
+        lines.append(f"- {where}: {one_line(ds['error'].values[index])}")
     return "\n".join(lines)
 
 

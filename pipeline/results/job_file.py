@@ -24,6 +24,7 @@ from scipy.io import netcdf_file
 
 from algorithms.contract import Result
 from algorithms.errors import InputError
+from pipeline.results.ownership import foreign_entry
 from pipeline.results.variables import describe_dataset
 
 if TYPE_CHECKING:
@@ -138,6 +139,10 @@ def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
             ds.to_netcdf(tmp, engine="scipy")
             os.replace(tmp, path)
             return path
+        foreign = foreign_entry(path)  # removed with the old copy: refuse instead
+        if foreign is not None:
+            raise InputError(f"{foreign} lies inside {path}, which is replaced whole; move "
+                             "it out of the store, then rerun")
         ds.to_zarr(tmp, mode="w", zarr_format=2, consolidated=True)
         if check is not None:
             check(tmp)

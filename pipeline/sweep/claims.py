@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipeline.atomic import open_append
 from pipeline.sweep.lease import lease
 
 CLAIM_FILE = "claim.lock"
@@ -56,7 +57,7 @@ def record_fit(job_dir: str | os.PathLike, worker: str) -> None:
     """Append one line to the job's ``fits.log``: a fit is starting."""
     line = json.dumps({"time": time.time(), "host": platform.node(), "pid": os.getpid(),
                        "worker": worker})
-    with open(Path(job_dir) / FITS_FILE, "a") as f:
+    with open_append(Path(job_dir) / FITS_FILE) as f:  # a symlink there is not followed
         f.write(line + "\n")
 
 

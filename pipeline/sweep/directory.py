@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from algorithms.errors import InputError
+from pipeline.results.ownership import foreign_entry
 
 RERUN = "rerun the same command to resume (finished jobs are kept)"
 
@@ -55,6 +56,42 @@ def check_sweep_directory(sweep_dir: Path) -> None:
             os.fsync(probe.fileno())
     except OSError as err:
         raise write_error(err, target) from None
+
+
+# what a sweep writes in its directory: a sweep inside one of these would be deleted or
+# overwritten with it (results.zarr is replaced whole by each consolidation)
+SWEEP_FILES = ("results.zarr", "jobs", "report", "manifest.json", "multirun.yaml",
+               "manifest.multirun.yaml", "sweep.lock", "dask.log")
+SWEEP_MARKERS = ("manifest.json", "multirun.yaml")  # a directory holding one is a sweep's
+
+
+def check_not_nested(sweep_dir: Path, store_root: Path | None = None) -> None:
+    """Raise InputError (one line naming both paths) when the sweep directory ``sweep_dir``
+    lies inside another sweep's files (its results.zarr, jobs/, report/ …), inside any zarr
+    store or the dataset stores' ``store_root``; or when its own results.zarr, which the run
+    replaces, holds something consolidation did not write (another sweep's directory)."""
+    sweep_dir = Path(sweep_dir).resolve()
+    hint = "pass a sweep= of its own beside the others, e.g. sweep=<name>"
+    for parent in (sweep_dir, *sweep_dir.parents):
+        if parent.suffix == ".zarr":
+            raise InputError(f"the sweep directory {sweep_dir} lies inside the zarr store "
+                             f"{parent}, which is replaced or rebuilt whole; {hint}")
+    if store_root is not None:
+        root = Path(store_root).expanduser().resolve()
+        if sweep_dir == root or root in sweep_dir.parents:
+            raise InputError(f"the sweep directory {sweep_dir} lies inside store_root {root} "
+                             f"(the dataset stores); {hint}")
+    for parent in sweep_dir.parents:
+        if any((parent / marker).is_file() for marker in SWEEP_MARKERS):
+            part = parent / sweep_dir.relative_to(parent).parts[0]
+            if part.name in SWEEP_FILES:
+                raise InputError(f"the sweep directory {sweep_dir} lies inside {part}, a file "
+                                 f"of the sweep in {parent}, whose runs rewrite it; {hint}")
+    foreign = foreign_entry(sweep_dir / "results.zarr")
+    if foreign is not None:
+        raise InputError(f"{foreign} lies inside {sweep_dir / 'results.zarr'}, which this "
+                         "sweep's run replaces whole; move it out of the store (a sweep's "
+                         "directory belongs beside the others, not in one's files), then rerun")
 
 
 def write_error(err: OSError, path: Path | str) -> InputError:

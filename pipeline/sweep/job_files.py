@@ -21,6 +21,7 @@ import yaml
 from hydra.types import HydraContext
 from omegaconf import OmegaConf
 
+from pipeline.atomic import write_text
 from pipeline.sweep.compose import Composition, PlannedJob, set_leaf
 
 try:
@@ -72,7 +73,7 @@ class HydraRecords:
         out.mkdir(parents=True, exist_ok=True)
         for name, content in (("config.yaml", task), ("hydra.yaml", {"hydra": hydra}),
                               ("overrides.yaml", list(job.overrides))):
-            (out / name).write_text(_yaml(content), encoding="utf-8")
+            write_text(out / name, _yaml(content))
 
     def _containers(self, base: Composition) -> tuple[dict, dict]:
         kept = self._converted.get(id(base))

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 from algorithms.errors import InputError
 from pipeline.cluster.liveness import ClusterLost
+from pipeline.outputs import check_run_directories
 from pipeline.results.consolidate import consolidate
 from pipeline.results.job_file import (
     job_path,
@@ -53,12 +54,27 @@ from pipeline.sweep.plan import PlannedJob, finished_jobs, plan_only, prepare
 from pipeline.sweep.schedule import SweepCluster, run_on_dask
 
 
+def check_inputs_held(records: dict[str, dict], sweep_dir: Path) -> None:
+    """Raise InputError (one line) when a job of this run failed before fitting (its dataset
+    or its hyperparameter learning failed) and the directory holds a finished sweep's
+    ``results.zarr``: that store is kept as it was, not rewritten with the failures. The
+    jobs that finished are on disk and are not fitted again on the rerun."""
+    failed = [r["error"] for r in records.values() if r.get("before_fit")]
+    results = sweep_dir / "results.zarr"
+    if failed and results.exists():
+        raise InputError(f"{len(failed)} job(s) of this run failed before fitting, on their "
+                         f"input ({' '.join(str(failed[0]).split())}); {results} is kept as it "
+                         "was; fix the input (e.g. rebuild a damaged dataset store: remove it "
+                         "and it is ingested again) and rerun the same command")
+
+
 def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
            job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
            retries: int) -> list[JobReturn]:
     """Run a batch of Hydra multirun jobs on Dask; see the module docstring."""
     t_start = time.perf_counter()
     startup = startup_seconds()  # process start → here (None when not the command line)
+    check_run_directories(master, "sweep")  # whichever sweeper ran: under outputs/
     sweep_dir = Path(str(master.hydra.sweep.dir)).resolve()
     try:
         cluster_cfg, jobs, dims, too_large = prepare(master, hydra_context, job_overrides,
@@ -106,6 +122,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             records[h] = {"status": "too_large", "error": why}
         timings["wall_seconds"] = time.perf_counter() - t_start
 
+        check_inputs_held(records, sweep_dir)
         with sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
             kept = entries_kept(sweep_dir, read_manifest(sweep_dir), jobs, dims, merge=True)
             write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers)
@@ -118,7 +135,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             if (sweep_dir / "report").exists():  # a report describes the results beside it
                 from pipeline.report import render
 
-                print(f"report: {render(results_path)}", flush=True)
+                print(f"report: {render(results_path, results_path.parent / 'report')}",
+                      flush=True)
         returns = []
         for job in jobs:
             record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from algorithms.errors import InputError
+from pipeline import atomic
 from pipeline.job.identity import job_config
 from pipeline.results.consolidate import FIXED_DIMS
 from pipeline.sweep.claims import claim
@@ -108,9 +108,7 @@ def write_bytes(path: Path, content: bytes | None) -> None:
     if content is None:
         path.unlink(missing_ok=True)
         return
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_bytes(content)
-    os.replace(tmp, path)
+    atomic.write_bytes(path, content)  # a fresh temporary name, renamed onto path
 
 
 def restore_hydra_record(sweep_dir: Path) -> None:

@@ -29,6 +29,7 @@ from pipeline.job.validate import (
     check_config,
     drop_inapplicable_options,
 )
+from pipeline.outputs import check_store_root
 from pipeline.results.consolidate import FIXED_DIMS
 from pipeline.results.job_file import (
     job_path,
@@ -142,6 +143,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
         ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
         if blocks_in_memory_unless_declared(config):
             in_memory.add(config["algorithm"]["name"])
+        check_store_root(config)  # under outputs/, or allowed outside
         config["store_root"] = str(Path(config["store_root"]).resolve())
         config["threads"] = resolve_threads(config["threads"], jobs_at_once)
         key = json.dumps(config, sort_keys=True, default=str)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from distributed import WorkerPlugin
 
+from pipeline.atomic import NoFollowFileHandler
+
 DASK_LOGGERS = ("distributed", "dask", "tornado")
 LOG_FILE = "dask.log"  # in the sweep directory
 _FORMAT = "%(asctime)s %(name)s %(levelname)s [pid %(process)d] %(message)s"
@@ -60,7 +62,7 @@ def dask_log_to_file(path: Path) -> Iterator[None]:
 
 
 def _to_file(path: Path) -> list:
-    handler = logging.FileHandler(path, delay=True, encoding="utf-8")
+    handler = NoFollowFileHandler(path, delay=True, encoding="utf-8")
     handler.setFormatter(logging.Formatter(_FORMAT))
     moved = []
     for name in DASK_LOGGERS:

@@ -370,7 +370,8 @@ def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mappin
     learning it needed, ``need``; lost workers) is recorded."""
     if future.status == "finished":
         return future.result()
-    if need.status == "error":  # the job never ran: say why its data or learning failed
+    before_fit = need.status == "error"
+    if before_fit:  # the job never ran: say why its data or learning failed
         future = need
     try:
         exc = future.exception()
@@ -384,7 +385,7 @@ def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mappin
                  killed_worker_hint(cluster_cfg, deaths))
     write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
                       {"config_hash": job.hash, "worker": ""})
-    return {"status": "failed", "error": error}
+    return {"status": "failed", "error": error, **({"before_fit": True} if before_fit else {})}
 
 
 def _last_address(exc: KilledWorker) -> str | None:
