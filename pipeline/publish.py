@@ -1,7 +1,6 @@
 """A finished accuracy-against-time run as a publishable folder (the `uci_frontier` results).
 
-    python -m pipeline.publish outputs/uci_frontier/results.zarr --reference <algorithm>[,…] \
-        [--out docs/results]
+    python -m pipeline.publish outputs/uci_frontier/results.zarr --reference <algorithm>[,…]
     python -m pipeline.publish docs/results/uci_frontier.csv --reference … [--out …]
 
 From the store it writes to ``--out`` (default ``outputs/published``; the project's published
