@@ -66,7 +66,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             plan_only(jobs, sweep_dir, t_start)
         manifest = sweep_dir / "manifest.json"
         with sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
-            before = manifest.read_bytes() if manifest.exists() else None
+            before = manifest.read_bytes() if manifest.is_file() else None
             old = read_manifest(sweep_dir)
             kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
             if old is None or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs)):

@@ -1,6 +1,8 @@
 """A sweep directory's manifest (``manifest.json``: its points, dims, settings and timings),
-written under the directory's lock; a sweep with other points or settings is refused unless
-``merge=true``, and a refused sweep leaves Hydra's record as it was.
+written under the directory's lock with its checksum (:mod:`pipeline.results.manifest_file`);
+a sweep with other points or settings is refused unless ``merge=true``, and a refused sweep
+leaves Hydra's record as it was. A damaged manifest (unreadable, failing its checksum, an entry
+without its hash) is rebuilt from the sweep's points, with a ``note:`` naming it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from omegaconf import DictConfig
 
 from algorithms.errors import InputError
 from pipeline.job.identity import job_config
+from pipeline.results.checksum import DamagedFile, note
 from pipeline.results.consolidate import FIXED_DIMS
+from pipeline.results.manifest_file import MANIFEST, dump_manifest, load_manifest
 from pipeline.sweep.claims import claim
 from pipeline.sweep.compose import PlannedJob, swept_keys
 
@@ -24,24 +28,26 @@ def _point(coords: Mapping) -> str:
     return json.dumps({k: str(v) for k, v in coords.items()}, sort_keys=True)
 
 
-def read_manifest(sweep_dir: Path) -> dict | None:
-    path = sweep_dir / "manifest.json"
-    if not path.exists():
-        return None
+def read_manifest(sweep_dir: Path, *, quiet: bool = False) -> dict | None:
+    """The manifest of ``sweep_dir``, verified (:func:`pipeline.results.manifest_file.
+    load_manifest`); None if there is none, or if it is damaged: then this sweep's manifest
+    replaces it (its job files are kept, found again by their hashes), said in a ``note:``
+    unless ``quiet``."""
+    path = sweep_dir / MANIFEST
     try:
-        old = json.loads(path.read_text())
-        for entry in old["entries"]:
-            _point(entry["coords"])
-        list(old["extra_dims"])
-        return old
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{path} is unreadable ({type(exc).__name__}); pass sweep=<new name> "
-                         "for a new sweep directory, or delete that file to start this one "
-                         "afresh") from None
+        return load_manifest(path, FIXED_DIMS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except DamagedFile as err:
+        if not quiet:
+            note(f"{path} {err}: rebuilt from this sweep's points (the job results there are "
+                 "kept and found again; points another command merged into this sweep come "
+                 "back when that command is rerun with merge=true)")
+        return None
 
 
 def old_dims(sweep_dir: Path) -> list[str]:
-    old = read_manifest(sweep_dir)
+    old = read_manifest(sweep_dir, quiet=True)
     return [] if old is None else list(old["extra_dims"])
 
 
@@ -135,8 +141,7 @@ def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], 
         "n_workers": n_workers,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    write_bytes(sweep_dir / "manifest.json",
-                 json.dumps(manifest, indent=1, sort_keys=True, default=str).encode())
+    write_bytes(sweep_dir / MANIFEST, dump_manifest(manifest))
     if (sweep_dir / HYDRA_RECORD).exists():
         write_bytes(sweep_dir / HYDRA_RECORD_KEPT, (sweep_dir / HYDRA_RECORD).read_bytes())
 
