@@ -7,8 +7,10 @@ training points), starting from the configured kernel and ``lam``; the job then 
 learned kernel and λ = learned σ². Every job of a sweep on the same dataset store, kernel,
 ``lam`` and ``hyper`` options shares one learning: its outcome is cached as
 ``<store_root>/hyper/<key>.json``, the key being the hash of those settings, of the store's
-identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version, so edited
-data or code learns again. A sweep runs each learning as its own task before the jobs that
+identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version (under
+``algorithms/`` and :data:`pipeline.job.codeversion.LEARNING_PIPELINE`), so edited data or code
+learns again. The file carries its checksum: one that fails it (or does not parse) is learned
+again, with a ``note:`` naming it. A sweep runs each learning as its own task before the jobs that
 need it (:mod:`pipeline.sweep`); a single job learns (or reads the cache) itself.
 """
 
@@ -31,7 +33,8 @@ from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn, memory_bytes
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
-from pipeline.job.codeversion import code_version
+from pipeline.job.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
+from pipeline.results.checksum import DamagedFile, note, open_sealed_json, seal_json
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -92,7 +95,8 @@ def cache_key(config: Mapping) -> str:
     """Hash of what determines a learning: dataset store, kernel, lam, hyper options, code."""
     blob = {"data": spec_hash(config["dataset"]), "kernel": dict(config["kernel"]),
             "lam": config["lam"], "hyper": hyper_options(config),
-            "code": code_version("algorithms.hyper")}
+            "code": code_version("algorithms.hyper"),
+            "pipeline_code": pipeline_version(LEARNING_PIPELINE)}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -195,9 +199,11 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     path = root / f"{cache_key(config)}.json"
     if path.exists():
         try:
-            return _record_from_json(json.loads(path.read_text()))
-        except (ValueError, KeyError, TypeError, InputError):
-            pass  # damaged or from another format: learn again and overwrite
+            return _record_from_json(open_sealed_json(path.read_bytes()))
+        except (OSError, DamagedFile, ValueError, KeyError, TypeError, InputError) as err:
+            # damaged or from another format: learn again and overwrite
+            why = str(err) if isinstance(err, DamagedFile) else f"cannot be read ({err!r})"
+            note(f"learned hyperparameters {path} {why}: learned again")
     store = store if store is not None else ingest(config["dataset"], config["store_root"])
     X, y, _, _ = load_arrays(store, verify=False)
     kernel_cfg = dict(config["kernel"])
@@ -219,7 +225,7 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".{path.name}.tmp-{uuid.uuid4().hex}"
-        tmp.write_text(json.dumps(data))
+        tmp.write_bytes(seal_json(data))
         os.replace(tmp, path)
     except OSError as err:
         raise InputError(f"cannot write learned hyperparameters to {path}: "
