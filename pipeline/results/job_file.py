@@ -308,9 +308,10 @@ def verified_status(path: str | os.PathLike) -> tuple[str, str] | None:
     """(status, config_hash) of a job result file that verifies, None if there is none.
 
     Raises :class:`DamagedResult` (one line naming the file) for a file that is there but
-    cannot be read, lacks its checksum or fails it, or lacks a status or config_hash."""
+    cannot be read, lacks its checksum or fails it, has JSON attrs that do not parse, or lacks
+    a status or config_hash."""
     try:  # scipy's reader (~0.4 ms a file): a sweep looks up thousands of these
-        attrs = _read_job(path).attrs
+        attrs = parsed_attrs(path, _read_job(path).attrs)
     except (FileNotFoundError, NotADirectoryError):
         return None
     status, config_hash = attrs.get("status"), attrs.get("config_hash")
