@@ -110,7 +110,7 @@ def test_bad_input(case, seed_dir, tmp_path, capfd, monkeypatch):
 
 # also as real `python -m` commands: the override checks of one job, a sweep's composition,
 # a sweep directory that is kept
-E2E = ["unknown-key-typo", "algorithm-option-typo-sweep", "garbled-manifest"]
+E2E = ["unknown-key-typo", "algorithm-option-typo-sweep", "other-grid-same-directory"]
 
 
 @pytest.mark.e2e
