@@ -213,15 +213,25 @@ def test_a_damaged_manifest_is_rebuilt_with_a_note_and_never_consolidated(work, 
     np.testing.assert_array_equal(load(results)["final_test_rmse"].values, before)
 
 
-def test_an_entry_without_its_hash_in_an_unsealed_manifest_is_one_line(work):
-    """A manifest written before manifests were sealed is read when its structure is sound,
-    and an entry without its hash is one line, not a KeyError."""
-    _edit_manifest(work, lambda doc: (doc.pop("sha256"), doc["entries"][0].pop("hash")))
-    with pytest.raises(InputError, match="has an entry 0 without its hash"):
+def test_a_manifest_without_its_checksum_or_structure_is_one_line(work):
+    """A manifest without its checksum cannot be verified; one whose checksum matches but
+    lacks what consolidation reads (an entry without its hash, no entries, an entry without a
+    coordinate) is one line too, never a KeyError."""
+    path = _sweep(work) / "manifest.json"
+    sealed = path.read_bytes()
+    _edit_manifest(work, lambda doc: doc.pop("sha256"))
+    with pytest.raises(InputError, match="has no sha256 key"):
         consolidate(_sweep(work))
-    _edit_manifest(work, lambda doc: doc.pop("entries"))
-    with pytest.raises(InputError, match="has no list of entries"):
-        consolidate(_sweep(work))
+    for change, what in ((lambda doc: doc["entries"][0].pop("hash"), "entry 0 without its hash"),
+                         (lambda doc: doc["entries"][1]["coords"].pop("seed"),
+                          "entry 1 without its coordinates"),
+                         (lambda doc: doc.pop("entries"), "has no list of entries")):
+        doc = open_sealed_json(sealed)
+        change(doc)
+        path.write_bytes(dump_manifest(doc))  # a matching checksum: a writer's bug, say
+        with pytest.raises(InputError, match=what) as err:
+            consolidate(_sweep(work))
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
 # ---------------------------------------------------------------- damage to the dataset store

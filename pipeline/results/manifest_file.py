@@ -22,7 +22,8 @@ def dump_manifest(manifest: Mapping[str, Any]) -> bytes:
 def load_manifest(path: Path, dims: tuple[str, ...] = ()) -> dict[str, Any]:
     """The manifest at ``path``, checksum and structure verified: every entry has its
     ``hash``, ``coords`` over ``dims`` and the manifest's ``extra_dims``, and ``overrides``.
-    A manifest written before manifests carried checksums is read if its structure is sound.
+    One without its checksum (written before manifests carried one, or edited) cannot be
+    verified and is damaged too.
 
     Raises FileNotFoundError if there is none, :class:`DamagedFile` (saying what is wrong, not
     naming the file) if it is unreadable, fails its checksum or lacks what a sweep needs."""
@@ -32,7 +33,7 @@ def load_manifest(path: Path, dims: tuple[str, ...] = ()) -> dict[str, Any]:
         raise
     except OSError as err:
         raise DamagedFile(f"cannot be read ({err.strerror or err})") from None
-    doc = open_sealed_json(text, legacy=True)
+    doc = open_sealed_json(text)
     check_structure(doc, dims)
     return doc
 
