@@ -26,7 +26,7 @@ from pipeline.results.job_file import (
 )
 from pipeline.results.manifest_file import dump_manifest
 from pipeline.sweep.claims import count_fits
-from tests.bad_input import SEED_SWEEP, run_in_process
+from tests.bad_input import SEED_SWEEP, run_in_process, snapshot
 
 
 @pytest.fixture
@@ -211,6 +211,27 @@ def test_a_damaged_manifest_is_rebuilt_with_a_note_and_never_consolidated(work, 
     assert _counts(ran.stdout) == (2, 0)  # no job refitted
     open_sealed_json(manifest.read_bytes())  # sealed again
     np.testing.assert_array_equal(load(results)["final_test_rmse"].values, before)
+
+
+@pytest.mark.parametrize("results", ["another-sweep", "no-results"])
+def test_a_damaged_manifest_of_a_directory_that_may_hold_another_sweep_stops_in_one_line(
+        work, capfd, monkeypatch, results):
+    """Where the directory's results do not show this very sweep (another grid, or no
+    results.zarr), a damaged manifest is not replaced: one line, nothing rewritten."""
+    sweep = _sweep(work)
+    _garble_manifest(work)
+    if results == "no-results":
+        shutil.rmtree(sweep / "results.zarr")
+        args = SEED_SWEEP
+    else:
+        args = tuple(a if a != "seed=0" else "seed=0,1" for a in SEED_SWEEP)
+    before = snapshot(sweep)
+    ran = run_in_process(["pipeline", *args], work, capfd, monkeypatch)
+    errors = [x for x in ran.stderr.splitlines() if x.startswith("error: ")]
+    assert ran.returncode == 2 and len(errors) == 1, ran.stderr
+    assert f"{(sweep / 'manifest.json').resolve()} is not JSON" in errors[0]
+    assert "sweep=<new name>" in errors[0] and "Traceback" not in ran.stderr
+    assert snapshot(sweep) == before
 
 
 def test_a_manifest_without_its_checksum_or_structure_is_one_line(work):

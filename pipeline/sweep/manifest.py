@@ -2,7 +2,8 @@
 written under the directory's lock with its checksum (:mod:`pipeline.results.manifest_file`);
 a sweep with other points or settings is refused unless ``merge=true``, and a refused sweep
 leaves Hydra's record as it was. A damaged manifest (unreadable, failing its checksum, an entry
-without its hash) is rebuilt from the sweep's points, with a ``note:`` naming it.
+without its hash) is rebuilt from the sweep's points, with a ``note:`` naming it, when the
+directory's results show the same sweep; else the sweep stops with one line.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig
 
 from algorithms.errors import InputError
 from pipeline.job.identity import job_config
 from pipeline.results.checksum import DamagedFile, note
-from pipeline.results.consolidate import FIXED_DIMS
+from pipeline.results.consolidate import FIXED_DIMS, load
 from pipeline.results.manifest_file import MANIFEST, dump_manifest, load_manifest
 from pipeline.sweep.claims import claim
 from pipeline.sweep.compose import PlannedJob, swept_keys
@@ -28,27 +30,63 @@ def _point(coords: Mapping) -> str:
     return json.dumps({k: str(v) for k, v in coords.items()}, sort_keys=True)
 
 
-def read_manifest(sweep_dir: Path, *, quiet: bool = False) -> dict | None:
+def read_manifest(sweep_dir: Path) -> dict | None:
     """The manifest of ``sweep_dir``, verified (:func:`pipeline.results.manifest_file.
-    load_manifest`); None if there is none, or if it is damaged: then this sweep's manifest
-    replaces it (its job files are kept, found again by their hashes), said in a ``note:``
-    unless ``quiet``."""
-    path = sweep_dir / MANIFEST
+    load_manifest`), or None if there is none; :class:`DamagedFile` if it is damaged."""
     try:
-        return load_manifest(path, FIXED_DIMS)
+        return load_manifest(sweep_dir / MANIFEST, FIXED_DIMS)
     except (FileNotFoundError, NotADirectoryError):
-        return None
-    except DamagedFile as err:
-        if not quiet:
-            note(f"{path} {err}: rebuilt from this sweep's points (the job results there are "
-                 "kept and found again; points another command merged into this sweep come "
-                 "back when that command is rerun with merge=true)")
         return None
 
 
 def old_dims(sweep_dir: Path) -> list[str]:
-    old = read_manifest(sweep_dir, quiet=True)
+    try:
+        old = read_manifest(sweep_dir)
+    except DamagedFile:  # the launcher decides what to do with it
+        return []
     return [] if old is None else list(old["extra_dims"])
+
+
+def checked_manifest(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -> dict | None:
+    """The manifest of ``sweep_dir`` for this sweep: None if there is none, or if it is
+    damaged and the directory's verified ``results.zarr`` shows that it holds this very sweep
+    (the same points over the same dims): this sweep's manifest then replaces it, said in a
+    ``note:`` (the job results there are kept and found again by their hashes).
+
+    Raises :class:`InputError` (one line) for a damaged manifest of a directory that may hold
+    another sweep: nothing there is rewritten."""
+    path = sweep_dir / MANIFEST
+    try:
+        return read_manifest(sweep_dir)
+    except DamagedFile as err:
+        if _holds(sweep_dir, jobs, dims):
+            note(f"{path} {err}: rebuilt from this sweep's points, which its results.zarr "
+                 "holds (the job results there are kept and found again)")
+            return None
+        raise InputError(f"{path} {err}, and {sweep_dir / 'results.zarr'} does not show that "
+                         "it held this sweep; rerun the command that made that sweep to rebuild "
+                         "it, pass sweep=<new name> for a new sweep directory, or delete that "
+                         "file to make the directory this sweep's") from None
+
+
+def _holds(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -> bool:
+    """Whether ``sweep_dir/results.zarr`` verifies and holds exactly the points of ``jobs``
+    over the fixed dims and ``dims``."""
+    try:
+        ds = load(sweep_dir / "results.zarr")
+    except (InputError, OSError, ValueError):
+        return False
+    with ds:
+        hashes = ds["job_hash"]
+        if set(hashes.dims) != set(FIXED_DIMS) | set(dims):
+            return False
+        values = np.asarray(hashes.values)
+        points = set()
+        for index in zip(*np.nonzero(values != ""), strict=True):
+            coords = {d: ds[d].values[i].item() for d, i in zip(hashes.dims, index,
+                                                                  strict=True)}
+            points.add(_point(coords))
+    return points == {_point(job.coords) for job in jobs}
 
 
 def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims: list[str],
