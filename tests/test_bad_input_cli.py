@@ -7,11 +7,6 @@ import pytest
 
 from tests.bad_input import Case, params, run_case, run_command
 
-
-def garble_manifest(workdir: Path) -> None:
-    (workdir / "outputs/seed/manifest.json").write_text("{not json")
-
-
 JOB = ("pipeline", "dataset=sine1d", "dataset.n_train=40")
 SWEEP = ("pipeline", "-m", "dataset=sine1d", "dataset.n_train=40", "cluster.n_workers=1",
          "cluster.dashboard_address=null")
@@ -99,8 +94,6 @@ CASES = [
          ("outputs/seed holds another sweep", "sweep=<new name>", "merge=true")),
     Case("merge-other-dims", (*SEED_SWEEP, "kernel.width=1,2", "merge=true"),
          ("same swept dims", "kernel.width")),
-    Case("garbled-manifest", SEED_SWEEP, ("manifest.json", "sweep=<new name>"),
-         setup=garble_manifest),
     Case("same-points-other-settings", (*SEED_SWEEP, "kernel.width=3"),
          ("holds another sweep", "other settings", "sweep=<new name>")),
     Case("merge-same-points-other-settings", (*SEED_SWEEP, "kernel.width=3", "merge=true"),
@@ -117,7 +110,7 @@ def test_bad_input(case, seed_dir, tmp_path, capfd, monkeypatch):
 
 # also as real `python -m` commands: the override checks of one job, a sweep's composition,
 # a sweep directory that is kept
-E2E = ["unknown-key-typo", "algorithm-option-typo-sweep", "garbled-manifest"]
+E2E = ["unknown-key-typo", "algorithm-option-typo-sweep", "other-grid-same-directory"]
 
 
 @pytest.mark.e2e

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-import zarr
 
 from tests.bad_input import Case, params, run_case, run_command
 
@@ -36,11 +35,6 @@ def rows(values, column: int = 1, n: int = 8) -> str:
         row[column] = values[i % len(values)]
         out.append(",".join(row))
     return "\n".join(out) + "\n"
-
-
-def edit_store_attrs(workdir: Path) -> None:
-    (store,) = (workdir / "outputs" / "stores").glob("sine1d-*.zarr")
-    zarr.open_group(str(store), mode="r+").attrs["provenance"] = "edited by hand"
 
 
 def unwritable_dir(workdir: Path) -> None:
@@ -175,9 +169,6 @@ CASES = [
          ("kernel linear()", "NaN/inf", "rescale the inputs"),
          setup=csv_file("big.csv", rows(["1e200", "2e200"]))),
     # ------------------------------------------------------------ stores
-    Case("store-with-edited-attrs", job(),
-         ("outputs/stores/sine1d-", "edited after ingest", "rerun to re-ingest"),
-         setup=edit_store_attrs),
     Case("store-root-unwritable", ("pipeline", "dataset=sine1d", "dataset.n_train=41",
                                    "store_root={dir}/ro/stores", "allow_outside_outputs=true"),
          ("store_root=", "ro/stores", "writable directory"), setup=unwritable_dir),

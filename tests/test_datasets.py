@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -21,10 +22,12 @@ from pipeline.datasets import (
     DatasetSpec,
     StoreError,
     build,
+    content_digest,
     dataset_names,
     ingest,
     load_arrays,
     open_store,
+    read_store,
     sources,
     store,
     store_path,
@@ -484,20 +487,37 @@ def test_ingest_twice_is_a_noop(tmp_path):
     assert other != path and len(list(tmp_path.iterdir())) == 2
 
 
-def test_changed_spec_hash_is_detected(tmp_path):
+def _rebuilt(path: Path, tmp_path: Path, capsys, what: str) -> None:
+    """``ingest`` rebuilds the damaged store at ``path`` with a note naming it and ``what``
+    was wrong; the rebuilt store verifies and holds the data the spec builds; nothing else
+    is left beside it."""
+    want = content_digest(SMALL, tmp_path / "fresh")
+    capsys.readouterr()
+    datasets.store._DIGESTS.clear()
+    assert ingest(SMALL, tmp_path) == path
+    err = capsys.readouterr().err
+    assert err.startswith(f"note: dataset store {path} ") and what in err, err
+    assert err.rstrip().endswith("rebuilt from its source") and err.count("\n") == 1, err
+    assert open_store(path).attrs["content_sha256"] == build(SMALL)[1]["content_sha256"]
+    assert content_digest(SMALL, tmp_path) == want  # the same data: the same jobs
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["fresh", path.name])
+
+
+def test_changed_spec_hash_is_detected_and_rebuilt(tmp_path, capsys):
     path = ingest(SMALL, tmp_path)
     group = zarr.open_group(str(path), mode="r+")
     group.attrs["spec_hash"] = "0" * 64
     # a consistent store of another spec: its attrs digest matches its attrs
     group.attrs["attrs_sha256"] = datasets.attrs_digest(dict(group.attrs))
-    with pytest.raises(StoreError, match="different spec.*delete .* and rerun to re-ingest"):
-        ingest(SMALL, tmp_path)
+    datasets.store._VERIFIED.clear()
+    _rebuilt(path, tmp_path, capsys, "was built from a different spec")
 
 
 @pytest.mark.parametrize("key,value", [("provenance", "synthetic: made up"),
                                        ("n_test", 9), ("standardisation", None),
                                        ("content_sha256", None), ("attrs_sha256", "0" * 64)])
-def test_edited_attrs_are_refused_on_every_open(tmp_path, key, value):
+def test_edited_attrs_are_refused_on_every_open_and_rebuilt_by_ingest(tmp_path, key, value,
+                                                                      capsys):
     path = ingest(SMALL, tmp_path)
     group = zarr.open_group(str(path), mode="r+")
     if value is None:
@@ -505,13 +525,15 @@ def test_edited_attrs_are_refused_on_every_open(tmp_path, key, value):
         group.attrs[key + "_x"] = 1  # an added attr is an edit too
     else:
         group.attrs[key] = value
-    for attempt in (lambda: open_store(path, verify=False), lambda: ingest(SMALL, tmp_path)):
+    for attempt in (lambda: open_store(path, verify=False), lambda: read_store(path)):
         with pytest.raises(StoreError) as err:
             attempt()
         msg = str(err.value)
         assert msg.startswith(f"store {path} ") and "\n" not in msg
         assert msg.endswith(f"delete {path} and rerun to re-ingest")
         assert "edited after ingest" in msg or f"lacks attrs {key}" in msg
+    _rebuilt(path, tmp_path, capsys, "edited after ingest" if value is not None
+             or key == "attrs_sha256" else "lacks attrs")
 
 
 @pytest.mark.parametrize("dask", [True, False])
@@ -539,9 +561,63 @@ def test_overwritten_values_fail_checksum(tmp_path, dask):
         open_store(path, dask=dask)
     assert "\n" not in str(info.value) and "rerun to re-ingest" in str(info.value)
     with pytest.raises(StoreError, match="checksum"):
-        ingest(SMALL, tmp_path)
-    with pytest.raises(StoreError, match="checksum"):
         load_arrays(path)
+
+
+def _chunk_files(path: Path, name: str) -> list[Path]:
+    return [p for p in (path / name).rglob("*") if p.is_file() and p.name != "zarr.json"]
+
+
+def _flip_a_byte(path: Path) -> None:
+    chunk = _chunk_files(path, "y_train")[0]
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    chunk.write_bytes(bytes(raw))
+
+
+def _delete_a_chunk(path: Path) -> None:
+    _chunk_files(path, "X_train")[0].unlink()
+
+
+def _garble_metadata(path: Path) -> None:
+    (path / "zarr.json").write_text("{not json")
+
+
+def _garble_array_metadata(path: Path) -> None:
+    (path / "y_test" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "array"}')
+
+
+def _a_file_in_its_place(path: Path) -> None:
+    shutil.rmtree(path)
+    path.write_text("not a store")
+
+
+@pytest.mark.parametrize("damage,what", [
+    (_flip_a_byte, "fails its checksum (y_train"), (_delete_a_chunk, "fails its checksum (X_train"),
+    (_garble_metadata, "cannot be opened"), (_garble_array_metadata, "lacks variable y_test"),
+    (_a_file_in_its_place, "cannot be opened")])
+def test_a_damaged_store_is_refused_by_readers_and_rebuilt_by_ingest(tmp_path, capsys, damage,
+                                                                    what):
+    """A store damaged after it was built (a byte of a chunk, a chunk deleted, its metadata
+    garbled, a file in its place) is one line for a reader; :func:`ingest` (a job's or a
+    sweep's start) rebuilds it from its source with a note naming it, the same content."""
+    path = ingest(SMALL, tmp_path)
+    damage(path)
+    with pytest.raises(StoreError) as err:
+        read_store(path)
+    assert what in str(err.value) and "\n" not in str(err.value)
+    _rebuilt(path, tmp_path, capsys, what)
+
+
+def test_a_dry_run_digest_of_a_damaged_store_writes_nothing(tmp_path, capsys):
+    path = ingest(SMALL, tmp_path)
+    want = content_digest(SMALL, tmp_path)
+    _delete_a_chunk(path)
+    datasets.store._DIGESTS.clear()
+    before = _files(tmp_path)
+    assert content_digest(SMALL, tmp_path, write=False) == want
+    assert _files(tmp_path) == before
+    assert "a sweep would rebuild it" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("dask", [True, False])

@@ -35,6 +35,7 @@ from pipeline.datasets.spec import (
     one_line,
     spec_hash,
 )
+from pipeline.results.checksum import note
 
 _DIMS = {
     "X_train": ("train", "feature"),
@@ -83,8 +84,22 @@ def _write_store(path: Path, arrays: Arrays, attrs: Mapping[str, Any]) -> None:
     ds.to_zarr(path, mode="w-", zarr_format=3, consolidated=False, encoding=encoding)
 
 
-def _corrupt(path: Path, what: str) -> StoreError:
-    return StoreError(f"store {path} {what}; delete {path} and rerun to re-ingest")
+class DamagedStore(StoreError):
+    """A store that is not what its spec builds: unreadable, failing a checksum, edited attrs,
+    another spec's. :func:`ingest` rebuilds it from its source (with a ``note:``); a reader
+    raises it as one line naming the store and the fix. ``path`` and ``what`` (what is wrong)
+    make other lines."""
+
+    def __init__(self, path: str | os.PathLike, what: str) -> None:
+        super().__init__(f"store {path} {what}; delete {path} and rerun to re-ingest")
+        self.path, self.what = Path(path), what
+
+    def __reduce__(self):  # pickled between Dask processes with its two arguments
+        return (type(self), (self.path, self.what))
+
+
+def _corrupt(path: Path, what: str) -> DamagedStore:
+    return DamagedStore(path, what)
 
 
 def _hash_variable(var: xr.DataArray) -> str:
@@ -282,9 +297,8 @@ def _check_existing(path: Path, expected_hash: str) -> None:
     _VERIFIED.pop(path, None)
     got = read_store(path).attrs.get("spec_hash")
     if got != expected_hash:
-        raise StoreError(f"store {path} was built from a different spec (spec_hash "
-                         f"{str(got)[:12]}…, expected {expected_hash[:12]}…); delete {path} and "
-                         "rerun to re-ingest")
+        raise _corrupt(path, f"was built from a different spec (spec_hash {str(got)[:12]}…, "
+                             f"expected {expected_hash[:12]}…)")
     if fingerprint(path) == stamp:  # unchanged while it was read
         _VERIFIED[path] = (stamp, expected_hash)
 
@@ -297,25 +311,34 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     sibling ``<path>.tmp-<uuid>`` and renamed into place, so the final path never holds a
     partial store; if another process got there first, its store is verified and used.
 
+    A store that is there but damaged (a chunk deleted or changed, ``zarr.json`` garbled, a
+    file in its place, attrs edited, another spec's) is rebuilt from its source the same way
+    and replaces it, with a ``note:`` naming it: its content, and so the identity of the jobs
+    on it, is what it was.
+
     Raises
     ------
     InputError
         Bad spec or data (nothing is written).
     StoreError
-        The existing store is corrupt or was built from another spec; or ``store_root`` cannot
-        be created or written (read-only, under a file, disk full): the OS reason is named and
-        no partial store is left behind.
+        The source cannot be read (a damaged shipped file), or ``store_root`` cannot be created
+        or written (read-only, under a file, disk full): the OS reason is named and no partial
+        store is left behind.
     """
     norm = normalise_spec(spec)
     expected = spec_hash(norm)
     path = store_path(norm, store_root)
     try:
-        exists = path.exists()
+        exists = path.exists() or path.is_symlink()
     except OSError as err:  # e.g. a store_root that may not be searched
         raise _unusable_root(store_root, err) from None
+    damage = None
     if exists:
-        _check_existing(path, expected)
-        return path
+        try:
+            _check_existing(path, expected)
+            return path
+        except DamagedStore as err:
+            damage = err
     arrays, attrs = build(norm)
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
     published = False
@@ -323,7 +346,9 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_store(tmp, arrays, attrs)
         read_store(tmp)  # read back what was written before publishing it
-        if not path.exists():
+        if damage is not None:
+            published = _replace_damaged(path, tmp, expected, damage)
+        elif not path.exists():
             try:
                 os.rename(tmp, path)  # atomic: the final path is complete or absent
                 published = True
@@ -338,6 +363,28 @@ def ingest(spec: Mapping[str, Any], store_root: str | os.PathLike[str]) -> Path:
     if not published:  # another process published first: use theirs if it is sound
         _check_existing(path, expected)
     return path
+
+
+def _replace_damaged(path: Path, tmp: Path, expected: str, damage: DamagedStore) -> bool:
+    """Put the store just built at ``tmp`` in the place of the damaged one at ``path`` (moved
+    aside, then removed), unless another process has repaired it meanwhile; True if it did."""
+    try:
+        _check_existing(path, expected)
+        return False  # another process rebuilt it meanwhile
+    except DamagedStore:
+        pass
+    aside = path.with_name(f"{path.name}.damaged-{uuid.uuid4().hex}")
+    os.rename(path, aside)
+    try:
+        os.rename(tmp, path)
+    finally:
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            aside.unlink(missing_ok=True)
+    _VERIFIED.pop(path, None)
+    note(f"dataset store {path} {damage.what}: rebuilt from its source")
+    return True
 
 
 # (spec, store root) -> content digest of the stores this process ingested or built
@@ -366,10 +413,19 @@ def content_digest(spec: Mapping[str, Any], store_root: str | os.PathLike[str], 
     if key in _DIGESTS:
         return _DIGESTS[key]
     path = Path(key[1])
-    if write or path.exists():
+    if write:
         attrs = read_store(ingest(norm, store_root), verify=False).attrs
-    else:
-        attrs = build(norm)[1]
+    else:  # nothing is written: a missing or damaged store is built in memory
+        attrs = None
+        if path.exists():
+            try:
+                _check_existing(path, spec_hash(norm))
+                attrs = read_store(path, verify=False).attrs
+            except DamagedStore as err:
+                note(f"dataset store {path} {err.what}: a sweep would rebuild it from its "
+                     "source")
+        if attrs is None:
+            attrs = build(norm)[1]
     _DIGESTS[key] = digest = _digest_of(attrs)
     return digest
 

@@ -5,9 +5,16 @@ every change must remember to bump, the version of a module is the sha256 of its
 (docstrings removed) together with that of every project module it imports, transitively. An
 edit that can change a number (a formula, a default, a call) changes the version and reruns what
 depends on it; a comment, a docstring or a reformatting does not. Only modules under the given
-packages count (``algorithms`` for a job: the plumbing of ``pipeline/`` never reruns a job), so
-a change to SGMA's module does not rerun the exact GP. Third-party libraries are not part of it
-(their versions are recorded in every result file).
+packages count (``algorithms`` for a job), so a change to SGMA's module does not rerun the exact
+GP. Third-party libraries are not part of it (their versions are recorded in every result file).
+
+Code of ``pipeline/`` that changes a number a fit sees or reports is part of a job's identity
+too: the modules of :data:`NUMERIC_PIPELINE` (:func:`pipeline_version`), each hashed alone (what
+they import under ``algorithms/`` is the algorithm's version's business, and the rest of
+``pipeline/`` is plumbing: scheduling, reporting, logging, which never reruns a job). Data
+preparation (``pipeline/datasets``' builders) reaches a job through its data's content instead:
+the stored arrays' sha256 (:func:`pipeline.datasets.content_digest`), while the store's own
+name covers the builder's code (:func:`pipeline.datasets.spec_hash`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,27 @@ import importlib.util
 from pathlib import Path
 
 NUMERICS = ("algorithms",)  # the packages whose code computes a job's numbers
+
+
+# The modules of pipeline/ whose code changes a number a fit sees or reports. A module that
+# does (a formula, a default, how an option reaches the fit) belongs here, or in algorithms/;
+# tests/test_identity.py checks that an edit of each reruns its jobs, and one of the rest none.
+NUMERIC_PIPELINE = (
+    "pipeline.job.run",  # how config and data reach the fit: λ, the seed, the learned kernel
+    # and target offset, the certificate's settings, the baseline's metrics
+    "pipeline.job.validate",  # the kernel, λ and options built from a job's config
+    "pipeline.job.protocol",  # protocol=own: the options a method trains with
+    "pipeline.job.hyper",  # hyper=ml: the learning's starts and seed, the record a fit uses
+    "pipeline.datasets.store",  # the arrays a fit and a learning read from a store
+    "pipeline.datasets.blocks",  # a fit's kernel blocks over the store (blocks=memory)
+    "pipeline.cluster.blocks",  # and over the cluster's workers (blocks=cluster)
+    "pipeline.cluster.shards",  # the workers' share of those (projections, factor rows)
+    "pipeline.results.job_file",  # how a fit's trace and summary are written to result.nc
+)
+
+
+# The part of those that a learning of hyperparameters (pipeline.job.hyper's cache) depends on
+LEARNING_PIPELINE = ("pipeline.job.hyper", "pipeline.datasets.store")
 
 
 def _source_file(module: str) -> Path | None:
@@ -104,3 +132,9 @@ def code_version(*modules: str, packages: tuple[str, ...] = NUMERICS) -> str:
         h.update(module.encode())
         h.update(_module_tree(module, packages)[0].encode())
     return h.hexdigest()[:16]
+
+
+def pipeline_version(modules: tuple[str, ...] = NUMERIC_PIPELINE) -> str:
+    """sha256 (16 hex) of the syntax trees of the ``pipeline/`` modules that change a job's
+    numbers (:data:`NUMERIC_PIPELINE`), each alone (none of its imports)."""
+    return code_version(*modules, packages=())

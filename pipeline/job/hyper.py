@@ -7,11 +7,12 @@ training points), starting from the configured kernel and ``lam``; the job then 
 learned kernel and λ = learned σ². Every job of a sweep on the same dataset store, kernel,
 ``lam`` and ``hyper`` options shares one learning: its outcome is cached as
 ``<store_root>/hyper/<key>.json``, the key being the hash of those settings, of the store's
-identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version, so edited
-data or code learns again. The file carries the sha256 of its content: a damaged one is
-learned again, with a note, never served. A lease (``<key>.lock``) around the learning makes
-concurrent jobs that need it wait for one learning. A sweep runs each learning as its own task
-before the jobs that need it, and a learning that also starts from another's optimum
+identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version (under
+``algorithms/`` and :data:`pipeline.job.codeversion.LEARNING_PIPELINE`), so edited data or code
+learns again. The file carries its checksum: one that fails it (or does not parse) is learned
+again, with a ``note:`` naming it. A lease (``<key>.lock``) around the learning makes concurrent
+jobs that need it wait for one learning. A sweep runs each learning as its own task before the
+jobs that need it, and a learning that also starts from another's optimum
 (``hyper.shared_start``) after that one (:mod:`pipeline.sweep`); a single job learns (or reads
 the cache) itself.
 """
@@ -35,7 +36,8 @@ from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn, memory_bytes
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
-from pipeline.job.codeversion import code_version
+from pipeline.job.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
+from pipeline.results.checksum import DamagedFile, note, open_sealed_json, seal_json
 from pipeline.sweep.claims import claim
 
 if TYPE_CHECKING:
@@ -99,7 +101,8 @@ def cache_key(config: Mapping) -> str:
     """Hash of what determines a learning: dataset store, kernel, lam, hyper options, code."""
     blob = {"data": spec_hash(config["dataset"]), "kernel": dict(config["kernel"]),
             "lam": config["lam"], "hyper": hyper_options(config),
-            "code": code_version("algorithms.hyper")}
+            "code": code_version("algorithms.hyper"),
+            "pipeline_code": pipeline_version(LEARNING_PIPELINE)}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -215,7 +218,7 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
         data = _learn(config, options, store)
         try:
             tmp = root / f".{path.name}.tmp-{uuid.uuid4().hex}"
-            tmp.write_text(json.dumps({"sha256": _digest(data), "learning": data}))
+            tmp.write_bytes(seal_json(data))
             os.replace(tmp, path)
         except OSError as err:
             raise InputError(f"cannot write learned hyperparameters to {path}: "
@@ -223,25 +226,16 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     return _record_from_json(data)
 
 
-def _digest(data: Mapping) -> str:
-    """sha256 of a learning's canonical JSON: written with it, checked when it is read."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
 def _read_cache(path: Path) -> LearnedRecord | None:
-    """The cached learning at ``path``, or None when there is none; a file that is damaged
-    (its checksum does not match), or from an older format, is learned again, with a note."""
+    """The cached learning at ``path``, or None when there is none; a file that fails its
+    checksum, does not parse or is from an older format is learned again, with a note."""
     try:
-        wrapped = json.loads(path.read_text())
-        data = wrapped["learning"]
-        if wrapped["sha256"] != _digest(data):
-            raise ValueError("its checksum does not match its content")
-        return _record_from_json(data)
+        return _record_from_json(open_sealed_json(path.read_bytes()))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, InputError) as err:
-        print(f"note: the cached learning {path} is unreadable or damaged ({err}); it is "
-              "learned again", flush=True)
+    except (OSError, DamagedFile, ValueError, KeyError, TypeError, InputError) as err:
+        why = str(err) if isinstance(err, DamagedFile) else f"cannot be read ({err!r})"
+        note(f"learned hyperparameters {path} {why}: learned again")
         return None
 
 

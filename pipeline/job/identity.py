@@ -2,8 +2,12 @@
 
 :func:`job_identity` is made of the resolved job config without the keys that say where or how
 it runs, the content of its dataset (:func:`pipeline.datasets.content_digest`: the stored
-arrays and split, not the code that built the store) and the version of the code under
-``algorithms/`` that computes it (:func:`algorithm_version`).
+arrays and split, not the code that built the store), the version of the code under
+``algorithms/`` that computes it (:func:`algorithm_version`) and that of the modules of
+``pipeline/`` that change the numbers a fit sees or reports
+(:data:`pipeline.job.codeversion.NUMERIC_PIPELINE`: how options and data reach the fit,
+hyperparameter learning, kernel blocks, the result file's writer). The rest of ``pipeline/``
+(scheduling, reporting, logging) is not part of it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from algorithms.contract import AlgorithmSpec
 from algorithms.errors import InputError
 from algorithms.registry import get
 from pipeline.config import complete
-from pipeline.datasets import content_digest
-from pipeline.job.codeversion import code_version, module_of
+from pipeline.datasets import StoreError, content_digest
+from pipeline.job.codeversion import code_version, module_of, pipeline_version
 from pipeline.job.hyper import hyper_options
 
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
@@ -53,12 +57,18 @@ def job_identity(config: Mapping, write_data: bool = True) -> dict:
     learning curve depends on the seed through its draws of training inputs), the content of
     its dataset (:func:`pipeline.datasets.content_digest`: the stored arrays and split; the
     store is ingested first if it is not there, or built in memory when ``write_data`` is
-    false, as for a dry run) and the version of the code under ``algorithms/`` that computes
-    the result (:func:`algorithm_version`). Nothing of ``pipeline/`` is part of it."""
+    false, as for a dry run), the version of the code under ``algorithms/`` that computes
+    the result (:func:`algorithm_version`) and that of the number-changing modules of
+    ``pipeline/`` (:func:`pipeline.job.codeversion.pipeline_version`).
+
+    A dataset whose store cannot be had (a damaged shipped file, a store root that cannot be
+    written) raises its :class:`~pipeline.datasets.StoreError`: a sweep stops before any job
+    is named after data it does not have; any other bad dataset spec is the job's to report."""
     config = complete(config)
     ident = _config_part(config)
     spec = _spec_or_none(config)
     ident["code_version"] = algorithm_version(spec) if spec is not None else None
+    ident["pipeline_code"] = pipeline_version()
     try:
         if hyper_options(config) is not None:  # the fit depends on the learning code too
             ident["hyper_code"] = code_version("algorithms.hyper")
@@ -67,8 +77,10 @@ def job_identity(config: Mapping, write_data: bool = True) -> dict:
     try:
         ident["data"] = content_digest(config["dataset"], config["store_root"],
                                        write=write_data)
+    except StoreError:
+        raise
     except (InputError, KeyError, TypeError):
-        ident["data"] = None  # a bad dataset spec or data (StoreError too): the job reports it
+        ident["data"] = None  # a bad dataset spec: the job reports it
     return ident
 
 

@@ -4,7 +4,8 @@ result file. The CLI (:mod:`pipeline.app`) and the sweep launcher run jobs only 
 A job is named by :func:`config_hash`, the hash of what determines its result: its config
 without where it runs (without κ for algorithms that ignore it and without the seed for
 deterministic ones, read from the algorithm's spec), the identity of its dataset store and the
-version of the code that computes it.
+version of the code that computes it, this module's included (it decides how options and data
+reach the fit: :data:`pipeline.job.codeversion.NUMERIC_PIPELINE`).
 
 Every job's summary says how trustworthy its timings are: the machine's 1-minute load average
 at its start and end (``load_start``, ``load_end``) and the CPUs its process may use
@@ -37,6 +38,7 @@ from pipeline.cluster.threads import _blas, blas_threads, cpu_model, resolve_thr
 from pipeline.config import complete
 from pipeline.datasets import ingest
 from pipeline.datasets.blocks import open_blocks
+from pipeline.job.codeversion import pipeline_version
 from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
@@ -185,7 +187,7 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
                            load_end=load_average(), cores=usable_cores())
     job_hash = config_hash(config)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
-             "store": store.name,
+             "pipeline_code_version": pipeline_version(), "store": store.name,
              "job_seconds": time.perf_counter() - clock.start - warm.get("warmup_seconds", 0.0),
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
     path = write_job_result(result, config, result_path, attrs,

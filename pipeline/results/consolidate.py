@@ -6,7 +6,10 @@ selection order and ``coef``), and attrs ``status`` (ok | failed), ``error``, ``
 (resolved job config, JSON), ``config_hash`` (the job's identity), ``summary`` (final scalars,
 JSON), ``versions``, ``git_sha``, ``host``, ``worker``, ``run_id``, ``job_seconds``. netCDF (scipy
 engine) writes in ~3 ms where a zarr directory of a dozen arrays takes ~70 ms, which matters for
-sweeps of many small jobs; xarray opens both the same way.
+sweeps of many small jobs; xarray opens both the same way. Every job file carries the sha256 of
+its payload (:mod:`pipeline.results.checksum`), as the manifest carries its own: consolidation
+verifies both, and a job file that is unreadable, fails its checksum or does not parse is left
+out (status ``missing``, its error saying why, a ``note:`` naming it), never consolidated.
 
 :func:`consolidate` turns a sweep directory (``manifest.json`` + ``jobs/<hash>.nc``) into
 ``results.zarr`` with dims ``algorithm, dataset, lam, kappa, seed`` (+ one per other swept key)
@@ -30,16 +33,21 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from algorithms.errors import InputError
 from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
 from pipeline.results.access import SweepAccessor  # noqa: F401  (registers ds.sgp)
+from pipeline.results.checksum import DamagedFile, note
 from pipeline.results.job_file import (
+    DamagedResult,
     _JobFile,
     _read_job,
     _write_atomically,
     git_sha,
     job_path,
     package_versions,
+    parsed_attrs,
 )
+from pipeline.results.manifest_file import MANIFEST, load_manifest
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import (
     JSON_ATTRS,
@@ -61,10 +69,17 @@ PADDED_DIMS = ("step", "hyper_eval")
 
 
 def _coordinate(values: list) -> np.ndarray:
-    """Sorted unique coordinate values: numeric when all are numbers, else strings."""
+    """Sorted unique coordinate values: numeric (int64 or float64) when all are numbers that
+    such an array holds distinctly, else strings (e.g. a seed beyond int64, which no zarr
+    dtype holds)."""
     unique = list(dict.fromkeys(values))
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in unique):
-        return np.array(sorted(unique))
+    if unique and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in unique):
+        try:
+            coord = np.array(sorted(unique))
+        except OverflowError:
+            coord = np.array([], dtype=object)
+        if coord.dtype.kind in "if" and len(np.unique(coord)) == len(unique):
+            return coord
     return np.array(sorted(str(v) for v in unique))
 
 
@@ -80,27 +95,32 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     deterministic ones) are repeated along those dims. Traces are NaN-padded along ``step``.
     """
     sweep_dir = Path(sweep_dir)
-    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    try:
+        manifest = load_manifest(sweep_dir / MANIFEST, FIXED_DIMS)
+    except (OSError, DamagedFile) as err:
+        what = "does not exist" if isinstance(err, FileNotFoundError) else str(err)
+        raise InputError(f"{sweep_dir / MANIFEST} {what}; rerun the sweep command that made "
+                         f"{sweep_dir.name} to rebuild it (finished jobs are not refitted)"
+                         ) from None
     entries = manifest["entries"]
     dims = list(FIXED_DIMS) + list(manifest["extra_dims"])
     coords = {d: _coordinate([e["coords"][d] for e in entries]) for d in dims}
     shape = tuple(len(coords[d]) for d in dims)
 
     jobs: dict[str, _JobFile | xr.Dataset | None] = {}
+    summaries: dict[str, dict] = {}
+    damaged: dict[str, str] = {}
     for entry in entries:
         h = entry["hash"]
         if h not in jobs:
-            path = job_path(sweep_dir, h)
-            try:
-                jobs[h] = _read_job(path)
-            except (OSError, ValueError):  # not run, or unreadable: status "missing"
-                jobs[h] = None
+            jobs[h], summaries[h], why = _job(sweep_dir, h)
+            if why:
+                damaged[h] = why
     loaded = [ds for ds in jobs.values() if ds is not None]
     lengths = {dim: max([ds.sizes.get(dim, 0) for ds in loaded] + [1]) for dim in PADDED_DIMS}
     trace_dims = {v: da.dims[0] for ds in loaded for v, da in ds.data_vars.items()
                   if len(da.dims) == 1 and da.dims[0] in PADDED_DIMS}
     trace_vars = sorted(trace_dims)
-    summaries = {h: json.loads(ds.attrs["summary"]) for h, ds in jobs.items() if ds is not None}
     final_keys = sorted({k for s in summaries.values() for k, v in s.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
     text_keys = sorted({k for s in summaries.values() for k, v in s.items()
@@ -120,18 +140,19 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         job_hash[index] = entry["hash"]
         ds = jobs[entry["hash"]]
         if ds is None:
+            error[index] = damaged.get(entry["hash"], "")
             continue
         status[index] = ds.attrs["status"]
-        error[index] = ds.attrs.get("error", "")
-        worker[index] = ds.attrs.get("worker", "")
-        job_seconds[index] = ds.attrs.get("job_seconds", np.nan)
+        error[index] = str(ds.attrs.get("error", ""))
+        worker[index] = str(ds.attrs.get("worker", ""))
+        job_seconds[index] = _number(ds.attrs.get("job_seconds", np.nan))
         for v in trace_vars:
-            if v in ds:
+            if v in ds and tuple(ds[v].dims) == (trace_dims[v],):
                 values = ds[v].values.astype(np.float64)
                 traces[v][index][: len(values)] = values
         for k, value in summaries[entry["hash"]].items():
             if k in finals and isinstance(value, (int, float)):
-                finals[k][index] = value
+                finals[k][index] = _number(value)
             elif k in texts and isinstance(value, str):
                 texts[k][index] = value
 
@@ -143,14 +164,14 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
                          ("job_hash", job_hash)):
         data_vars[name] = (dims, values.astype(str))
     attrs = {
-        "sweep": manifest["sweep"],
-        "config": json.dumps(manifest["config"], sort_keys=True, default=str),
-        "swept_keys": json.dumps(manifest["swept_keys"]),
+        "sweep": str(manifest.get("sweep", sweep_dir.name)),
+        "config": json.dumps(manifest.get("config", {}), sort_keys=True, default=str),
+        "swept_keys": json.dumps(manifest.get("swept_keys", []), default=str),
         "versions": json.dumps(package_versions(), sort_keys=True),
         "git_sha": git_sha(),
         "host": platform.node(),
         "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last invocation
-        "n_workers": manifest.get("n_workers", 0),
+        "n_workers": int(_number(manifest.get("n_workers", 0), 0)),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
         "Conventions": "CF-1.10 (long_name and units on every variable and coordinate)",
     }
@@ -161,6 +182,38 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
     ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store
     return _write_atomically(ds, sweep_dir / "results.zarr", check=_read_back)
+
+
+def _job(sweep_dir: Path, h: str) -> tuple[_JobFile | xr.Dataset | None, dict, str]:
+    """(job file, its summary, why it is left out) of the job ``h`` of a sweep: (None, {}, "")
+    if it has not run; (None, {}, the reason) if its file is damaged (unreadable, failing its
+    checksum, a summary that does not parse, filed under another job's name), which a
+    ``note:`` names: it is never consolidated, and the sweep's next run refits it."""
+    path = job_path(sweep_dir, h)
+    try:
+        ds = _read_job(path)
+        attrs = parsed_attrs(path, ds.attrs)
+        if attrs.get("status") not in ("ok", "failed"):
+            raise DamagedResult(path, f"has status {attrs.get('status')!r}")
+        if attrs.get("config_hash") != h:
+            raise DamagedResult(path, f"names job {attrs.get('config_hash')!r}, not {h}")
+    except (FileNotFoundError, NotADirectoryError):
+        return None, {}, ""
+    except DamagedResult as err:
+        note(f"result file {err.path} {err.what}: left out of {sweep_dir / 'results.zarr'} "
+             "(rerun the sweep command to refit its job)")
+        return None, {}, str(err)
+    return ds, attrs.get("summary", {}), ""
+
+
+def _number(value, default: float = np.nan) -> float:
+    """``value`` as a float (a number beyond float64 is inf); ``default`` if it is none."""
+    try:
+        return float(value)
+    except OverflowError:
+        return float(np.inf if value > 0 else -np.inf)
+    except (TypeError, ValueError):
+        return default
 
 
 def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:

@@ -24,6 +24,7 @@ from scipy.io import netcdf_file
 
 from algorithms.contract import Result
 from algorithms.errors import InputError
+from pipeline.results.checksum import PAYLOAD_DIGEST, DamagedFile, check_payload, payload_digest
 from pipeline.results.ownership import foreign_entry
 from pipeline.results.variables import describe_dataset
 
@@ -102,9 +103,21 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
                  "summary": json.dumps(summary, sort_keys=True),
                  "not_applicable": json.dumps(dict(result.not_applicable), sort_keys=True),
                  **_base_attrs(config, attrs)}
-    return describe_dataset(xr.Dataset(data_vars,
-                                       coords={"step": np.arange(1, result.n_steps + 1)},
-                                       attrs=all_attrs))
+    return _sealed(describe_dataset(xr.Dataset(
+        data_vars, coords={"step": np.arange(1, result.n_steps + 1)}, attrs=all_attrs)))
+
+
+def _variables(ds) -> list[tuple[str, tuple[str, ...], np.ndarray]]:
+    """(name, dims, values) of every variable of a Dataset, coordinates included."""
+    return [(str(name), tuple(var.dims), var.values) for name, var in ds.variables.items()]
+
+
+def _sealed(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with the checksum of its payload in attr ``payload_sha256``
+    (:func:`pipeline.results.checksum.payload_digest`), verified whenever the file is read."""
+    ds.attrs.pop(PAYLOAD_DIGEST, None)
+    ds.attrs[PAYLOAD_DIGEST] = payload_digest(_variables(ds), ds.attrs)
+    return ds
 
 
 class WriteError(InputError):
@@ -137,6 +150,8 @@ def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".nc":
             ds.to_netcdf(tmp, engine="scipy")
+            if check is not None:
+                check(tmp)
             os.replace(tmp, path)
             return path
         foreign = foreign_entry(path)  # removed with the old copy: refuse instead
@@ -171,11 +186,45 @@ def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
             shutil.rmtree(old, ignore_errors=True)
 
 
+class DamagedResult(InputError):
+    """A job's result file that cannot be read, lacks its checksum or fails it: never served
+    (a sweep refits the job, consolidation leaves it out); one line naming the file. ``path``
+    and ``what`` (what is wrong with it) make other lines."""
+
+    def __init__(self, path: str | os.PathLike, what: str) -> None:
+        super().__init__(f"result file {path} {what}; rerun the sweep command to refit its job")
+        self.path, self.what = Path(path), what
+
+    def __reduce__(self):  # pickled between Dask processes with its two arguments
+        return (type(self), (self.path, self.what))
+
+
+def _damaged(path: str | os.PathLike, what: str) -> DamagedResult:
+    return DamagedResult(path, what)
+
+
 def _open_job(path: str | os.PathLike) -> xr.Dataset:
+    """The job file through xarray, its checksum verified."""
     import xarray as xr
 
     with xr.open_dataset(path, engine="scipy") as ds:
-        return ds.load()
+        ds = ds.load()
+    check_payload(_variables(ds), ds.attrs)
+    return ds
+
+
+def _read_checked(reader, path: str | os.PathLike):
+    """``reader(path)``; a file that is there but unreadable or fails its checksum raises
+    :class:`DamagedResult` (one line naming it), a missing one FileNotFoundError."""
+    try:
+        return reader(path)
+    except FileNotFoundError:
+        raise
+    except DamagedFile as err:
+        raise _damaged(path, str(err)) from None
+    except Exception as err:  # truncated, garbled header, not netCDF, a directory, ...
+        raise _damaged(path, f"cannot be read ({type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:120]})") from None
 
 
 @dataclass(frozen=True)
@@ -203,19 +252,27 @@ class _JobFile:
 
 
 def _read_job(path: str | os.PathLike) -> _JobFile | xr.Dataset:
+    """A job file, its checksum verified (:class:`DamagedResult` if it fails or the file is
+    unreadable; FileNotFoundError if there is none)."""
+    return _read_checked(_read_job_unchecked, path)
+
+
+def _read_job_unchecked(path: str | os.PathLike) -> _JobFile | xr.Dataset:
     with netcdf_file(path, mmap=False) as nc:
         attrs = {k: _attr(v) for k, v in nc._attributes.items()}
         sizes = {k: int(v) for k, v in nc.dimensions.items() if v is not None}
-        data_vars = {}
+        data_vars, variables = {}, []
         for name, var in nc.variables.items():
             extra = set(var._attributes) - {"long_name", "units", "comment", "_FillValue"}
             fill = var._attributes.get("_FillValue")
             if extra or var.data.dtype.kind not in "fi" or len(var.dimensions) > 1 or (
                     fill is not None and not np.all(np.isnan(fill))):
                 return _open_job(path)
+            values = var.data.astype(var.data.dtype.newbyteorder("="))
+            variables.append((name, tuple(var.dimensions), values))
             if var.dimensions != (name,):  # a variable named as its dim is a coordinate
-                values = var.data.astype(var.data.dtype.newbyteorder("="))
                 data_vars[name] = _Variable(var.dimensions, values)
+    check_payload(variables, attrs)
     return _JobFile(attrs, sizes, data_vars)
 
 
@@ -226,10 +283,20 @@ def _attr(value):
     return value.item() if value.size == 1 else value
 
 
+def _reads_back(tmp: Path) -> None:
+    """A written job file must read back and verify before it replaces the previous one."""
+    try:
+        _read_job(tmp)
+    except DamagedResult as err:
+        raise OSError(errno.EIO, f"the written file does not read back ({err})") from None
+
+
 def write_job_result(result: Result, config: Mapping, path: str | os.PathLike,
                      attrs: Mapping, extra_vars: Mapping | None = None) -> Path:
-    """Write a finished job's result file (``result.nc``) atomically."""
-    return _write_atomically(result_to_dataset(result, config, attrs, extra_vars), path)
+    """Write a finished job's result file (``result.nc``, with the checksum of its payload)
+    atomically, read back and verified before it replaces any previous one."""
+    return _write_atomically(result_to_dataset(result, config, attrs, extra_vars), path,
+                             check=_reads_back)
 
 
 def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
@@ -239,24 +306,56 @@ def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
 
     ds = xr.Dataset(attrs={"algorithm": config["algorithm"]["name"], "status": "failed",
                            "error": error, "summary": "{}", **_base_attrs(config, attrs)})
-    return _write_atomically(ds, path)
+    return _write_atomically(_sealed(ds), path, check=_reads_back)
+
+
+def verified_status(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(status, config_hash) of a job result file that verifies, None if there is none.
+
+    Raises :class:`DamagedResult` (one line naming the file) for a file that is there but
+    cannot be read, lacks its checksum or fails it, has JSON attrs that do not parse, or lacks
+    a status or config_hash."""
+    try:  # scipy's reader (~0.4 ms a file): a sweep looks up thousands of these
+        attrs = parsed_attrs(path, _read_job(path).attrs)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    status, config_hash = attrs.get("status"), attrs.get("config_hash")
+    if status not in ("ok", "failed") or not isinstance(config_hash, str):
+        raise _damaged(path, f"has status {status!r} and config_hash {config_hash!r}")
+    return status, config_hash
 
 
 def job_status(path: str | os.PathLike) -> tuple[str, str] | None:
-    """(status, config_hash) of a job result file, or None if there is no readable one."""
-    try:  # scipy's reader: a sweep looks up thousands of these
-        with netcdf_file(path, mmap=False) as nc:
-            attrs = nc._attributes
-            return str(_attr(attrs["status"])), str(_attr(attrs["config_hash"]))
-    except Exception:  # missing or unreadable: the job has to run (again)
+    """(status, config_hash) of a job result file, or None if there is none that verifies
+    (missing, unreadable or failing its checksum: the job has to run again)."""
+    try:
+        return verified_status(path)
+    except DamagedResult:
         return None
 
 
+JSON_JOB_ATTRS = ("config", "summary", "versions", "not_applicable")
+
+
+def parsed_attrs(path: str | os.PathLike, attrs: Mapping) -> dict:
+    """A job file's attrs with the JSON ones parsed (``summary`` and ``not_applicable`` must
+    be objects); :class:`DamagedResult` naming ``path`` for one that does not parse."""
+    out = dict(attrs)
+    for key in JSON_JOB_ATTRS:
+        if key in out:
+            try:
+                out[key] = json.loads(out[key])
+            except (TypeError, ValueError):
+                raise _damaged(path, f"has a {key} attr that is not JSON") from None
+            if key in ("summary", "not_applicable") and not isinstance(out[key], dict):
+                raise _damaged(path, f"has a {key} attr that is not a JSON object")
+    return out
+
+
 def load_job_result(path: str | os.PathLike) -> xr.Dataset:
-    """Open one job's result file (config, summary and versions parsed back from JSON)."""
-    ds = _open_job(path)
-    for key in ("config", "summary", "versions", "not_applicable"):
-        if key in ds.attrs:
-            ds.attrs[key] = json.loads(ds.attrs[key])
+    """Open one job's result file (config, summary and versions parsed back from JSON), its
+    checksum verified: :class:`DamagedResult` (one line naming the file) if it fails."""
+    ds = _read_checked(_open_job, path)
+    ds.attrs = parsed_attrs(path, ds.attrs)
     return ds
 

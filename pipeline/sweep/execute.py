@@ -17,6 +17,7 @@ from hydra.core.utils import JobStatus, run_job
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from algorithms.errors import InputError
 from pipeline.cluster.here import worker_name
 from pipeline.datasets import ingest
 from pipeline.job.hydra_job import one_hydra_job
@@ -52,7 +53,10 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
     ``hydra_records`` and its resolved config run by the task function's ``run_resolved``, without
     ``run_job``'s config copies."""
     out_dir = sweep_dir / "jobs" / job.hash
-    here = config_hash(job.config)
+    try:
+        here = config_hash(job.config)
+    except InputError as err:  # its data cannot be had here (a damaged source, no store root)
+        return {"status": "failed", "config_hash": job.hash, "error": str(err)}
     if here != job.hash:  # the job would be filed under a name the client never looks up
         return {"status": "failed", "config_hash": job.hash,
                 "error": f"the worker names this job {here}, the client {job.hash}: they run "

@@ -41,10 +41,10 @@ from pipeline.results.job_file import (
 from pipeline.sweep.clock import startup_seconds
 from pipeline.sweep.directory import OutOfSpace
 from pipeline.sweep.manifest import (
+    checked_manifest,
     entries_kept,
     entry_set,
     manifest_entries,
-    read_manifest,
     restore_hydra_record,
     sweep_lock,
     write_bytes,
@@ -83,8 +83,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             plan_only(jobs, sweep_dir, t_start)
         manifest = sweep_dir / "manifest.json"
         with sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
-            before = manifest.read_bytes() if manifest.exists() else None
-            old = read_manifest(sweep_dir)
+            before = manifest.read_bytes() if manifest.is_file() else None
+            old = checked_manifest(sweep_dir, jobs, dims)
             kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
             if old is None or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs)):
                 write_manifest(sweep_dir, master, jobs, kept, dims, {}, 0)
@@ -124,7 +124,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
 
         check_inputs_held(records, sweep_dir)
         with sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
-            kept = entries_kept(sweep_dir, read_manifest(sweep_dir), jobs, dims, merge=True)
+            kept = entries_kept(sweep_dir, checked_manifest(sweep_dir, jobs, dims), jobs, dims,
+                                merge=True)
             write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers)
             t_consolidate = time.perf_counter()
             results_path = consolidate(sweep_dir)

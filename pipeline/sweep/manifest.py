@@ -1,6 +1,9 @@
 """A sweep directory's manifest (``manifest.json``: its points, dims, settings and timings),
-written under the directory's lock; a sweep with other points or settings is refused unless
-``merge=true``, and a refused sweep leaves Hydra's record as it was.
+written under the directory's lock with its checksum (:mod:`pipeline.results.manifest_file`);
+a sweep with other points or settings is refused unless ``merge=true``, and a refused sweep
+leaves Hydra's record as it was. A damaged manifest (unreadable, failing its checksum, an entry
+without its hash) is rebuilt from the sweep's points, with a ``note:`` naming it, when the
+directory's results show the same sweep; else the sweep stops with one line.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig
 
 from algorithms.errors import InputError
 from pipeline import atomic
 from pipeline.job.identity import job_config
-from pipeline.results.consolidate import FIXED_DIMS
+from pipeline.results.checksum import DamagedFile, note
+from pipeline.results.consolidate import FIXED_DIMS, load
+from pipeline.results.manifest_file import MANIFEST, dump_manifest, load_manifest
 from pipeline.sweep.claims import claim
 from pipeline.sweep.compose import PlannedJob, swept_keys
 
@@ -25,24 +31,62 @@ def _point(coords: Mapping) -> str:
 
 
 def read_manifest(sweep_dir: Path) -> dict | None:
-    path = sweep_dir / "manifest.json"
-    if not path.exists():
-        return None
+    """The manifest of ``sweep_dir``, verified (:func:`pipeline.results.manifest_file.
+    load_manifest`), or None if there is none; :class:`DamagedFile` if it is damaged."""
     try:
-        old = json.loads(path.read_text())
-        for entry in old["entries"]:
-            _point(entry["coords"])
-        list(old["extra_dims"])
-        return old
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{path} is unreadable ({type(exc).__name__}); pass sweep=<new name> "
-                         "for a new sweep directory, or delete that file to start this one "
-                         "afresh") from None
+        return load_manifest(sweep_dir / MANIFEST, FIXED_DIMS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def old_dims(sweep_dir: Path) -> list[str]:
-    old = read_manifest(sweep_dir)
+    try:
+        old = read_manifest(sweep_dir)
+    except DamagedFile:  # the launcher decides what to do with it
+        return []
     return [] if old is None else list(old["extra_dims"])
+
+
+def checked_manifest(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -> dict | None:
+    """The manifest of ``sweep_dir`` for this sweep: None if there is none, or if it is
+    damaged and the directory's verified ``results.zarr`` shows that it holds this very sweep
+    (the same points over the same dims): this sweep's manifest then replaces it, said in a
+    ``note:`` (the job results there are kept and found again by their hashes).
+
+    Raises :class:`InputError` (one line) for a damaged manifest of a directory that may hold
+    another sweep: nothing there is rewritten."""
+    path = sweep_dir / MANIFEST
+    try:
+        return read_manifest(sweep_dir)
+    except DamagedFile as err:
+        if _holds(sweep_dir, jobs, dims):
+            note(f"{path} {err}: rebuilt from this sweep's points, which its results.zarr "
+                 "holds (the job results there are kept and found again)")
+            return None
+        raise InputError(f"{path} {err}, and {sweep_dir / 'results.zarr'} does not show that "
+                         "it held this sweep; rerun the command that made that sweep to rebuild "
+                         "it, pass sweep=<new name> for a new sweep directory, or delete that "
+                         "file to make the directory this sweep's") from None
+
+
+def _holds(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -> bool:
+    """Whether ``sweep_dir/results.zarr`` verifies and holds exactly the points of ``jobs``
+    over the fixed dims and ``dims``."""
+    try:
+        ds = load(sweep_dir / "results.zarr")
+    except (InputError, OSError, ValueError):
+        return False
+    with ds:
+        hashes = ds["job_hash"]
+        if set(hashes.dims) != set(FIXED_DIMS) | set(dims):
+            return False
+        values = np.asarray(hashes.values)
+        points = set()
+        for index in zip(*np.nonzero(values != ""), strict=True):
+            coords = {d: ds[d].values[i].item() for d, i in zip(hashes.dims, index,
+                                                                  strict=True)}
+            points.add(_point(coords))
+    return points == {_point(job.coords) for job in jobs}
 
 
 def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims: list[str],
@@ -133,8 +177,7 @@ def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], 
         "n_workers": n_workers,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    write_bytes(sweep_dir / "manifest.json",
-                 json.dumps(manifest, indent=1, sort_keys=True, default=str).encode())
+    write_bytes(sweep_dir / MANIFEST, dump_manifest(manifest))
     if (sweep_dir / HYDRA_RECORD).exists():
         write_bytes(sweep_dir / HYDRA_RECORD_KEPT, (sweep_dir / HYDRA_RECORD).read_bytes())
 

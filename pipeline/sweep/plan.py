@@ -30,10 +30,12 @@ from pipeline.job.validate import (
     drop_inapplicable_options,
 )
 from pipeline.outputs import check_store_root
+from pipeline.results.checksum import note
 from pipeline.results.consolidate import FIXED_DIMS
 from pipeline.results.job_file import (
+    DamagedResult,
     job_path,
-    job_status,
+    verified_status,
 )
 from pipeline.sweep.clock import startup_seconds
 from pipeline.sweep.compose import (
@@ -66,8 +68,20 @@ class PlanProgress:
 
 
 def finished_jobs(sweep_dir: Path, hashes) -> set[str]:
-    """The jobs among ``hashes`` whose result in ``sweep_dir`` is there with status ok."""
-    return {h for h in hashes if job_status(job_path(sweep_dir, h)) == ("ok", h)}
+    """The jobs among ``hashes`` whose result in ``sweep_dir`` is there with status ok and
+    verifies (:func:`pipeline.results.job_file.verified_status`); a result file that is there
+    but damaged (unreadable, no checksum or a wrong one) is never served: a ``note:`` names it
+    and its job runs again."""
+    done = set()
+    for h in hashes:
+        try:
+            status = verified_status(job_path(sweep_dir, h))
+        except DamagedResult as err:
+            note(f"result file {err.path} {err.what}: its job runs again")
+            continue
+        if status == ("ok", h):
+            done.add(h)
+    return done
 
 
 def plan_only(jobs: list[PlannedJob], sweep_dir: Path, t_start: float) -> None:
