@@ -348,7 +348,7 @@ def test_a_damaged_cached_learning_is_learned_again_with_a_note(tmp_path, capsys
     (path,) = (tmp_path / "stores" / "hyper").glob("*.json")
     assert learned(config).lam == first.lam and "note:" not in capsys.readouterr().err
     text = path.read_text()
-    lam = json.dumps(json.loads(text)["learning"]["lam"])
+    lam = json.dumps(json.loads(text)["lam"])
     damaged = text.replace(lam, lam[:-1] + str((int(lam[-1]) + 1) % 10), 1)
     assert damaged != text
     path.write_text(damaged)
@@ -356,9 +356,8 @@ def test_a_damaged_cached_learning_is_learned_again_with_a_note(tmp_path, capsys
     err = capsys.readouterr().err
     assert f"note: learned hyperparameters {path}" in err and "learned again" in err
     rewritten = json.loads(path.read_text())  # relearned (the same optimum) and rewritten
-    assert again.lam == first.lam and rewritten["learning"]["lam"] == first.lam
-    assert rewritten["learning"]["summary"]["hyper_seconds"] != json.loads(text)[
-        "learning"]["summary"]["hyper_seconds"]
+    assert again.lam == first.lam and rewritten["lam"] == first.lam
+    assert rewritten["summary"]["hyper_seconds"] != json.loads(text)["summary"]["hyper_seconds"]
     path.write_text("{not json")
     assert learned(config).lam == first.lam
     assert f"note: learned hyperparameters {path}" in capsys.readouterr().err
