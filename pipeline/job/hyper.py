@@ -32,6 +32,7 @@ from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.codeversion import code_version
+from pipeline.oserrors import write_failure
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -222,6 +223,6 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
         tmp.write_text(json.dumps(data))
         os.replace(tmp, path)
     except OSError as err:
-        raise InputError(f"cannot write learned hyperparameters to {path}: "
-                         f"{err.strerror or err}; pass a writable store_root") from None
+        raise InputError(f"cannot write learned hyperparameters to {path}: " + write_failure(
+            err, path, elsewhere="pass a writable store_root=", rerun="rerun")) from None
     return _record_from_json(data)
