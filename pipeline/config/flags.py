@@ -76,10 +76,32 @@ class _Stop(Exception):
     """argparse's exit (``--version`` after printing it)."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    from hydra._internal.utils import get_args_parser
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
-    parser = get_args_parser()
+
+def hydra_parser() -> argparse.ArgumentParser:
+    """Hydra's command-line parser as Hydra 1.3 builds it (``hydra._internal.utils.
+    get_args_parser``, private; tests/test_command_line_paths.py holds the two equal): the
+    same flags, abbreviations and ``--flag=value`` forms, whose errors are one
+    :class:`InputError` line."""
+    from hydra import __version__
+
+    parser = argparse.ArgumentParser(add_help=False, prog="python -m pipeline")
+    parser.add_argument("--help", "-h", action="store_true")
+    parser.add_argument("--hydra-help", action="store_true")
+    parser.add_argument("--version", action="version", version=f"Hydra {__version__}")
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    parser.add_argument("--resolve", action="store_true")
+    parser.add_argument("--package", "-p")
+    parser.add_argument("--run", "-r", action="store_true")
+    parser.add_argument("--multirun", "-m", action="store_true")
+    parser.add_argument("--shell-completion", "-sc", action="store_true")
+    parser.add_argument("--config-path", "-cp")
+    parser.add_argument("--config-name", "-cn")
+    parser.add_argument("--config-dir", "-cd")
+    parser.add_argument("--experimental-rerun")
+    parser.add_argument("--info", "-i", const="all", nargs="?", choices=INFO_CHOICES)
 
     def error(message: str):
         raise InputError(f"{message} (Hydra's flags: python -m pipeline --hydra-help; "
@@ -100,7 +122,7 @@ def read_command_line(argv: Sequence[str]) -> CommandLine:
     if not any(a.startswith("-") for a in argv):  # the common case: overrides only
         return CommandLine(tuple(argv))
     try:
-        args = _parser().parse_intermixed_args(argv)
+        args = hydra_parser().parse_intermixed_args(argv)
     except _Stop:  # --version, printed
         return CommandLine((), printed=True)
     for dest, why in REFUSED.items():
