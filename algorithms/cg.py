@@ -62,7 +62,7 @@ from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Predict
 from algorithms.evaluation import Recorder
 from algorithms.lowrank import PartialCholesky
 from algorithms.objectives import dual_objective, primal_objective, relative_gap
-from algorithms.options import Option
+from algorithms.options import BYTES_MAX, Option
 
 PRECONDITIONERS = ("none", "jacobi", "pivoted_cholesky")
 NO_VARIANCE = ("algorithm.error_bars=false: each test point needs its own CG solve; set "
@@ -378,7 +378,8 @@ SPECS = [AlgorithmSpec(
         "precond_tol": Option(2.0, "float", "add pivots until the residual trace "
                               "tr(K − FFᵀ) ≤ precond_tol·n·σ² (0: exactly precond_rank)",
                               lo=0.0),
-        "block_bytes": Option(2**25, "int", "bytes of kernel values per row block of K", lo=1),
+        "block_bytes": Option(2**25, "int", "bytes of kernel values per row block of K", lo=1,
+                              hi=BYTES_MAX),
         "eval_every": Option(10, "int", "trace test metrics every this many iterations", lo=1),
         "error_bars": Option(False, "bool", "predictive variance bounds by a batched CG per "
                              "chunk of test points"),

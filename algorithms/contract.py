@@ -26,7 +26,7 @@ import numpy as np
 
 from algorithms.errors import InputError
 from algorithms.kernels import Kernel
-from algorithms.options import Option
+from algorithms.options import INT_MAX, Option
 
 # ----------------------------------------------------------------------------- kernel blocks
 
@@ -113,6 +113,9 @@ def check_kappa(kappa: int | None, n: int) -> int:
     if kappa < 1:
         raise InputError(f"kappa={kappa} must be ≥ 1 (candidate subset size); pass e.g. kappa=59, "
                          "or kappa=n for full greedy")
+    if kappa > INT_MAX:
+        raise InputError(f"kappa={kappa} must be ≤ {INT_MAX} (candidate subset size; any κ ≥ n "
+                         "is the full greedy); pass e.g. kappa=59")
     return int(min(kappa, n))
 
 

@@ -59,7 +59,7 @@ from algorithms.marginal_likelihood_lowrank import (
     LowRankObjective,
     pivoted_basis,
 )
-from algorithms.options import Option
+from algorithms.options import SEED_MAX, Option
 
 METHODS = ("subset", "lowrank", "exact")  # hyper.method: which marginal likelihood is maximised
 
@@ -89,7 +89,8 @@ OPTIONS: dict[str, Option] = {
     "max_iter": Option(200, "int", "L-BFGS-B iterations per run (0: the first start only, "
                        "not optimised: the start a method that learns by itself trains from)",
                        lo=0),
-    "seed": Option(0, "int", "seeds the subset and the random starts", lo=0),
+    "seed": Option(0, "int", "seeds the subset and the random starts", lo=0,
+                   hi=SEED_MAX),
 }
 
 

@@ -19,6 +19,15 @@ from algorithms.errors import InputError
 
 KINDS = ("int", "float", "bool", "str", "path", "choice", "any")
 
+# an ``int`` option without its own ``hi`` (``lo``) is at most INT_MAX (at least −INT_MAX): a
+# size, a count or an index that numpy's and the stores' 32-bit integers hold; an option that
+# may be larger (bytes) declares its own ``hi``
+INT_MAX = 2**31 - 1
+# seeds: numpy's RandomState takes 0 ≤ seed < 2**32, and the stores keep them as int64
+SEED_MAX = 2**32 - 1
+# memory sizes in bytes (256 TiB)
+BYTES_MAX = 2**48
+
 
 @dataclass(frozen=True)
 class Option:
@@ -49,15 +58,25 @@ class Option:
         if self.kind not in KINDS:
             raise ValueError(f"Option kind {self.kind!r} is not one of {KINDS}")
 
-    def describe(self) -> str:
+    def describe(self, value: Any = None) -> str:
+        """What the option accepts, e.g. ``an integer ≥ 1``; with ``value``, an integer out of
+        the default range (:data:`INT_MAX`) is named with the bound it passed."""
         what = {"int": "an integer", "float": "a number", "bool": "true or false",
                 "str": "a string", "path": "a file path", "any": self.doc or "a value",
                 "choice": "one of " + ", ".join(map(str, self.choices))}[self.kind]
+        def number(x: float) -> str:
+            return str(int(x)) if self.kind == "int" and float(x).is_integer() else f"{x:g}"
         if self.lo is not None and self.hi is not None:
-            what += (f" in {'(' if self.lo_open else '['}{self.lo:g}, "
-                     f"{self.hi:g}{')' if self.hi_open else ']'}")
+            what += (f" in {'(' if self.lo_open else '['}{number(self.lo)}, "
+                     f"{number(self.hi)}{')' if self.hi_open else ']'}")
         elif self.lo is not None:
-            what += f" {'>' if self.lo_open else '≥'} {self.lo:g}"
+            what += f" {'>' if self.lo_open else '≥'} {number(self.lo)}"
+        if self.kind == "int" and isinstance(value, (int, float, np.integer, np.floating)) \
+                and not isinstance(value, (bool, np.bool_)):
+            if self.hi is None and value > INT_MAX:
+                what += f" and ≤ {INT_MAX}"
+            elif self.lo is None and value < -INT_MAX:
+                what += f" and ≥ {-INT_MAX}"
         return what + (" or null" if self.none_ok else "")
 
     def check(self, value: Any) -> tuple[bool, Any]:
@@ -90,7 +109,16 @@ class Option:
             return False, value
         if self.hi is not None and (value > self.hi or (self.hi_open and value == self.hi)):
             return False, value
+        if self.kind == "int":
+            lo, hi = self.int_bounds()
+            if not lo <= value <= hi:
+                return False, value
         return True, value
+
+    def int_bounds(self) -> tuple[float, float]:
+        """The range an ``int`` option accepts: its own ``lo``/``hi``, else ±:data:`INT_MAX`."""
+        return (self.lo if self.lo is not None else -INT_MAX,
+                self.hi if self.hi is not None else INT_MAX)
 
     def bad_values(self) -> list:
         """Values this option must refuse (for the contract tests)."""
@@ -127,7 +155,7 @@ def validate(options: Mapping[str, Option], given: Mapping[str, Any], *, owner: 
         if not ok:
             example = opt.example if opt.example is not None else opt.default
             raise InputError(f"{owner}: {prefix}{key}={given.get(key, opt.default)!r} is invalid; "
-                             f"it must be {opt.describe()}, e.g. {prefix}{key}="
+                             f"it must be {opt.describe(value)}, e.g. {prefix}{key}="
                              f"{json.dumps(example)}")
         out[key] = value
     return out

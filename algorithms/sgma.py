@@ -35,7 +35,7 @@ from algorithms.evaluation import Recorder
 from algorithms.greedy import DualGreedy, PrimalGreedy
 from algorithms.kernels import kernel_threads, tiles_own_the_cores
 from algorithms.objectives import REFERENCES, relative_gap, solve_reference
-from algorithms.options import Option
+from algorithms.options import BYTES_MAX, Option
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
@@ -206,7 +206,8 @@ SPECS = [AlgorithmSpec(
         "max_basis": Option(None, "int", "cap on the basis size (null = n)", lo=1,
                             none_ok=True, example=200, clip_to_n=True),
         "eval_every": Option(10, "int", "trace test metrics every this many steps", lo=1),
-        "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1),
+        "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1,
+                              hi=BYTES_MAX),
         "error_bar_eps": Option(None, "float", "per-test-point error-bar basis sizes (Table 2)",
                                 lo=0.0, lo_open=True, none_ok=True, example=0.025),
         "criterion": Option("gap", "choice", "stopping rule", choices=("gap", "bracket")),

@@ -89,7 +89,7 @@ from algorithms.evaluation import Recorder
 from algorithms.greedy import DEGENERATE_RTOL, PrimalGreedy
 from algorithms.kernels import tiles_own_the_cores
 from algorithms.objectives import REFERENCES, solve_reference
-from algorithms.options import Option
+from algorithms.options import BYTES_MAX, Option
 
 # A 2×2 system whose determinant is below this fraction of a11·a22 means φ(x_i) is parallel to
 # w^{k−1}: the span is one-dimensional and rescaling w alone is the minimiser.
@@ -387,7 +387,8 @@ def _options(greedy: bool) -> dict[str, Option]:
         "eval_every": Option(1, "int", "trace test metrics every this many steps", lo=1),
         "reference": Option("cg", "choice", "R(ŵ) for ΔR: cg (K streamed in row blocks), "
                             "dense (caches n×n), none", choices=REFERENCES),
-        "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1),
+        "chunk_bytes": Option(2**28, "int", "memory for one block of candidate columns", lo=1,
+                              hi=BYTES_MAX),
         **predictive,
     }
 

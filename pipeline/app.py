@@ -196,6 +196,18 @@ def _run_checked(app, overrides: list[str]) -> JobReturn:
     return ret
 
 
+def compose_job(overrides: Sequence[str]) -> dict:
+    """The resolved job config ``overrides`` compose (one job's; no sweep), as a job gets it
+    (:func:`pipeline.job.identity.job_config`)."""
+    from hydra import compose
+
+    from pipeline.job.identity import job_config
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None,
+                               job_name="pipeline"):
+        return job_config(compose(config_name="config", overrides=list(overrides)))
+
+
 def run(overrides: Sequence[str]) -> JobReturn:
     """One job with Hydra's overrides (e.g. ``["dataset=abalone", "lam=0.1"]``); raises what
     the job raised."""

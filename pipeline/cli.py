@@ -40,14 +40,15 @@ def _checked(argv: Sequence[str]) -> list[str]:
     from pipeline.config.overrides import (
         check_benchmark,
         check_group_choices,
+        check_hydra_overrides,
         check_override_syntax,
         check_size,
         force_group_keys,
     )
 
     argv = [str(a) for a in argv]
-    error = (check_override_syntax(argv) or check_group_choices(argv) or check_size(argv)
-             or check_benchmark(argv))
+    error = (check_override_syntax(argv) or check_hydra_overrides(argv)
+             or check_group_choices(argv) or check_size(argv) or check_benchmark(argv))
     if error:
         raise InputError(error)
     return force_group_keys([a for a in argv if a not in MULTIRUN_FLAGS])
@@ -157,29 +158,39 @@ def config_files_problem(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    """The command line's work: its text on stdout/stderr and its exit code (2: bad input,
+    one ``error: …`` line). Hydra's own flags are read as Hydra reads them and get the same
+    checks as a plain command line, or are refused (:mod:`pipeline.config.flags`)."""
     mark_command_line()  # a sweep's start-up is this process's age when its launcher runs
-    if list(argv) in (["--help"], ["-h"]):
-        print(help_text())
-        return 0
-    problem = config_files_problem(argv)  # before Hydra composes any of them, flags included
-    if problem:
-        return _error(problem)
-    if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
-        sys.argv = [sys.argv[0], *argv]  # Hydra's own flags (--cfg job, --help, ...)
-        app.hydra_main()
-        return 0
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms.errors import InputError
+    from pipeline.config.flags import read_command_line
     from pipeline.sweep.signals import silent_on_interrupt
 
     try:
-        overrides = _checked(argv)
+        problem = config_files_problem(argv)  # before Hydra composes any of them
+        if problem:
+            return _error(problem)
+        line = read_command_line(argv)
+        if line.printed:  # --version
+            return 0
+        if line.hydra_only:  # --hydra-help, shell completion: no config is composed
+            return _hydra_own(list(argv))
+        overrides = _checked(line.overrides)
+        if (line.help or line.shows) and overrides and not line.multirun \
+                and not declares_sweep(overrides):
+            _check_composed(overrides)  # what a job would get, once it passes its checks
+        if line.help:
+            print(help_text())
+            return 0
+        if line.shows:  # --cfg, --info …
+            return _hydra_own(line.hydra_argv(overrides))
         # Ctrl-C silences Dask's logging before the KeyboardInterrupt exists, wherever it comes
         # (a cluster's event-loop thread logs the interrupted calls with tracebacks otherwise)
         with silent_on_interrupt():
-            return _run(argv, overrides)
+            return _run(line.multirun, overrides)
     except InputError as err:
         return _error(err)
     except (HydraException, OmegaConfBaseException) as err:  # a bad override
@@ -212,13 +223,58 @@ def _connection_closed(err: OSError) -> bool:
     return isinstance(err, tuple(k for k in kinds if k is not None))
 
 
-def _run(argv: list[str], overrides: list[str]) -> int:
+def declares_sweep(overrides: Sequence[str]) -> bool:
+    """Whether an experiment among ``overrides`` is a sweep (:mod:`pipeline.config.overrides`)."""
+    from pipeline.config.overrides import declares_sweep as declares
+
+    return declares(overrides)
+
+
+def _check_composed(overrides: Sequence[str]) -> None:
+    """The checks one job makes of its config before it builds anything (as
+    :func:`pipeline.job.run.run_job` makes them), on the config these overrides compose;
+    raises InputError (one line). Whether the fit would fit this machine's memory is left to
+    the job (a config may be shown for a larger machine)."""
+    import math
+
+    from algorithms.errors import TooLarge
+    from pipeline.job.protocol import apply_protocol
+    from pipeline.job.validate import check_config
+
+    config = app.compose_job(overrides)
+    apply_protocol(config)
+    try:
+        check_config(config, available=math.inf)
+    except TooLarge:
+        pass
+
+
+def _hydra_own(argv: list[str]) -> int:
+    """Hydra's own rendering (``--cfg``, ``--info``, ``--hydra-help``, shell completion) of
+    ``argv``; an error Hydra reports (its text and ``HYDRA_FULL_ERROR`` hint on stderr, exit
+    1) becomes one ``error: …`` line and exit code 2."""
+    import contextlib
+    import io
+
+    sys.argv = [sys.argv[0], *argv]
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            app.hydra_main()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            text = captured.getvalue().split("Set the environment variable HYDRA_FULL_ERROR")[0]
+            return _error(text.strip() or f"Hydra stopped with exit code {exc.code}")
+    sys.stderr.write(captured.getvalue())
+    return 0
+
+
+def _run(multirun: bool, overrides: list[str]) -> int:
     """One job, or a sweep (``-m``, or an experiment that declares one); its text and exit
     code (1: the job, or a sweep's job, failed)."""
-    from pipeline.config.overrides import declares_sweep
     from pipeline.job.summary import job_warnings, summary_text
 
-    if not any(a in MULTIRUN_FLAGS for a in argv) and not declares_sweep(overrides):
+    if not multirun and not declares_sweep(overrides):
         record = app.run(overrides).return_value
         if record["status"] == "error":
             return _error(record["error"])

@@ -20,13 +20,20 @@ training points (the default of 256 is larger than many small sets). Fitted attr
 ``predict(X, return_std=True)`` returns the predictive standard deviation of y (noise
 included) where the algorithm has a variance; for algorithms that only bound it (SGMA's
 primal/dual bracket, CG's) it is the upper bound, the one the evaluator scores. An algorithm
-without a variance raises a one-line error. Estimators pickle: the fitted predictor keeps
-closures, so pickling keeps the training data and the fit is recomputed (same random_state)
-when a pickled estimator is first used.
+without a variance raises a one-line error.
+
+A fit is a function of the parameters and the data: a ``RandomState`` or ``Generator``
+random_state is read, not advanced (its draw, or a copy, seeds the fit), so ``clone(est).fit``
+and a second ``fit`` give the same model. ``fit`` records what it fitted with (the parameters
+and the seed); predictions use only that record and the fitted attributes, so ``set_params``
+after ``fit`` takes effect at the next ``fit`` (scikit-learn's convention). Estimators pickle:
+the fitted predictor keeps closures, so pickling keeps the training data and the record, and
+the same fit is recomputed from them when an unpickled estimator is first used.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,14 +95,26 @@ class _SparseGP(BaseEstimator):
             options["max_basis"] = min(size.default, n)
         return options
 
-    def _fit(self, X: np.ndarray, y: np.ndarray) -> Fit:
+    def _recipe(self, n: int) -> dict[str, Any]:
+        """What a fit is a function of besides the data, read from the parameters once, at
+        :meth:`fit`: the algorithm, kernel, λ, κ, the options and the resolved seed (a
+        ``Generator`` random_state copied in its state of that moment). Predictions and the
+        recomputation of an unpickled fit use this record, never the parameters, which
+        ``set_params`` may have changed since (they take effect at the next ``fit``)."""
         spec = self._spec()
-        kernel = Kernel(self.kernel, dict(self.kernel_params or {}))
-        seed = _seed(self.random_state)
-        with fit_tails(kernel.name, len(y)):  # as a job: a small fit never loads numba
-            return run(spec, ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
-                       np.asarray(y, dtype=np.float64), lam=self.lam, kappa=self.kappa,
-                       rng=np.random.default_rng(seed), **self._options(spec, len(y)))
+        return {"algorithm": spec.name, "kernel": self.kernel,
+                "kernel_params": copy.deepcopy(dict(self.kernel_params or {})),
+                "lam": self.lam, "kappa": self.kappa,
+                "options": copy.deepcopy(self._options(spec, n)),
+                "seed": _seed(self.random_state)}
+
+    def _fit(self, X: np.ndarray, y: np.ndarray) -> Fit:
+        """Fit with the parameters as they are now; the record of what was fitted is kept
+        in ``_fitted_recipe`` (:meth:`_recipe`), once the fit succeeded."""
+        recipe = self._recipe(len(y))
+        fit = _run_recipe(recipe, X, y)
+        self._fitted_recipe = recipe
+        return fit
 
     def _store(self, X: np.ndarray, y: np.ndarray, fit: Fit) -> None:
         self.fit_ = fit
@@ -112,12 +131,12 @@ class _SparseGP(BaseEstimator):
     def _tails(self):
         """The kernel tiles of the fit, for its predictions too (the exp its fit took:
         :func:`algorithms.kernels.fit_tails`)."""
-        return fit_tails(self.kernel, len(self._training[1]))
+        return fit_tails(self._fitted_recipe["kernel"], len(self._training[1]))
 
     def _fitted(self) -> Fit:
         check_is_fitted(self, "coef_")
         if getattr(self, "fit_", None) is None:  # unpickled: recompute the same fit
-            self.fit_ = self._fit(*self._training)
+            self.fit_ = _run_recipe(self._fitted_recipe, *self._training)
         return self.fit_
 
     def __getstate__(self) -> dict:
@@ -125,6 +144,19 @@ class _SparseGP(BaseEstimator):
         if "fit_" in state:
             state["fit_"] = None  # the predictor holds closures (module docstring)
         return state
+
+
+def _run_recipe(recipe: Mapping[str, Any], X: np.ndarray, y: np.ndarray) -> Fit:
+    """The fit a :meth:`_SparseGP._recipe` describes on ``(X, y)``: the same numbers every
+    time (a Generator seed is copied, so the recipe's stays in its state)."""
+    kernel = Kernel(recipe["kernel"], dict(recipe["kernel_params"]))
+    seed = recipe["seed"]
+    rng = np.random.default_rng(copy.deepcopy(seed))
+    with fit_tails(kernel.name, len(y)):  # as a job: a small fit never loads numba
+        return run(REGISTRY[recipe["algorithm"]],
+                   ArrayKernelBlocks(np.asarray(X, dtype=np.float64), kernel),
+                   np.asarray(y, dtype=np.float64), lam=recipe["lam"], kappa=recipe["kappa"],
+                   rng=rng, **copy.deepcopy(recipe["options"]))
 
 
 class SparseGPRegressor(RegressorMixin, _SparseGP):
@@ -189,13 +221,15 @@ class SparseGPClassifier(ClassifierMixin, _SparseGP):
 def _seed(random_state: Any) -> int | np.random.Generator:
     """What seeds the fit's generator: ``random_state`` (scikit-learn's convention: None, an
     int ≥ 0, a ``numpy.random.RandomState``; a ``numpy.random.Generator`` too), else a
-    ValueError naming it."""
+    ValueError naming it. A RandomState or Generator is read, not advanced: its draw (an
+    int) or a copy of it seeds the fit, so that a fit is a function of the parameters and
+    the data (``clone(est).fit`` and a second ``fit`` give the same model)."""
     if random_state is None:
         return 0
     if isinstance(random_state, np.random.Generator):
-        return random_state
+        return copy.deepcopy(random_state)
     if isinstance(random_state, np.random.RandomState):
-        return int(random_state.randint(np.iinfo(np.int32).max))
+        return int(copy.deepcopy(random_state).randint(np.iinfo(np.int32).max))
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool) \
             and random_state >= 0:
         return int(random_state)

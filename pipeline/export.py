@@ -21,6 +21,7 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.atomic import atomic_path
 from pipeline.command import OneLineParser, fail
+from pipeline.oserrors import write_failure
 from pipeline.results.access import tidy
 from pipeline.results.consolidate import load
 
@@ -49,8 +50,8 @@ def export(results: str | Path, out: str | Path, per: str = "step") -> pd.DataFr
             else:
                 table.to_parquet(tmp, index=False)
     except OSError as err:
-        raise InputError(f"cannot write {out}: {err.strerror or err}; pass a path in a "
-                         "writable directory") from None
+        raise InputError(f"cannot write {out}: " + write_failure(
+            err, out, elsewhere="pass a path in a writable directory", rerun="rerun")) from None
     return table
 
 

@@ -42,6 +42,7 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.atomic import atomic_path, write_text
 from pipeline.command import OneLineParser, fail
+from pipeline.oserrors import write_failure
 from pipeline.report import comparison
 from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
     BUDGETS,
@@ -433,8 +434,8 @@ def publish(results: str | Path, out: str | Path, reference: str,
                "figures": names, "grid": _grid(record)}
         return _write(out, sweep, table, run, reference, notes, names)
     except OSError as err:
-        raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "
-                         "directory") from None
+        raise InputError(f"cannot write {out}: " + write_failure(
+            err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
 
 
 def publish_table(csv: str | Path, out: str | Path, reference: str,
@@ -468,8 +469,8 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
                     shutil.copyfile(csv.parent / name, tmp)
         return _write(out, sweep, table, run, reference, notes, figures)
     except OSError as err:
-        raise InputError(f"cannot write {out}: {err.strerror or err}; pass --out a writable "
-                         "directory") from None
+        raise InputError(f"cannot write {out}: " + write_failure(
+            err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,6 +493,12 @@ def main(argv: list[str] | None = None) -> int:
         path = publish(args.results, args.out, args.reference, args.notes)
     except InputError as err:
         return fail(err)
+    except (TypeError, ValueError, KeyError) as err:  # a table this code did not foresee
+        return fail(InputError(
+            f"cannot publish {args.results} with --reference {args.reference}: "
+            f"{type(err).__name__}: {err}; check that the run finished jobs of the reference "
+            "on every data set (python -m pipeline.report <results.zarr>), and report this "
+            "line with the command if it did"))
     print(f"published: {path}")
     return 0
 

@@ -171,7 +171,7 @@ CASES = [
     # ------------------------------------------------------------ stores
     Case("store-root-unwritable", ("pipeline", "dataset=sine1d", "dataset.n_train=41",
                                    "store_root={dir}/ro/stores", "allow_outside_outputs=true"),
-         ("store_root=", "ro/stores", "writable directory"), setup=unwritable_dir),
+         ("store_root=", "ro/stores"), setup=unwritable_dir),  # the cause: by uid
     Case("store-root-is-a-file", ("pipeline", "dataset=sine1d", "dataset.n_train=41",
                                   "store_root={dir}/ok.csv", "allow_outside_outputs=true"),
          ("store_root=", "ok.csv", "File exists"), setup=csv_file("ok.csv", "1,2\n")),

@@ -679,7 +679,7 @@ def test_failed_ingest_leaves_nothing(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(store.os, "rename", failing_rename)
-    with pytest.raises(StoreError, match=r"store_root=.*\(disk full\); pass store_root="):
+    with pytest.raises(StoreError, match=r"store_root=.*\(disk full\); .*pass store_root="):
         ingest(SMALL, root)
     assert not any(root.iterdir())
 
@@ -695,9 +695,10 @@ def test_full_disk_during_ingest_is_one_line_and_leaves_nothing(tmp_path, monkey
     root = tmp_path / "stores"
     with pytest.raises(StoreError) as err:
         ingest(SMALL, root)
-    assert str(err.value) == (f"cannot write a dataset store under store_root={str(root)!r} (No "
-                              "space left on device); pass store_root=<a writable directory "
-                              "with free space>")
+    assert str(err.value) == (f"cannot write a dataset store under store_root={str(root)!r}: "
+                              f"no space left on the device of {root} (No space left on device "
+                              "(ENOSPC)); free some space (or raise the quota) and rerun, or "
+                              "pass store_root=<a writable directory>")
     assert list(root.iterdir()) == []  # no partial store, no temporary directory
 
 
@@ -715,10 +716,11 @@ def _unwritable_root(tmp_path: Path) -> tuple[Path, str]:
 
 def test_unwritable_or_impossible_store_root_is_one_line(tmp_path):
     root, reason = _unwritable_root(tmp_path)
-    with pytest.raises(StoreError, match=rf"store_root='{root}' \({reason}\); pass store_root="):
+    with pytest.raises(StoreError, match=rf"store_root='{root}': .*{reason} \(E[A-Z]+\)"):
         ingest(SMALL, root)
     (tmp_path / "plain").write_text("x\n")
-    with pytest.raises(StoreError, match=r"store_root=.*plain' \((File exists|Not a directory)\)"):
+    with pytest.raises(StoreError, match=r"store_root=.*plain': .*plain is a file where a "
+                                         r"directory must be .*(File exists|Not a directory)"):
         ingest(SMALL, tmp_path / "plain")  # store_root is itself a file
 
 

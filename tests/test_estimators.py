@@ -137,3 +137,57 @@ def test_run_sweep_returns_the_consolidated_dataset(tmp_path, monkeypatch):
     assert raised.value.results["status"].size == 4
     with pytest.raises(InputError):
         run_sweep(["algorithm=nope"])
+
+
+# ---------------------------------------------------------------- round trips over the registry
+# a fit is a function of the parameters and the data: pickle, clone + fit and set_params after
+# fit keep every algorithm's predictions exactly, for every kind of random_state
+ROUND_TRIP_PARAMS = {"gpytorch_svgp": {"epochs": 2, "batch_size": 16},
+                     "gpytorch_sgpr": {"steps": 3}, "rvm": {"max_iter": 30},
+                     "rvm_classifier": {"max_iter": 10}}
+RANDOM_STATES = {"None": lambda: None, "int": lambda: 3,
+                 "RandomState": lambda: np.random.RandomState(3),
+                 "Generator": lambda: np.random.default_rng(3)}
+
+
+def _round_trip_case(name: str, random_state):
+    X, y = _problem(40)
+    cls = SparseGPClassifier if REGISTRY[name].task == "classification" else SparseGPRegressor
+    if cls is SparseGPClassifier:
+        y = np.where(y > 0, 1, 0)
+    est = cls(algorithm=name, random_state=random_state,
+              algorithm_params=ROUND_TRIP_PARAMS.get(name))
+
+    def predicted(model):
+        return model.predict_proba(X) if cls is SparseGPClassifier else model.predict(X)
+    return est, X, y, predicted
+
+
+@pytest.mark.parametrize("kind", sorted(RANDOM_STATES))
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_pickle_and_clone_keep_the_predictions_exactly(name, kind):
+    est, X, y, predicted = _round_trip_case(name, RANDOM_STATES[kind]())
+    fresh = clone(est)  # before fit: the random_state in the state the estimator got it
+    expected = predicted(est.fit(X, y))
+    np.testing.assert_array_equal(predicted(pickle.loads(pickle.dumps(est))), expected)
+    np.testing.assert_array_equal(predicted(clone(est).fit(X, y)), expected)
+    np.testing.assert_array_equal(predicted(fresh.fit(X, y)), expected)
+    np.testing.assert_array_equal(predicted(est.fit(X, y)), expected)  # fit again: the same
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_set_params_after_fit_takes_effect_at_the_next_fit_only(name):
+    """Predictions use what fit recorded, on the estimator and on its unpickled copy (which
+    recomputes its fit): a parameter set after fit is never mixed into them; the next fit
+    uses it, as a new estimator with that parameter would."""
+    est, X, y, predicted = _round_trip_case(name, np.random.default_rng(5))
+    expected = predicted(est.fit(X, y))
+    coef = est.coef_.copy()
+    unpickled = pickle.loads(pickle.dumps(est))
+    for model in (est, unpickled):
+        model.set_params(lam=5.0, kernel_params={"width": 0.3}, random_state=11)
+        np.testing.assert_array_equal(predicted(model), expected)
+        np.testing.assert_array_equal(model.coef_, coef)
+    refit = predicted(unpickled.fit(X, y))
+    np.testing.assert_array_equal(refit, predicted(clone(unpickled).fit(X, y)))
+    assert not np.array_equal(refit, expected)

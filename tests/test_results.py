@@ -177,8 +177,9 @@ def test_results_zarr_on_a_full_disk_keeps_the_old_store(sweep_dir, monkeypatch)
         _enospc()
 
     monkeypatch.setattr(xr.Dataset, "to_zarr", half_written)
-    with pytest.raises(InputError, match=r"cannot write .*results.zarr: No space left on "
-                                         r"device \(ENOSPC\)"):
+    with pytest.raises(InputError, match=r"cannot write \S*results.zarr: no space left on the "
+                                         r"device of .*\(No space left on device \(ENOSPC\)\); "
+                                         r"free some space"):
         consolidate(sweep_dir)
     assert _leftovers(sweep_dir) == []
     xr.testing.assert_identical(load(store).load(), before)
@@ -205,5 +206,6 @@ def test_an_unwritable_directory_is_named(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     path = blocker / "jobs" / "result.nc"
-    with pytest.raises(InputError, match=f"cannot write {path}: Not a directory"):
+    with pytest.raises(InputError, match=f"cannot write {path}: {blocker} is a file where a "
+                                         "directory must be"):
         _write_atomically(xr.Dataset({"a": ("x", np.arange(3.0))}), path)

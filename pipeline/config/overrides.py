@@ -155,6 +155,46 @@ def check_override_syntax(argv: list[str]) -> str | None:
     return None
 
 
+# Hydra's own settings the product does not let a command line change: each one would lead
+# around its checks, its launcher or its composition (→ why, and what to pass instead)
+HYDRA_REFUSED = {
+    "hydra.mode": "is set by -m (a sweep) or by an experiment that declares a sweep; pass -m "
+                  "for a sweep",
+    "hydra.searchpath": "would add configs the product's checks do not read; put the settings "
+                        "in conf/experiment/<name>.yaml and pass experiment=<name>",
+    "hydra.callbacks": "would run code of its own around the jobs, past the product's checks; "
+                       "run the command without it",
+    "hydra.runtime": "is Hydra's record of the run, not a setting; leave it out",
+    "hydra.overrides": "is Hydra's record of the command line, not a setting; leave it out",
+    "hydra/callbacks": "would run code of its own around the jobs, past the product's checks; "
+                       "run the command without it",
+}
+# config groups of Hydra's whose only accepted option is the product's
+HYDRA_GROUPS = {"hydra/launcher": "dask", "hydra/sweeper": "grouped"}
+
+
+def check_hydra_overrides(argv: list[str]) -> str | None:
+    """A one-line message for an override of Hydra's own config (``hydra.*``, ``hydra/*``)
+    that would lead around the product (:data:`HYDRA_REFUSED`, another launcher or sweeper
+    than the product's), else None. Other ``hydra.*`` keys (its output directories, logging,
+    the launcher's and sweeper's options) are Hydra's, and checked where they are used."""
+    overrides = parse(argv)
+    if isinstance(overrides, str):
+        return overrides
+    for override in overrides:
+        key = override.key_or_group
+        for refused, why in HYDRA_REFUSED.items():
+            if key == refused or key.startswith((refused + ".", refused + "/")):
+                return f"override {override.input_line!r}: {refused} {why}"
+        if key in HYDRA_GROUPS and (override.type == OverrideType.DEL or any(
+                value != HYDRA_GROUPS[key] for value in _choices(override) or ["?"])):
+            kind = key.split("/")[1]
+            return (f"override {override.input_line!r}: the product's sweeps run through its "
+                    f"{HYDRA_GROUPS[key]} {kind} (checks, cache, results.zarr); leave "
+                    f"{key}={HYDRA_GROUPS[key]} (where jobs run: cluster=<name>)")
+    return None
+
+
 def _experiment_sweep_keys(overrides: Sequence[Override]) -> set[str]:
     """Keys an ``experiment=<name>`` on the command line sweeps in ``hydra.sweeper.params``."""
     keys: set[str] = set()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.errors import InputError
-from algorithms.options import Option
+from algorithms.options import SEED_MAX, Option
 from pipeline.datasets.spec import (
     Arrays,
     StoreError,
@@ -145,7 +145,7 @@ _ABALONE_ROWS = 4177
 
 @register("abalone", {
     "n_train": Option(4000, "int", lo=1, hi=_ABALONE_ROWS),
-    "split_seed": Option(None, "int", lo=0, none_ok=True, example=0),
+    "split_seed": Option(None, "int", lo=0, hi=SEED_MAX, none_ok=True, example=0),
     "split": Option(None, "int", "like the UCI sets' split index: split k is split_seed k",
                     lo=0, none_ok=True, example=0),
     "standardize_x": Option(True, "bool"),
@@ -186,7 +186,7 @@ def _split_seed(name: str, spec: Mapping[str, Any]) -> int | None:
 
 
 _SPLIT_OPTIONS = {
-    "split_seed": Option(None, "int", lo=0, none_ok=True, example=0),
+    "split_seed": Option(None, "int", lo=0, hi=SEED_MAX, none_ok=True, example=0),
     "split": Option(None, "int", "like the UCI sets' split index: split k is split_seed k",
                     lo=0, none_ok=True, example=0),
 }
@@ -328,7 +328,7 @@ def _csv_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
     "path": Option(None, "path", example="/data/my.csv"),
     "target": Option(-1, "int"),
     "test_fraction": Option(0.1, "float", lo=0.0, hi=1.0, hi_open=True),
-    "split_seed": Option(0, "int", lo=0, none_ok=True),
+    "split_seed": Option(0, "int", lo=0, hi=SEED_MAX, none_ok=True),
     "standardize_x": Option(True, "bool"),
     "standardize_y": Option(False, "bool"),
     "delimiter": Option(",", "str", none_ok=True),

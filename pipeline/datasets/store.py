@@ -35,6 +35,7 @@ from pipeline.datasets.spec import (
     one_line,
     spec_hash,
 )
+from pipeline.oserrors import write_failure
 from pipeline.results.checksum import note
 
 _DIMS = {
@@ -431,9 +432,10 @@ def content_digest(spec: Mapping[str, Any], store_root: str | os.PathLike[str], 
 
 
 def _unusable_root(store_root: str | os.PathLike[str], err: OSError) -> StoreError:
-    reason = err.strerror or one_line(err) or type(err).__name__
-    return StoreError(f"cannot write a dataset store under store_root={str(store_root)!r} "
-                      f"({reason}); pass store_root=<a writable directory with free space>")
+    return StoreError(f"cannot write a dataset store under store_root={str(store_root)!r}: "
+                      + write_failure(err, store_root,
+                                      elsewhere="pass store_root=<a writable directory>",
+                                      rerun="rerun"))
 
 
 def load_arrays(path: str | os.PathLike[str], *, verify: bool = True

@@ -11,12 +11,12 @@ import numpy as np
 
 from algorithms.errors import InputError
 from algorithms.kernels import Kernel
-from algorithms.options import Option
+from algorithms.options import SEED_MAX, Option
 from pipeline.datasets.spec import Arrays, register, sha256_array
 
 
 def _seed() -> Option:
-    return Option(0, "int", lo=0)
+    return Option(0, "int", lo=0, hi=SEED_MAX)
 
 
 def _count(default: int, lo: int = 1) -> Option:

@@ -37,6 +37,7 @@ from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
+from pipeline.oserrors import write_failure
 from pipeline.results.checksum import DamagedFile, note, open_sealed_json, seal_json
 from pipeline.sweep.claims import claim
 
@@ -209,8 +210,8 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"cannot write learned hyperparameters to {path}: "
-                         f"{err.strerror or err}; pass a writable store_root") from None
+        raise InputError(f"cannot write learned hyperparameters to {path}: " + write_failure(
+            err, path, elsewhere="pass a writable store_root=", rerun="rerun")) from None
     with claim(path.with_suffix(".lock")):  # concurrent jobs needing it wait for one learning
         cached = _read_cache(path)
         if cached is not None:
@@ -222,7 +223,8 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
             os.replace(tmp, path)
         except OSError as err:
             raise InputError(f"cannot write learned hyperparameters to {path}: "
-                             f"{err.strerror or err}; pass a writable store_root") from None
+                             + write_failure(err, path, elsewhere="pass a writable store_root=",
+                                             rerun="rerun")) from None
     return _record_from_json(data)
 
 

@@ -13,7 +13,7 @@ from algorithms.contract import AlgorithmSpec, check_kappa, check_lam
 from algorithms.errors import InputError
 from algorithms.evaluation import check_size, options_of
 from algorithms.kernels import Kernel
-from algorithms.options import Option, validate
+from algorithms.options import INT_MAX, SEED_MAX, Option, validate
 from algorithms.registry import REGISTRY, get
 from pipeline.config import complete
 from pipeline.datasets import DATASETS, check_buildable, task_of, train_shape
@@ -97,9 +97,7 @@ def check_config(config: Mapping, available: float | None = None
     spec = get(config["algorithm"]["name"])
     lam = check_lam(config["lam"])
     check_kappa(config["kappa"], 1)
-    seed = config["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InputError(f"seed={seed!r} must be an integer ≥ 0; pass e.g. seed=0")
+    check_seed(config["seed"])
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
@@ -121,6 +119,15 @@ def check_config(config: Mapping, available: float | None = None
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
         check_size(spec, *shape, options, available)
     return spec, lam, kernel, options
+
+
+def check_seed(seed: Any) -> int:
+    """``seed``: an integer in [0, 2**32 − 1], as numpy's RandomState takes it (the stores
+    keep seeds as int64)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise InputError(f"seed={seed!r} must be an integer in [0, {SEED_MAX}] (2**32 − 1); "
+                         "pass e.g. seed=0")
+    return seed
 
 
 def check_blocks(blocks: Any, spec: AlgorithmSpec) -> str:
@@ -151,14 +158,18 @@ def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:
                          f"({', '.join(algorithms[:6])})")
 
 
+# the longest job_timeout: ~31 years (a timer's wait takes at most threading.TIMEOUT_MAX)
+JOB_TIMEOUT_MAX = 1e9
+
+
 def check_job_timeout(seconds: Any) -> float | None:
-    """``job_timeout``: null (no limit) or seconds > 0 (:mod:`pipeline.job.deadline`)."""
+    """``job_timeout``: null (no limit) or seconds in (0, 1e9] (:mod:`pipeline.job.deadline`)."""
     if seconds is None:
         return None
     if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds) or seconds <= 0):
-        raise InputError(f"job_timeout={seconds!r} must be a number of seconds > 0 or null (no "
-                         "limit); pass e.g. job_timeout=600")
+            or not math.isfinite(seconds) or not 0 < seconds <= JOB_TIMEOUT_MAX):
+        raise InputError(f"job_timeout={seconds!r} must be a number of seconds in (0, "
+                         f"{JOB_TIMEOUT_MAX:g}] or null (no limit); pass e.g. job_timeout=600")
     return float(seconds)
 
 
@@ -168,8 +179,10 @@ def check_threads(threads: Any) -> int | str | None:
     :func:`resolve_threads`); or null (the BLAS library's default, every core for kernel
     blocks)."""
     if threads is not None and threads != "auto" and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise InputError(f"threads={threads!r} must be an integer ≥ 1 (the BLAS threads of each "
+            isinstance(threads, bool) or not isinstance(threads, int)
+            or not 1 <= threads <= INT_MAX):
+        raise InputError(f"threads={threads!r} must be an integer in [1, {INT_MAX}] (the BLAS "
+                         "threads of each "
                          "job), auto (the cores shared among the jobs running at once) or null "
                          "(the BLAS library's default); pass e.g. threads=1")
     return threads

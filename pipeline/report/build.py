@@ -39,7 +39,6 @@ are picked by dataset and algorithm and hovering shows their values
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 import matplotlib
@@ -50,6 +49,7 @@ import xarray as xr  # noqa: E402
 from algorithms.errors import InputError  # noqa: E402
 from pipeline.atomic import write_text  # noqa: E402
 from pipeline.command import OneLineParser, fail  # noqa: E402
+from pipeline.oserrors import write_failure  # noqa: E402
 from pipeline.outputs import check_under_outputs  # noqa: E402
 from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
@@ -113,10 +113,9 @@ def render(path: str | Path, out_dir: str | Path | None = None,
     try:
         return _write_report(ds, path, out_dir)
     except OSError as err:
-        reason = f"{err.strerror or err}" + (f" ({errno.errorcode[err.errno]})"
-                                             if err.errno in errno.errorcode else "")
-        raise InputError(f"cannot write the report to {out_dir}: {reason}; pass --out with a "
-                         "directory you can write") from None
+        raise InputError(f"cannot write the report to {out_dir}: " + write_failure(
+            err, out_dir, elsewhere="pass --out with a directory you can write",
+            rerun="rerun")) from None
 
 
 def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:

@@ -24,6 +24,7 @@ from scipy.io import netcdf_file
 
 from algorithms.contract import Result
 from algorithms.errors import InputError
+from pipeline.oserrors import write_failure
 from pipeline.results.checksum import PAYLOAD_DIGEST, DamagedFile, check_payload, payload_digest
 from pipeline.results.ownership import foreign_entry
 from pipeline.results.variables import describe_dataset
@@ -129,11 +130,6 @@ class WriteError(InputError):
         self.errno = errno_
 
 
-def _os_reason(err: OSError) -> str:
-    name = errno.errorcode.get(err.errno or 0)
-    return f"{err.strerror or err}" + (f" ({name})" if name else "")
-
-
 def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
                       check: Callable[[Path], None] | None = None) -> Path:
     """Write ``ds`` to ``path`` (``.nc``: netCDF file, else zarr directory) via a temporary
@@ -173,8 +169,8 @@ def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
             raise
         return path
     except OSError as err:
-        raise WriteError(f"cannot write {path}: {_os_reason(err)}; free space on its file "
-                         f"system or make {path.parent} writable, then rerun",
+        raise WriteError(f"cannot write {path}: " + write_failure(
+            err, path, elsewhere=f"make {path.parent} writable", rerun="rerun"),
                          err.errno) from None
     finally:
         if tmp.is_dir():

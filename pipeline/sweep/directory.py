@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from algorithms.errors import InputError
+from pipeline.oserrors import file_in_path, write_failure
 from pipeline.results.ownership import foreign_entry
 
 RERUN = "rerun the same command to resume (finished jobs are kept)"
@@ -30,16 +31,10 @@ def out_of_space(err: BaseException) -> bool:
     return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _file_in_path(path: Path) -> Path | None:
-    """The first part of ``path``, from the root down, that exists and is not a directory."""
-    return next((p for p in reversed([path, *path.parents]) if p.exists() and not p.is_dir()),
-                None)
-
-
 def check_sweep_directory(sweep_dir: Path) -> None:
     """Raise InputError (one line) unless the sweep can write into ``sweep_dir``."""
     sweep_dir = Path(sweep_dir)
-    part = _file_in_path(sweep_dir)
+    part = file_in_path(sweep_dir)
     if part is not None:
         raise InputError(f"{part} is a file, not a directory, so the sweep directory "
                          f"{sweep_dir} cannot be made; move that file away or pass another "
@@ -95,18 +90,6 @@ def check_not_nested(sweep_dir: Path, store_root: Path | None = None) -> None:
 
 
 def write_error(err: OSError, path: Path | str) -> InputError:
-    """The one line for an OSError writing at ``path``: what it is, named with the path."""
-    if out_of_space(err):
-        return InputError(f"no space left on the device of {path} ({err.strerror}); free some "
-                          f"and {RERUN}")
-    if err.errno == errno.EROFS:
-        return InputError(f"{path} is on a read-only file system; pass a sweep= (or run from a "
-                          "directory) on a writable one")
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return InputError(f"{path} is not writable ({err.strerror}); give yourself write "
-                          "permission there, or pass another sweep=")
-    if err.errno in (errno.ENOTDIR, errno.EEXIST):
-        found = _file_in_path(Path(path)) or path
-        return InputError(f"{found} is a file where a directory must be (to write {path}); "
-                          f"move it away and {RERUN}")
-    return InputError(f"cannot write at {path} ({err.strerror or err}); {RERUN} once fixed")
+    """The one line for an OSError writing at ``path``: its cause and its fix
+    (:func:`pipeline.oserrors.write_failure`)."""
+    return InputError(write_failure(err, path, elsewhere="pass another sweep=", rerun=RERUN))
