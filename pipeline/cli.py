@@ -162,22 +162,33 @@ def main(argv: list[str]) -> int:
     one ``error: …`` line). Hydra's own flags are read as Hydra reads them and get the same
     checks as a plain command line, or are refused (:mod:`pipeline.config.flags`)."""
     mark_command_line()  # a sweep's start-up is this process's age when its launcher runs
+    from pipeline.config.flags import read_command_line
+
+    if list(argv) in (["--help"], ["-h"]):  # at once, with no numerics imported
+        print(help_text())
+        return 0
+    try:
+        line = read_command_line(argv)
+    except Exception as err:
+        from algorithms.errors import InputError
+
+        if isinstance(err, InputError):
+            return _error(err)
+        raise
+    if line.printed:  # --version
+        return 0
+    if line.hydra_only:  # --hydra-help, shell completion: no config is composed
+        return _hydra_own(list(argv))
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms.errors import InputError
-    from pipeline.config.flags import read_command_line
     from pipeline.sweep.signals import silent_on_interrupt
 
     try:
         problem = config_files_problem(argv)  # before Hydra composes any of them
         if problem:
             return _error(problem)
-        line = read_command_line(argv)
-        if line.printed:  # --version
-            return 0
-        if line.hydra_only:  # --hydra-help, shell completion: no config is composed
-            return _hydra_own(list(argv))
         overrides = _checked(line.overrides)
         if (line.help or line.shows) and overrides and not line.multirun \
                 and not declares_sweep(overrides):

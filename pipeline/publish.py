@@ -6,20 +6,14 @@
 From the store it writes to ``--out`` (default ``outputs/published``; the project's published
 results are written with ``--out docs/results``, a directory given explicitly):
 
-- ``uci_frontier.csv`` (the store's sweep name): one row per job and mode, the columns of
-  :data:`COLUMNS` in that order (:func:`job_table`; the baselines a run did not record are
-  computed from the shipped data, and the ``trivial`` and ``contended`` flags by their rules,
-  :func:`complete`);
-- ``uci_frontier.run.yaml``: what the README needs of the run besides the table (its command,
-  code version, grid, modes, budgets, frontier figures);
+- ``uci_frontier.csv`` (the sweep's name): one row per job and mode, :data:`COLUMNS`
+  (:func:`job_table`; missing baselines and the ``trivial``/``contended`` flags: :func:`complete`);
+- ``uci_frontier.run.yaml``: the run's command, code version, grid, modes, budgets, figures;
 - the report's frontier figures (one per metric and mode) and a critical-difference diagram
   per mode and metric (:func:`cd_figures`), each PNG checked to be ≤ :data:`MAX_FIGURE_BYTES`;
-- ``README.md`` (:func:`readme`, rendered from the CSV's table, not the store, by
-  :mod:`pipeline.report.comparison`): means over splits with 95 % t intervals, the best
-  setting per budget (fit-only; learning + fit) with its ties by a paired t-test, every
-  setting against the reference split by split, the methods' ranks across data sets; the
-  rules and counts of the trivial and contended flags; the ``--notes`` as given; the grid;
-  the machine; the code version; the commands that reproduce the folder.
+- ``README.md`` (:func:`readme`, from the CSV's table by :mod:`pipeline.report.comparison`):
+  means with 95 % t intervals, the best per budget with paired-t ties, every setting against
+  the reference, ranks across sets, the flags' rules, the notes, grid, machine and commands.
 
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
 CSV in the current columns, the CD diagrams and the README, and keeps the frontier figures.
@@ -496,9 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TypeError, ValueError, KeyError) as err:  # a table this code did not foresee
         return fail(InputError(
             f"cannot publish {args.results} with --reference {args.reference}: "
-            f"{type(err).__name__}: {err}; check that the run finished jobs of the reference "
-            "on every data set (python -m pipeline.report <results.zarr>), and report this "
-            "line with the command if it did"))
+            f"{type(err).__name__}: {err}; check that the run finished the reference's jobs on "
+            "every data set (python -m pipeline.report <results.zarr>), else report this line"))
     print(f"published: {path}")
     return 0
 

@@ -355,7 +355,10 @@ def test_a_frozen_worker_loses_its_job_and_the_sweep_ends(tmp_path):
     took = time.time() - t0
     print(f"\nfrozen worker: the sweep ended {took:.0f} s after the SIGSTOP")
     assert proc.returncode in (0, 1), stdout[-2000:] + stderr[-2000:]
-    notes = [line for line in stderr.splitlines() if line.strip()]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    # the frozen worker's claim on its job is broken when its job is fitted elsewhere
+    notes = [line for line in lines if not (line.startswith("note: broke the lock ")
+                                            and f"(pid {frozen} on " in line)]
     assert len(notes) == 1 and notes[0].startswith("note: worker ") and f"(pid {frozen})" in \
         notes[0] and "it was ended and its jobs go to the other workers" in notes[0], stderr
     ds = load(tmp_path / "outputs/frozen/results.zarr")

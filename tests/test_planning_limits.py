@@ -36,7 +36,8 @@ def sweeper(tmp_path):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="t"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration(
-            "config", [f"hydra.sweep.dir={tmp_path / 'sweep'}"], RunMode.MULTIRUN)
+            "config", [f"hydra.sweep.dir={tmp_path / 'sweep'}", "allow_outside_outputs=true"],
+            RunMode.MULTIRUN)
 
         def make(**kwargs) -> GroupedSweeper:
             made = GroupedSweeper(**kwargs)

@@ -4,7 +4,6 @@ one whole); strings read from a results store or a published CSV are escaped in 
 report.html and a published README, and report.html embeds only the figures it wrote."""
 
 import io
-import json
 import os
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ from pipeline.report.html import markdown_to_html
 from pipeline.report.markdown import code, inert
 from pipeline.results.consolidate import consolidate
 from pipeline.results.job_file import job_path, write_job_failure
+from pipeline.results.manifest_file import dump_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ("![x](/etc/passwd) ![y](outputs/evil/manifest.json) <script>alert(1)</script> "
@@ -37,11 +37,12 @@ def crafted_store(root: Path, sweep: str = "evil") -> Path:
         h = f"{seed:032x}"
         write_job_failure(config, error, job_path(sweep_dir, h), {"config_hash": h})
         entries.append({"hash": h, "coords": {"algorithm": "sgma", "dataset": "a<b>[d](/x)",
-                                              "lam": 0.1, "kappa": 59, "seed": seed}})
+                                              "lam": 0.1, "kappa": 59, "seed": seed},
+                        "overrides": []})
     manifest = {"sweep": "evil `![s](/etc/passwd)`", "command": [], "config": config,
                 "swept_keys": ["seed", "![k](/etc/passwd)"], "extra_dims": [],
                 "entries": entries, "timings": {}, "n_workers": 0}
-    (sweep_dir / "manifest.json").write_text(json.dumps(manifest))
+    (sweep_dir / "manifest.json").write_bytes(dump_manifest(manifest))  # with its checksum
     return consolidate(sweep_dir)
 
 
@@ -102,9 +103,13 @@ def test_report_html_embeds_only_the_figures_the_report_wrote(tmp_path):
 
 
 def test_inert_escapes_outside_code_spans_and_cell_by_cell():
-    assert inert("a ![x](/p) <b> <https://x> 1 < 2") == r"a !\[x\](/p) \<b> \<https://x> 1 < 2"
-    assert inert("`[kept]` [x]") == r"`[kept]` \[x\]"
-    assert inert("| `a | [b](c)` |") == r"| `a | \[b\](c)` |"  # a cell ends a code span
+    assert inert("a ![x](/p) <b> <https://x> 1 < 2") == r"a ![x\](/p) \<b> \<https://x> 1 < 2"
+    assert inert("`[kept](x)` [x](y)") == r"`[kept](x)` [x\](y)"
+    assert inert("| `a | [b](c)` |") == r"| `a | [b\](c)` |"  # a cell ends a code span
+    # a bracket that makes no link stays as typed; a reference, a definition do not
+    assert inert("error [target units²] at n = 20") == "error [target units²] at n = 20"
+    assert inert("[a][b] - [r]: http://x") == r"[a\][b] - [r\]: http://x"
+    assert active_tokens(inert("[r]: /etc/passwd\n\n[r] and - [s]: /x\n\n[s]")) == []
     assert active_tokens(inert(HOSTILE)) == []
     assert active_tokens(code("`![x](/etc/passwd)`")) == []
 

@@ -19,7 +19,14 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from algorithms.errors import InputError
+
+def _refused(message: str) -> Exception:
+    """The one-line refusal (:class:`algorithms.errors.InputError`), imported only when one is
+    raised: reading a plain command line (``--help``, shell completion) loads no numerics."""
+    from algorithms.errors import InputError
+
+    return InputError(message)
+
 
 # flag dest (Hydra's parser) → why it is refused and what to use instead
 REFUSED = {
@@ -80,8 +87,8 @@ INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "search
 
 
 def hydra_parser() -> argparse.ArgumentParser:
-    """Hydra's command-line parser as Hydra 1.3 builds it (``hydra._internal.utils.
-    get_args_parser``, private; tests/test_command_line_paths.py holds the two equal): the
+    """Hydra's command-line parser as Hydra 1.3 builds it (``get_args_parser`` in Hydra's
+    private ``utils``; tests/test_command_line_paths.py holds the two equal): the
     same flags, abbreviations and ``--flag=value`` forms, whose errors are one
     :class:`InputError` line."""
     from hydra import __version__
@@ -104,7 +111,7 @@ def hydra_parser() -> argparse.ArgumentParser:
     parser.add_argument("--info", "-i", const="all", nargs="?", choices=INFO_CHOICES)
 
     def error(message: str):
-        raise InputError(f"{message} (Hydra's flags: python -m pipeline --hydra-help; "
+        raise _refused(f"{message} (Hydra's flags: python -m pipeline --hydra-help; "
                          "overrides are key=value)")
 
     def stop(status: int = 0, message: str | None = None):
@@ -127,17 +134,17 @@ def read_command_line(argv: Sequence[str]) -> CommandLine:
         return CommandLine((), printed=True)
     for dest, why in REFUSED.items():
         if getattr(args, dest) is not None:
-            raise InputError(f"{why}; {INSTEAD.get(dest, DEFAULT_INSTEAD)}")
+            raise _refused(f"{why}; {INSTEAD.get(dest, DEFAULT_INSTEAD)}")
     if args.run and args.multirun:
-        raise InputError("--run/-r and --multirun/-m together; pass -m for a sweep, nothing "
+        raise _refused("--run/-r and --multirun/-m together; pass -m for a sweep, nothing "
                          "for one job")
     if (args.resolve or args.package is not None) and args.cfg is None and not args.help:
-        raise InputError("--resolve and --package/-p go with --cfg; pass e.g. --cfg job "
+        raise _refused("--resolve and --package/-p go with --cfg; pass e.g. --cfg job "
                          "--resolve (or --cfg job --package algorithm)")
     if args.cfg is not None and args.info is not None:
-        raise InputError("--cfg and --info together; pass one of them")
+        raise _refused("--cfg and --info together; pass one of them")
     if (args.cfg is not None or args.info is not None) and (args.multirun or args.run):
-        raise InputError(f"--{'cfg' if args.cfg is not None else 'info'} shows one job's "
+        raise _refused(f"--{'cfg' if args.cfg is not None else 'info'} shows one job's "
                          "config and runs nothing; drop -m/-r (a sweep's points: -m … "
                          "dry_run=true)")
     overrides = tuple(args.overrides)

@@ -4,19 +4,21 @@ Reports and published READMEs are written from strings read out of results store
 files and CSVs (error texts, dataset and algorithm names, labels, config strings): input the
 product did not write, which could hold a Markdown image of a local file
 (``![x](/etc/passwd)``), a link, an autolink or raw HTML. :func:`inert` escapes, outside code
-spans, every character that could start one of those (``\\ [ ]``, and ``<`` before a
-letter, ``/``, ``!`` or ``?``): a Markdown renderer
-then shows the text as typed and never fetches, embeds or links anything. The product's own
-figure lines (``![stem](file)``) are added after it, and only those.
+spans, every character that could make one of those: ``\\``; ``]`` before ``(``, ``[`` or
+``:`` (an inline link or image, a reference link, a link definition: without them a bracket is
+text, so a label such as ``error [target units]`` stays as typed); and ``<`` before a letter,
+``/``, ``!`` or ``?``. A Markdown renderer then shows the text as typed and never fetches,
+embeds or links anything. The product's own figure lines (``![stem](file)``) are added after
+it, and only those.
 """
 
 from __future__ import annotations
 
 import re
 
-# what can start an image, a link, an autolink or HTML (``<`` before a letter, ``/``, ``!``
-# or ``?``; ``|x| < 1e-14`` keeps its ``<`` as typed)
-ACTIVE = re.compile(r"(\\|\[|\]|<(?=[A-Za-z/!?]))")
+# what can make an image, a link, a link definition, an autolink or HTML (``<`` before a
+# letter, ``/``, ``!`` or ``?``; ``|x| < 1e-14`` keeps its ``<`` as typed)
+ACTIVE = re.compile(r"(\\|\](?=[(\[:])|<(?=[A-Za-z/!?]))")
 BACKTICKS = re.compile(r"`+")
 
 

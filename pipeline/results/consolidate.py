@@ -164,7 +164,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
                          ("job_hash", job_hash)):
         data_vars[name] = (dims, values.astype(str))
     attrs = {
-        "sweep": str(manifest.get("sweep", sweep_dir.name)),
+        "sweep": manifest["sweep"],
         "config": json.dumps(manifest.get("config", {}), sort_keys=True, default=str),
         "swept_keys": json.dumps(manifest.get("swept_keys", []), default=str),
         "versions": json.dumps(package_versions(), sort_keys=True),

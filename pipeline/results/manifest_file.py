@@ -58,7 +58,9 @@ def check_structure(doc: Mapping[str, Any], dims: tuple[str, ...] = ()) -> None:
                               f"({', '.join(sorted(need))})")
         if not isinstance(entry.get("overrides", []), list):
             raise DamagedFile(f"has an entry {i} whose overrides are not a list")
-    for key, kind in (("sweep", str), ("command", list), ("swept_keys", list),
+    if not isinstance(doc.get("sweep"), str):
+        raise DamagedFile("has no sweep name")
+    for key, kind in (("command", list), ("swept_keys", list),
                       ("timings", dict)):
         if key in doc and not isinstance(doc[key], kind):
             raise DamagedFile(f"has a {key} that is not a {kind.__name__}")
