@@ -167,6 +167,9 @@ def main(argv: list[str]) -> int:
     if list(argv) in (["--help"], ["-h"]):  # at once, with no numerics imported
         print(help_text())
         return 0
+    problem = config_files_problem(argv)  # before Hydra or a flag reads any of them
+    if problem:
+        return _error(problem)
     try:
         line = read_command_line(argv)
     except Exception as err:
@@ -186,9 +189,6 @@ def main(argv: list[str]) -> int:
     from pipeline.sweep.signals import silent_on_interrupt
 
     try:
-        problem = config_files_problem(argv)  # before Hydra composes any of them
-        if problem:
-            return _error(problem)
         overrides = _checked(line.overrides)
         if (line.help or line.shows) and overrides and not line.multirun \
                 and not declares_sweep(overrides):
