@@ -320,7 +320,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
     caught: list[str] = []
     settings = SgprSettings(steps, optimizer_name, lr, elbo_tol, grad_tol, owner)
-    clock = Clock()
+    clock = Clock(recorder)
     with library_warnings(caught):
         runs = [_train_sgpr(torch, gpytorch, X, tX, ty, kernel, noise, m, inducing_init, rng,
                             recorder, label, index, settings)
@@ -524,7 +524,7 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     fit_rows, held_rows = np.sort(order[held:]), np.sort(order[:held])
     m = min(max_basis, len(fit_rows))
     caught: list[str] = []
-    clock = Clock()
+    clock = Clock(recorder)
     points = start_points(starts, blocks.kernel, lam, X[fit_rows], y[fit_rows], rng)
     with library_warnings(caught):
         runs = [_train_svgp(torch, gpytorch, X, tX, ty, fit_rows, held_rows, kernel, noise, m,

@@ -41,7 +41,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from algorithms.contract import Requirement
 from algorithms.errors import InputError
 from algorithms.hyper import median_start
 from algorithms.kernels import KERNELS, Kernel
+
+if TYPE_CHECKING:
+    from algorithms.evaluation import Recorder
 
 EXTRA = "peers"
 SKLEARN = Requirement("sklearn", "scikit-learn", "")  # a dependency of the package itself
@@ -199,13 +202,17 @@ def start_points(starts: str, kernel: Kernel, lam: float, X: np.ndarray, y: np.n
 
 
 class Clock:
-    """Wall and process CPU seconds (all threads) since it was made, or frozen by :meth:`stop`."""
+    """Wall and process CPU seconds (all threads) since it was made, or frozen by :meth:`stop`.
+    Given the fit's ``recorder``, its clocks: the test evaluations of steps recorded meanwhile
+    are left out, as they are of the fit's seconds, so a learning never outlasts its fit."""
 
-    def __init__(self) -> None:
-        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self.now = ((time.perf_counter, time.process_time) if recorder is None
+                    else (recorder.elapsed, recorder.cpu_elapsed))
+        self.wall0, self.cpu0 = (f() for f in self.now)
         self.wall = self.cpu = 0.0
 
     def stop(self) -> Clock:
-        self.wall = time.perf_counter() - self.wall0
-        self.cpu = time.process_time() - self.cpu0
+        self.wall = self.now[0]() - self.wall0
+        self.cpu = self.now[1]() - self.cpu0
         return self
