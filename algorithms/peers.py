@@ -203,16 +203,20 @@ def start_points(starts: str, kernel: Kernel, lam: float, X: np.ndarray, y: np.n
 
 class Clock:
     """Wall and process CPU seconds (all threads) since it was made, or frozen by :meth:`stop`.
-    Given the fit's ``recorder``, its clocks: the test evaluations of steps recorded meanwhile
-    are left out, as they are of the fit's seconds, so a learning never outlasts its fit."""
+    Given the fit's ``recorder``, its clocks, up to the last step recorded: the learning is
+    then timed as the fit is (test evaluations left out; the fit's seconds are its last
+    step's), so a learning never outlasts its fit."""
 
     def __init__(self, recorder: Recorder | None = None) -> None:
+        self.recorder = recorder
         self.now = ((time.perf_counter, time.process_time) if recorder is None
                     else (recorder.elapsed, recorder.cpu_elapsed))
         self.wall0, self.cpu0 = (f() for f in self.now)
         self.wall = self.cpu = 0.0
 
     def stop(self) -> Clock:
-        self.wall = self.now[0]() - self.wall0
-        self.cpu = self.now[1]() - self.cpu0
+        rows = self.recorder.rows if self.recorder is not None else []
+        wall, cpu = ((rows[-1]["seconds"], rows[-1]["cpu_seconds"]) if rows
+                     else (self.now[0](), self.now[1]()))
+        self.wall, self.cpu = max(0.0, wall - self.wall0), max(0.0, cpu - self.cpu0)
         return self
