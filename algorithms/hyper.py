@@ -82,8 +82,9 @@ OPTIONS: dict[str, Option] = {
     "ard": Option(False, "bool", "one length scale per input dimension (else one for all)"),
     "init": Option("median", "choice", "first start: every length scale at half the median "
                    "distance between subset points, the variance at var(y) and σ² at lam "
-                   "(median), or the configured kernel and lam (kernel)",
-                   choices=("median", "kernel")),
+                   "(median), the configured kernel and lam (kernel), or none of its own, the "
+                   "given starts only (shared: e.g. the optimum of hyper.shared_start, refined)",
+                   choices=("median", "kernel", "shared")),
     "center_y": Option(True, "bool", "a constant prior mean, the training targets' mean: "
                        "learn, fit and score the centred targets"),
     "max_iter": Option(200, "int", "L-BFGS-B iterations per run (0: the first start only, "
@@ -198,12 +199,12 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
           max_iter: int = 200, init: str = "median", center_y: bool = True,
           extra_starts: Sequence[tuple[Kernel, float]] = ()) -> Learned:
     """Maximise the marginal likelihood of ``method`` (:data:`METHODS`) from the first start
-    (``init``), then from each (kernel, σ²) of ``extra_starts`` (e.g. a kernel learned by
-    another method) and from ``restarts`` log-uniform random starts over the bounds box; keep
-    the best (module docstring). With ``method=lowrank`` every start chooses its own basis
-    (pivoted Cholesky of the kernel at that start). With ``center_y`` the targets' mean is
-    subtracted first (``Learned.y_offset``). ``Learned.seconds`` is its wall time,
-    ``Learned.cpu_seconds`` the process's CPU time meanwhile (every thread)."""
+    (``init``; none with ``init="shared"``), then from each (kernel, σ²) of ``extra_starts``
+    (e.g. a kernel learned by another method) and from ``restarts`` log-uniform random starts
+    over the bounds box; keep the best (module docstring). With ``method=lowrank`` every start
+    chooses its own basis (pivoted Cholesky of the kernel at that start). With ``center_y``
+    the targets' mean is subtracted first (``Learned.y_offset``). ``Learned.seconds`` is its
+    wall time, ``Learned.cpu_seconds`` the process's CPU time meanwhile (every thread)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -216,12 +217,19 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     if method == "subset" and n > subset:
         rows = np.sort(rng.choice(n, size=subset, replace=False))
         X, y = X[rows], y[rows]
-    theta0 = (median_theta(params, X, y, lam, rng) if init == "median"
-              else np.clip(params.theta(kernel, lam, d), *np.log(BOUNDS)))
     log_bounds = np.log(BOUNDS)
     given = [np.clip(params.theta(k, s2, d), *log_bounds) for k, s2 in extra_starts]
-    starts = [theta0] + given + [rng.uniform(*log_bounds, size=len(theta0))
-                                 for _ in range(restarts if max_iter else 0)]
+    if init == "shared":  # no start of its own: the given ones (another learning's optimum)
+        if not given:
+            raise InputError("hyper.init=shared starts from another learning's optimum only: "
+                             "pass hyper.shared_start (e.g. '{subset: 2000}'), or "
+                             "hyper.init=median")
+        own = []
+    else:
+        own = [median_theta(params, X, y, lam, rng) if init == "median"
+               else np.clip(params.theta(kernel, lam, d), *log_bounds)]
+    starts = own + given + [rng.uniform(*log_bounds, size=len(given[0] if given else own[0]))
+                            for _ in range(restarts if max_iter else 0)]
     objectives: dict[int, LowRankObjective] = {}
 
     def objective_at(run: int):

@@ -115,6 +115,28 @@ def length_scale_gradient(M: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> np.n
             - 2.0 * np.einsum("aj,aj->j", S1, M @ S2))
 
 
+def length_scale_gradient_outer(alpha: np.ndarray, G: np.ndarray, S: np.ndarray
+                                ) -> np.ndarray:
+    """:func:`length_scale_gradient` of M = (ααᵀ)∘G, G symmetric, without forming it:
+    Σ_ab α_a α_b G_ab (s_aj − s_bj)² = 2 Σ_a α_a s_aj² (Gα)_a − 2 Σ_a α_a s_aj (G(α∘s_j))_a."""
+    AS = np.empty((len(alpha), S.shape[1] + 1))
+    AS[:, 0] = alpha
+    np.multiply(alpha[:, None], S, out=AS[:, 1:])
+    GA = G @ AS
+    return 2.0 * (np.einsum("aj,a->j", S * S, alpha * GA[:, 0])
+                  - np.einsum("aj,aj->j", AS[:, 1:], GA[:, 1:]))
+
+
+def _triangle_length_gradient(P: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """:func:`length_scale_gradient` of the symmetric matrix of which ``P`` holds one triangle
+    (the other strict triangle zero): P_sym = P + Pᵀ − diag(P), and the diagonal adds nothing
+    since (s_aj − s_aj)² = 0."""
+    rows = P.sum(1) + P.sum(0)
+    PS = P @ S
+    PS += P.T @ S
+    return 2.0 * (np.einsum("aj,a->j", S * S, rows) - np.einsum("aj,aj->j", S, PS))
+
+
 def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
                             theta: np.ndarray, gradient: bool = True
                             ) -> tuple[float, np.ndarray | None]:
@@ -126,21 +148,29 @@ def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
     ls = np.exp(theta[1:-1])
     S = X / (ls if params.n_lengths > 1 else ls[0])  # inputs at unit length scale
     K, G = kernel_and_slope(params.name, S, S, v)
-    Ky = K + lam * np.eye(n)
+    Ky = K.copy()
+    Ky.flat[::n + 1] += lam
     L = sla.cholesky(Ky, lower=True, overwrite_a=True, check_finite=False)
+    del Ky
     alpha = sla.cho_solve((L, True), y, check_finite=False)
     value = float(-0.5 * y @ alpha - np.log(np.diag(L)).sum() - 0.5 * n * math.log(2 * math.pi))
     if not gradient:
         return value, None
-    W, info = sla.lapack.dpotri(L, lower=1)  # K_y⁻¹ from its factor (lower triangle)
+    # K_y⁻¹'s lower triangle from the factor; its strict upper triangle stays L's, which scipy
+    # returns zero. W = that matrix transposed (C order, like K): one triangle of the symmetric
+    # K_y⁻¹ = W + Wᵀ − diag(W), with no n × n symmetrising copy.
+    W, info = sla.lapack.dpotri(L, lower=1, overwrite_c=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"dpotri failed with info={info}")
-    W = np.tril(W) + np.tril(W, -1).T
-    M = np.outer(alpha, alpha)
-    M -= W
+    W = W.T
+    w_diag = np.diag(W).copy()
     grad = np.empty(len(theta))
-    grad[0] = 0.5 * np.einsum("ij,ij->", M, K)
-    grad[-1] = 0.5 * lam * np.trace(M)
-    per_dim = 0.5 * length_scale_gradient(M * G, S, S)
+    # ⟨K_y⁻¹, K⟩ over the triangle; ⟨ααᵀ, K⟩ = αᵀKα
+    inv_dot_k = 2.0 * np.einsum("ij,ij->", W, K) - w_diag @ np.diag(K)
+    grad[0] = 0.5 * (alpha @ (K @ alpha) - inv_dot_k)
+    grad[-1] = 0.5 * lam * (alpha @ alpha - w_diag.sum())
+    W *= G  # one triangle of K_y⁻¹ ∘ G; ααᵀ∘G is contracted through one product G·[α, α∘S]
+    per_dim = length_scale_gradient_outer(alpha, G, S) - _triangle_length_gradient(W, S)
+    per_dim *= 0.5
     grad[1:-1] = per_dim if params.n_lengths > 1 else per_dim.sum()
     return value, grad

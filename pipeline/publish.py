@@ -9,24 +9,23 @@ results are written with ``--out docs/results``, a directory given explicitly):
 - ``uci_frontier.csv`` (the sweep's name): one row per job and mode, :data:`COLUMNS`
   (:func:`job_table`; missing baselines and the ``trivial``/``contended`` flags: :func:`complete`);
 - ``uci_frontier.run.yaml``: the run's command, code version, grid, modes, budgets, figures;
-- the report's frontier figures (one per metric and mode) and a critical-difference diagram
-  per mode and metric (:func:`cd_figures`), each PNG checked to be ≤ :data:`MAX_FIGURE_BYTES`;
+- frontier figures drawn from the CSV (per mode, metric, and fit-only or learning + fit
+  seconds; only ranked settings: :mod:`pipeline.report.table_frontier`) and a
+  critical-difference diagram per mode and metric (:func:`cd_figures`), each PNG checked to
+  be ≤ :data:`MAX_FIGURE_BYTES`;
 - ``README.md`` (:func:`readme`, from the CSV's table by :mod:`pipeline.report.comparison`):
   means with 95 % t intervals, the best per budget with paired-t ties, every setting against
   the reference, ranks across sets, the flags' rules, the notes, grid, machine and commands.
 
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
-CSV in the current columns, the CD diagrams and the README, and keeps the frontier figures.
+CSV in the current columns and draws every figure and the README again from it.
 Running it again on the same input rewrites the same files.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -342,13 +341,37 @@ RUN_SUFFIX = ".run.yaml"  # beside the CSV: what the README needs of the run bes
 
 
 def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
-           notes: str | Path | None, figures: list[str]) -> Path:
-    """Write the CSV, the run's record, the CD diagrams and the README into ``out``."""
+           notes: str | Path | None) -> Path:
+    """Write the CSV, the run's record, the frontier figures and CD diagrams (both from the
+    CSV) and the README into ``out``."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return _write_files(out, sweep, table, run, reference, notes)
+    except OSError as err:
+        raise InputError(f"cannot write {out}: " + write_failure(
+            err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
+
+
+def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
+                 notes: str | Path | None) -> Path:
     import yaml
+
+    from pipeline.report.table_frontier import frontier_figures
 
     names = references_of(reference)
     with atomic_path(out / f"{sweep}.csv") as tmp:
         table.to_csv(tmp, index=False)
+    table = read_table(out / f"{sweep}.csv")
+    order = run.get("mode_order") or []
+    figures = frontier_figures(table, out, run.get("budgets") or BUDGETS, order,
+                               run.get("mode_labels"), run.get("standardize_y", True))
+    for figure in figures:
+        size = Path(figure.path).stat().st_size
+        if size > MAX_FIGURE_BYTES:
+            raise InputError(f"{Path(figure.path).name} is {size} bytes, above "
+                             f"{MAX_FIGURE_BYTES}; lower the frontier figures' dpi")
+    run = {**run, "figures": [Path(f.path).name for f in figures]}
+
     class Block(yaml.SafeDumper):  # a multi-line string (the grid) as a literal block
         pass
 
@@ -356,15 +379,12 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
         "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
     write_text(out / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
                                                        allow_unicode=True))
-    table = read_table(out / f"{sweep}.csv")
-    order = run.get("mode_order") or []
     cd = cd_figures(table, out, order)
     commands = [run["command"],
                 f"python -m pipeline.publish outputs/{sweep}/results.zarr "
                 f"--reference {','.join(names)} --out {out}"
                 + (f" --notes {notes}" if notes is not None else ""),
-                f"# or, from the published table and {sweep}{RUN_SUFFIX} alone (no figures "
-                "of the frontier):",
+                f"# or, from the published table and {sweep}{RUN_SUFFIX} alone:",
                 f"python -m pipeline.publish {out}/{sweep}.csv --reference {','.join(names)} "
                 f"--out {out}" + (f" --notes {notes}" if notes is not None else "")]
     text = readme(table, reference=names, sweep=sweep, code_version=run["code_version"],
@@ -392,7 +412,6 @@ def publish(results: str | Path, out: str | Path, reference: str,
     its README; returns the README."""
     if str(results).endswith(".csv"):
         return publish_table(results, out, reference, notes)
-    from pipeline.report.frontier import frontier_figures
     from pipeline.results.consolidate import load
     from pipeline.sweep.compose import lookup
 
@@ -403,41 +422,23 @@ def publish(results: str | Path, out: str | Path, reference: str,
     table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
-    spec = (ds.attrs["config"].get("report") or {}).get("frontier")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        names = []
-        if spec is not None:
-            scratch = Path(tempfile.mkdtemp(prefix=".figures-", dir=out))  # its own, removed
-            try:
-                for figure in frontier_figures(ds, spec, scratch, 1):
-                    path = Path(figure.path)
-                    if path.stat().st_size > MAX_FIGURE_BYTES:
-                        raise InputError(f"{path.name} is {path.stat().st_size} bytes, above "
-                                         f"{MAX_FIGURE_BYTES}; lower the report's dpi")
-                    os.replace(path, out / path.name)  # a rename within out: atomic
-                    names.append(path.name)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-        record = _hydra_record(Path(results))
-        run = {"command": _run_command(record, sweep),
-               "code_version": f"git {ds.attrs['git_sha']}",
-               "mode_order": list(((spec or {}).get("modes") or {}).get("order") or []),
-               "budgets": list(spec["budgets"]) if spec and "budgets" in spec else
-               list(BUDGETS),
-               "figures": names, "grid": _grid(record)}
-        return _write(out, sweep, table, run, reference, notes, names)
-    except OSError as err:
-        raise InputError(f"cannot write {out}: " + write_failure(
-            err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
+    spec = (ds.attrs["config"].get("report") or {}).get("frontier") or {}
+    record = _hydra_record(Path(results))
+    modes = spec.get("modes") or {}
+    run = {"command": _run_command(record, sweep),
+           "code_version": f"git {ds.attrs['git_sha']}",
+           "mode_order": list(modes.get("order") or []),
+           "mode_labels": {str(k): str(v) for k, v in (modes.get("labels") or {}).items()},
+           "standardize_y": standardize is None or bool(standardize),
+           "budgets": list(spec.get("budgets") or BUDGETS), "grid": _grid(record)}
+    return _write(out, sweep, table, run, reference, notes)
 
 
 def publish_table(csv: str | Path, out: str | Path, reference: str,
                   notes: str | Path | None = None) -> Path:
     """Re-render a published folder from its CSV and the run's record beside it
     (``<sweep>.run.yaml``): the CSV rewritten in the current columns (the baselines and flags
-    an earlier edition lacks filled in), the CD diagrams and the README; the frontier figures
-    the record names are kept (copied into ``out`` when it is another folder)."""
+    an earlier edition lacks filled in), every figure and the README, drawn from it."""
     from pipeline.config.yaml_limits import load_yaml
 
     csv, out = Path(csv), Path(out)
@@ -448,23 +449,12 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     if not record.exists():
         raise InputError(f"{record} does not exist; publish the run's results.zarr once, or "
                          f"write {record.name} beside the table (command, code_version, "
-                         "mode_order, budgets, figures, grid)")
+                         "mode_order, budgets, grid)")
     run = load_yaml(record)  # size, depth and aliases bounded (pipeline.config.yaml_limits)
     table = complete(read_table(csv))
     check_reference(table, reference)
     _notes_text(notes)
-    figures = [_plain_name(str(name), f"{record}: figure", ".png")
-               for name in run.get("figures") or []]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name in figures:
-            if not (out / name).exists():
-                with atomic_path(out / name) as tmp:
-                    shutil.copyfile(csv.parent / name, tmp)
-        return _write(out, sweep, table, run, reference, notes, figures)
-    except OSError as err:
-        raise InputError(f"cannot write {out}: " + write_failure(
-            err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
+    return _write(Path(out), sweep, table, run, reference, notes)
 
 
 def main(argv: list[str] | None = None) -> int:

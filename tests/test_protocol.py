@@ -180,3 +180,41 @@ def test_a_further_start_is_evaluated_and_the_better_kept(method):
     assert both.log_marginal_likelihood > median.log_marginal_likelihood
     assert both.lam == pytest.approx(optimum.lam, rel=1e-12)
     assert both.n_basis == (10 if method == "lowrank" else 0)
+
+
+def test_init_shared_refines_the_given_optimum_only():
+    """hyper.init=shared: no start of its own, the given optimum is the one start (a
+    refinement of a learning on fewer rows). Refining the 60-row optimum on all 200 rows ends
+    at least as high as the median start on all rows does here, and a refinement of the
+    all-row optimum itself stays there; without a given start it is one ``error:`` line."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=200)
+    kernel = Kernel("rbf", {"width": 2.0})
+    small = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), subset=60, restarts=0)
+    full = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), subset=200, restarts=0)
+    refined = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), subset=200, restarts=0,
+                    init="shared", extra_starts=[(small.kernel, small.lam)])
+    assert len(refined.runs) == 1 and refined.runs[0]["converged"]
+    first = refined.trace["theta"][0]
+    params = Parameters.of(kernel, 2, False)
+    assert np.allclose(first, params.theta(small.kernel, small.lam, 2), rtol=1e-12)
+    assert refined.log_marginal_likelihood == pytest.approx(full.log_marginal_likelihood,
+                                                            abs=1e-4)
+    again = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), subset=200, restarts=0,
+                  init="shared", extra_starts=[(full.kernel, full.lam)])
+    assert again.lam == pytest.approx(full.lam, rel=1e-4)
+    with pytest.raises(InputError, match="hyper.init=shared"):
+        learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), init="shared")
+
+
+def test_init_shared_needs_a_shared_start_with_a_start_of_its_own():
+    from pipeline.job.hyper import hyper_options
+
+    for shared_start in (None, {"subset": 2000, "init": "shared"}):
+        with pytest.raises(InputError, match="hyper.init=shared starts from the optimum"):
+            hyper_options({"hyper": {"name": "ml", "init": "shared",
+                                     "shared_start": shared_start}})
+    options = hyper_options({"hyper": {"name": "ml", "init": "shared", "subset": 8000,
+                                       "shared_start": {"subset": 2000, "init": "median"}}})
+    assert options["init"] == "shared" and options["shared_start"]["subset"] == 2000

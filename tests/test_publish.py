@@ -178,6 +178,14 @@ def test_a_trivial_setting_is_flagged_and_never_ranked():
     assert "Left out as trivial: shared: a (m = 8) on d (1 of 2 splits; RMSE 0.6)" in text
     # flagged in the table's CSV
     assert table["trivial"].notna().all()
+    # and not drawn in the frontier figures: only a (m = 64) and b are points
+    from pipeline.report.comparison import _of_mode, settings
+    from pipeline.report.table_frontier import table_points
+
+    rows = _of_mode(settings(table), "shared")
+    drawn = table_points(rows, "d", "rmse", "fit")
+    assert sorted((p[0], p[1]) for p in drawn) == [("a", 64), ("b", None)]
+    assert [p[2:] for p in drawn if p[0] == "a"] == [(20.0, 0.4, 2)]
 
 
 def test_a_reference_without_finished_jobs_is_one_line():
@@ -240,3 +248,13 @@ def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path,
     assert "the Friedman test needs at least 3 methods" in text
     assert pd.read_csv(tmp_path / "s.csv").columns.tolist() == list(COLUMNS)
     assert not list(tmp_path.glob("cd_*.png"))
+    # the frontier figures are drawn from the table: per mode, metric, and fit-only or
+    # learning + fit seconds, each in the README with its caption and listed in the record
+    names = [f"fig{k}_frontier_final_test_{metric}_{mode}_{cost}.png"
+             for k, (mode, cost, metric) in enumerate(
+                 ((mode, cost, metric) for mode in ("shared", "own") for cost in ("fit", "cost")
+                  for metric in ("rmse", "nlpd")), start=1)]
+    assert yaml.safe_load((tmp_path / "s.run.yaml").read_text())["figures"] == names
+    for name in names:
+        assert (tmp_path / name).stat().st_size > 10_000
+        assert f"![{name}]({name})\n\nPoints: one setting's mean" in text

@@ -65,7 +65,7 @@ def test_the_committed_readme_renders_from_the_committed_table():
         for metric in ("rmse", "nlpd"):
             assert comparison.rank_table(comparison.ranks(table, mode, metric)) in text
     frontier = sorted(RESULTS.glob("fig*_frontier_*.png"))
-    assert len(frontier) == 4
+    assert len(frontier) == 8  # 2 modes × 2 metrics × (fit-only, learning + fit seconds)
     for figure in frontier:
         assert 20_000 < figure.stat().st_size <= MAX_FIGURE_BYTES, figure.name
         assert f"![{figure.name}]({figure.name})" in text
@@ -89,6 +89,28 @@ def test_every_mean_over_splits_has_a_confidence_interval():
     half = 2.7764451051977987 * rmse.std(ddof=1) / np.sqrt(5)
     assert f"| pol | exact | {rmse.mean():.4g} ± {half:.2g} (5) |" in text
     assert "± sd" not in text[:text.index("## Figures")]  # the notes after it are the lead's
+
+
+def test_the_frontier_figures_draw_no_trivial_setting():
+    """The committed figures are drawn from the committed table's ranked settings: SGPR's
+    white noise on pumadyn32nm (own) is no point, and every trivial setting is named as left
+    out in its figure's caption."""
+    from pipeline.report.comparison import _of_mode, label, settings
+    from pipeline.report.table_frontier import table_points
+
+    table, text = _table(), (RESULTS / "README.md").read_text()
+    rows = settings(table)
+    for mode in ("shared", "own"):
+        here = _of_mode(rows, mode)
+        for dataset in SETS:
+            drawn = {p[:2] for p in table_points(here, dataset, "rmse", "cost")}
+            trivial = here[(here["dataset"] == dataset) & (here["trivial"] > 0)]
+            for _, r in trivial.iterrows():
+                assert (r["algorithm"], None if r["basis"] < 0 else int(r["basis"])) not in drawn
+                assert f"{label(r)} on {dataset}" in text
+    own = _of_mode(rows, "own")
+    assert not [p for p in table_points(own, "pumadyn32nm", "rmse", "fit")
+                if p[0] == "gpytorch_sgpr"]
 
 
 def test_the_trivial_sgpr_on_pumadyn32nm_is_flagged_and_never_ranked():

@@ -77,7 +77,13 @@ def hyper_options(config: Mapping) -> dict[str, Any] | None:
             raise InputError(f"hyper.{extra[0]} is set but hyper=fixed learns nothing; pass "
                              "hyper=ml to learn hyperparameters, or drop the option")
         return None
-    return validate(HYPER_OPTIONS, given, owner="hyper", prefix="hyper.")
+    options = validate(HYPER_OPTIONS, given, owner="hyper", prefix="hyper.")
+    if options["init"] == "shared" and (not options["shared_start"]
+                                        or options["shared_start"].get("init") == "shared"):
+        raise InputError("hyper.init=shared starts from the optimum of hyper.shared_start only: "
+                         "pass hyper.shared_start with a start of its own (e.g. "
+                         "'hyper.shared_start={subset: 2000, init: median}'), or hyper.init=median")
+    return options
 
 
 def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:

@@ -126,12 +126,23 @@ def frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int) -> l
 
 def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag: str,
                       title: str) -> list[Figure]:
-    out = []
     datasets = ds["dataset"].values.tolist()
     metrics = spec.get("metrics", ["final_test_rmse"])
     every = {(metric, dataset): points(ds, dataset, metric, spec["cost"], spec.get("over", ""),
                                        spec.get("series", ()))
              for metric in metrics for dataset in datasets}
+    return draw(every, datasets, metrics, spec, out_dir, start, tag, title, ds)
+
+
+def draw(every: dict[tuple[str, str], list[Point]], datasets: Sequence[str],
+         metrics: Sequence[str], spec: dict, out_dir: Path, start: int, tag: str, title: str,
+         labels: xr.Dataset | None, left_out: str = "") -> list[Figure]:
+    """The frontier figures (:func:`frontier_figures`) of the points ``every`` holds per
+    (metric, dataset), one per metric, named ``fig<start + k>_frontier_<metric><tag>.png``;
+    ``labels`` gives the axes' names and units (:func:`short_label`), ``left_out`` ends the
+    caption (what was not drawn, and why)."""
+    out = []
+    ds = labels
     settings = sorted({p[0] for pts in every.values() for p in pts})
     order = settings.index
     colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(settings)}
@@ -214,7 +225,7 @@ def _frontier_figures(ds: xr.Dataset, spec: dict, out_dir: Path, start: int, tag
         missing = sorted(set(settings) - {p[0] for d in datasets for p in every[metric, d]})
         caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond - shown), clipped,
                                     stacked, bool(sizes), missing)
-        out.append(Figure(path, caption))
+        out.append(Figure(path, caption + (f" {left_out}" if left_out else "")))
     return out
 
 

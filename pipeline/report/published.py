@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -93,9 +94,18 @@ def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
     ]
 
 
+def _figure_lines(figure) -> list[str]:
+    """A figure (its file name, or a :class:`~pipeline.report.style.Figure` with its
+    caption) as README lines: the image, then its caption."""
+    if isinstance(figure, str):
+        return [f"![{figure}]({figure})", ""]
+    name = Path(figure.path).name
+    return [f"![{name}]({name})", "", inert(figure.caption), ""]
+
+
 def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
            reference: str | Sequence[str], sweep: str, code_version: str,
-           commands: list[str], figures: list[str], mode_order: Sequence[str] = (),
+           commands: list[str], figures: Sequence, mode_order: Sequence[str] = (),
            grid: str | None = None, notes: str | None = None,
            budgets=BUDGETS, cd: dict | None = None) -> str:
     """The folder's README.md, from the published table alone (plus what the store says of the
@@ -169,11 +179,13 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         *against,
         "## Figures",
         "",
-        "The frontier figures plot every finished setting, the trivial ones included; their "
-        "Pareto line is drawn from the means and is not a ranking (the tables above are).",
+        "The frontier figures draw the ranked settings only (a trivial setting, or one that "
+        "finished fewer splits, is left out, as in the tables): each point is a setting's mean "
+        "over its splits, once against its fit-only seconds and once against its learning + "
+        "fit seconds. The Pareto line is drawn from the means and is not a ranking (the tables "
+        "above are).",
         "",
-        *[f"![{name}]({name})" for name in figures],
-        "",
+        *[line for figure in figures for line in _figure_lines(figure)],
         *([notes.strip(), ""] if notes else []),
         *(["## The grid", "",
            "The sweeper's `params`, then the union of its `grids` (each `params` with the "
