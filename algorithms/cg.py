@@ -129,15 +129,17 @@ def make_preconditioner(name: str, blocks: KernelBlocks, lam: float, rank: int,
             break
         chol.add(pivots)  # the ones it drops leave the admissible set: the loop moves on
         trace.append((chol.t, chol.residual_trace() / unit))
-    F = chol.factor()
+    F = np.array(chol.factor(), order="F")  # n × t, without the rest of its capacity
     del chol
     t = F.shape[1]
-    R = sla.cholesky(lam * np.eye(t) + F.T @ F, lower=True, check_finite=False)
-    G = sla.solve_triangular(R, F.T, lower=True, check_finite=False).T  # F R⁻ᵀ, (n, t)
-    del F
+    # σ²I + FᵀF by one SYRK (its lower triangle: half a GEMM's arithmetic), then its factor R;
+    # M⁻¹V = (V − F(RRᵀ)⁻¹FᵀV)/σ² is applied through R (Woodbury), never forming F R⁻ᵀ
+    A = sla.blas.dsyrk(1.0, F, trans=1, lower=1) if t else np.zeros((0, 0))
+    A.flat[:: t + 1] += lam
+    R = sla.cholesky(A, lower=True, overwrite_a=True, check_finite=False)
 
     def woodbury(V: np.ndarray) -> np.ndarray:
-        return (V - G @ (G.T @ V)) / lam
+        return (V - F @ sla.cho_solve((R, True), F.T @ V, check_finite=False)) / lam
 
     return Preconditioner(name, woodbury, t, time.perf_counter() - start, trace)
 
