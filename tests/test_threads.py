@@ -18,7 +18,7 @@ def _job(in_process):
     return lambda tmp_path, *extra: in_process(tmp_path, "pipeline", *JOB, *extra)
 
 
-@pytest.mark.parametrize("extra,threads", [((), os.cpu_count()), (("threads=1",), 1),
+@pytest.mark.parametrize("extra,threads", [((), None), (("threads=1",), 1),
                                            (("threads=2",), 2)])
 def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path, extra,
                                                                         threads, _job):
@@ -26,10 +26,37 @@ def test_a_single_job_runs_with_the_configured_threads_and_records_them(tmp_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
     summary = json.loads(xr.open_dataset(path, engine="scipy").attrs["summary"])
-    assert summary["blas_threads"] == threads
-    assert summary["kernel_threads"] == threads  # the kernel blocks' tiles follow threads too
-    # threads=auto (the default): a single job on this machine uses every core
+    if threads is None:  # threads=auto (the default): the cores free when it starts
+        assert 1 <= summary["blas_threads"] <= len(os.sched_getaffinity(0))
+    else:
+        assert summary["blas_threads"] == threads
+    assert summary["kernel_threads"] == summary["blas_threads"]  # the tiles follow threads
     assert isinstance(summary["cpu_model"], str) and summary["cpu_model"]
+
+
+@pytest.mark.parametrize("cores,others,expected", [(2, 0, 2), (2, 1, 1), (2, 5, 1), (8, 3, 5),
+                                                   (4, None, 4)])
+def test_auto_threads_are_the_cores_no_other_runnable_thread_holds(monkeypatch, cores, others,
+                                                                   expected):
+    """threads=auto when a job starts: its affinity's cores less the other runnable threads
+    of this instant (CI, a neighbour's job), at least one; every core where the OS does not
+    say; a sweep with several jobs at once shares the cores among them at planning."""
+    from pipeline.cluster import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: cores)
+    monkeypatch.setattr(threads, "runnable_others", lambda: others)
+    assert threads.free_threads("auto") == expected
+    assert threads.free_threads(3) == 3 and threads.free_threads(None) is None
+    assert threads.resolve_threads("auto", 1) == "auto"
+    assert threads.resolve_threads("auto", 2) == max(1, cores // 2)
+    assert threads.resolve_threads(2, 4) == 2
+
+
+def test_runnable_others_reads_this_instants_count():
+    from pipeline.cluster.threads import runnable_others
+
+    others = runnable_others(samples=3, interval=0.0)
+    assert others is None or 0 <= others < 10_000
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
@@ -45,3 +72,22 @@ def test_threads_do_not_change_a_jobs_identity():
             "kernel": {"name": "rbf", "width": 1.0}, "lam": 0.1, "kappa": 59, "seed": 0,
             "threads": 1}
     assert config_hash(base) == config_hash({**base, "threads": 2})
+
+
+def test_the_contention_benchmark_writes_its_figures_at_small_size(tmp_path, monkeypatch):
+    """python -m pipeline.bench.contention size=small: the exact GP's factorisation quiet and
+    with a busy process running, on one thread, every core and threads=auto (which takes the
+    cores the busy process leaves, at least one); the competitor is gone afterwards."""
+    import json
+
+    from pipeline.bench.contention import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["size=small"]) == 0
+    out = tmp_path / "outputs" / "bench_contention_small"
+    figures = json.loads((out / "figures.json").read_text())
+    (row,) = figures["rows"]
+    assert row["n"] == 800 and 1 <= row["auto_threads"] <= row["cores"]
+    assert row["busy_1"] > 0 and row["busy_auto"] > 0 and row["auto_over_one"] > 0
+    assert (out / "contention.png").stat().st_size > 10000
+    assert main(["size=huge"]) == 2

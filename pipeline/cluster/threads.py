@@ -7,18 +7,58 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 from threadpoolctl import ThreadpoolController
 
 
-def resolve_threads(threads: Any, jobs_at_once: int = 1) -> int | None:
-    """``threads=auto`` as a count: this machine's cores shared among the ``jobs_at_once``
-    running on it (a single job: every core, so its GEMMs use them all); else as given."""
+def resolve_threads(threads: Any, jobs_at_once: int = 1) -> int | str | None:
+    """``threads=auto`` for ``jobs_at_once`` jobs on this machine: several (a sweep's
+    workers), the cores this process may use (its affinity) shared among them, as a count; one
+    (a single job, or a sweep that runs one job at a time), ``auto``, left to the job to
+    resolve when it starts (:func:`free_threads`). Anything else as given."""
+    if threads != "auto" or jobs_at_once <= 1:
+        return threads
+    return max(1, usable_cores() // jobs_at_once)
+
+
+def free_threads(threads: Any) -> int | None:
+    """The threads a job starting now uses: ``auto`` is the cores of its affinity that no
+    other runnable thread holds (:func:`runnable_others`; at least 1), so that a machine busy
+    with other work (CI, a neighbour's job) gets one thread rather than two that wait on each
+    other; anything else as given."""
     if threads != "auto":
         return threads
-    return max(1, (os.cpu_count() or 1) // max(1, jobs_at_once))
+    cores = usable_cores()
+    others = runnable_others()
+    return cores if others is None else max(1, min(cores, cores - others))
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; every CPU where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def runnable_others(samples: int = 7, interval: float = 0.003) -> int | None:
+    """Threads of other processes runnable now: the kernel's count of runnable threads
+    (``/proc/loadavg``'s fourth field, this reading thread included) less one, the median of
+    ``samples`` readings ``interval`` seconds apart (a count of this instant, unlike the load
+    average's minute-long mean); None where the OS does not tell."""
+    counts = []
+    for k in range(samples):
+        try:
+            counts.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        if k + 1 < samples:
+            time.sleep(interval)
+    return max(0, int(statistics.median(counts)) - 1)
 
 
 def cpu_model() -> str:

@@ -34,7 +34,7 @@ from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
 from algorithms.evaluation import mean_predictor_metrics, options_of, run
 from algorithms.kernels import Kernel, fit_tails, kernel_threads, use_kernel_threads
-from pipeline.cluster.threads import _blas, blas_threads, cpu_model, resolve_threads
+from pipeline.cluster.threads import _blas, blas_threads, cpu_model, free_threads, usable_cores
 from pipeline.config import complete
 from pipeline.datasets import ingest
 from pipeline.datasets.blocks import open_blocks
@@ -103,14 +103,6 @@ def load_average() -> float:
         return math.nan
 
 
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity mask; every CPU where there is none)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 @dataclass(frozen=True)
 class JobClock:
     """When the job started (``time.perf_counter``) and the load average then."""
@@ -138,7 +130,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     config = complete(config)
     apply_protocol(config)  # protocol=own: the method's own training options (idempotent)
     spec, lam, kernel, options = check_config(config)
-    threads = resolve_threads(config["threads"])  # validated by check_config
+    threads = free_threads(config["threads"])  # validated by check_config
     limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
     # the kernel blocks' tiles use as many threads as BLAS (null: every core), for this job only

@@ -175,9 +175,10 @@ def check_job_timeout(seconds: Any) -> float | None:
 
 def check_threads(threads: Any) -> int | str | None:
     """``threads``: the BLAS and kernel-block threads of a job: an int ≥ 1; ``auto`` (the
-    default: the machine's cores shared among the jobs running on it at once,
-    :func:`resolve_threads`); or null (the BLAS library's default, every core for kernel
-    blocks)."""
+    default: the machine's cores shared among a sweep's jobs running on it at once, or for
+    one job at a time the cores no other runnable thread holds when it starts,
+    :func:`~pipeline.cluster.threads.free_threads`); or null (the BLAS library's default,
+    every core for kernel blocks)."""
     if threads is not None and threads != "auto" and (
             isinstance(threads, bool) or not isinstance(threads, int)
             or not 1 <= threads <= INT_MAX):
