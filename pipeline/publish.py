@@ -344,6 +344,8 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
            notes: str | Path | None) -> Path:
     """Write the CSV, the run's record, the frontier figures and CD diagrams (both from the
     CSV) and the README into ``out``."""
+    for mode in table["mode"].dropna().unique().tolist():  # they name figure files
+        _plain_name(str(mode), "the table's mode")
     try:
         out.mkdir(parents=True, exist_ok=True)
         return _write_files(out, sweep, table, run, reference, notes)

@@ -135,7 +135,10 @@ def test_a_published_readme_keeps_a_hostile_table_inert(tmp_path):
     assert not re.search(r"(?<!\\)<script", text)  # escaped wherever it is
 
 
-def test_publish_refuses_figure_names_that_are_paths(tmp_path):
+def test_publish_names_its_figures_itself_and_refuses_modes_that_are_paths(tmp_path, capsys):
+    """The figures are drawn from the table under names publish makes: a run record's
+    ``figures`` (a path here) is neither read nor written; a mode of the table names figure
+    files, so one that is not a plain name is one line, exit 2, and nothing is written."""
     import yaml
 
     from pipeline.publish import job_table, main
@@ -146,8 +149,19 @@ def test_publish_refuses_figure_names_that_are_paths(tmp_path):
         {"command": "c", "code_version": "git 0", "mode_order": [], "budgets": [60],
          "figures": ["../../etc/passwd"], "grid": None}))
     assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out",
-                 str(tmp_path / "out")]) == 2
+                 str(tmp_path / "out")]) == 0
     assert not (tmp_path / "out" / "passwd").exists()
+    assert "../../etc/passwd" not in (tmp_path / "out" / "s.run.yaml").read_text()
+    table = job_table(_sweep())
+    table["mode"] = table["mode"].replace({"own": "../../own"})
+    table.to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "t.run.yaml").write_text((tmp_path / "s.run.yaml").read_text())
+    capsys.readouterr()
+    assert main([str(tmp_path / "t.csv"), "--reference", "b", "--out",
+                 str(tmp_path / "out2")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the table's mode '../../own' is not a plain file name")
+    assert err.count("\n") == 1 and not (tmp_path / "out2").exists()
 
 
 def test_a_report_killed_mid_write_leaves_the_previous_report_whole(report_dir, monkeypatch):
