@@ -91,3 +91,29 @@ def test_the_contention_benchmark_writes_its_figures_at_small_size(tmp_path, mon
     assert row["busy_1"] > 0 and row["busy_auto"] > 0 and row["auto_over_one"] > 0
     assert (out / "contention.png").stat().st_size > 10000
     assert main(["size=huge"]) == 2
+
+
+def test_a_jobs_thread_count_reaches_scipys_blas_loaded_after_the_first_scan():
+    """A Dask worker starts with OPENBLAS_NUM_THREADS=1 and scans its BLAS before any job has
+    imported scipy.linalg: the threads a job then sets must reach scipy's OpenBLAS (its
+    Cholesky) too, not numpy's alone — every library at the count, and the count recorded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy\n"
+        "assert 'scipy.linalg' not in sys.modules\n"
+        "from pipeline.cluster.threads import _blas, blas_threads\n"
+        "blas_threads()\n"
+        "import scipy.linalg\n"
+        "from threadpoolctl import threadpool_info\n"
+        "with _blas().limit(limits=2, user_api='blas'):\n"
+        "    counts = sorted(i['num_threads'] for i in threadpool_info()\n"
+        "                    if i['user_api'] == 'blas')\n"
+        "    print(counts, blas_threads())\n")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    counts, recorded = out.stdout.strip().rsplit(" ", 1)
+    assert set(json.loads(counts)) == {2} and int(recorded) == 2

@@ -8,6 +8,7 @@ import functools
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -72,15 +73,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-@functools.cache
+# Modules that load a BLAS of their own: numpy's and scipy's OpenBLAS are two libraries, and a
+# scan made before ``scipy.linalg`` is imported does not hold scipy's (its LAPACK then keeps the
+# thread count a Dask worker's environment set, one, whatever a job asks for).
+BLAS_MODULES = ("scipy.linalg", "sklearn", "torch")
+
+
 def _blas() -> ThreadpoolController:
-    """The BLAS libraries of this process, found once (a scan of the loaded libraries costs
-    ~3 ms: a sweep's worker runs thousands of jobs)."""
+    """The BLAS libraries of this process (threadpoolctl), scanned again only when a module
+    of :data:`BLAS_MODULES` has been imported since (a scan costs ~3 ms: a sweep's worker runs
+    thousands of jobs)."""
+    import scipy.linalg  # noqa: F401  (its OpenBLAS loaded: every job's numerics use it)
+
+    return _controller(tuple(name in sys.modules for name in BLAS_MODULES))
+
+
+@functools.cache
+def _controller(loaded: tuple[bool, ...]) -> ThreadpoolController:
     return ThreadpoolController()
 
 
 def blas_threads() -> int:
-    """Threads the BLAS of this process may use now (threadpoolctl)."""
-    return max((int(info.get("num_threads", 1)) for info in _blas().info()
+    """Threads the BLAS of this process may use now (threadpoolctl): the fewest of its BLAS
+    libraries (numpy's GEMMs and scipy's factorisations are two)."""
+    return min((int(info.get("num_threads", 1)) for info in _blas().info()
                 if info.get("user_api") == "blas"), default=1)
 
