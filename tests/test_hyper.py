@@ -272,7 +272,8 @@ def test_a_learning_on_a_bound_is_recorded_and_printed_as_one_warning(tmp_path, 
     """One start from a configured kernel in the white-noise plateau (ℓ = 1e-5, its lower
     bound: kernel.width = 2ℓ²) with a zero prior mean on abalone's raw rings, where the
     gradient over ℓ vanishes: the learning stays on the bound, a white-noise model (test RMSE
-    9.35). The job records it (``hyper_at_bound``), prints one ``warning:`` line, exits 0.
+    9.35). The job records it (``hyper_at_bound``), prints one ``warning:`` line for it (and
+    one for the trivial fit), exits 0.
     (From the default width the same protocol ends anywhere on that plateau, ℓ = 1e-5 … 1e-2,
     depending on rounding in the gradient: the start is put on it to test the warning.)"""
     proc = _run(["algorithm=exact", "dataset=abalone", "hyper=ml", "hyper.restarts=0",
@@ -280,14 +281,40 @@ def test_a_learning_on_a_bound_is_recorded_and_printed_as_one_warning(tmp_path, 
                  "hyper.subset=600"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warning) == 1, proc.stderr
+    assert len(warning) == 2, proc.stderr  # on a bound, and no better than the training mean
     assert warning[0].startswith("warning: hyper=ml learned log_lengthscale=lower (within 1 % "
                                  "of the bounds 1e-05 … 100000, in log): a white-noise model")
+    assert warning[1].startswith("warning: test RMSE 9.354 is not below")
     path = proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
     summary = json.loads(xr.open_dataset(path, engine="scipy").attrs["summary"])
     assert summary["hyper_at_bound"] == "log_lengthscale=lower"
     assert summary["hyper_y_offset"] == 0.0 and summary["test_rmse"] > 9
     assert "on a bound: log_lengthscale=lower" in proc.stdout
+
+
+def test_a_fit_no_better_than_the_training_mean_is_one_warning(tmp_path, _run):
+    """The old protocol on abalone's raw rings (one start from the configured kernel, a zero
+    prior mean) ends on the white-noise plateau, ℓ anywhere from 1e-5 to 1e-2 (the length
+    scales' gradient vanishes there): its test RMSE 9.35 is far above the training mean's
+    1.87, and the job says so in one ``warning:`` line, exit 0."""
+    proc = _run(["algorithm=exact", "dataset=abalone", "hyper=ml", "hyper.restarts=0",
+                 "hyper.init=kernel", "hyper.center_y=false", "hyper.subset=600"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert any(line.startswith("warning: test RMSE 9.354 is not below the training-mean "
+                               "predictor's 1.869") for line in warning), proc.stderr
+
+
+def test_a_sweep_counts_its_trivial_points_in_one_warning():
+    from pipeline.sweep.outcome import _trivial_lines
+
+    ds = xr.Dataset({"final_test_rmse": ("p", [0.5, 1.0, 0.99, np.nan]),
+                     "final_baseline_test_rmse": ("p", [1.0, 1.0, 1.0, 1.0]),
+                     "status": ("p", ["ok", "ok", "failed", "ok"])})
+    assert _trivial_lines(ds) == [
+        "warning: 1 of 2 finished sweep points have a test RMSE not below the training-mean "
+        "predictor's (at least 0.99 of it): trivial fits, which publish flags and never ranks"]
+    assert _trivial_lines(ds.assign(final_test_rmse=("p", [0.5, 0.2, 1.0, 0.5]))) == []
 
 
 @pytest.mark.slow

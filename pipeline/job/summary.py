@@ -127,11 +127,30 @@ def curve_text(ds) -> str:
 TEXT: dict[str, Callable] = {"fit": fit_text, "learning_curve": curve_text}
 
 
+# an RMSE at or above this fraction of the training-mean predictor's is not clearly below it:
+# the job is flagged trivial (here, and by publish: pipeline.report.stats.trivial)
+TRIVIAL_RATIO = 0.99
+
+
+def trivial_warning(summary: dict) -> str | None:
+    """The warning line of a fit whose test RMSE is not clearly below the training-mean
+    predictor's (:data:`TRIVIAL_RATIO`), or None."""
+    rmse, base = summary.get("test_rmse"), summary.get("baseline_test_rmse")
+    if not isinstance(rmse, (int, float)) or not isinstance(base, (int, float)) \
+            or not rmse >= TRIVIAL_RATIO * base:
+        return None
+    return (f"warning: test RMSE {rmse:.4g} is not below the training-mean predictor's "
+            f"{base:.4g} (at least {TRIVIAL_RATIO:g} of it): a trivial fit, never ranked by "
+            "publish; check the kernel scale, lam and the targets' scale "
+            "(dataset.standardize_y, hyper.center_y)")
+
+
 def job_warnings(result_path: str | Path) -> list[str]:
-    """The ``warning: …`` lines of one job's result (a learning that ended on a bound)."""
+    """The ``warning: …`` lines of one job's result: a learning that ended on a bound, a fit
+    no better than the training mean."""
     summary = load_job_result(result_path).attrs.get("summary", {})
-    line = bound_warning(summary.get("hyper_at_bound", ""))
-    return [line] if line else []
+    lines = [bound_warning(summary.get("hyper_at_bound", "")), trivial_warning(summary)]
+    return [line for line in lines if line]
 
 
 def outcome_text(outcome) -> str:

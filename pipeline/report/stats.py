@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.stats
 
+from pipeline.job.summary import TRIVIAL_RATIO
+
 LEVEL = 0.95  # of every confidence interval
 ALPHA = 0.05  # of every test
 
@@ -150,8 +152,6 @@ def significant_pairs(ranks: Sequence[float], cd: float) -> list[tuple[int, int]
             if abs(r[i] - r[j]) >= cd]
 
 
-# an RMSE at or above this fraction of the mean predictor's is not clearly below it
-TRIVIAL_RATIO = 0.99
 
 
 def trivial(rmse: np.ndarray, nlpd: np.ndarray, baseline_rmse: np.ndarray,

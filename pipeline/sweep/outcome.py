@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from hydra.core.utils import JobReturn
 
 from pipeline.job.hyper import at_bound_settings, bound_warning
+from pipeline.job.summary import TRIVIAL_RATIO
 from pipeline.results.consolidate import load
 
 
@@ -57,8 +59,27 @@ def sweep_warnings(results_path: str | Path) -> list[str]:
     """The ``warning: …`` lines of a finished sweep: one per distinct learning whose optimum
     has parameters on a bound (``hyper_at_bound``), naming its setting."""
     try:
-        settings = at_bound_settings(load(results_path))
+        ds = load(results_path)
+        settings = at_bound_settings(ds)
     except (OSError, ValueError, KeyError):
         return []  # no consolidated results to read: the sweep's own lines say why
-    return [line.replace("hyper=ml learned", f"hyper=ml at {where} learned", 1)
-            for where, value, _ in settings if (line := bound_warning(value))]
+    lines = [line.replace("hyper=ml learned", f"hyper=ml at {where} learned", 1)
+             for where, value, _ in settings if (line := bound_warning(value))]
+    return lines + _trivial_lines(ds)
+
+
+def _trivial_lines(ds) -> list[str]:
+    """One warning line counting the finished jobs whose test RMSE is not clearly below the
+    training-mean predictor's (:func:`pipeline.job.summary.trivial_warning`), if any."""
+    names = ("final_test_rmse", "final_baseline_test_rmse")
+    if not all(name in ds for name in names):
+        return []
+    ok = (ds["status"] == "ok").values
+    rmse, base = (ds[name].values[ok] for name in names)
+    known = np.isfinite(rmse) & np.isfinite(base)
+    trivial = int((rmse[known] >= TRIVIAL_RATIO * base[known]).sum())
+    if not trivial:
+        return []
+    return [f"warning: {trivial} of {int(known.sum())} finished sweep points have a test RMSE "
+            f"not below the training-mean predictor's (at least {TRIVIAL_RATIO:g} of it): "
+            "trivial fits, which publish flags and never ranks"]
