@@ -338,9 +338,29 @@ def test_reference_kernel_reduced(tmp_path):
     rows = ds["final_hyper_n_subset"]
     assert set(np.unique(rows.sel({"hyper.subset": 150}).values)) == {150}
     assert set(np.unique(rows.sel({"hyper.subset": 600}).values)) == {600}
+    # every row's learning is one run: the 150-row optimum refined (hyper.init=shared)
+    assert set(np.unique(ds["final_hyper_runs"].sel({"hyper.subset": 600}).values)) == {1}
     assert bool(np.isfinite(ds["final_test_nlpd"]).all())
     text = render(path).read_text()
     assert "training rows the marginal likelihood was learned on" in text and "| pol |" in text
+
+
+def test_own_pilot_reduced(tmp_path):
+    """The split-0 pilot of the own protocols at small size (two sets, 300 rows, m = 16, the
+    peers capped short): every job finishes, each method's own learning records whether it
+    converged, and publish counts the caps it hit in its table's `converged` column."""
+    from pipeline.publish import publish
+
+    path = run_experiment(tmp_path, "experiment=own_pilot", "size=small")
+    ds = load(path).load()
+    assert set(ds["status"].values.ravel()) == {"ok"}
+    peers = ds.sel(algorithm=["gpytorch_sgpr", "gpytorch_svgp"])
+    assert set(np.unique(peers["final_own_converged"].values)) <= {0.0, 1.0}  # yes/no as 1/0
+    table = pd.read_csv(publish(path, tmp_path / "published", "nystrom").with_name(
+        "own_pilot_small.csv"))
+    capped = table[table["algorithm"].isin(["gpytorch_sgpr", "gpytorch_svgp"])]
+    assert len(capped) == 4 and capped["converged"].notna().all()
+    assert (~capped["converged"].astype(bool)).sum() >= 1  # the short caps are hit
 
 
 def test_smola2001_classification_reduced(tmp_path):

@@ -121,8 +121,9 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     trace_dims = {v: da.dims[0] for ds in loaded for v, da in ds.data_vars.items()
                   if len(da.dims) == 1 and da.dims[0] in PADDED_DIMS}
     trace_vars = sorted(trace_dims)
+    # numbers, and yes/no values as 1/0 (e.g. own_converged: publish counts the caps hit)
     final_keys = sorted({k for s in summaries.values() for k, v in s.items()
-                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+                         if isinstance(v, (int, float))})
     text_keys = sorted({k for s in summaries.values() for k, v in s.items()
                         if isinstance(v, str)} - set(final_keys))
 
