@@ -258,3 +258,17 @@ def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path,
     for name in names:
         assert (tmp_path / name).stat().st_size > 10_000
         assert f"![{name}]({name})\n\nPoints: one setting's mean" in text
+
+
+def test_the_readme_counts_the_own_learnings_that_stopped_at_their_cap():
+    table = job_table(_sweep())
+    own_a = (table["mode"] == "own") & (table["algorithm"] == "a")
+    table["converged"] = pd.array([pd.NA] * len(table), dtype="boolean")
+    table.loc[own_a, "converged"] = [True, False, False, True]  # m = 8: split 1; m = 64: split 0
+    text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], mode_order=["shared", "own"])
+    assert ("stopped at its safety cap). 2 of 4 such rows did not converge: own: a (m = 8) on "
+            "d (1); own: a (m = 64) on d (1).") in text
+    table["converged"] = pd.array([pd.NA] * len(table), dtype="boolean")
+    assert "This table's run did not record it." in readme(
+        table, reference="b", sweep="s", code_version="git 0", commands=[], figures=[])

@@ -42,6 +42,13 @@ def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
         "judged; nor did it record a method's own learning apart from its fit, so a method "
         "that trains itself inside its fit has that training in its fit seconds.")
     trivial = "; ".join(left["trivial"]) or "none"
+    known = ok["converged"].notna()
+    capped = ok[known & ok["converged"].eq(False)]
+    where = "; ".join(f"{mode}: {comparison.label(row)} on {row['dataset']} ({n})"
+                      for (mode, row), n in _counted(capped))
+    own = (f"{len(capped)} of {int(known.sum())} such rows did not converge"
+           + (f": {where}." if len(capped) else ".") if known.any() else
+           "This table's run did not record it.")
     return [
         "## How the numbers are summarised",
         "",
@@ -69,8 +76,22 @@ def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
         "average at the job's start or end exceeded its cores (more runnable threads than "
         f"cores). {flagged} of {judged} finished rows that could be judged are flagged"
         f" ({len(ok) - judged} could not).{computed}",
+        "- **Own learning.** A method that trains itself (a peer under its own protocol) "
+        "records whether its learning met its stopping rule (column `converged`; false: it "
+        f"stopped at its safety cap). {own}",
         "",
     ]
+
+
+def _counted(rows: pd.DataFrame) -> list[tuple[tuple[str, pd.Series], int]]:
+    """((mode, a representative row), how many rows) per mode, data set, method and basis."""
+    keys = ["mode", "dataset", "algorithm", "basis_size"]
+    out = []
+    for _, group in rows.groupby(keys, dropna=False, sort=True):
+        first = group.iloc[0].copy()
+        first["basis"] = first["basis_size"]
+        out.append(((str(first["mode"]), first), len(group)))
+    return out
 
 
 def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
