@@ -202,6 +202,11 @@ def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: K
     result = _certified(result, spec, config, blocks, y_train, lam, seed)
     if hyper is not None:
         result = result.with_summary(**hyper.summary)
+        if config["protocol"] == "own" and "own_converged" not in result.summary:
+            # its own learning is this one (its own form of hyper=ml): converged when every
+            # L-BFGS-B run met scipy's stopping rule rather than its iteration cap
+            result = result.with_summary(own_converged=all(
+                bool(run.get("converged")) for run in hyper.runs))
     if spec.task == "regression":  # in the units of the fit's targets (centred by hyper)
         result = result.with_summary(**mean_predictor_metrics(y_train, y_test))
     return result
