@@ -119,9 +119,9 @@ def test_report_html_renders_in_chromium(seed_dir, tmp_path):
     assert f"name: {ds.attrs['config']['dataset']['name']}" in page  # the config as YAML
     cpu = re.search(r"<th>CPU model</th><td>(.*?)</td>", page)[1]
     assert (cpu == "not recorded") == ("final_cpu_model" not in ds)
-    # threads=auto on one local worker: the job had every core for its BLAS
+    # threads=auto on one local worker: the cores free when the job started (all, if idle)
     threads = int(ds["final_blas_threads"].max())
-    assert threads == os.cpu_count() and re.search(
+    assert 1 <= threads <= os.cpu_count() and re.search(
         rf"<th>BLAS threads per job</th><td>{threads}</td>", page)
     md_tables = (out / "report.md").read_text().count("\n|---")
     # the report's tables, then swept keys, environment, versions and (when jobs ran) timings

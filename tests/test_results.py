@@ -15,6 +15,7 @@ import xarray as xr
 
 from algorithms.errors import InputError
 from pipeline.datasets.spec import StoreError
+from pipeline.results import job_file
 from pipeline.results.consolidate import consolidate, load
 from pipeline.results.job_file import _write_atomically, load_job_result
 from tests.bad_input import SEED_SWEEP, make_seed_dir
@@ -154,11 +155,11 @@ def test_a_job_file_on_a_full_disk_keeps_the_old_one(sweep_dir, monkeypatch):
     path = next(sweep_dir.glob("jobs/*/result.nc"))
     before = path.read_bytes()
 
-    def half_written(self, target, *args, **kwargs):
+    def half_written(ds, target):
         Path(target).write_bytes(b"CDF\x01 partial")
         _enospc()
 
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", half_written)
+    monkeypatch.setattr(job_file, "_write_netcdf", half_written)
     with pytest.raises(InputError) as err:
         _write_atomically(xr.Dataset({"a": ("x", np.arange(3.0))}), path)
     message = str(err.value)
