@@ -14,7 +14,6 @@ auto ≤ 1.15 × one thread under contention.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -28,9 +27,12 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from algorithms.cholesky import cholesky_in_place  # noqa: E402
-from pipeline.atomic import write_text  # noqa: E402
 from pipeline.bench.exact import _timed  # noqa: E402
-from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
+from pipeline.bench.sweep_overhead import (  # noqa: E402
+    save_figure,
+    single_run_finish,
+    single_run_setup,
+)
 from pipeline.cluster.threads import free_threads, usable_cores  # noqa: E402
 from pipeline.job.run import load_average  # noqa: E402
 
@@ -109,11 +111,8 @@ def main(argv: list[str]) -> int:
               f"{cores} {row[f'busy_{cores}']:.2f} s"
               f", auto ({row['auto_threads']}) {row['busy_auto']:.2f} s = "
               f"{row['auto_over_one']:.2f} × 1 thread", flush=True)
-    write_text(out_dir / "figures.json", json.dumps({"rows": rows, "goal": GOAL,
-                                                     "config": cfg}, indent=2))
-    figure(rows, cfg, out_dir / "contention.png")
-    print(f"figures: {out_dir / 'figures.json'}")
-    return 0
+    return single_run_finish(out_dir, {"rows": rows, "goal": GOAL, "config": cfg},
+                             lambda path: figure(rows, cfg, path), "contention.png")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ of the same run, and the factor's largest difference from scipy's where both ran
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -36,8 +35,11 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from algorithms import Kernel  # noqa: E402
 from algorithms.cholesky import cholesky_in_place  # noqa: E402
-from pipeline.atomic import write_text  # noqa: E402
-from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
+from pipeline.bench.sweep_overhead import (  # noqa: E402
+    save_figure,
+    single_run_finish,
+    single_run_setup,
+)
 
 
 def spd_matrix(n: int, cfg: dict) -> np.ndarray:
@@ -150,10 +152,8 @@ def main(argv: list[str]) -> int:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {"gemm_gflops": gemm, "cores": os.cpu_count(), "rows": rows,
                "peak_rss_mib": peak_mib, "config": cfg}
-    write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
-    figure(rows, gemm, cfg, out_dir / "cholesky_gflops.png")
-    print(f"figures: {out_dir / 'figures.json'}")
-    return 0
+    return single_run_finish(out_dir, figures, lambda path: figure(rows, gemm, cfg, path),
+                             "cholesky_gflops.png")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ the exact GP's best at the same n. Writes ``outputs/<sweep>/figures.json`` and
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -28,8 +27,11 @@ import numpy as np  # noqa: E402
 from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
 from algorithms.kernels import fit_tails, use_kernel_threads  # noqa: E402
 from algorithms.registry import discover  # noqa: E402
-from pipeline.atomic import write_text  # noqa: E402
-from pipeline.bench.sweep_overhead import save_figure, single_run_setup  # noqa: E402
+from pipeline.bench.sweep_overhead import (  # noqa: E402
+    save_figure,
+    single_run_finish,
+    single_run_setup,
+)
 from pipeline.datasets.sources import _load_abalone  # noqa: E402
 
 
@@ -128,11 +130,8 @@ def _measure_all(cfg: dict, out_dir: Path) -> int:
         for k in labels:
             print(f"    {k:28s} {row['ratio'][k]:7.3f}  ({row['seconds'][k]:.3f} s, "
                   f"{row['n_basis'][k]} basis)", flush=True)
-    figures = {"cores": os.cpu_count(), "rows": rows, "config": cfg}
-    write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
-    figure(rows, cfg, out_dir / "small_n_ratio.png")
-    print(f"figures: {out_dir / 'figures.json'}")
-    return 0
+    return single_run_finish(out_dir, {"cores": os.cpu_count(), "rows": rows, "config": cfg},
+                             lambda path: figure(rows, cfg, path), "small_n_ratio.png")
 
 
 if __name__ == "__main__":

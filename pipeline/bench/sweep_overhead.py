@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -191,6 +192,16 @@ def single_run_setup(name: str, argv: list[str]) -> tuple[dict, Path] | None:
     out_dir = Path(os.getcwd()) / "outputs" / cfg["sweep"]
     out_dir.mkdir(parents=True, exist_ok=True)
     return cfg, out_dir
+
+
+def single_run_finish(out_dir: Path, figures: dict, draw: Callable[[Path], None],
+                      png: str) -> int:
+    """A single-run benchmark's end: ``figures`` as ``out_dir/figures.json``, ``draw`` its
+    figure to ``out_dir/png``, the path printed; returns exit code 0."""
+    write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
+    draw(out_dir / png)
+    print(f"figures: {out_dir / 'figures.json'}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
