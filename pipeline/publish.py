@@ -295,6 +295,15 @@ def _grid(record) -> str | None:
     return yaml.safe_dump(grid, sort_keys=False, allow_unicode=True).strip()
 
 
+def _within_figure_limit(path: Path, whose: str) -> None:
+    """Raise the one-line error for a PNG above :data:`MAX_FIGURE_BYTES` (``whose`` dpi to
+    lower)."""
+    size = path.stat().st_size
+    if size > MAX_FIGURE_BYTES:
+        raise InputError(f"{path.name} is {size} bytes, above {MAX_FIGURE_BYTES}; lower "
+                         f"{whose} dpi")
+
+
 def cd_figures(table: pd.DataFrame, out: Path, order: Sequence[str] = ()) -> dict:
     """Draw the CD diagram (:mod:`pipeline.report.critical_difference`) of every mode and
     metric with enough methods into ``out``; (mode, metric) → the file's name."""
@@ -311,9 +320,7 @@ def cd_figures(table: pd.DataFrame, out: Path, order: Sequence[str] = ()) -> dic
                               out / f"cd_{tag}_{metric}.png",
                               title=f"{tag}: average rank of {words} over {result['n']} "
                                     "data sets")
-            if path.stat().st_size > MAX_FIGURE_BYTES:
-                raise InputError(f"{path.name} is {path.stat().st_size} bytes, above "
-                                 f"{MAX_FIGURE_BYTES}; lower the CD diagram's dpi")
+            _within_figure_limit(path, "the CD diagram's")
             names[(tag, metric)] = path.name
     return names
 
@@ -368,10 +375,7 @@ def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, referenc
     figures = frontier_figures(table, out, run.get("budgets") or BUDGETS, order,
                                run.get("mode_labels"), run.get("standardize_y", True))
     for figure in figures:
-        size = Path(figure.path).stat().st_size
-        if size > MAX_FIGURE_BYTES:
-            raise InputError(f"{Path(figure.path).name} is {size} bytes, above "
-                             f"{MAX_FIGURE_BYTES}; lower the frontier figures' dpi")
+        _within_figure_limit(Path(figure.path), "the frontier figures'")
     run = {**run, "figures": [Path(f.path).name for f in figures]}
 
     class Block(yaml.SafeDumper):  # a multi-line string (the grid) as a literal block
