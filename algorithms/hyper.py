@@ -228,8 +228,9 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     else:
         own = [median_theta(params, X, y, lam, rng) if init == "median"
                else np.clip(params.theta(kernel, lam, d), *log_bounds)]
-    starts = own + given + [rng.uniform(*log_bounds, size=len(given[0] if given else own[0]))
-                            for _ in range(restarts if max_iter else 0)]
+    starts = own + given
+    starts += [rng.uniform(*log_bounds, size=len(starts[0]))
+               for _ in range(restarts if max_iter else 0)]
     objectives: dict[int, LowRankObjective] = {}
 
     def objective_at(run: int):

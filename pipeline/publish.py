@@ -70,15 +70,18 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "fit_seconds": ("= final_seconds − final_own_learning_seconds", "wall seconds of the fit "
                     "alone: a method's own learning of its hyperparameters is not in it (where "
                     "the run recorded it apart; the first edition did not)"),
-    "learning_seconds": ("= final_hyper_seconds + final_own_learning_seconds", "wall seconds of "
-                         "learning the hyperparameters: the shared kernel's, and a method's "
+    "learning_seconds": ("= final_hyper_seconds + final_hyper_start_seconds + "
+                         "final_own_learning_seconds", "wall seconds of learning the "
+                         "hyperparameters: the shared kernel's (or a method's own learning by "
+                         "hyper=ml and the shared learning it starts from), and a method's "
                          "own learning inside its fit"),
     "certificate_gap": ("final_gap", "the method's relative duality gap (empty: it has none)"),
     "threads": ("final_blas_threads", "BLAS threads of the job"),
     "cpu_model": ("final_cpu_model", "the machine's CPU"),
     "fit_cpu_seconds": ("= final_cpu_seconds − final_own_learning_cpu_seconds", "process CPU "
                         "seconds (all threads) of the fit alone"),
-    "learning_cpu_seconds": ("= final_hyper_cpu_seconds + final_own_learning_cpu_seconds",
+    "learning_cpu_seconds": ("= final_hyper_cpu_seconds + final_hyper_start_cpu_seconds + "
+                             "final_own_learning_cpu_seconds",
                              "process CPU seconds of learning the hyperparameters"),
     "load_start": ("final_load_start", "the machine's 1-minute load average at the job's start"),
     "load_end": ("final_load_end", "… and at its end"),
@@ -100,9 +103,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
 # term counts as 0 unless every term is missing
 DERIVED = {
     "fit_seconds": (("final_seconds", 1), ("final_own_learning_seconds", -1)),
-    "learning_seconds": (("final_hyper_seconds", 1), ("final_own_learning_seconds", 1)),
+    "learning_seconds": (("final_hyper_seconds", 1), ("final_hyper_start_seconds", 1),
+                         ("final_own_learning_seconds", 1)),
     "fit_cpu_seconds": (("final_cpu_seconds", 1), ("final_own_learning_cpu_seconds", -1)),
-    "learning_cpu_seconds": (("final_hyper_cpu_seconds", 1),
+    "learning_cpu_seconds": (("final_hyper_cpu_seconds", 1), ("final_hyper_start_cpu_seconds", 1),
                              ("final_own_learning_cpu_seconds", 1)),
 }
 INTEGERS = ("split", "seed", "basis_size", "threads", "cores")

@@ -99,6 +99,10 @@ def test_a_tiny_own_job_learns_by_the_low_rank_bound(tmp_path):
                     tmp_path / "exact.nc").result.summary
     assert exact["hyper_method"] == "subset" and exact["hyper_n_basis"] == 0
     assert exact["hyper_lam"] != nystrom["hyper_lam"]
+    # the shared learning it started from is part of its learning's cost, as for a peer
+    assert nystrom["hyper_start_seconds"] == exact["hyper_seconds"] > 0
+    assert nystrom["hyper_start_cpu_seconds"] == exact["hyper_cpu_seconds"] > 0
+    assert "hyper_start_seconds" not in exact
 
 
 def test_own_caps_set_a_peers_own_options_and_nothing_else():

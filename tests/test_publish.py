@@ -49,6 +49,19 @@ def test_the_table_has_its_schema_and_lists_mode_free_jobs_under_each_mode():
     assert set(table["cpu_model"]) == {"AMD EPYC"}
 
 
+def test_learning_seconds_hold_the_shared_learning_a_method_started_from():
+    """learning_seconds = hyper_seconds + hyper_start_seconds + own_learning_seconds (a missing
+    term is 0): ours pay for the shared learning they start from, as the peers do."""
+    ds = _sweep()
+    start = np.zeros(ds["final_seconds"].shape)
+    start[0, ..., 1] = 4.0  # a, own: started from a shared learning of 4 s
+    ds["final_hyper_start_seconds"] = (ds["final_seconds"].dims, start)
+    table = job_table(ds)
+    a_own = table[(table["algorithm"] == "a") & (table["mode"] == "own")]
+    assert (a_own["learning_seconds"] == 5.0).all()
+    assert (table[table["mode"] == "shared"]["learning_seconds"] == 1.0).all()
+
+
 def test_readme_renders_from_the_csv_with_confidence_intervals_over_splits():
     buffer = io.StringIO()
     job_table(_sweep()).to_csv(buffer, index=False)

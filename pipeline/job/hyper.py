@@ -254,16 +254,19 @@ def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     settings = {k: v for k, v in options.items() if k not in ("name", "seed", "shared_start")}
-    extra = []
+    extra, start = [], {}
     if options["shared_start"]:  # the other learning's optimum is one more start
         other = learned(shared_config(config), store)
         extra.append((other.kernel, other.lam))
+        # its seconds are part of this learning's cost, as they are of a peer's that starts there
+        start = {"hyper_start_seconds": other.summary["hyper_seconds"],
+                 "hyper_start_cpu_seconds": other.summary["hyper_cpu_seconds"]}
     result = learn(X, y, kernel, float(config["lam"]),
                    rng=np.random.default_rng([options["seed"], 7]), extra_starts=extra,
                    **settings)
     return {"kernel": {"name": result.kernel.name,
                        **{k: list(v) if isinstance(v, tuple) else v
                           for k, v in result.kernel.params.items()}},
-            "lam": result.lam, "summary": result.summary(), "names": result.names,
+            "lam": result.lam, "summary": {**result.summary(), **start}, "names": result.names,
             "runs": result.runs,
             "trace": {k: np.asarray(v).tolist() for k, v in result.trace.items()}}

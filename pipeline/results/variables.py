@@ -71,6 +71,10 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "hyper_seconds": ("time to learn the hyperparameters", "s"),
     "hyper_cpu_seconds": ("CPU time of the process (every thread) while learning the "
                           "hyperparameters", "s"),
+    "hyper_start_seconds": ("time to learn the kernel this learning started from "
+                            "(hyper.shared_start; not in hyper_seconds)", "s"),
+    "hyper_start_cpu_seconds": ("CPU time of the process while learning the kernel this "
+                                "learning started from", "s"),
     "hyper_lam": ("learned noise variance σ²", TARGET2),
     "hyper_variance": ("learned kernel variance", TARGET2),
     "hyper_evaluations": ("marginal-likelihood evaluations while learning", "1"),
