@@ -87,7 +87,7 @@ OPTIONS: dict[str, Option] = {
                    choices=("median", "kernel", "shared")),
     "center_y": Option(True, "bool", "a constant prior mean, the training targets' mean: "
                        "learn, fit and score the centred targets"),
-    "max_iter": Option(200, "int", "L-BFGS-B iterations per run (0: the first start only, "
+    "max_iter": Option(1000, "int", "L-BFGS-B iterations per run (0: the first start only, "
                        "not optimised: the start a method that learns by itself trains from)",
                        lo=0),
     "seed": Option(0, "int", "seeds the subset and the random starts", lo=0,
@@ -196,7 +196,7 @@ def at_bound(theta: np.ndarray, names: list[str], fraction: float = 0.01) -> lis
 def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
           rng: np.random.Generator, method: str = "subset", subset: int = 2000,
           basis: int = 512, bound: str = "vfe", restarts: int = 5, ard: bool = False,
-          max_iter: int = 200, init: str = "median", center_y: bool = True,
+          max_iter: int = 1000, init: str = "median", center_y: bool = True,
           extra_starts: Sequence[tuple[Kernel, float]] = ()) -> Learned:
     """Maximise the marginal likelihood of ``method`` (:data:`METHODS`) from the first start
     (``init``; none with ``init="shared"``), then from each (kernel, σ²) of ``extra_starts``
