@@ -462,9 +462,10 @@ def run_small(cwd: Path, name: str, figures: int):
 
 
 @pytest.mark.slow
-def test_smola2000_experiments_small(tmp_path):
-    """Smola & Bartlett (2000) at small size: Table 2's two rows, Fig. 1, §5's splits and
-    synthetic data."""
+def test_smola2000_basis_small(tmp_path):
+    """Smola & Bartlett (2000) at small size, Table 2's first row: SGMA runs to eps, and
+    standardised rings need more basis functions (one test per experiment: pytest-xdist
+    spreads them over its workers)."""
     ds, text = run_small(tmp_path, "smola2000_basis", 3)
     assert float(ds["final_gap"].max()) < 0.025  # SGMA ran to eps
     basis = ds["final_n_basis"].squeeze()
@@ -472,6 +473,11 @@ def test_smola2000_experiments_small(tmp_path):
                  > basis.sel({"dataset.standardize_y": "False"})).all())
     assert "certified relative suboptimality (L − L_min)/∣L_min∣" in text
 
+
+@pytest.mark.slow
+def test_smola2000_convergence_small(tmp_path):
+    """Fig. 1 at small size: larger candidate subsets converge faster, and the certificate
+    bounds the true suboptimality."""
     ds, text = run_small(tmp_path, "smola2000_convergence", 3)
     gap = ds["final_gap"].squeeze().mean("seed")
     assert bool((gap.sel(kappa=59) < gap.sel(kappa=1)).all())  # larger subsets converge faster
@@ -479,12 +485,20 @@ def test_smola2000_experiments_small(tmp_path):
     assert "(L − L_dual)/∣L∣ at step 50" in text and "∣L∣ at step 20" in text
     assert "Fig. 1" in text
 
+
+@pytest.mark.slow
+def test_smola2000_errorbars_small(tmp_path):
+    """Table 2's second row at small size: wider kernels need fewer basis functions."""
     ds, text = run_small(tmp_path, "smola2000_errorbars", 0)
     means = ds["final_error_bar_basis_mean"].squeeze()
     assert np.all(np.diff(means.values) < 0)  # wider kernels need fewer basis functions
     assert 5 < means.sel({"kernel.width": 10.0}) < 40  # paper: 17 ± 16
     assert "error bar basis mean" in text and "79±61" in text  # the paper's column
 
+
+@pytest.mark.slow
+def test_smola2000_generalisation_small(tmp_path):
+    """§5's splits at small size: SGMA's test RMSE is the exact GP's, with paired t-tests."""
     ds, text = run_small(tmp_path, "smola2000_generalisation", 0)
     rmse = ds["final_test_rmse"].squeeze()
     assert np.all(np.abs(rmse.sel(algorithm="sgma") - rmse.sel(algorithm="exact")) < 0.05)
@@ -496,17 +510,24 @@ def test_smola2000_experiments_small(tmp_path):
     assert "| test root mean squared error [target units] | – | sgma | exact |" in paired_tests(
         raw, ds.attrs["config"]["report"]["paired"])
 
+
+@pytest.mark.slow
+def test_smola2000_synthetic_small(tmp_path):
+    """The synthetic data at small size: 200 bumps kept, SGMA within its gap."""
     ds, text = run_small(tmp_path, "smola2000_synthetic", 1)
     assert int(ds["final_n_basis"].max()) == 200 and float(ds["final_gap"].max()) < 0.05
 
 
 @pytest.mark.slow
-def test_zhang2001_abalone_and_kin40k_target_small(tmp_path):
+def test_zhang2001_abalone_small(tmp_path):
     ds, text = run_small(tmp_path, "zhang2001_abalone", 3)
     delta = ds["delta_R"].squeeze()
     assert bool((delta <= ds["bound"].squeeze() + 1e-12).where(np.isfinite(delta), True).all())
     assert "R(w^k) − R(ŵ) [standardised target units²] at step 10" in text
 
+
+@pytest.mark.slow
+def test_kin40k_target_small(tmp_path):
     ds, text = run_small(tmp_path, "kin40k_target", 2)
     lam = ds["final_hyper_lam"].values
     assert np.allclose(lam, lam.ravel()[0])  # one learning, shared by every job
