@@ -11,7 +11,7 @@ from algorithms import REGISTRY, InputError, Kernel
 from algorithms.evaluation import options_of
 from algorithms.hyper import Parameters, learn, log_marginal_likelihood
 from pipeline.config import complete
-from pipeline.job.hyper import HYPER_OPTIONS, cache_key, shared_config
+from pipeline.job.hyper import HYPER_OPTIONS, base_config, cache_key, hyper_options, shared_config
 from pipeline.job.identity import config_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.run import run_job
@@ -53,9 +53,9 @@ def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
     assert apply_protocol(config) == "own"
     shared_hyper = job(name, "shared")["hyper"]
     assert config["hyper"] == {**shared_hyper, "method": "lowrank", "bound": "vfe",
-                               "basis": 16,
+                               "basis": 16, "refine": None,
                                "shared_start": {k: shared_hyper.get(k, HYPER_OPTIONS[k].default)
-                                                for k in ("method", "bound", "basis")}}
+                                                for k in ("refine", "method", "bound", "basis")}}
     assert shared_config(config)["hyper"]["method"] == shared_hyper.get("method", "subset")
     again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     assert apply_protocol(again) == "own" and again == config  # idempotent
@@ -67,6 +67,47 @@ def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
     larger = job("nystrom", "own", max_basis=32)
     apply_protocol(nystrom), apply_protocol(larger)
     assert cache_key(config) == cache_key(nystrom) != cache_key(larger)
+
+
+def test_an_own_learning_starts_from_the_refined_shared_learning():
+    """With hyper.refine on the shared learning (the reference's protocol), a low-rank own
+    learning has no stage of its own and starts from the refined shared learning: the
+    shared_start form carries the stage, so it names the shared learning's cache entry."""
+    config = job("nystrom", "own", max_basis=16)
+    config["hyper"] = {**config["hyper"], "refine": {"subset": 8000, "max_iter": 50}}
+    shared = {**config, "protocol": "shared", "hyper": dict(config["hyper"])}
+    apply_protocol(config), apply_protocol(shared)
+    assert config["hyper"]["refine"] is None
+    assert config["hyper"]["shared_start"]["refine"] == {"subset": 8000, "max_iter": 50}
+    assert cache_key(shared_config(config)) == cache_key(shared)
+    assert cache_key(base_config(shared)) != cache_key(shared)
+
+
+def test_a_refined_learning_starts_from_the_learning_before_its_stage(tmp_path):
+    """hyper.refine: the learning on 40 rows, then its optimum refined on every row (120) from
+    it alone; the stage's record says 120 rows and one run, and its start's seconds are the
+    40-row learning's (cached apart: a job without the stage reads it)."""
+    base = {"dataset": {"name": "sine1d", "n_train": 120, "n_test": 20},
+            "kernel": {"name": "rbf", "width": 2.0}, "algorithm": {"name": "exact"},
+            "hyper": {"name": "ml", "restarts": 0, "subset": 40},
+            "store_root": str(tmp_path / "stores"), "certificate": {"enabled": False}}
+    refined = run_job({**base, "hyper": {**base["hyper"],
+                                         "refine": {"subset": 1000, "max_iter": 20}}},
+                      tmp_path / "refined.nc").result.summary
+    first = run_job(base, tmp_path / "first.nc").result.summary
+    assert first["hyper_n_subset"] == 40 and refined["hyper_n_subset"] == 120
+    assert refined["hyper_runs"] == 1 and refined["hyper_start_seconds"] == first["hyper_seconds"]
+    # the stage started at the 40-row optimum: its first evaluation there, on all 120 rows
+    assert refined["hyper_lam"] != first["hyper_lam"]
+
+
+@pytest.mark.parametrize("refine", [{"subset": 8000}, {"subset": 0, "max_iter": 5}, 3,
+                                    {"subset": 8000, "max_iter": 50, "init": "median"}])
+def test_a_bad_refine_is_one_line(refine):
+    config = job("exact", "shared")
+    config["hyper"] = {**config["hyper"], "refine": refine}
+    with pytest.raises(InputError, match=r"hyper.refine=.* must be null or \{subset: N, max_iter"):
+        hyper_options(config)
 
 
 def test_own_protocol_applies_the_specs_training_from_the_shared_kernel():

@@ -15,6 +15,13 @@ jobs that need it wait for one learning. A sweep runs each learning as its own t
 jobs that need it, and a learning that also starts from another's optimum
 (``hyper.shared_start``) after that one (:mod:`pipeline.sweep`); a single job learns (or reads
 the cache) itself.
+
+``hyper.refine`` (``{subset: N, max_iter: K}``) adds a stage to a learning: its optimum is
+refined on N random training rows (every row where fewer) by at most K L-BFGS-B iterations
+from that optimum only, so a learning on many rows costs a few O(N³) evaluations rather than a
+whole run from the median start (``experiment=reference_kernel`` measured the protocol). The
+learning before the stage is cached apart (the same learning without ``refine``), and its
+seconds are the refined learning's ``hyper_start_seconds``.
 """
 
 from __future__ import annotations
@@ -45,12 +52,27 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
+def _refine_form(value: Any) -> dict[str, int]:
+    """``hyper.refine``: {subset: N, max_iter: K}, N ≥ 1 rows and at most K ≥ 1 iterations."""
+    fine = (isinstance(value, Mapping) and set(value) == {"subset", "max_iter"}
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                    for v in value.values()))
+    if not fine:
+        raise InputError(f"hyper.refine={value!r} must be null or {{subset: N, max_iter: K}} "
+                         "with integers N, K ≥ 1, e.g. 'hyper.refine={subset: 8000, max_iter: 50}'")
+    return {"subset": int(value["subset"]), "max_iter": int(value["max_iter"])}
+
+
 def _hyper_form(value: Any) -> dict[str, Any]:
-    """``hyper.shared_start``: a mapping of options of :data:`algorithms.hyper.OPTIONS`."""
-    if not isinstance(value, Mapping) or not set(value) <= set(OPTIONS):
+    """``hyper.shared_start``: a mapping of options of :data:`algorithms.hyper.OPTIONS` (and a
+    ``refine`` stage)."""
+    if not isinstance(value, Mapping) or not set(value) <= set(OPTIONS) | {"refine"}:
         raise InputError(f"hyper.shared_start={value!r} must map hyper options to values, "
                          "e.g. 'hyper.shared_start={method: subset}', or be null")
-    return dict(value)
+    form = dict(value)
+    if form.get("refine") is not None:
+        form["refine"] = _refine_form(form["refine"])
+    return form
 
 
 HYPER_OPTIONS: dict[str, Option] = {
@@ -62,6 +84,9 @@ HYPER_OPTIONS: dict[str, Option] = {
                            "further start of this one (protocol=own sets it: a method that "
                            "learns in its own form also starts from the shared kernel, as the "
                            "peers do)", none_ok=True, parse=_hyper_form),
+    "refine": Option(None, "any", "null, or {subset: N, max_iter: K}: refine the learned "
+                     "optimum on N random training rows (every row where fewer) by at most K "
+                     "L-BFGS-B iterations from it", none_ok=True, parse=_refine_form),
 }
 
 CACHE_DIR = "hyper"
@@ -93,7 +118,8 @@ def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:
         shape = train_shape(config["dataset"])
         Parameters.of(kernel, shape[1] if shape else 1, options["ard"])
         if shape:
-            need, what = memory_bytes(options, shape[0])
+            rows = max(options["subset"], (options["refine"] or {"subset": 0})["subset"])
+            need, what = memory_bytes({**options, "subset": rows}, shape[0])
             available = float(psutil.virtual_memory().available)
             if need > available:
                 raise InputError(
@@ -202,6 +228,18 @@ def shared_config(config: Mapping) -> dict:
     return {**config, "hyper": {**hyper, **dict(hyper["shared_start"]), "shared_start": None}}
 
 
+def base_config(config: Mapping) -> dict:
+    """``config`` with the learning its ``hyper.refine`` stage refines (no stage)."""
+    return {**config, "hyper": {**dict(config["hyper"]), "refine": None}}
+
+
+def _seconds(record: LearnedRecord, cpu: bool = False) -> float:
+    """The wall (or CPU) seconds of a learning and of the learnings it started from."""
+    kind = "cpu_" if cpu else ""
+    return (float(record.summary[f"hyper_{kind}seconds"])
+            + float(record.summary.get(f"hyper_start_{kind}seconds", 0.0)))
+
+
 def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedRecord:
     """The learned hyperparameters of a job with ``hyper=ml``: read from the cache, or learned
     on the job's training data (ingested if ``store`` is not given) and cached atomically."""
@@ -253,14 +291,20 @@ def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike
     X, y, _, _ = load_arrays(store, verify=False)
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
-    settings = {k: v for k, v in options.items() if k not in ("name", "seed", "shared_start")}
-    extra, start = [], {}
-    if options["shared_start"]:  # the other learning's optimum is one more start
+    settings = {k: v for k, v in options.items()
+                if k not in ("name", "seed", "shared_start", "refine")}
+    other = None
+    if options["refine"]:  # a stage: from the learning before it (itself from its starts)
+        other = learned(base_config(config), store)
+        settings.update(options["refine"], init="shared", restarts=0)
+    elif options["shared_start"]:  # the other learning's optimum is one more start
         other = learned(shared_config(config), store)
+    extra, start = [], {}
+    if other is not None:
         extra.append((other.kernel, other.lam))
         # its seconds are part of this learning's cost, as they are of a peer's that starts there
-        start = {"hyper_start_seconds": other.summary["hyper_seconds"],
-                 "hyper_start_cpu_seconds": other.summary["hyper_cpu_seconds"]}
+        start = {"hyper_start_seconds": _seconds(other),
+                 "hyper_start_cpu_seconds": _seconds(other, cpu=True)}
     result = learn(X, y, kernel, float(config["lam"]),
                    rng=np.random.default_rng([options["seed"], 7]), extra_starts=extra,
                    **settings)

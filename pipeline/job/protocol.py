@@ -64,7 +64,9 @@ def apply_protocol(config: dict) -> str:
         config["algorithm"] = {**config["algorithm"], **spec.own_protocol, **caps}
     elif spec.own_hyper is not None and learns:  # hyper=ml in its own form
         options = {**{k: o.default for k, o in spec.options.items()}, **config["algorithm"]}
-        hyper, own = dict(config["hyper"]), dict(spec.own_hyper(options))
+        # on every row by the bound: no refinement stage of its own (the shared one's is kept
+        # in the shared learning's form, below)
+        hyper, own = dict(config["hyper"]), {"refine": None, **spec.own_hyper(options)}
         # the shared learning's form, kept as a further start (idempotent: set once)
         shared = hyper.get("shared_start") or {k: hyper.get(k, HYPER_OPTIONS[k].default)
                                                for k in own}
