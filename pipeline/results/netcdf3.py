@@ -8,7 +8,7 @@ named as its one dim being a coordinate) for the datasets a job writes: numbers,
 text over named dims, attrs of text and numbers. :func:`write_netcdf3` writes it with the calls
 xarray's scipy backend makes (the same CF encoding: NaN ``_FillValue`` of floats, int64 stored
 as int32, booleans as int8 with ``dtype: bool``, text as UTF-8 characters over a
-``string<n>`` dim), so the file is the one xarray writes, byte for byte (tests/test_job_file.py
+``string<n>`` dim), so the file is the one xarray writes, byte for byte (tests/test_netcdf3.py
 compares them). Anything else raises :class:`NotPlain`, and the caller goes through xarray.
 """
 
