@@ -69,6 +69,7 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
     start without it."""
     from algorithms.errors import InputError
     from pipeline.cluster.here import ClusterFitError, worker_name
+    from pipeline.job.codeversion import cached_under
     from pipeline.job.deadline import JobTimedOut, deadline
     from pipeline.job.log import job_log
     from pipeline.job.run import run_job
@@ -83,7 +84,8 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
                      config["algorithm"]["name"], config["dataset"]["name"], config["lam"],
                      config["kappa"], config["seed"])
             timeout = check_job_timeout(config["job_timeout"])
-            with deadline(timeout, partial(_stuck, config, output_dir, one_job)):
+            with deadline(timeout, partial(_stuck, config, output_dir, one_job)), \
+                    cached_under(config.get("store_root")):  # code versions kept by the stores
                 outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
                                                                   "pid": os.getpid()})
             log.info("finished:\n%s", outcome_text(outcome))

@@ -85,6 +85,8 @@ NOT_NUMERIC = {
     "pipeline.job.hydra_job": "Hydra's job context",
     "pipeline.job.warmup": "an untimed warm-up fit whose result is thrown away",
     "pipeline.results.checksum": "file checksums",
+    "pipeline.results.netcdf3": "writes result.nc as xarray would (the same bytes); every value "
+                                "read back is checked against the file's checksum",
     "pipeline.oserrors": "the one line for an OSError",
     "pipeline.results.ownership": "which files a store may hold before it is replaced",
     "pipeline.sweep.claims": "a lease: which process learns, not what it learns",

@@ -23,7 +23,7 @@ from algorithms.errors import InputError
 from algorithms.registry import get
 from pipeline.config import complete
 from pipeline.datasets import StoreError, content_digest
-from pipeline.job.codeversion import code_version, module_of, pipeline_version
+from pipeline.job.codeversion import cached_under, code_version, module_of, pipeline_version
 from pipeline.job.hyper import hyper_options
 
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
@@ -65,6 +65,12 @@ def job_identity(config: Mapping, write_data: bool = True) -> dict:
     written) raises its :class:`~pipeline.datasets.StoreError`: a sweep stops before any job
     is named after data it does not have; any other bad dataset spec is the job's to report."""
     config = complete(config)
+    # the code versions computed once are kept beside the stores (none written on a dry run)
+    with cached_under(config.get("store_root") if write_data else None):
+        return _identity(config, write_data)
+
+
+def _identity(config: Mapping, write_data: bool) -> dict:
     ident = _config_part(config)
     spec = _spec_or_none(config)
     ident["code_version"] = algorithm_version(spec) if spec is not None else None

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from algorithms.registry import get
 from pipeline.job.hyper import bound_warning
-from pipeline.results.job_file import load_job_result
+from pipeline.results.job_file import load_job_attrs, load_job_result
 
 
 def _fmt(value, spec: str = ".6g") -> str:
@@ -148,7 +148,7 @@ def trivial_warning(summary: dict) -> str | None:
 def job_warnings(result_path: str | Path) -> list[str]:
     """The ``warning: …`` lines of one job's result: a learning that ended on a bound, a fit
     no better than the training mean."""
-    summary = load_job_result(result_path).attrs.get("summary", {})
+    summary = load_job_attrs(result_path).get("summary", {})
     lines = [bound_warning(summary.get("hyper_at_bound", "")), trivial_warning(summary)]
     return [line for line in lines if line]
 
@@ -167,7 +167,10 @@ def outcome_text(outcome) -> str:
 
 
 def summary_text(result_path: str | Path) -> str:
-    """What a user sees after one job: the summary of its result file and where it is."""
-    ds = load_job_result(result_path)
+    """What a user sees after one job: the summary of its result file and where it is (a
+    fit's from its attrs alone, read without xarray)."""
+    attrs = load_job_attrs(result_path)
+    ds = SimpleNamespace(attrs=attrs) if attrs.get("kind") == "fit" else load_job_result(
+        result_path)
     return f"{TEXT[ds.attrs['kind']](ds)}\nresult: {result_path}"
 

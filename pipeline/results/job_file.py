@@ -26,6 +26,7 @@ from algorithms.contract import Result
 from algorithms.errors import InputError
 from pipeline.oserrors import write_failure
 from pipeline.results.checksum import PAYLOAD_DIGEST, DamagedFile, check_payload, payload_digest
+from pipeline.results.netcdf3 import NotPlain, PlainDataset, plain_dataset, write_netcdf3
 from pipeline.results.ownership import foreign_entry
 from pipeline.results.variables import describe_dataset
 
@@ -89,13 +90,11 @@ def _base_attrs(config: Mapping, attrs: Mapping) -> dict:
 
 
 def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
-                      extra_vars: Mapping | None = None) -> xr.Dataset:
-    """A finished job's result as an xarray Dataset: trace variables over ``step``, the
-    result's own arrays (a fit's basis and coefficients), ``extra_vars`` (name -> (dims,
-    values), e.g. the hyperparameter optimiser's trace over ``hyper_eval``), the summary and the
-    reasons for quantities that do not apply as JSON attrs."""
-    import xarray as xr
-
+                      extra_vars: Mapping | None = None) -> PlainDataset | xr.Dataset:
+    """A finished job's result as a dataset (:func:`_job_dataset`): trace variables over
+    ``step``, the result's own arrays (a fit's basis and coefficients), ``extra_vars`` (name
+    -> (dims, values), e.g. the hyperparameter optimiser's trace over ``hyper_eval``), the
+    summary and the reasons for quantities that do not apply as JSON attrs."""
     data_vars = {name: ("step", np.asarray(values)) for name, values in result.trace.items()}
     data_vars.update(result.variables())
     data_vars.update(extra_vars or {})
@@ -104,8 +103,21 @@ def result_to_dataset(result: Result, config: Mapping, attrs: Mapping,
                  "summary": json.dumps(summary, sort_keys=True),
                  "not_applicable": json.dumps(dict(result.not_applicable), sort_keys=True),
                  **_base_attrs(config, attrs)}
-    return _sealed(describe_dataset(xr.Dataset(
-        data_vars, coords={"step": np.arange(1, result.n_steps + 1)}, attrs=all_attrs)))
+    return _job_dataset(data_vars, {"step": np.arange(1, result.n_steps + 1)}, all_attrs)
+
+
+def _job_dataset(data_vars: Mapping, coords: Mapping, attrs: Mapping
+                 ) -> PlainDataset | xr.Dataset:
+    """``xr.Dataset(data_vars, coords=coords, attrs=attrs)`` described and sealed: held
+    without xarray (:mod:`pipeline.results.netcdf3`, which writes the file xarray writes)
+    where it can be, else through xarray."""
+    try:
+        ds = plain_dataset(data_vars, coords, attrs)
+    except NotPlain:
+        import xarray as xr
+
+        ds = xr.Dataset(data_vars, coords=coords, attrs=attrs)
+    return _sealed(describe_dataset(ds))
 
 
 def _variables(ds) -> list[tuple[str, tuple[str, ...], np.ndarray]]:
@@ -113,7 +125,7 @@ def _variables(ds) -> list[tuple[str, tuple[str, ...], np.ndarray]]:
     return [(str(name), tuple(var.dims), var.values) for name, var in ds.variables.items()]
 
 
-def _sealed(ds: xr.Dataset) -> xr.Dataset:
+def _sealed(ds: PlainDataset | xr.Dataset) -> PlainDataset | xr.Dataset:
     """``ds`` with the checksum of its payload in attr ``payload_sha256``
     (:func:`pipeline.results.checksum.payload_digest`), verified whenever the file is read."""
     ds.attrs.pop(PAYLOAD_DIGEST, None)
@@ -130,10 +142,14 @@ class WriteError(InputError):
         self.errno = errno_
 
 
-def _write_netcdf(ds: xr.Dataset, path: Path) -> None:
-    """``ds.to_netcdf(path, engine="scipy")``, byte for byte, without its write lock: the file
-    is a fresh temporary one no other process knows, and choosing that lock asks Dask for its
-    scheduler, which imports ``distributed`` (~0.3 s of a tiny job's CPU)."""
+def _write_netcdf(ds: PlainDataset | xr.Dataset, path: Path) -> None:
+    """``ds.to_netcdf(path, engine="scipy")``, byte for byte: a :class:`PlainDataset` by
+    :func:`pipeline.results.netcdf3.write_netcdf3`, without xarray; an xarray Dataset without
+    its write lock: the file is a fresh temporary one no other process knows, and choosing that
+    lock asks Dask for its scheduler, which imports ``distributed`` (~0.3 s of CPU)."""
+    if isinstance(ds, PlainDataset):
+        write_netcdf3(ds, path)
+        return
     from xarray.backends import ScipyDataStore
 
     store = ScipyDataStore(str(path), mode="w", lock=False)
@@ -143,7 +159,7 @@ def _write_netcdf(ds: xr.Dataset, path: Path) -> None:
         store.close()
 
 
-def _write_atomically(ds: xr.Dataset, path: str | os.PathLike, *,
+def _write_atomically(ds: PlainDataset | xr.Dataset, path: str | os.PathLike, *,
                       check: Callable[[Path], None] | None = None) -> Path:
     """Write ``ds`` to ``path`` (``.nc``: netCDF file, else zarr directory) via a temporary
     sibling renamed into place; ``check(tmp)`` may read the written copy back before that.
@@ -311,11 +327,9 @@ def write_job_result(result: Result, config: Mapping, path: str | os.PathLike,
 def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
                       attrs: Mapping) -> Path:
     """Record a failed job (status failed, the error text kept) atomically."""
-    import xarray as xr
-
-    ds = xr.Dataset(attrs={"algorithm": config["algorithm"]["name"], "status": "failed",
-                           "error": error, "summary": "{}", **_base_attrs(config, attrs)})
-    return _write_atomically(_sealed(ds), path, check=_reads_back)
+    ds = _job_dataset({}, {}, {"algorithm": config["algorithm"]["name"], "status": "failed",
+                               "error": error, "summary": "{}", **_base_attrs(config, attrs)})
+    return _write_atomically(ds, path, check=_reads_back)
 
 
 def verified_status(path: str | os.PathLike) -> tuple[str, str] | None:
@@ -359,6 +373,13 @@ def parsed_attrs(path: str | os.PathLike, attrs: Mapping) -> dict:
             if key in ("summary", "not_applicable") and not isinstance(out[key], dict):
                 raise _damaged(path, f"has a {key} attr that is not a JSON object")
     return out
+
+
+def load_job_attrs(path: str | os.PathLike) -> dict:
+    """The attrs of one job's result file as :func:`load_job_result` gives them (JSON ones
+    parsed, numbers as Python numbers), its checksum verified, read without xarray where
+    :func:`_read_job` can."""
+    return parsed_attrs(path, _read_job(path).attrs)
 
 
 def load_job_result(path: str | os.PathLike) -> xr.Dataset:
