@@ -9,7 +9,8 @@ A provider holds one :class:`CholeskyColumns` over all rows in memory
 
 - :meth:`append` adds the factor columns of accepted pivots B with
   F_new = (K[:, B] − F F[B]ᵀ) L_B⁻ᵀ (004 §4.3; L_B the Cholesky factor of the pivots' Schur
-  block, computed by the caller) — one GEMM and one triangular solve on the held rows — and
+  block, computed by the caller) — one GEMM and one triangular solve on the held rows, both
+  written in place into F's next columns (Fortran order: no temporaries, no copy) — and
   updates the residual diagonal diag(K − FFᵀ);
 - :meth:`best` and :meth:`residual_trace` reduce the residual diagonal (symmetric diagonal
   pivoting takes its argmax; the trace is the stopping rule);
@@ -25,6 +26,13 @@ import scipy.linalg as sla
 # A pivot whose Schur complement is below this fraction of its k(x,x) is numerically in the
 # span of the pivots before it (the value SGMA uses for its candidates): never a best pivot.
 DEGENERATE_RTOL = 1e-10
+
+
+def _into(target: np.ndarray, result: np.ndarray) -> None:
+    """Make sure a BLAS call asked to overwrite ``target`` left its ``result`` there (it does
+    for a Fortran-contiguous float64 target; a copy otherwise, written back here)."""
+    if not np.shares_memory(target, result):
+        target[...] = result
 
 
 class CholeskyColumns:
@@ -67,21 +75,28 @@ class CholeskyColumns:
         set with residual 0."""
         t, b = self.t, len(X_new)
         if b:
-            kernel = self.blocks.kernel  # K[:, B] (n × b) from the rows' tile form, made once
-            C = kernel.block(self.blocks.kernel_rows,
-                             kernel.cols(np.asarray(X_new, dtype=np.float64)))
-            if t:
-                C -= self.F[:, :t] @ F_new_rows.T  # Schur complement columns, one GEMM
-            if b == 1:  # one pivot (incomplete Cholesky): a column scaled by 1/L_B
-                new = C / L_B[0, 0]
-            else:
-                new = sla.solve_triangular(L_B, C.T, lower=True, check_finite=False).T
             if t + b > self.F.shape[1]:
                 grown = np.zeros((self.n, max(2 * self.F.shape[1], t + b)), order="F")
                 grown[:, :t] = self.F[:, :t]
                 self.F = grown
-            self.F[:, t: t + b] = new
-            self.resid -= np.einsum("ij,ij->i", new, new)
+            new = self.F[:, t: t + b]  # F-contiguous: every step below writes it in place
+            kernel = self.blocks.kernel  # K[:, B] (n × b) from the rows' tile form, made once
+            new[...] = kernel.block(self.blocks.kernel_rows,
+                                    kernel.cols(np.asarray(X_new, dtype=np.float64)))
+            if t:  # the Schur complement columns K[:, B] − F F[B]ᵀ: one GEMM (GEMV), in place
+                if b == 1:
+                    _into(new[:, 0], sla.blas.dgemv(-1.0, self.F[:, :t], F_new_rows[0],
+                                                    beta=1.0, y=new[:, 0], overwrite_y=1))
+                else:
+                    _into(new, sla.blas.dgemm(-1.0, self.F[:, :t], F_new_rows, beta=1.0,
+                                              c=new, trans_b=1, overwrite_c=1))
+            if b == 1:  # one pivot (incomplete Cholesky): a column scaled by 1/L_B
+                new /= L_B[0, 0]
+            else:  # F_new L_Bᵀ = C: one triangular solve from the right, in place
+                _into(new, sla.blas.dtrsm(1.0, np.asarray(L_B, dtype=np.float64, order="F"),
+                                          new, side=1, lower=1, trans_a=1, overwrite_b=1))
+            for j in range(b):  # the residual diagonal, column by contiguous column
+                self.resid -= new[:, j] * new[:, j]
             self.t = t + b
         _, local = self._local(considered)
         self.resid[local] = 0.0  # exactly reproduced (accepted) or excluded (dropped)
