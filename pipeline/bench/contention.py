@@ -80,18 +80,20 @@ def figure(rows: list[dict], cfg: dict, path: Path) -> None:
     legs = (("quiet_1", "quiet, 1 thread"), (f"quiet_{cores}", f"quiet, {cores} threads"),
             ("busy_1", "contended, 1 thread"), (f"busy_{cores}", f"contended, {cores} threads"),
             ("busy_auto", "contended, threads=auto"))
-    fig, ax = plt.subplots(figsize=(8, 4.4))
+    fig, ax = plt.subplots(figsize=(8, 5.2))
     width = 0.8 / len(legs)
     for k, (key, label) in enumerate(legs):
         ax.bar(np.arange(len(rows)) + k * width, [r[key] / r["busy_1"] for r in rows], width,
                label=label)
     ax.axhline(GOAL, color="k", ls="--", lw=1, label=f"goal: auto ≤ {GOAL} × 1 thread")
-    ax.set_xticks(np.arange(len(rows)) + 0.4, [f"n = {r['n']}" for r in rows])
+    ax.set_xticks(np.arange(len(rows)) + (len(legs) - 1) * width / 2,
+                  [f"n = {r['n']}" for r in rows])
+    busy = cfg["competitors"]
+    took = ", ".join(f"{r['auto_threads']} at n = {r['n']}" for r in rows)
     ax.set(ylabel="seconds / contended 1-thread seconds",
-           title=f"Cholesky of K + σ²I on {cores} cores with {cfg['competitors']} busy "
-                 f"process(es): auto took {', '.join(str(r['auto_threads']) for r in rows)} "
-                 "thread(s)")
-    ax.legend(fontsize=8)
+           title=f"Cholesky of K + σ²I on {cores} cores beside {busy} busy "
+                 f"process{'es' if busy != 1 else ''}\nthreads used by threads=auto: {took}")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
     ax.grid(alpha=0.3, axis="y")
     save_figure(fig, path)
 
