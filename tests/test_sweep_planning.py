@@ -175,6 +175,12 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path, in_process):
             s["job_seconds_sum"] / 2)
         assert sum(s["phases"].values()) == pytest.approx(s["whole_process_seconds"])
         assert s["ratio"] == pytest.approx(s["whole_process_seconds"] / s["ideal_seconds"])
+        # the budgets' two numbers: everything but the jobs' phase, and that phase beyond the
+        # ideal per job
+        assert s["fixed_seconds"] == pytest.approx(
+            s["whole_process_seconds"] - s["phases"]["jobs_seconds"])
+        assert s["per_job_ms"] == pytest.approx(
+            1e3 * (s["phases"]["jobs_seconds"] - s["ideal_seconds"]) / s["jobs"])
     assert figures["plan"]["points"] == 1000 and figures["plan"]["peak_memory_mib"] > 0
     assert (out / "sweep_overhead.png").stat().st_size > 10000
     # the experiment's own results and report (experiment=bench_sweep_overhead size=small)
