@@ -146,10 +146,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("e2e")
         if not have:
             item.add_marker("unit")
-    # the long tests first (slow, then the other end-to-end ones): pytest-xdist hands tests out
-    # in this order, so a run does not end on one worker's long test while the other idles
-    items.sort(key=lambda item: (0 if item.get_closest_marker("slow") else
-                                 1 if item.get_closest_marker("e2e") else 2))
 
 
 def _starts_processes(item, function, starting: set[str]) -> bool:
