@@ -7,6 +7,7 @@ yaml files of ``conf/`` are tested against those tables, so every default lives 
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -146,7 +147,9 @@ def validate(options: Mapping[str, Option], given: Mapping[str, Any], *, owner: 
     """
     unknown = sorted(str(k) for k in given if k not in options)
     if unknown:
-        raise InputError(f"{owner} has no option {unknown[0]!r}; its options: "
+        close = difflib.get_close_matches(unknown[0], list(options), n=1)
+        hint = f"did you mean {prefix}{close[0]}? " if close else ""
+        raise InputError(f"{owner} has no option {unknown[0]!r}; {hint}its options: "
                          f"{', '.join(sorted(options)) or '(none)'}")
     out = {}
     for key, opt in options.items():

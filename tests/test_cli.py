@@ -74,6 +74,18 @@ def test_sgma_and_exact_jobs_on_abalone(tmp_path, run_cli):
     (["-m", "algorithm=nystrom", "own=5"], ["own=5 must map an algorithm to options"]),
     (["-m", "algorithm=nystrom", "hydra.sweeper.grids=[1]"],
      ["hydra.sweeper.grids=[1] must be a list of mappings", "write e.g. grids: [{}"]),
+    # a typo is refused with the closest names, whether typed plain, + or ++ (issue 53)
+    (["width=5"], ["unknown key 'width' in 'width=5'; did you mean kernel.width?"]),
+    (["+width=5"], ["unknown key 'width' in '+width=5'; did you mean kernel.width?"]),
+    (["++lamm=0.1"], ["unknown key 'lamm' in '++lamm=0.1'; did you mean lam?",
+                      "every key: python -m pipeline --help"]),
+    (["kernal.width=3"], ["unknown key 'kernal'", "did you mean kernel.width?"]),
+    (["+certificate.tolx=1"], ["unknown key 'certificate.tolx'", "did you mean certificate.tol?",
+                               "certificate's keys: enabled, kappa, max_dual, tol"]),
+    (["kernel.widht=2"], ["kernel 'rbf' has no option 'widht'; did you mean kernel.width?"]),
+    (["algorithm=sgma", "algorithm.epss=0.1"], ["did you mean algorithm.eps?"]),
+    # a benchmark's own keys are its module's, not the product's
+    (["gemm_size=3"], ["unknown key 'gemm_size'"]),
 ])
 def test_bad_configuration_is_a_one_line_error(tmp_path, args, fragments, run_cli):
     assert_one_line_error(run_cli(tmp_path, *args), *fragments)

@@ -73,9 +73,45 @@ def complete(config: Mapping[str, Any]) -> dict:
 
 def top_level_keys() -> set[str]:
     """Keys a plain ``key=value`` override may name: config.yaml's, the config groups', and
-    the global keys experiments set."""
+    the global keys the job and sweep experiments set. A benchmark's experiment file (one that
+    names its module, ``benchmark: <module>``) is read by that module alone: its keys are not
+    the product's."""
     keys = set(read_yaml(CONF_DIR / "config.yaml")) | set(GROUPS) | {"hydra"}
     for path in (CONF_DIR / "experiment").glob("*.yaml"):
-        keys.update(str(k) for k in read_yaml(path))
+        config = read_yaml(path)
+        if not config.get("benchmark"):
+            keys.update(str(k) for k in config)
     return keys - {"defaults"}
+
+
+def dotted_keys() -> set[str]:
+    """Every key an override may name, spelt in full: the top-level keys, and ``group.option``
+    for each option of every config group's files and of config.yaml's blocks
+    (``certificate.tol``)."""
+    keys = top_level_keys()
+    for group in GROUPS:
+        if group in ("experiment", "size"):
+            continue
+        for path in (CONF_DIR / group).glob("*.yaml"):
+            keys.update(f"{group}.{k}" for k in read_yaml(path) if k not in ("defaults", "name"))
+    for key, value in read_yaml(CONF_DIR / "config.yaml").items():
+        if isinstance(value, dict) and key not in ("hydra",):
+            keys.update(f"{key}.{k}" for k in value)
+    return keys
+
+
+def did_you_mean(key: str) -> str:
+    """``"did you mean kernel.width? "`` for a mistyped key (difflib against :func:`dotted_keys`,
+    and against their last part, so that ``width`` finds ``kernel.width``), or ``""``."""
+    import difflib
+
+    keys = sorted(dotted_keys() - {key, key.split(".")[0]})
+    close = difflib.get_close_matches(key, keys, n=2, cutoff=0.75)
+    if not close:
+        leaves: dict[str, list[str]] = {}
+        for full in keys:
+            leaves.setdefault(full.rsplit(".", 1)[-1], []).append(full)
+        leaf = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(leaves), n=1, cutoff=0.8)
+        close = sorted(leaves[leaf[0]])[:3] if leaf else []
+    return f"did you mean {' or '.join(close)}? " if close else ""
 

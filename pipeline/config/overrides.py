@@ -12,7 +12,14 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
 from hydra.errors import HydraException
 
-from pipeline.config import CONF_DIR, GROUPS, group_options, read_yaml, top_level_keys
+from pipeline.config import (
+    CONF_DIR,
+    GROUPS,
+    did_you_mean,
+    group_options,
+    read_yaml,
+    top_level_keys,
+)
 from pipeline.job.validate import check_sweep_name
 
 _PARSER = OverridesParser.create()
@@ -133,26 +140,44 @@ def check_benchmark(argv: list[str]) -> str | None:
 
 
 def check_override_syntax(argv: list[str]) -> str | None:
-    """A one-line message for the first override that is not ``key=value`` with a known key
-    (Hydra's parser reads them; ``+key=…``, ``++key=…`` and ``~key`` are Hydra's to judge)."""
+    """A one-line message for the first override that is not ``key=value`` with a known key,
+    with the closest valid names (:func:`~pipeline.config.did_you_mean`). ``+key=…`` and
+    ``++key=…`` are checked alike: a product key is never added, only set, so an unknown one
+    is a typo, not a new key. A config group's options (``algorithm.eps``) are checked when the
+    job's config is (the options of the algorithm chosen); ``~key`` is Hydra's to judge."""
     overrides = parse(argv)
     if isinstance(overrides, str):
         return overrides
     known = None
     for override in overrides:
-        head = override.key_or_group.split(".")[0].split("/")[0]
-        if head == "sweep" and override.key_or_group == "sweep" \
+        key = override.key_or_group
+        head = key.split(".")[0].split("/")[0]
+        if head == "sweep" and key == "sweep" \
                 and not override.is_sweep_override():  # checked before Hydra makes the directory
             value = override.value()
             if not (isinstance(value, str) and "${" in value):
                 check_sweep_name(value if isinstance(value, str) else
                                  override.get_value_element_as_str())
-        if override.type == OverrideType.CHANGE:
-            known = known if known is not None else top_level_keys()
-            if head not in known:
-                return (f"unknown key {head!r} in {override.input_line!r}; the keys are: "
-                        f"{', '.join(sorted(known))} (see python -m pipeline --cfg job)")
+        if override.type == OverrideType.DEL or override.package is not None:
+            continue
+        known = known if known is not None else top_level_keys()
+        if head not in known:
+            return (f"unknown key {head!r} in {override.input_line!r}; "
+                    f"{did_you_mean(key)}every key: python -m pipeline --help")
+        block = _block(head)
+        if block is not None and "." in key and key.split(".", 1)[1] not in block:
+            return (f"unknown key {key!r} in {override.input_line!r}; {did_you_mean(key)}"
+                    f"{head}'s keys: {', '.join(sorted(block))}")
     return None
+
+
+def _block(head: str) -> dict | None:
+    """config.yaml's value of ``head`` when it is a block of keys of its own (``certificate``;
+    not a config group, whose options are checked with the job, nor Hydra's)."""
+    if head in GROUPS or head == "hydra":
+        return None
+    value = read_yaml(CONF_DIR / "config.yaml").get(head)
+    return value if isinstance(value, dict) else None
 
 
 # Hydra's own settings the product does not let a command line change: each one would lead
