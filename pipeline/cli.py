@@ -3,6 +3,7 @@ one job or a sweep through :mod:`pipeline.app`, with the outcome taken from what
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -88,9 +89,13 @@ def run_sweep(overrides: Sequence[str], errors: str = "warn") -> xr.Dataset:
 
     if errors not in ("warn", "raise"):
         raise InputError(f"run_sweep(errors={errors!r}): pass errors='warn' or errors='raise'")
+    from pipeline.outputs import outputs_root
+    from pipeline.sweep.naming import name_sweep
+
     checked = _checked(overrides)
     if _starts_a_local_cluster(checked):
         check_main_guard("run_sweep (a local Dask cluster)")
+    checked = name_sweep(checked, outputs_root())
     try:
         outcome = SweepOutcome.from_returns(app.multirun(checked))
     except (HydraException, OmegaConfBaseException) as err:
@@ -189,6 +194,12 @@ def main(argv: list[str]) -> int:
     from pipeline.sweep.signals import silent_on_interrupt
 
     try:
+        from pipeline.outputs import outputs_root
+        from pipeline.sweep.naming import resumed
+
+        again = resumed(line.overrides, outputs_root())
+        if again is not None:  # resume=last: the last sweep's command as it was
+            line = dataclasses.replace(line, overrides=tuple(again), multirun=True)
         overrides = _checked(line.overrides)
         if (line.help or line.shows) and overrides and not line.multirun \
                 and not declares_sweep(overrides):
@@ -221,8 +232,9 @@ def main(argv: list[str]) -> int:
                           f"dask.log); {RERUN}")
         return _error(write_error(err, err.filename or os.getcwd()))
     except KeyboardInterrupt:
-        print("error: interrupted; rerun the same command to resume (finished jobs are kept "
-              "and not fitted again)", file=sys.stderr)
+        from pipeline.watch import INTERRUPTED
+
+        print(f"error: {INTERRUPTED}", file=sys.stderr)
         return 130
 
 
@@ -296,8 +308,11 @@ def _run(multirun: bool, overrides: list[str]) -> int:
         for line in job_warnings(record["result"]):
             print(line, file=sys.stderr)
         return 0
+    from pipeline.outputs import outputs_root
+    from pipeline.sweep.naming import name_sweep
     from pipeline.sweep.outcome import SweepOutcome, sweep_warnings  # xarray: not for one job
 
+    overrides = name_sweep(overrides, outputs_root())
     outcome = SweepOutcome.from_returns(app.multirun(overrides))
     print(outcome.text())
     for line in sweep_warnings(outcome.results_path):

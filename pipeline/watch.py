@@ -38,6 +38,12 @@ NATIVE_CRASH = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, sig
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+# what an interrupted or killed command says: a sweep's finished jobs are on disk, and
+# resume=last reruns its command in its directory (pipeline.sweep.naming)
+RESUME = ("a sweep resumes with python -m pipeline resume=last (finished jobs are kept and not "
+          "fitted again)")
+INTERRUPTED = f"interrupted; {RESUME}"
+
 def announce(doing: str) -> None:
     """Record what this process is doing (e.g. ``the exact fit on kin40k at n_train=36000``),
     for the watcher's message if the process is killed (a no-op when nothing watches), and in
@@ -68,8 +74,7 @@ def signal_cause(sig: int) -> str:
         return (f"killed by {name}, most likely by the operating system's out-of-memory killer "
                 "(dmesg names it); use fewer training points (dataset.n_train), a sparse "
                 "algorithm, or a machine with more memory")
-    return (f"killed by {name} from outside this program; rerun the same command to resume "
-            "(finished jobs are kept and not fitted again)")
+    return f"killed by {name} from outside this program; {RESUME}"
 
 
 def _die_with_parent(parent: int) -> None:
@@ -124,8 +129,7 @@ def watched(program: Callable[[], int]) -> NoReturn:
         os._exit(os.WEXITSTATUS(status))
     sig = os.WTERMSIG(status)
     if sig == signal.SIGINT:
-        print("error: interrupted; rerun the same command to resume (finished jobs are kept "
-              "and not fitted again)", file=sys.stderr)
+        print(f"error: {INTERRUPTED}", file=sys.stderr)
         os._exit(130)
     print(f"error: {_doing(shared)} was {signal_cause(sig)}", file=sys.stderr, flush=True)
     os._exit(1)

@@ -119,13 +119,13 @@ def test_a_disk_filling_up_mid_sweep_stops_it_and_the_rerun_resumes(tmp_path, ru
     space is freed the same command finishes the sweep without fitting them again."""
     args = (*SWEEP[1:], "seed=range(0,30)", "algorithm=sgma", "algorithm.max_basis=5",
             f"store_root={tmp_path / 'stores'}", "allow_outside_outputs=true",
-            "certificate.enabled=false")
+            "certificate.enabled=false", "sweep=multirun")
     with tmpfs(tmp_path / "mnt", "192k") as mount:
         work = _workdir(tmp_path, mount)
         ran = run_cli(work, *args)
         lines = [line for line in ran.stderr.splitlines() if line.strip()]
         assert ran.returncode == 2 and len(lines) == 1, ran.stdout[-2000:] + ran.stderr
-        assert "the disk filled up" in lines[0] and "rerun the same command" in lines[0]
+        assert "the disk filled up" in lines[0] and "resume=last" in lines[0]
         jobs = mount / "multirun" / "jobs"
         kept = {p.parent.name for p in jobs.glob("*/result.nc")}
         assert 0 < len(kept) < 30

@@ -64,7 +64,7 @@ def test_editing_the_csv_reruns_its_jobs(tmp_path, in_process):
         data.write_text("\n".join(rows) + "\n")
 
     args = ("algorithm=sgma,exact", "dataset=csv", f"dataset.path={data}",
-            "seed=0,1", *LOCAL)
+            "seed=0,1", "sweep=multirun", *LOCAL)
     write(1.0)
     first, _ = finish(start(tmp_path, *args))
     assert counts(first) == (0, 3)  # exact once, sgma per seed
@@ -124,8 +124,8 @@ def test_client_killed_then_rerun_loses_and_repeats_nothing(tmp_path, sig):
     if sig == signal.SIGINT:  # the command's one line; Dask's records in the sweep's dask.log
         assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
         assert [line for line in stderr.splitlines() if line.strip()] == [
-            "error: interrupted; rerun the same command to resume (finished jobs are kept and "
-            "not fitted again)"], stderr[-3000:]
+            "error: interrupted; a sweep resumes with python -m pipeline resume=last (finished "
+            "jobs are kept and not fitted again)"], stderr[-3000:]
         assert "distributed." in (jobs_dir.parent / "dask.log").read_text()
     finished = {h for h in finished if load_job_result(jobs_dir / h / "result.nc")
                 .attrs["status"] == "ok"}
@@ -225,12 +225,13 @@ def test_two_different_sweeps_started_together_never_mix(tmp_path):
 
 
 def test_rerunning_part_of_a_sweep_resumes_it(tmp_path):
-    grid = ("algorithm=sgma", "dataset=sine1d", "lam=0.1,0.2", "kernel.width=1,2", *LOCAL)
+    grid = ("algorithm=sgma", "dataset=sine1d", "lam=0.1,0.2", "kernel.width=1,2",
+            "sweep=multirun", *LOCAL)
     first, _ = finish(start(tmp_path, *grid))
     assert counts(first) == (0, 4)
     # a swept key fixed to one of its values, and the keys in another order: the same sweep
     part, _ = finish(start(tmp_path, "kernel.width=1", "algorithm=sgma", "dataset=sine1d",
-                           "lam=0.2,0.1", *LOCAL))
+                           "lam=0.2,0.1", "sweep=multirun", *LOCAL))
     assert counts(part) == (2, 0)
     ds = load(tmp_path / "outputs/multirun/results.zarr")
     assert ds.sizes["kernel.width"] == 2 and set(ds["status"].values.ravel()) == {"ok"}

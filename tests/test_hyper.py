@@ -186,8 +186,8 @@ def test_a_sweep_learns_once_per_setting_and_records_it(tmp_path):
         [sys.executable, "-m", "pipeline", "-m", "algorithm=nystrom,zhang_random",
          "algorithm.max_basis=16", "dataset=sine1d", "dataset.n_train=200", "seed=0,1",
          "hyper=ml", "hyper.subset=150", "hyper.restarts=2", "cluster.n_workers=2",
-         "cluster.dashboard_address=null"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=600)
+         "cluster.dashboard_address=null", "sweep=multirun"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert len(list((tmp_path / "outputs" / "stores" / "hyper").glob("*.json"))) == 1
     ds = xr.open_zarr(tmp_path / "outputs" / "multirun" / "results.zarr")

@@ -244,4 +244,4 @@ def test_a_lost_cluster_connection_is_not_reported_as_a_disk_error(tmp_path, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         "error: the sweep lost its connection to the Dask cluster (CommClosedError: ")
-    assert "cannot write" not in err and "rerun the same command to resume" in err
+    assert "cannot write" not in err and "resume=last" in err

@@ -1,6 +1,7 @@
 """Sweeps: Hydra multirun through the Dask launcher, consolidation, resume, failures, clusters."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,7 +47,10 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     assert "32 sweep points, 20 distinct jobs: 0 already finished, 20 run, 0 failed" \
         in first.stdout
     path = results_path(first)
-    assert path == tmp_path / "outputs" / "multirun" / "results.zarr"
+    # an unnamed sweep gets a new directory, outputs/<date>/<time>/, named as it starts
+    dated = path.parent.relative_to(tmp_path / "outputs").as_posix()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d(-\d+)?", dated), dated
+    assert f"sweep: outputs/{dated}/ (resume: the same command with sweep={dated}" in first.stderr
 
     ds = xr.open_zarr(path)  # plain xarray opens it
     assert dict(ds["status"].sizes) == {"algorithm": 2, "dataset": 1, "lam": 2, "kappa": 2,
@@ -72,9 +76,10 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     consolidate(path.parent)  # idempotent
     xr.testing.assert_identical(xr.open_zarr(path).load(), ds.load())
 
-    again = in_process(tmp_path, "pipeline", "-m", *GRID)  # all cached: nothing starts
+    again = in_process(tmp_path, "pipeline", "resume=last")  # all cached: nothing starts
     assert again.returncode == 0, again.stderr[-3000:]
     assert "20 distinct jobs: 20 already finished, 0 run, 0 failed" in again.stdout
+    assert results_path(again) == path
     assert run_ids(path.parent) == before  # no job was fitted again
 
     report = render(path)
@@ -83,7 +88,7 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     assert (report.parent / "fig1_gap.png").stat().st_size > 5000
 
     # another grid in the same directory is refused, and nothing there changes ...
-    other = [a.replace("lam=0.01,0.1", "lam=0.01,0.2") for a in GRID]
+    other = [a.replace("lam=0.01,0.1", "lam=0.01,0.2") for a in GRID] + [f"sweep={dated}"]
     manifest = (path.parent / "manifest.json").read_bytes()
     refused = in_process(tmp_path, "pipeline", "-m", *other)
     assert refused.returncode == 2 and "pass sweep=<new name>" in refused.stderr
@@ -136,8 +141,8 @@ def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):
                       "lam=0.1,-1", "kappa=5", "cluster.n_workers=2",
                       "cluster.dashboard_address=null")
     assert proc.returncode == 2 and proc.stderr.startswith("error: lam=-1 must be"), proc.stderr
-    sweep_dir = tmp_path / "outputs" / "multirun"
-    assert not (sweep_dir / "jobs").exists() and not (sweep_dir / "manifest.json").exists()
+    assert not list((tmp_path / "outputs").glob("**/jobs"))
+    assert not list((tmp_path / "outputs").glob("**/manifest.json"))
 
 
 def test_experiment_file_sweeper_params_and_ranges(tmp_path):
@@ -171,7 +176,7 @@ def test_batch_cluster_dry_run_prints_job_script(tmp_path, kind, marker, in_proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert marker in proc.stdout and "dask" in proc.stdout
     assert "dry run: nothing submitted" in proc.stdout
-    assert not (tmp_path / "outputs" / "multirun" / "results.zarr").exists()
+    assert not list((tmp_path / "outputs").glob("**/results.zarr"))
 
 
 def test_sweep_runs_on_an_existing_scheduler(tmp_path, dask_processes):

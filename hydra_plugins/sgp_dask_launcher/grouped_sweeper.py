@@ -168,7 +168,8 @@ class GroupedSweeper(Sweeper):
             write_error,
         )
 
-        check_sweep_name(self.config.sweep)
+        if self.config.sweep is not None:  # else hydra.sweep.dir names it
+            check_sweep_name(self.config.sweep)
         check_run_directories(self.config, "sweep")  # under outputs/, or allowed outside
         sweep_dir = Path(self.config.hydra.sweep.dir)
         check_sweep_directory(sweep_dir.resolve())  # a file in its path, read-only, full disk

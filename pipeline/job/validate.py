@@ -74,7 +74,8 @@ def check_sweep_name(name: Any) -> None:
 def check_location(config: Mapping) -> None:
     """Where results go: ``sweep`` a relative directory name under outputs/, ``merge`` a
     bool, ``store_root`` a path."""
-    check_sweep_name(config["sweep"])
+    if config["sweep"] is not None:  # a sweep's (named on its command line); a job has none
+        check_sweep_name(config["sweep"])
     if not isinstance(config["merge"], bool):
         raise InputError(f"merge={config['merge']!r} must be true or false; pass "
                          "merge=true to add a sweep's points to an existing sweep directory")

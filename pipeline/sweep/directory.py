@@ -15,7 +15,7 @@ from algorithms.errors import InputError
 from pipeline.oserrors import file_in_path, write_failure
 from pipeline.results.ownership import foreign_entry
 
-RERUN = "rerun the same command to resume (finished jobs are kept)"
+RERUN = "resume with python -m pipeline resume=last (finished jobs are kept)"
 
 
 class OutOfSpace(InputError):

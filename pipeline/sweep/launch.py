@@ -50,6 +50,7 @@ from pipeline.sweep.manifest import (
     write_bytes,
     write_manifest,
 )
+from pipeline.sweep.naming import started
 from pipeline.sweep.plan import PlannedJob, finished_jobs, plan_only, prepare
 from pipeline.sweep.schedule import SweepCluster, run_on_dask
 
@@ -65,7 +66,7 @@ def check_inputs_held(records: dict[str, dict], sweep_dir: Path) -> None:
         raise InputError(f"{len(failed)} job(s) of this run failed before fitting, on their "
                          f"input ({' '.join(str(failed[0]).split())}); {results} is kept as it "
                          "was; fix the input (e.g. rebuild a damaged dataset store: remove it "
-                         "and it is ingested again) and rerun the same command")
+                         "and it is ingested again) and resume with python -m pipeline resume=last")
 
 
 def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
@@ -102,6 +103,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
           + (f", {len(refused)} too large (recorded as failed)" if refused else ""), flush=True)
     for why in refused.values():
         print(f"  {why}", flush=True)
+    started(sweep_dir, master)  # recorded for resume=last
     timings = {} if startup is None else {"startup_seconds": startup}
     timings["compose_seconds"] = time.perf_counter() - t_start
     cluster = SweepCluster()

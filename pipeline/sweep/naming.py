@@ -1,0 +1,120 @@
+"""A sweep's directory, named before Hydra starts: a new one per unnamed sweep, as Hydra's
+``multirun/<date>/<time>``, and ``resume=last`` to rerun the most recent sweep's command.
+
+A sweep named on the command line (``sweep=<name>``), by its experiment (the file's
+``sweep:``) or by ``hydra.sweep.dir=`` keeps that directory; resuming is naming it again.
+Any other sweep gets ``sweep=<YYYY-MM-DD>/<HH-MM-SS>`` (``outputs/<date>/<time>/``), printed
+with its directory as it starts. Every sweep started from a working directory is recorded in
+``outputs/last_sweep.json`` (its directory and its command's overrides), which
+``resume=last`` reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from algorithms.errors import InputError
+from pipeline.atomic import write_text
+from pipeline.config import CONF_DIR, GROUPS, read_yaml
+
+LAST = "last_sweep.json"  # under the working directory's outputs/
+RESUME = "resume"
+
+
+def _keys(overrides: Sequence[str]) -> dict[str, str]:
+    """``key → value`` of plain ``key=value`` overrides (``+``/``++`` stripped)."""
+    out = {}
+    for arg in overrides:
+        key, equals, value = arg.lstrip("+").partition("=")
+        if equals:
+            out[key] = value
+    return out
+
+
+def _experiment_names_sweep(overrides: Sequence[str]) -> bool:
+    name = _keys(overrides).get("experiment")
+    if not name or "," in name:
+        return False
+    path = CONF_DIR / "experiment" / f"{name}.yaml"
+    return path.is_file() and read_yaml(path).get("sweep") is not None
+
+
+def resumed(overrides: Sequence[str], outputs: Path) -> list[str] | None:
+    """The overrides of the sweep ``resume=last`` reruns (its recorded command), or None when
+    the command line has no ``resume=``. One line of error for ``resume=<other>``, for other
+    keys beside it, or when no sweep was started from here."""
+    keys = _keys(overrides)
+    if RESUME not in keys:
+        return None
+    if keys[RESUME] != "last":
+        raise InputError(f"resume={keys[RESUME]!r}: pass resume=last (the most recent sweep "
+                         "started here), or name a sweep with -m … sweep=<name>")
+    others = [a for a in overrides if not a.lstrip("+").startswith(f"{RESUME}=")
+              and a not in ("-m", "--multirun")]
+    record = _read_last(outputs)
+    command = "python -m pipeline -m " + shlex.join(record["overrides"])
+    if others:
+        raise InputError(f"resume=last reruns the last sweep's command as it was ({command}); "
+                         f"to change it, run that command with your changes instead of "
+                         f"{' '.join(others)}")
+    return list(record["overrides"])
+
+
+def _read_last(outputs: Path) -> dict:
+    path = outputs / LAST
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"resume=last: no sweep was started from {outputs.parent} yet (no "
+                         f"outputs/{LAST}); start one with python -m pipeline -m …") from None
+    except (OSError, ValueError) as err:
+        raise InputError(f"resume=last: outputs/{LAST} is unreadable ({err}); resume by "
+                         "naming the sweep: python -m pipeline -m … sweep=<name>") from None
+    if not (isinstance(record, dict) and isinstance(record.get("sweep"), str)
+            and isinstance(record.get("overrides"), list)
+            and all(isinstance(a, str) for a in record["overrides"])):
+        raise InputError(f"resume=last: outputs/{LAST} is not a sweep record; resume by "
+                         "naming the sweep: python -m pipeline -m … sweep=<name>")
+    return record
+
+
+GENERATED: set[str] = set()  # the names this process gave unnamed sweeps
+
+
+def name_sweep(overrides: Sequence[str], outputs: Path) -> list[str]:
+    """``overrides`` with the sweep's directory named: a new ``sweep=<date>/<time>`` unless
+    the command line or its experiment names it (``sweep=``, ``hydra.sweep.dir=``, the
+    experiment file's ``sweep:``)."""
+    overrides = list(overrides)
+    keys = _keys(overrides)
+    if "sweep" in keys or "hydra.sweep.dir" in keys or _experiment_names_sweep(overrides):
+        return overrides
+    stamp = time.strftime("%Y-%m-%d/%H-%M-%S")
+    name, n = stamp, 1
+    while (outputs / name).exists() or name in GENERATED:  # two sweeps within a second
+        n += 1
+        name = f"{stamp}-{n}"
+    GENERATED.add(name)
+    return [*overrides, f"sweep={name}"]
+
+
+def started(sweep_dir: Path, master) -> None:
+    """A sweep's start, once its points are in its directory: recorded in
+    ``outputs/last_sweep.json`` for ``resume=last`` (its overrides as typed; the checks force
+    the group keys again), and, for a name :func:`name_sweep` gave, how to resume printed."""
+    overrides = [str(a) for a in master.hydra.overrides.task]
+    typed = [a[2:] if a.startswith("++") and a[2:].split(".")[0] in GROUPS else a
+             for a in overrides]
+    outputs = Path.cwd() / "outputs"
+    try:
+        write_text(outputs / LAST, json.dumps({"sweep": str(master.sweep or sweep_dir),
+                                               "overrides": typed}, indent=1) + "\n")
+    except OSError:  # the sweep's own directory is writable; a lost record only loses the
+        pass         # shortcut (resume by naming the sweep)
+    if master.sweep in GENERATED:
+        print(f"resume: python -m pipeline resume=last, or the same command with "
+              f"sweep={master.sweep}", flush=True)
