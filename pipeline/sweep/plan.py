@@ -19,7 +19,6 @@ from omegaconf import DictConfig
 
 from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
-from pipeline.cluster.connect import job_script
 from pipeline.cluster.options import check, local_worker_bytes, memory_hint
 from pipeline.cluster.threads import resolve_threads
 from pipeline.job.identity import config_hash, job_config, setting_hash
@@ -31,12 +30,12 @@ from pipeline.job.validate import (
 )
 from pipeline.outputs import check_store_root
 from pipeline.results.checksum import note
-from pipeline.results.consolidate import FIXED_DIMS
 from pipeline.results.job_file import (
     DamagedResult,
     job_path,
     verified_status,
 )
+from pipeline.results.manifest_file import FIXED_DIMS
 from pipeline.sweep.clock import startup_seconds
 from pipeline.sweep.compose import (
     PlannedJob,
@@ -106,6 +105,8 @@ def plan_only(jobs: list[PlannedJob], sweep_dir: Path, t_start: float) -> None:
 
 
 def print_job_script(cluster_cfg: Mapping) -> None:
+    from pipeline.cluster.connect import job_script  # imports distributed: not for a plan
+
     print(job_script(cluster_cfg))
     print("dry run: nothing submitted")
     raise SystemExit(0)
