@@ -21,7 +21,6 @@ tiles' compiled code on a thread at its start, so its first job does not wait fo
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import os
 import re
 import threading
@@ -149,6 +148,8 @@ def prestart(argv: Sequence[str]) -> bool:
     environ = _pre_spawn_environ()
     saved = {k: os.environ.get(k) for k in environ}
     os.environ.update(environ)
+    import multiprocessing  # here: a command that starts no fork server does without
+
     try:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(list(PRELOAD))

@@ -54,6 +54,7 @@ NUMERIC_PIPELINE = (
     "pipeline.job.protocol",  # protocol=own: the options a method trains with
     "pipeline.job.hyper",  # hyper=ml: the learning's starts and seed, the record a fit uses
     "pipeline.datasets.store",  # the arrays a fit and a learning read from a store
+    "pipeline.datasets.small_store",  # and those of a small store, read without zarr
     "pipeline.datasets.blocks",  # a fit's kernel blocks over the store (blocks=memory)
     "pipeline.cluster.blocks",  # and over the cluster's workers (blocks=cluster)
     "pipeline.cluster.shards",  # the workers' share of those (projections, factor rows)
@@ -62,7 +63,8 @@ NUMERIC_PIPELINE = (
 
 
 # The part of those that a learning of hyperparameters (pipeline.job.hyper's cache) depends on
-LEARNING_PIPELINE = ("pipeline.job.hyper", "pipeline.datasets.store")
+LEARNING_PIPELINE = ("pipeline.job.hyper", "pipeline.datasets.store",
+                     "pipeline.datasets.small_store")
 
 
 def _source_file(module: str) -> Path | None:
