@@ -5,16 +5,36 @@ maps a name to its :class:`~algorithms.contract.AlgorithmSpec` and :func:`run` f
 evaluates any of them:
 
     fit = algorithms.run("sgma", blocks, y, lam=0.1, kappa=59, rng=0, test=(X_test, y_test))
+
+The names below are imported on first use, and the registry imports an algorithm's module
+when its name is first looked up: ``from algorithms.errors import InputError`` (every command)
+imports no numerics, and a job imports its own algorithm's module, not every one.
 """
 
-from algorithms.contract import AlgorithmSpec, Curve, Fit, KernelBlocks, Result, Solution
-from algorithms.errors import InputError
-from algorithms.evaluation import run
-from algorithms.kernels import KERNELS, ArrayKernelBlocks, Kernel
-from algorithms.registry import REGISTRY, discover, get, register
+from __future__ import annotations
 
-discover()
+import importlib
+
+_WHERE = {
+    "AlgorithmSpec": "contract", "Curve": "contract", "Fit": "contract",
+    "KernelBlocks": "contract", "Result": "contract", "Solution": "contract",
+    "InputError": "errors", "run": "evaluation",
+    "KERNELS": "kernels", "ArrayKernelBlocks": "kernels", "Kernel": "kernels",
+    "REGISTRY": "registry", "discover": "registry", "get": "registry", "register": "registry",
+}
 
 __all__ = ["REGISTRY", "KERNELS", "AlgorithmSpec", "ArrayKernelBlocks", "Curve", "Fit",
            "InputError", "Kernel", "KernelBlocks", "Result", "Solution", "get", "register",
            "run"]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

@@ -6,10 +6,14 @@ against its table before anything starts: each bad value is one
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import re
 import socket
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from dask.utils import format_bytes, parse_bytes, parse_timedelta
@@ -299,9 +303,69 @@ def worker_memory_limit(opts: Mapping) -> int:
     own ``auto`` shares it among the cores, so one worker on two cores would get half)."""
     if opts["memory_limit"] != "auto":
         return int(parse_bytes(opts["memory_limit"]))
-    from distributed.system import MEMORY_LIMIT
+    return int(memory_limit() // (opts["n_workers"] or os.cpu_count() or 1))
 
-    return int(MEMORY_LIMIT // (opts["n_workers"] or os.cpu_count() or 1))
+
+@functools.cache
+def memory_limit() -> int:
+    """Dask's ``distributed.system.MEMORY_LIMIT`` (this machine's memory, or its cgroup's or
+    RSS rlimit's limit where lower). Planning a sweep does without importing distributed
+    (~1 s of CPU; a dry run never does): its ``system`` module is then run alone."""
+    module = sys.modules.get("distributed.system")
+    if module is None:
+        spec = importlib.util.find_spec("distributed")
+        path = Path(spec.origin).with_name("system.py") if spec and spec.origin else None
+        alone = path and importlib.util.spec_from_file_location("_distributed_system", path)
+        if alone:
+            module = importlib.util.module_from_spec(alone)
+            alone.loader.exec_module(module)
+        else:
+            import distributed.system as module
+    return int(module.MEMORY_LIMIT)
+
+
+def distributed_setting(key: str):
+    """Dask's setting ``key`` with distributed's defaults under the user's configuration, as
+    importing distributed sets them; before that import (planning a sweep), what its
+    :mod:`distributed.config` does is done here instead of importing it."""
+    import dask.config
+
+    if "distributed.config" not in sys.modules and not _DISTRIBUTED_DEFAULTS \
+            and not _distributed_defaults():
+        import distributed.config  # noqa: F401
+    return dask.config.get(key)
+
+
+_DISTRIBUTED_DEFAULTS: list[bool] = []
+
+
+def _distributed_defaults() -> bool:
+    """What :mod:`distributed.config` does to Dask's configuration (its ``distributed.yaml``
+    added as defaults under the user's settings, the keys of its ``deprecations`` renamed),
+    read from its files; False (nothing done) where they are not as expected."""
+    import ast
+
+    import dask.config
+    import yaml
+
+    spec = importlib.util.find_spec("distributed")
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        defaults = yaml.safe_load(Path(spec.origin).with_name("distributed.yaml").read_text())
+        tree = ast.parse(Path(spec.origin).with_name("config.py").read_text())
+        found = [ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign)
+                 and [getattr(t, "id", None) for t in node.targets] == ["deprecations"]]
+    except (OSError, SyntaxError, ValueError, yaml.YAMLError):
+        return False
+    if not isinstance(defaults, dict) or len(found) != 1 or not isinstance(found[0], dict):
+        return False
+    dask.config.update_defaults(defaults)
+    dask.config.rename(found[0])
+    dask.config.deprecations.update(found[0])
+    _DISTRIBUTED_DEFAULTS.append(True)
+    return True
 
 
 def local_worker_bytes(cluster_cfg: Mapping) -> float | None:
@@ -311,10 +375,8 @@ def local_worker_bytes(cluster_cfg: Mapping) -> float | None:
     opts = check(cluster_cfg)
     if opts["kind"] != "local":
         return None
-    import dask.config
-
     limit = worker_memory_limit(opts)
-    terminate = dask.config.get("distributed.worker.memory.terminate")
+    terminate = distributed_setting("distributed.worker.memory.terminate")
     if not limit or not terminate:
         return None
     return float(limit) * float(terminate)
@@ -329,15 +391,14 @@ def memory_hint(cluster_cfg: Mapping) -> str:
         return "the cluster options are invalid"
     kind = opts["kind"]
     if kind == "local":
-        from distributed.system import MEMORY_LIMIT
-
+        machine = memory_limit()
         limit = worker_memory_limit(opts)
         n_workers = opts["n_workers"] or os.cpu_count() or 1
         return (f"each worker may use {format_bytes(limit) if limit else 'any amount'} "
                 f"(cluster.memory_limit={opts['memory_limit']}, {n_workers} "
                 f"worker{'s' if n_workers != 1 else ''} on "
-                f"{format_bytes(MEMORY_LIMIT)}); raise cluster.memory_limit, with fewer "
-                f"cluster.n_workers so that together they fit in {format_bytes(MEMORY_LIMIT)}")
+                f"{format_bytes(machine)}); raise cluster.memory_limit, with fewer "
+                f"cluster.n_workers so that together they fit in {format_bytes(machine)}")
     if kind == "address":
         return (f"the workers of {opts['address']} have the memory limits they were started with "
                 "(dask worker --memory-limit); start workers with more memory")

@@ -21,7 +21,6 @@ tiles' compiled code on a thread at its start, so its first job does not wait fo
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import os
 import re
 import threading
@@ -94,7 +93,8 @@ def started() -> bool:
 def wants_local_workers(argv: Sequence[str]) -> bool:
     """Whether the command line ``argv`` runs on a local cluster: a sweep (``-m`` or an
     experiment whose file declares ``mode: MULTIRUN``) or a ``blocks=cluster`` job, with no
-    ``cluster=`` other than local, no ``dry_run``, and none of Hydra's own flags (``--help``,
+    ``cluster=`` other than local, no ``dry_run`` (on the command line, or in the experiment's
+    file where the command line does not set it), and none of Hydra's own flags (``--help``,
     ``--cfg``)."""
     args = list(argv)
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
@@ -110,8 +110,14 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
         return True
     experiment = values["experiment"] or ""
     path = CONF_DIR / "experiment" / f"{experiment}.yaml"
-    return bool(re.fullmatch(r"[\w\-]+", experiment)) and path.is_file() and \
-        re.search(r"^\s+mode:\s*MULTIRUN\b", path.read_text(), flags=re.M) is not None
+    if not (re.fullmatch(r"[\w\-]+", experiment) and path.is_file()):
+        return False
+    text = path.read_text()
+    # an experiment that is a dry run (bench_sweep_plan) starts no worker, unless the command
+    # line says dry_run itself
+    dry = not any(a.lstrip("+").startswith("dry_run=") for a in args) and \
+        re.search(r"^dry_run:\s*true\b", text, flags=re.M | re.I) is not None
+    return not dry and re.search(r"^\s+mode:\s*MULTIRUN\b", text, flags=re.M) is not None
 
 
 def _pre_spawn_environ() -> dict[str, str]:
@@ -142,6 +148,8 @@ def prestart(argv: Sequence[str]) -> bool:
     environ = _pre_spawn_environ()
     saved = {k: os.environ.get(k) for k in environ}
     os.environ.update(environ)
+    import multiprocessing  # here: a command that starts no fork server does without
+
     try:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(list(PRELOAD))

@@ -8,11 +8,13 @@ A dataset is named by a *spec*: a plain mapping with ``name`` plus options (an O
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,21 +314,45 @@ def check_buildable(spec: Mapping[str, Any], shape: tuple[int, int] | None) -> N
     """Refuse, before anything is allocated, a dataset whose declared size (``shape``, its
     :func:`train_shape`, which the caller has: a CSV's is a pass over the file; plus ``n_test``
     where it is an option) needs more memory to build than this machine has available."""
-    import psutil
-
     if shape is None:
         return
     norm = normalise_spec(spec)
     name = norm["name"]
     n_test = int(norm.get("n_test") or 0)
     need = BUILD_COPIES * (shape[0] + n_test) * (shape[1] + 1) * 8
-    available = psutil.virtual_memory().available
+    available = _available_memory()
     if need > available:
         big = "n_test" if n_test > shape[0] else "n_train"
         raise InputError(f"dataset {name!r}: n_train={shape[0]}"
                          + (f", n_test={n_test}" if n_test else "")
                          + f" (d = {shape[1]}) need about {_bytes(need)} to build, more than the "
                          f"{_bytes(available)} this machine has available; lower dataset.{big}")
+
+
+# within memory_read_once(): the memory available, read at the block's first check
+_AVAILABLE: ContextVar[list[int] | None] = ContextVar("available_memory", default=None)
+
+
+@contextlib.contextmanager
+def memory_read_once() -> Iterator[None]:
+    """Within the block (a sweep's planning, this thread), :func:`check_buildable` reads the
+    memory this machine has available once, not once a point (~0.1 ms each)."""
+    token = _AVAILABLE.set([])
+    try:
+        yield
+    finally:
+        _AVAILABLE.reset(token)
+
+
+def _available_memory() -> int:
+    import psutil
+
+    held = _AVAILABLE.get()
+    if held is None:
+        return psutil.virtual_memory().available
+    if not held:
+        held.append(psutil.virtual_memory().available)
+    return held[0]
 
 
 def _bytes(n: float) -> str:

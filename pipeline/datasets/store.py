@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.datasets.small_store import read_small
 from pipeline.datasets.spec import (
     FORMAT_VERSION,
     VARIABLES,
@@ -120,8 +121,9 @@ def _hash_variable(var: xr.DataArray) -> str:
 
 def _hash_array(array) -> str:
     """sha256 of a zarr array, read one of its row chunks at a time (as :func:`_hash_variable`:
-    the same digest)."""
-    n, step = array.shape[0], max(1, int(array.chunks[0]))
+    the same digest), or of a numpy array at once."""
+    n = array.shape[0]
+    step = max(1, int(array.chunks[0] if hasattr(array, "chunks") else n))
     return _hash_blocks(lambda a, b: array[a:b], np.array([*range(0, n, step), n]))
 
 
@@ -200,10 +202,24 @@ class StoreArrays:
 
 def read_store(path: str | os.PathLike[str], *, verify: bool = True) -> StoreArrays:
     """The store at ``path`` through zarr alone (no xarray, no dask), with the checks of
-    :func:`open_store` and its one-line :class:`StoreError` messages."""
+    :func:`open_store` and its one-line :class:`StoreError` messages; a small store (each
+    array one chunk) as numpy arrays read without zarr (:mod:`pipeline.datasets.small_store`)."""
+    path = _existing(path)
+    small = read_small(path, VARIABLES)
+    if small is not None:
+        attrs, arrays, dims = small
+        shapes = {key: (dims[key], array.dtype, array.shape) for key, array in arrays.items()}
+    else:
+        attrs, arrays, shapes = _read_zarr(path)
+    _check_structure(path, attrs, shapes)
+    if verify:
+        _check_digests(path, attrs, arrays, _hash_array)
+    return StoreArrays(attrs, arrays)
+
+
+def _read_zarr(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple]]:
     import zarr
 
-    path = _existing(path)
     try:
         group = zarr.open_group(str(path), mode="r")
         attrs = dict(group.attrs)
@@ -212,10 +228,7 @@ def read_store(path: str | os.PathLike[str], *, verify: bool = True) -> StoreArr
     except Exception as exc:  # any zarr/JSON/decoding failure means an unusable store
         raise _corrupt(path, f"cannot be opened ({type(exc).__name__}: "
                              f"{one_line(exc)[:120]})") from None
-    _check_structure(path, attrs, shapes)
-    if verify:
-        _check_digests(path, attrs, arrays, _hash_array)
-    return StoreArrays(attrs, arrays)
+    return attrs, arrays, shapes
 
 
 def _dims(array) -> tuple:

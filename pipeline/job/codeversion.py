@@ -54,6 +54,7 @@ NUMERIC_PIPELINE = (
     "pipeline.job.protocol",  # protocol=own: the options a method trains with
     "pipeline.job.hyper",  # hyper=ml: the learning's starts and seed, the record a fit uses
     "pipeline.datasets.store",  # the arrays a fit and a learning read from a store
+    "pipeline.datasets.small_store",  # and those of a small store, read without zarr
     "pipeline.datasets.blocks",  # a fit's kernel blocks over the store (blocks=memory)
     "pipeline.cluster.blocks",  # and over the cluster's workers (blocks=cluster)
     "pipeline.cluster.shards",  # the workers' share of those (projections, factor rows)
@@ -62,7 +63,8 @@ NUMERIC_PIPELINE = (
 
 
 # The part of those that a learning of hyperparameters (pipeline.job.hyper's cache) depends on
-LEARNING_PIPELINE = ("pipeline.job.hyper", "pipeline.datasets.store")
+LEARNING_PIPELINE = ("pipeline.job.hyper", "pipeline.datasets.store",
+                     "pipeline.datasets.small_store")
 
 
 def _source_file(module: str) -> Path | None:
@@ -168,25 +170,28 @@ def code_version(*modules: str, packages: tuple[str, ...] = NUMERICS) -> str:
         h.update(module.encode())
         h.update(_module_tree(module, packages)[0].encode())
     version = h.hexdigest()[:16]
-    if directory is not None:
+    if directory is not None and _KEEP.get():
         _keep_version(directory, modules, packages, covered, version)
     return version
 
 
 CACHE_DIR = "code"  # <store_root>/code/<entry>.json: code versions already computed
 _CACHE: ContextVar[Path | None] = ContextVar("code_version_cache", default=None)
+_KEEP: ContextVar[bool] = ContextVar("code_version_keep", default=True)
 
 
 @contextlib.contextmanager
-def cached_under(store_root: str | os.PathLike | None) -> Iterator[None]:
+def cached_under(store_root: str | os.PathLike | None, keep: bool = True) -> Iterator[None]:
     """Within the block (this thread), :func:`code_version` keeps the versions it computes in
-    ``<store_root>/code/`` and reuses those whose modules are unchanged; ``None`` (or a value
-    that is no path): no cache."""
+    ``<store_root>/code/`` and reuses those whose modules are unchanged; ``keep=False`` (a dry
+    run) reuses them and writes none; ``None`` (or a value that is no path): no cache."""
     ok = isinstance(store_root, (str, os.PathLike)) and str(store_root).strip()
     token = _CACHE.set(Path(store_root).expanduser() / CACHE_DIR if ok else None)
+    kept = _KEEP.set(keep)
     try:
         yield
     finally:
+        _KEEP.reset(kept)
         _CACHE.reset(token)
 
 

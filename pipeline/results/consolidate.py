@@ -47,7 +47,7 @@ from pipeline.results.job_file import (
     package_versions,
     parsed_attrs,
 )
-from pipeline.results.manifest_file import MANIFEST, load_manifest
+from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, load_manifest
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import (
     JSON_ATTRS,
@@ -59,9 +59,6 @@ from pipeline.results.verify import (
     _read_back,
     verify_store,
 )
-
-FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
-
 
 # 1-d job variables gathered into the sweep Dataset, NaN-padded: a fit's trace over ``step``,
 # the hyperparameter optimiser's over ``hyper_eval`` (every evaluation of every run)

@@ -11,6 +11,10 @@ from typing import Any
 
 from pipeline.results.checksum import DamagedFile, open_sealed_json, seal_json
 
+# the dims of every sweep (its other swept keys come after them): here, not in
+# pipeline.results.consolidate, so that planning a sweep imports no xarray
+FIXED_DIMS = ("algorithm", "dataset", "lam", "kappa", "seed")
+
 MANIFEST = "manifest.json"
 
 

@@ -32,7 +32,6 @@ from omegaconf import DictConfig
 from algorithms.errors import InputError
 from pipeline.cluster.liveness import ClusterLost
 from pipeline.outputs import check_run_directories
-from pipeline.results.consolidate import consolidate
 from pipeline.results.job_file import (
     job_path,
     job_status,
@@ -52,7 +51,6 @@ from pipeline.sweep.manifest import (
 )
 from pipeline.sweep.naming import started
 from pipeline.sweep.plan import PlannedJob, finished_jobs, plan_only, prepare
-from pipeline.sweep.schedule import SweepCluster, run_on_dask
 
 
 def check_inputs_held(records: dict[str, dict], sweep_dir: Path) -> None:
@@ -106,6 +104,10 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
     started(sweep_dir, master)  # recorded for resume=last
     timings = {} if startup is None else {"startup_seconds": startup}
     timings["compose_seconds"] = time.perf_counter() - t_start
+    # Dask's distributed (~1 s of import) only once there is something to run: a dry run and
+    # the plan before it do without
+    from pipeline.sweep.schedule import SweepCluster, run_on_dask
+
     cluster = SweepCluster()
     try:  # the cluster closes while results are consolidated; waited for here
         try:
@@ -130,6 +132,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                                 merge=True)
             write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers)
             t_consolidate = time.perf_counter()
+            from pipeline.results.consolidate import consolidate  # xarray: not for planning
+
             results_path = consolidate(sweep_dir)
             if startup is not None:
                 print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "

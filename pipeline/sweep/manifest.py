@@ -20,8 +20,7 @@ from algorithms.errors import InputError
 from pipeline import atomic
 from pipeline.job.identity import job_config
 from pipeline.results.checksum import DamagedFile, note
-from pipeline.results.consolidate import FIXED_DIMS, load
-from pipeline.results.manifest_file import MANIFEST, dump_manifest, load_manifest
+from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, dump_manifest, load_manifest
 from pipeline.sweep.claims import claim
 from pipeline.sweep.compose import PlannedJob, swept_keys
 
@@ -72,6 +71,8 @@ def checked_manifest(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -
 def _holds(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -> bool:
     """Whether ``sweep_dir/results.zarr`` verifies and holds exactly the points of ``jobs``
     over the fixed dims and ``dims``."""
+    from pipeline.results.consolidate import load  # xarray: not for planning
+
     try:
         ds = load(sweep_dir / "results.zarr")
     except (InputError, OSError, ValueError):

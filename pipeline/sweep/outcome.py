@@ -12,7 +12,6 @@ from hydra.core.utils import JobReturn
 
 from pipeline.job.hyper import at_bound_settings, bound_warning
 from pipeline.job.summary import TRIVIAL_RATIO
-from pipeline.results.consolidate import load
 
 
 @dataclass
@@ -58,6 +57,8 @@ class SweepOutcome:
 def sweep_warnings(results_path: str | Path) -> list[str]:
     """The ``warning: …`` lines of a finished sweep: one per distinct learning whose optimum
     has parameters on a bound (``hyper_at_bound``), naming its setting."""
+    from pipeline.results.consolidate import load  # xarray: after the sweep, not before it
+
     try:
         ds = load(results_path)
         settings = at_bound_settings(ds)

@@ -19,24 +19,23 @@ from omegaconf import DictConfig
 
 from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
-from pipeline.cluster.connect import job_script
 from pipeline.cluster.options import check, local_worker_bytes, memory_hint
 from pipeline.cluster.threads import resolve_threads
-from pipeline.job.identity import config_hash, job_config, setting_hash
+from pipeline.job.identity import config_hash, job_config, planning, setting_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.validate import (
     blocks_in_memory_unless_declared,
     check_config,
     drop_inapplicable_options,
 )
-from pipeline.outputs import check_store_root
+from pipeline.outputs import OPT_OUT, check_store_root
 from pipeline.results.checksum import note
-from pipeline.results.consolidate import FIXED_DIMS
 from pipeline.results.job_file import (
     DamagedResult,
     job_path,
     verified_status,
 )
+from pipeline.results.manifest_file import FIXED_DIMS
 from pipeline.sweep.clock import startup_seconds
 from pipeline.sweep.compose import (
     PlannedJob,
@@ -106,6 +105,8 @@ def plan_only(jobs: list[PlannedJob], sweep_dir: Path, t_start: float) -> None:
 
 
 def print_job_script(cluster_cfg: Mapping) -> None:
+    from pipeline.cluster.connect import job_script  # imports distributed: not for a plan
+
     print(job_script(cluster_cfg))
     print("dry run: nothing submitted")
     raise SystemExit(0)
@@ -148,32 +149,41 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     jobs_at_once = ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
                     * (cluster_cfg.get("threads_per_worker") or 1)
                     if cluster_cfg.get("kind") == "local" else os.cpu_count() or 1)
-    for idx, point in enumerate(composed):
-        progress()
-        config = point.config()
-        coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
-        dropped = drop_inapplicable_options(config)
-        apply_protocol(config)  # protocol=own: the method's own training, or the shared job
-        ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
-        if blocks_in_memory_unless_declared(config):
-            in_memory.add(config["algorithm"]["name"])
-        check_store_root(config)  # under outputs/, or allowed outside
-        config["store_root"] = str(Path(config["store_root"]).resolve())
-        config["threads"] = resolve_threads(config["threads"], jobs_at_once)
-        key = json.dumps(config, sort_keys=True, default=str)
-        if key not in checked:  # bad input stops the sweep before any data is read
-            try:
-                check_config(config, available=here)
-                checked[key] = None
-            except TooLarge as err:
-                limited = here == worker_bytes and "is available" in str(err)
-                checked[key] = str(err) + (f" ({memory_hint(cluster_cfg)})" if limited else "")
-        # a dry run writes nothing: a dataset not ingested yet is built in memory
-        h = config_hash(config, write_data=not dry_run)
-        if checked[key] is not None:
-            too_large[h] = checked[key]
-        jobs.append(PlannedJob(point.overrides, point, config, h, coords, setting_hash(config),
-                         initial_job_idx + idx))
+    roots: dict[tuple, str] = {}  # (store_root, allow_outside_outputs) → its path, checked
+    with planning():  # each dataset's content digest taken once
+        for idx, point in enumerate(composed):
+            progress()
+            config = point.config()
+            coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
+            dropped = drop_inapplicable_options(config)
+            apply_protocol(config)  # protocol=own: the method's own training, or the shared job
+            ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
+            if blocks_in_memory_unless_declared(config):
+                in_memory.add(config["algorithm"]["name"])
+            root = config["store_root"]
+            seen = (root, repr(config.get(OPT_OUT))) if isinstance(root, str) else None
+            if seen in roots:  # checked for an earlier point
+                config["store_root"] = roots[seen]
+            else:
+                check_store_root(config)  # under outputs/, or allowed outside
+                config["store_root"] = str(Path(root).resolve())
+                if seen is not None:
+                    roots[seen] = config["store_root"]
+            config["threads"] = resolve_threads(config["threads"], jobs_at_once)
+            key = json.dumps(config, sort_keys=True, default=str)
+            if key not in checked:  # bad input stops the sweep before any data is read
+                try:
+                    check_config(config, available=here)
+                    checked[key] = None
+                except TooLarge as err:
+                    limited = here == worker_bytes and "is available" in str(err)
+                    checked[key] = str(err) + (f" ({memory_hint(cluster_cfg)})" if limited else "")
+            # a dry run writes nothing: a dataset not ingested yet is built in memory
+            h = config_hash(config, write_data=not dry_run)
+            if checked[key] is not None:
+                too_large[h] = checked[key]
+            jobs.append(PlannedJob(point.overrides, point, config, h, coords,
+                                   setting_hash(config), initial_job_idx + idx))
     _check_options_taken(ignored)
     if in_memory:
         print(f"note: {', '.join(sorted(in_memory))} cannot spread a fit over the cluster: its "
