@@ -174,7 +174,9 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last invocation
         "n_workers": int(_number(manifest.get("n_workers", 0), 0)),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
-        "Conventions": "CF-1.10 (long_name and units on every variable and coordinate)",
+        "Conventions": "CF-1.10",
+        "comment": "long_name on every variable and coordinate; units where UDUNITS can say "
+                   "them, else a comment naming the data's units",
     }
     padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
               if dim == "step" or dim in trace_dims.values()}
