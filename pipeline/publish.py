@@ -44,6 +44,7 @@ from pipeline.report.comparison import (  # noqa: F401  (the published tables, r
     reference_table,
     references_of,
 )
+from pipeline.results.access import decoded_attrs
 
 USAGE = ("python -m pipeline.publish <results.zarr | published.csv> --reference "
          "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]")
@@ -146,7 +147,7 @@ def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
                                             for mode in ds[mode_dim].values.tolist()])
     for source in PUBLISHED_DIMS:
         if source not in jobs:  # fixed by the run: every job has its config's value
-            value = lookup(ds.attrs["config"], source)
+            value = lookup(decoded_attrs(ds)["config"], source)
             jobs[source] = pd.NA if value is None else value
     table = pd.DataFrame({name: _column(jobs, name, source)
                           for name, (source, _) in COLUMNS.items()})
@@ -428,11 +429,12 @@ def publish(results: str | Path, out: str | Path, reference: str,
     out = Path(out)
     ds = load(results).load()
     sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
-    standardize = lookup(ds.attrs["config"], "dataset.standardize_y")
+    config = decoded_attrs(ds)["config"]
+    standardize = lookup(config, "dataset.standardize_y")
     table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
-    spec = (ds.attrs["config"].get("report") or {}).get("frontier") or {}
+    spec = (config.get("report") or {}).get("frontier") or {}
     record = _hydra_record(Path(results))
     modes = spec.get("modes") or {}
     run = {"command": _run_command(record, sweep),

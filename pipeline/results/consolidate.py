@@ -50,7 +50,6 @@ from pipeline.results.job_file import (
 from pipeline.results.manifest_file import MANIFEST, load_manifest
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import (
-    JSON_ATTRS,
     _check_is_results_store,
     _check_metadata_files,
     _damaged,
@@ -219,11 +218,23 @@ def _number(value, default: float = np.nan) -> float:
         return default
 
 
+# encodings of the store's zarr format 2 codecs, which a zarr format 3 store (to_zarr's
+# default) cannot take: dropped from what load returns, so that it writes to either format
+STORE_CODECS = ("compressors", "compressor", "filters", "shards")
+
+
 def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
-    """Open a sweep's ``results.zarr`` lazily; JSON attrs (config, versions, ...) are parsed.
+    """Open a sweep's ``results.zarr`` lazily.
 
     With ``verify`` (the default) the metadata files, the attrs and every variable are checked
     against the hashes consolidation recorded (this reads the store once).
+
+    The Dataset writes as it is with ``ds.to_netcdf(path)`` and ``ds.to_zarr(path)`` (zarr
+    format 2 or 3: the store's codecs are not carried over): its attrs are text and numbers,
+    those holding structures (``config``, ``versions``, ``swept_keys``, ``timings``,
+    ``content_sha256``, a combined store's ``sources``) JSON text, as in the store;
+    ``ds.sgp.attrs`` (or :func:`pipeline.results.access.decoded_attrs`) gives them decoded,
+    e.g. ``ds.sgp.attrs["config"]["kernel"]["width"]``.
 
     Raises
     ------
@@ -248,8 +259,7 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
         except BaseException:
             ds.close()
             raise
-    for key in JSON_ATTRS:
-        if isinstance(ds.attrs.get(key), str):
-            ds.attrs[key] = json.loads(ds.attrs[key])
+    for var in ds.variables.values():
+        for key in STORE_CODECS:
+            var.encoding.pop(key, None)
     return ds
-
