@@ -180,10 +180,17 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
               if dim == "step" or dim in trace_dims.values()}
     ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs))
+    return _write_atomically(seal(ds), sweep_dir / "results.zarr", check=_read_back)
+
+
+def seal(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with the hashes :func:`load` verifies: attrs ``content_sha256`` (JSON, of every
+    variable, coordinates included) and ``attrs_sha256`` (of the other attrs)."""
+    ds.attrs.pop(ATTRS_DIGEST, None)
     ds.attrs["content_sha256"] = json.dumps(
         {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
     ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store
-    return _write_atomically(ds, sweep_dir / "results.zarr", check=_read_back)
+    return ds
 
 
 def _job(sweep_dir: Path, h: str) -> tuple[_JobFile | xr.Dataset | None, dict, str]:
