@@ -1,5 +1,6 @@
 """Results: one file per job, consolidated into one ``results.zarr`` per sweep, verified when
-loaded; loading registers the ``ds.sgp`` accessor on every xarray Dataset.
+loaded; loading registers the ``ds.sgp`` accessor on every xarray Dataset; several sweeps of the
+same settings join into one Dataset with ``combine``.
 
     from pipeline.results import combine, load, load_job_result
 
