@@ -44,7 +44,6 @@ from pipeline.report.comparison import (  # noqa: F401  (the published tables, r
     reference_table,
     references_of,
 )
-from pipeline.results.access import decoded_attrs
 
 USAGE = ("python -m pipeline.publish <results.zarr | published.csv> --reference "
          "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]")
@@ -131,7 +130,7 @@ def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
     empty; the flags and missing baselines are filled by :func:`complete`. A job that does not
     depend on the swept seed (the same hash for every seed) is one row with an empty seed. Raises
     :class:`InputError` for a run that swept another key."""
-    from pipeline.results.access import tidy
+    from pipeline.results.access import decoded_attrs, tidy
     from pipeline.sweep.compose import lookup
 
     other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
@@ -429,8 +428,7 @@ def publish(results: str | Path, out: str | Path, reference: str,
     out = Path(out)
     ds = load(results).load()
     sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
-    config = decoded_attrs(ds)["config"]
-    standardize = lookup(config, "dataset.standardize_y")
+    standardize = lookup(config := ds.sgp.attrs["config"], "dataset.standardize_y")
     table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
