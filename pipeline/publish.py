@@ -130,7 +130,7 @@ def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
     empty; the flags and missing baselines are filled by :func:`complete`. A job that does not
     depend on the swept seed (the same hash for every seed) is one row with an empty seed. Raises
     :class:`InputError` for a run that swept another key."""
-    from pipeline.results.access import tidy
+    from pipeline.results.access import decoded_attrs, tidy
     from pipeline.sweep.compose import lookup
 
     other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
@@ -146,7 +146,7 @@ def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
                                             for mode in ds[mode_dim].values.tolist()])
     for source in PUBLISHED_DIMS:
         if source not in jobs:  # fixed by the run: every job has its config's value
-            value = lookup(ds.attrs["config"], source)
+            value = lookup(decoded_attrs(ds)["config"], source)
             jobs[source] = pd.NA if value is None else value
     table = pd.DataFrame({name: _column(jobs, name, source)
                           for name, (source, _) in COLUMNS.items()})
@@ -428,11 +428,11 @@ def publish(results: str | Path, out: str | Path, reference: str,
     out = Path(out)
     ds = load(results).load()
     sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
-    standardize = lookup(ds.attrs["config"], "dataset.standardize_y")
+    standardize = lookup(config := ds.sgp.attrs["config"], "dataset.standardize_y")
     table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
-    spec = (ds.attrs["config"].get("report") or {}).get("frontier") or {}
+    spec = (config.get("report") or {}).get("frontier") or {}
     record = _hydra_record(Path(results))
     modes = spec.get("modes") or {}
     run = {"command": _run_command(record, sweep),

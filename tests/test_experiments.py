@@ -192,7 +192,7 @@ def test_toolbox_accuracy_reduced(tmp_path):
     path = run_experiment(tmp_path, "experiment=toolbox_accuracy", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
-    width = ds.attrs["config"]["toolbox_width"]
+    width = ds.sgp.attrs["config"]["toolbox_width"]
     assert width == {"abalone": 16.0, "kin40k": 4.0, "pumadyn32nm": 32.0}
     objective = ds["final_objective"]  # a larger basis never fits the training data worse
     for algorithm in ("nystrom", "incomplete_cholesky", "sgma"):
@@ -509,7 +509,7 @@ def test_smola2000_generalisation_small(tmp_path):
     assert "| test root mean squared error [target units] | raw y | sgma | exact |" in text
     raw = ds.sel({"dataset.standardize_y": "False"})  # no other setting: "–"
     assert "| test root mean squared error [target units] | – | sgma | exact |" in paired_tests(
-        raw, ds.attrs["config"]["report"]["paired"])
+        raw, ds.sgp.attrs["config"]["report"]["paired"])
 
 
 @pytest.mark.slow

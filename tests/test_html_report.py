@@ -112,11 +112,11 @@ def test_report_html_renders_in_chromium(seed_dir, tmp_path):
     pngs = sorted(out.glob("*.png"))
     assert pngs and len(pngs) == (out / "report.md").read_text().count("![")
     assert ds.attrs["git_sha"] in page
-    for package, version in ds.attrs["versions"].items():
+    for package, version in ds.sgp.attrs["versions"].items():
         assert f"<th>{html.escape(package)}</th><td>{html.escape(version)}</td>" in page
     for heading in ("Sweep configuration", "Swept keys", "Environment"):
         assert f"<h2>{heading}</h2>" in page
-    assert f"name: {ds.attrs['config']['dataset']['name']}" in page  # the config as YAML
+    assert f"name: {ds.sgp.attrs['config']['dataset']['name']}" in page  # the config as YAML
     cpu = re.search(r"<th>CPU model</th><td>(.*?)</td>", page)[1]
     assert (cpu == "not recorded") == ("final_cpu_model" not in ds)
     # threads=auto on one local worker: the cores free when the job started (all, if idle)
@@ -125,7 +125,7 @@ def test_report_html_renders_in_chromium(seed_dir, tmp_path):
         rf"<th>BLAS threads per job</th><td>{threads}</td>", page)
     md_tables = (out / "report.md").read_text().count("\n|---")
     # the report's tables, then swept keys, environment, versions and (when jobs ran) timings
-    expected_tables = md_tables + 3 + bool(ds.attrs.get("timings"))
+    expected_tables = md_tables + 3 + bool(ds.sgp.attrs.get("timings"))
 
     # every figure decodes in a browser, and the tables are real tables
     checked = tmp_path / "checked.html"

@@ -44,7 +44,7 @@ def edit_json(path: Path, change) -> None:
 
 def test_consolidation_records_a_hash_per_variable_and_of_the_attrs(sweep_dir):
     ds = load(results(sweep_dir))
-    assert set(ds.attrs["content_sha256"]) == set(ds.variables)
+    assert set(ds.sgp.attrs["content_sha256"]) == set(ds.variables)
     assert len(ds.attrs["attrs_sha256"]) == 64
     assert ds["status"].load().values.ravel().tolist().count("ok") > 0
 

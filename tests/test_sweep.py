@@ -62,8 +62,8 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     assert set(np.unique(ds["status"].values)) == {"ok"}
     assert set(np.unique(ds["worker"].values)) <= {"0", "1"}  # LocalCluster worker names
     loaded = load(path)
-    assert loaded.attrs["config"]["dataset"]["name"] == "sine1d"
-    assert loaded.attrs["git_sha"] and "numpy" in loaded.attrs["versions"]
+    assert loaded.sgp.attrs["config"]["dataset"]["name"] == "sine1d"
+    assert loaded.attrs["git_sha"] and "numpy" in loaded.sgp.attrs["versions"]
 
     exact = ds["final_test_rmse"].sel(algorithm="exact").values
     assert np.all(exact == exact[:, :, :1, :1, :])  # one job, repeated along κ and seed
@@ -158,7 +158,7 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     assert ds["seed"].values.tolist() == [0, 1, 2] and ds["lam"].values.tolist() == [0.1, 0.2]
     # the overhead counts the whole command-line process, from its start (imports, Hydra's
     # composition of every point) to the end of the jobs, and the CLI says what it took
-    timings = ds.attrs["timings"]
+    timings = ds.sgp.attrs["timings"]
     assert timings["startup_seconds"] > 0 and timings["wall_seconds"] > 0
     assert timings["startup_seconds"] + timings["wall_seconds"] <= elapsed
     assert "whole process so far:" in proc.stdout

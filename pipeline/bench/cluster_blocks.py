@@ -70,7 +70,7 @@ def measure(name: str, size: str, cwd: Path, *overrides: str) -> dict:
     summary = {k.removeprefix("final_"): float(ds[k].values.ravel()[0]) for k in ds.data_vars
                if k.startswith("final_") and ds[k].dtype.kind == "f"
                and np.isfinite(ds[k].values.ravel()[0])}
-    return {"name": name, "n": int(ds.attrs["config"]["dataset"]["n_train"]),
+    return {"name": name, "n": int(ds.sgp.attrs["config"]["dataset"]["n_train"]),
             "overrides": list(overrides), "wall_seconds": wall, "steps": int(len(steps)),
             "step_seconds": steps.tolist(), "step_seconds_median": float(np.median(steps)),
             "step_seconds_mean": float(np.mean(steps)), "fit_seconds": float(seconds[-1]),

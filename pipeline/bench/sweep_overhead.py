@@ -87,7 +87,7 @@ def measure_sweep(experiment: str, size: str, cwd: Path, scheduler: str | None =
     shutil.rmtree(sweep_dir, ignore_errors=True)  # this benchmark's own output: a fresh run
     wall, _, _ = _run([f"experiment={experiment}", f"size={size}", *where, *extra], cwd)
     ds = load(sweep_dir / "results.zarr")
-    timings = ds.attrs["timings"]  # decoded by load
+    timings = ds.sgp.attrs["timings"]
     workers = int(ds.attrs["n_workers"])
     _, first = np.unique(ds["job_hash"].values.ravel(), return_index=True)
     seconds = ds["job_seconds"].values.ravel()[first]

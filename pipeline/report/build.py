@@ -64,6 +64,7 @@ from pipeline.report.tables import (
     overhead_line,
     paired_tests,
 )
+from pipeline.results.access import decoded_attrs
 from pipeline.results.consolidate import load
 
 DEFAULT_FIGURES = [
@@ -120,7 +121,8 @@ def render(path: str | Path, out_dir: str | Path | None = None,
 
 def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    report_cfg = ds.attrs["config"].get("report") or {}
+    attrs = decoded_attrs(ds)
+    report_cfg = attrs["config"].get("report") or {}
     ds.attrs["average_over"] = tuple(report_cfg.get("average_over", ()))
     specs = report_cfg.get("figures", DEFAULT_FIGURES)
     figures = [metric_figure(ds, spec, out_dir, f"fig{i}_{spec['metric']}")
@@ -128,7 +130,7 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
     lines = [f"# Sweep {code(ds.attrs['sweep'])}", "",
              f"results: {code(path)} (git {code(str(ds.attrs['git_sha'])[:12])}, swept: "
-             f"{', '.join(map(str, ds.attrs['swept_keys']))})", "", table, ""]
+             f"{', '.join(map(str, attrs['swept_keys']))})", "", table, ""]
     if report_cfg.get("paired"):
         lines += ["Paired t-tests:", "", paired_tests(ds, report_cfg["paired"]), ""]
     if report_cfg.get("scaling"):

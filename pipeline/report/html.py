@@ -28,6 +28,7 @@ from markdown_it import MarkdownIt
 from PIL import Image
 
 from pipeline.atomic import write_text
+from pipeline.results.access import decoded_attrs
 
 NOT_RECORDED = "not recorded"
 
@@ -88,7 +89,7 @@ def write_html(report_md: Path, ds: xr.Dataset, results_path: Path,
     sweep = str(ds.attrs.get("sweep", ""))
     sections = [
         ("report", None, body),
-        ("configuration", "Sweep configuration", _config_html(ds.attrs.get("config"))),
+        ("configuration", "Sweep configuration", _config_html(decoded_attrs(ds).get("config"))),
         ("swept", "Swept keys", _swept_html(ds)),
         ("environment", "Environment", _environment_html(ds, Path(results_path))),
     ]
@@ -233,7 +234,7 @@ def _key_value_table(rows: Iterable[tuple[str, str]],
 
 
 def _swept_html(ds: xr.Dataset) -> str:
-    keys = [str(k) for k in ds.attrs.get("swept_keys", [])]
+    keys = [str(k) for k in decoded_attrs(ds).get("swept_keys", [])]
     if not keys:
         return "<p>none (a single job)</p>"
     rows = []
@@ -270,7 +271,7 @@ def _distinct(ds: xr.Dataset, name: str) -> str:
 
 
 def _environment_html(ds: xr.Dataset, results_path: Path) -> str:
-    attrs = ds.attrs
+    attrs = decoded_attrs(ds)
     sha = attrs.get("git_sha")
     workers = attrs.get("n_workers")
     rows = [

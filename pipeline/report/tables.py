@@ -17,6 +17,7 @@ from scipy import stats  # noqa: E402
 from pipeline.job.hyper import at_bound_settings
 from pipeline.report.figures import _label, select_setting, settings
 from pipeline.report.markdown import one_line
+from pipeline.results.access import decoded_attrs
 from pipeline.results.variables import setting_text, short_label, symbol
 
 TABLE_COLUMNS = ["final_n_basis", "final_gap", "final_test_rmse", "job_seconds"]
@@ -149,7 +150,8 @@ def paired_tests(ds: xr.Dataset, specs: list[dict]) -> str:
 
 def overhead_line(ds: xr.Dataset) -> str:
     """Sweep wall time against the ideal (sum of job times / workers), with its phases."""
-    timings, workers = ds.attrs.get("timings", {}), int(ds.attrs.get("n_workers", 0))
+    attrs = decoded_attrs(ds)
+    timings, workers = attrs.get("timings", {}), int(attrs.get("n_workers", 0))
     if not workers or "jobs_seconds" not in timings:
         return "overhead: no jobs ran in the last invocation of this sweep (all were cached)"
     distinct = np.unique(ds["job_hash"].values.ravel(), return_index=True)[1]

@@ -8,6 +8,7 @@ a value) for pandas users. Also as an xarray accessor on every Dataset, ``ds.sgp
     ds.sgp.evaluated("test_rmse")         # the trace at the steps where it was evaluated
     ds.sgp.tidy()                          # pandas: one row per distinct job and step
     ds.sgp.tidy(per="job")                 # one row per distinct job: its final values
+    ds.sgp.attrs["config"]                 # the attrs, JSON ones (config, ...) decoded
 
 Test metrics are computed every ``eval_every`` steps and at the last step, so most of a
 metric's trace is NaN and ``ds.test_rmse.isel(step=-1)`` is the value of whichever run was
@@ -16,9 +17,27 @@ longest: use :func:`last_valid` (or the per-job ``final_<name>`` variables).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 import xarray as xr
+
+# attrs of a results store held as JSON text (in the store and in what ``load`` returns, so that
+# ``ds.to_netcdf()`` and ``ds.to_zarr()`` write it: netCDF attrs are text or numbers only)
+JSON_ATTRS = ("config", "versions", "swept_keys", "timings", "content_sha256", "sources")
+
+
+def decoded_attrs(attrs: xr.Dataset | Mapping) -> dict:
+    """A copy of a results Dataset's attrs (or of ``attrs``) with the :data:`JSON_ATTRS` that
+    are JSON text decoded (``config`` a dict, ``swept_keys`` a list, ...); decoded ones, as a
+    Dataset built in memory may hold, are kept as they are."""
+    attrs = dict(attrs.attrs if isinstance(attrs, xr.Dataset) else attrs)
+    for key in JSON_ATTRS:
+        if isinstance(attrs.get(key), str):
+            attrs[key] = json.loads(attrs[key])
+    return attrs
 
 
 def last_valid(da: xr.DataArray, dim: str = "step") -> xr.DataArray:
@@ -104,11 +123,16 @@ def _typed(frame: pd.DataFrame, dims) -> pd.DataFrame:
 
 @xr.register_dataset_accessor("sgp")
 class SweepAccessor:
-    """``ds.sgp``: :func:`last_valid`, :func:`evaluated` and :func:`tidy` on a results
-    Dataset."""
+    """``ds.sgp``: :func:`last_valid`, :func:`evaluated`, :func:`tidy` and the decoded attrs
+    (:func:`decoded_attrs`) of a results Dataset."""
 
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds
+
+    @property
+    def attrs(self) -> dict:
+        """The Dataset's attrs with the JSON ones decoded (:func:`decoded_attrs`), a copy."""
+        return decoded_attrs(self._ds)
 
     def last(self, name: str, dim: str = "step") -> xr.DataArray:
         """The last valid value of trace variable ``name`` of every job."""

@@ -24,10 +24,14 @@ from pipeline.results.consolidate import load
 USAGE = "python -m pipeline.results.compare <A/results.zarr> <B/results.zarr> [--rtol R]"
 # what depends on when, where and how a job ran, not on what it computed
 EXECUTION_WORDS = ("seconds", "worker", "job_hash", "blas_threads", "kernel_threads",
-                   "cpu_model", "peak", "rss", "memory")
+                   "cpu_model", "peak", "rss", "memory", "load_start", "load_end", "cores",
+                   "warmup", "cluster_")
 
 
-def _execution(name: str) -> bool:
+def execution(name: str) -> bool:
+    """Whether variable ``name`` says when, where or how a job ran (its times, worker, hash,
+    threads, CPU, memory, the machine's load, the warm-up, its cluster layout), not what it
+    computed."""
     return any(word in name for word in EXECUTION_WORDS)
 
 
@@ -49,8 +53,8 @@ def compare(a: xr.Dataset, b: xr.Dataset) -> dict[str, float]:
     if dict(a.sizes) != dict(b.sizes):
         raise InputError(f"the two stores have other dims ({dict(a.sizes)} and "
                          f"{dict(b.sizes)}); pass the results of the same sweep")
-    names = {n for n in a.variables if not _execution(n)}
-    other = names ^ {n for n in b.variables if not _execution(n)}
+    names = {n for n in a.variables if not execution(n)}
+    other = names ^ {n for n in b.variables if not execution(n)}
     if other:
         raise InputError(f"variables in one store only: {', '.join(sorted(other))}; pass the "
                          "results of the same sweep")

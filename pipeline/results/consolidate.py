@@ -50,7 +50,6 @@ from pipeline.results.job_file import (
 from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, load_manifest
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import (
-    JSON_ATTRS,
     _check_is_results_store,
     _check_metadata_files,
     _damaged,
@@ -171,15 +170,24 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last invocation
         "n_workers": int(_number(manifest.get("n_workers", 0), 0)),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
-        "Conventions": "CF-1.10 (long_name and units on every variable and coordinate)",
+        "Conventions": "CF-1.10",
+        "comment": "long_name on every variable and coordinate; units where UDUNITS can say "
+                   "them, else a comment naming the data's units",
     }
     padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
               if dim == "step" or dim in trace_dims.values()}
     ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs))
+    return _write_atomically(seal(ds), sweep_dir / "results.zarr", check=_read_back)
+
+
+def seal(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with the hashes :func:`load` verifies: attrs ``content_sha256`` (JSON, of every
+    variable, coordinates included) and ``attrs_sha256`` (of the other attrs)."""
+    ds.attrs.pop(ATTRS_DIGEST, None)
     ds.attrs["content_sha256"] = json.dumps(
         {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
     ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store
-    return _write_atomically(ds, sweep_dir / "results.zarr", check=_read_back)
+    return ds
 
 
 def _job(sweep_dir: Path, h: str) -> tuple[_JobFile | xr.Dataset | None, dict, str]:
@@ -214,11 +222,23 @@ def _number(value, default: float = np.nan) -> float:
         return default
 
 
+# encodings of the store's zarr format 2 codecs, which a zarr format 3 store (to_zarr's
+# default) cannot take: dropped from what load returns, so that it writes to either format
+STORE_CODECS = ("compressors", "compressor", "filters", "shards")
+
+
 def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
-    """Open a sweep's ``results.zarr`` lazily; JSON attrs (config, versions, ...) are parsed.
+    """Open a sweep's ``results.zarr`` lazily.
 
     With ``verify`` (the default) the metadata files, the attrs and every variable are checked
     against the hashes consolidation recorded (this reads the store once).
+
+    The Dataset writes as it is with ``ds.to_netcdf(path)`` and ``ds.to_zarr(path)`` (zarr
+    format 2 or 3: the store's codecs are not carried over): its attrs are text and numbers,
+    those holding structures (``config``, ``versions``, ``swept_keys``, ``timings``,
+    ``content_sha256``, a combined store's ``sources``) JSON text, as in the store;
+    ``ds.sgp.attrs`` (or :func:`pipeline.results.access.decoded_attrs`) gives them decoded,
+    e.g. ``ds.sgp.attrs["config"]["kernel"]["width"]``.
 
     Raises
     ------
@@ -243,8 +263,7 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
         except BaseException:
             ds.close()
             raise
-    for key in JSON_ATTRS:
-        if isinstance(ds.attrs.get(key), str):
-            ds.attrs[key] = json.loads(ds.attrs[key])
+    for var in ds.variables.values():
+        for key in STORE_CODECS:
+            var.encoding.pop(key, None)
     return ds
-

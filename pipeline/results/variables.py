@@ -256,6 +256,11 @@ def _target_label(unit: str, ds: xr.Dataset | None) -> str:
         except ValueError:
             return unit
     swept = ds.attrs.get("swept_keys") or ()
+    if isinstance(swept, str):  # JSON text, as load() returns it
+        try:
+            swept = json.loads(swept)
+        except ValueError:
+            return unit
     standardised = (isinstance(config, dict) and "dataset.standardize_y" not in swept
                     and (config.get("dataset") or {}).get("standardize_y") is True)
     return unit.replace(TARGET, f"standardised {TARGET}") if standardised else unit

@@ -21,9 +21,6 @@ from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
 HASH_ATTRS = ("content_sha256", ATTRS_DIGEST)
 
 
-JSON_ATTRS = ("config", "versions", "swept_keys", "timings", "content_sha256")
-
-
 def _hash_values(values: np.ndarray) -> str:
     """sha256 of an array's shape and values, the same for what consolidation holds in memory
     and what a zarr reader decodes (floats as <f8 with one NaN, integers as <i8, text as
