@@ -113,7 +113,8 @@ METHOD_STYLES: dict[str, tuple[int, str]] = {
     "laplacian_process": (0, "D"), "gp_laplace": (0, "P"), "gp_variational": (4, "s"),
     "rvm_classifier": (2, "^"), "sklearn_gpc": (6, "X"),
 }
-SHADE = 0.4  # a method's settings: its colour from this much darker to this much lighter
+SHADE = 0.55  # a method's settings: its colour, then tints up to this much lighter (darker
+# shades of one method's colour would turn into another's: orange into sgma's brown)
 
 
 def method_style(name: str) -> tuple[tuple, str]:
@@ -134,7 +135,7 @@ def _shade(colour, t: float) -> tuple:
 def line_styles(lines: Sequence[tuple[str, str]]) -> dict[str, dict]:
     """Colour and marker of every line (label, method) a report draws, one mapping for all its
     figures: a method drawn as one line has its own :func:`method_style`; the lines of a
-    method drawn with several settings keep its marker, in shades of its colour; when every
+    method drawn with several settings keep its marker, in tints of its colour; when every
     line is one method's (its settings told apart), tab10/tab20 colours and markers by
     position instead."""
     labels = list(dict.fromkeys(lines))
@@ -147,7 +148,7 @@ def line_styles(lines: Sequence[tuple[str, str]]) -> dict[str, dict]:
     for method in methods:
         colour, marker = method_style(method)
         mine = [label for label, m in labels if m == method]
-        shades = np.linspace(-SHADE, SHADE, len(mine)) if len(mine) > 1 else [0.0]
+        shades = np.linspace(0.0, SHADE, len(mine))
         out.update({label: {"color": _shade(colour, float(t)), "marker": marker}
                     for label, t in zip(mine, shades, strict=True)})
     return out
