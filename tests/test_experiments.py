@@ -53,6 +53,9 @@ def test_zhang2001_reduced(tmp_path):
     text = report.read_text()
     assert "Zhang's R(ŵ) of the exact solution [target units²]" in text  # readable headers
     assert "R(w^k) − R(ŵ) [target units²] at step 10" in text and "R(ŵ) ≈ 3.03" in text
+    # the paper's numbers are for the full size, and the reduced run says so beside them
+    assert text.index("R(ŵ) ≈ 3.03") < text.index("The paper's numbers above are for the full "
+                                                  "size")
     assert "| zhang_sparse_linear | zhang_greedy | 1 |" in text  # deterministic: one job
     assert "final_R_hat" not in text and " ± 0 " not in text and "| -" not in text
     for i in (1, 2, 3):

@@ -22,7 +22,8 @@ An experiment config may define ``report``:
 - ``columns``: extra per-job final values for the table (e.g. ``final_R_hat``);
   ``at_steps``: ``{metric, steps}`` adds the metric's value at those steps (with ``x``: at
   those values of a trace variable, e.g. ``{metric: xbar_error, x: n_train, steps: [10, 100]}``);
-  ``paper``: text quoted under the table (the published numbers to compare with);
+  ``paper``: text quoted under the table (the published numbers to compare with; a run at
+  ``size=small``, which sets ``reduced``, says beside them that they are for the full size);
   ``paired``: a list of ``{metric, a, b, over}``: paired t-tests of algorithm a vs b along the
   dim ``over`` (e.g. ``dataset.split_seed``); ``average_over``: dims aggregated like the seed
   (e.g. data splits) in figures and table; ``frontier``: metrics against wall time with the
@@ -76,6 +77,10 @@ DEFAULT_FIGURES = [
 ]
 
 
+REDUCED_NOTE = ("Note: this run is the experiment's reduced variant (`size=small`: less data, "
+                "fewer steps and seeds, as its file in `conf/reduced/` says). The paper's "
+                "numbers above are for the full size; run the experiment without `size=small` "
+                "to compare with them.")
 
 
 def select(ds: xr.Dataset, choices: dict[str, str]) -> xr.Dataset:
@@ -144,6 +149,8 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
         lines += [budget_table(ds, report_cfg["frontier"]), ""]
     if report_cfg.get("paper"):
         lines += [f"Paper: {one_line(report_cfg['paper'])}", ""]
+        if report_cfg.get("reduced"):
+            lines += [REDUCED_NOTE, ""]
     if (ds["status"] == "failed").any():
         lines += ["Failed jobs:", "", failures(ds), ""]
     if bounds := at_bound(ds):

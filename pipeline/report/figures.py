@@ -25,6 +25,7 @@ from pipeline.report.style import (
     _subplots,
     _title,
     _ylabel,
+    line_styles,
     math_text,
     plain_log_ticks,
 )
@@ -55,7 +56,7 @@ def settings(ds: xr.Dataset) -> list[dict]:
     return out
 
 
-def _label(ds: xr.Dataset, point: dict) -> str:
+def setting_label(ds: xr.Dataset, point: dict) -> str:
     """A setting as a reader names it: ``sgma (σ² = 0.1, κ = 10)`` (swept keys by symbol)."""
     parts = [setting_text(dim, value) for dim, value in point.items()
              if dim != "algorithm" and ds.sizes[dim] > 1]
@@ -83,6 +84,11 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure
     fig, axes = _subplots(len(datasets), 4.4)
     groups = ds[lines].values.tolist() if lines in ds.dims else [None]
     colours = _palette(len(groups))
+    markers = [_style(i)["marker"] for i in range(len(groups))]
+    if lines == "algorithm":  # each method in its own colour and marker (style.line_styles)
+        styles = line_styles([(str(g), str(g)) for g in groups])
+        colours = [styles[str(g)]["color"] for g in groups]
+        markers = [styles[str(g)]["marker"] for g in groups]
     coords = ds[x].values
     averaged, levels, empty, means, bands = set(), [], [], [], False
     for ax, dataset in zip(axes[0], datasets, strict=True):
@@ -108,7 +114,7 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure
                 ax.axhline(float(np.nanmean(mean)), color=colour, ls="--", lw=1.2, label=label)
                 levels.append(label)
                 continue
-            ax.plot(coords[ok], mean[ok], color=colour, ls=style["ls"], marker=style["marker"],
+            ax.plot(coords[ok], mean[ok], color=colour, ls=style["ls"], marker=markers[i],
                     ms=5, mfc="none", label=label)
             means.append((ax, label, coords, np.where(ok, mean, np.nan)))
             if (count[ok] > 1).any():
@@ -191,12 +197,12 @@ class _Drawn:
 
 
 def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: bool,
-               i: int, n_series: int, drawn: _Drawn) -> np.ndarray | None:
+               i: int, n_series: int, drawn: _Drawn, marker: str) -> np.ndarray | None:
     """The mean over ``runs`` (rows) at the points every run reached, lines connecting the
     evaluated points (NaN between evaluations is skipped), a min–max band; a run that goes on
     past the shortest one is drawn on from there as a thin line of its own, so the mean never
     jumps where a run ends. Returns the mean line (NaN where not drawn)."""
-    style = _style(i)
+    style = {**_style(i), "marker": marker}
     reached = np.isfinite(runs).all(axis=0)
     if not reached.any():  # no point every run reached: draw each run
         drawn.single = True
@@ -300,14 +306,16 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
     step = ds["step"].values
     scale = step if spec.get("scale_by_step") else 1.0
     x_trace = spec.get("x_trace")
-    points = [p for p in settings(ds)
+    every = settings(ds)  # styled together: a setting looks the same in every figure
+    styles = line_styles([(setting_label(ds, p), str(p["algorithm"])) for p in every])
+    points = [p for p in every
               if not spec.get("algorithms") or p["algorithm"] in spec["algorithms"]]
-    colours = _palette(len(points))
+    colours = [styles[setting_label(ds, p)]["color"] for p in points]
     drawn, plotted, levels = _Drawn(), [], []
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for i, (point, colour) in enumerate(zip(points, colours, strict=True)):
             sub = select_setting(ds, point, dataset)
-            label = _label(ds, point)
+            label = setting_label(ds, point)
             values = sub[metric].values.reshape(-1, len(step)).astype(float)
             if subopt:
                 optimum = _optimum(ds, point, dataset)
@@ -324,7 +332,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
             _, distinct = np.unique(sub["job_hash"].values.ravel()[keep], return_index=True)
             drawn.runs[label] = len(distinct)
             xs = step if x_trace is None else sub[x_trace].values.reshape(-1, len(step))[keep][0]
-            style = _style(i)
+            style = {**_style(i), "marker": styles[label]["marker"]}
             if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
                 err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
                 with warnings.catch_warnings():
@@ -351,7 +359,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
             else:
                 mean = _draw_runs(ax, xs, runs, colour, label,
                                   len(runs) > 1 and spec.get("band", True), i, len(points),
-                                  drawn)
+                                  drawn, style["marker"])
                 if mean is not None:
                     drawn.means.append((ax, label, xs, mean))
                 plotted.append(runs)
@@ -402,7 +410,8 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
     datasets = ds["dataset"].values.tolist()
     fig, axes = _subplots(len(datasets), 4.4)
     algorithms = ds["algorithm"].values.tolist()
-    colours = _palette(len(algorithms))
+    styles = line_styles([(str(a), str(a)) for a in algorithms])
+    colours = [styles[str(a)]["color"] for a in algorithms]
     references = []
     for ax, dataset in zip(axes[0], datasets, strict=True):
         for i, algorithm in enumerate(algorithms):
@@ -418,9 +427,10 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
                 continue
             style = _style(i)
             line = ax.plot(x[keep], y[keep], color=colours[i], ls=style["ls"],
-                           marker=style["marker"], mfc="none", label=algorithm, ms=5)[0]
+                           marker=styles[str(algorithm)]["marker"], mfc="none", label=algorithm,
+                           ms=5)[0]
             if np.unique(sub["job_hash"].values).size == 1:  # one job along `over`: a reference
-                line.set(linestyle="none", marker="*", ms=12, mfc=colours[i])
+                line.set(linestyle="none", ms=10, mfc=colours[i])  # its marker, filled
                 references.append(algorithm)
                 continue
             for xi, yi, size in zip(x[keep], y[keep], ds[over].values[keep], strict=True):
@@ -437,6 +447,6 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
     caption = (f"Points: mean over seeds and the other swept dims at each {symbol(over)} "
                f"({long_name(over, ds)}; the number beside a point)")
     if references:
-        caption += (f"; star: one job that does not depend on it "
+        caption += (f"; a large filled marker: one job that does not depend on it "
                     f"({', '.join(dict.fromkeys(references))})")
     return _finish(fig, axes, out_dir / f"{name}.png", caption + ".")

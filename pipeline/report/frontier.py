@@ -42,7 +42,7 @@ import xarray as xr
 from matplotlib.lines import Line2D
 
 from pipeline.atomic import save_figure
-from pipeline.report.style import Figure, and_list, grouped, plain_log_ticks
+from pipeline.report.style import Figure, and_list, grouped, line_styles, plain_log_ticks
 from pipeline.results.variables import long_name, short_label, symbol
 
 Point = tuple[str, object, float, float, int]  # setting, over value, cost, metric, jobs
@@ -145,8 +145,9 @@ def draw(every: dict[tuple[str, str], list[Point]], datasets: Sequence[str],
     ds = labels
     settings = sorted({p[0] for pts in every.values() for p in pts})
     order = settings.index
-    colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(settings)}
-    markers = {a: "osD^vP*Xh<>"[i % 11] for i, a in enumerate(settings)}
+    styles = line_styles([(a, a.split(" ")[0]) for a in settings])  # "gpytorch_sgpr steps=50"
+    colors = {a: style["color"] for a, style in styles.items()}
+    markers = {a: style["marker"] for a, style in styles.items()}
     sizes = _marker_sizes([p[1] for pts in every.values() for p in pts])
     for k, metric in enumerate(metrics):
         ncols = min(3, len(datasets))

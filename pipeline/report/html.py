@@ -19,6 +19,7 @@ import html
 import io
 import json
 import mimetypes
+import re
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
@@ -38,7 +39,8 @@ CSS = """
 body { margin: 0; background: #fff; color: #1f2328;
   font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
         sans-serif; }
-main { max-width: 1200px; margin: 0 auto; padding: 1.5rem 2rem 3rem; }
+main { max-width: 1360px; margin: 0 auto; padding: 1.5rem 2rem 3rem; }
+p, ul, figcaption { max-width: 75rem; }
 h1 { font-size: 1.8rem; margin: 0.5rem 0 1rem; }
 h2 { font-size: 1.35rem; margin: 2.2rem 0 0.8rem; padding-bottom: 0.3rem;
   border-bottom: 1px solid #d0d7de; }
@@ -55,9 +57,10 @@ nav a { color: #0969da; margin-right: 1rem; text-decoration: none; }
 nav a:hover { text-decoration: underline; }
 .table-wrap { overflow: auto; max-height: 80vh; width: fit-content; max-width: 100%;
   margin: 0.8rem 0 1.2rem; border: 1px solid #d0d7de; border-radius: 6px; }
-table { border-collapse: collapse; font-size: 0.92rem; font-variant-numeric: tabular-nums; }
-th, td { padding: 0.4rem 0.75rem; border-bottom: 1px solid #e5e7eb; text-align: left;
-  white-space: nowrap; vertical-align: top; }
+table { border-collapse: collapse; font-size: 0.85rem; font-variant-numeric: tabular-nums; }
+th, td { padding: 0.35rem 0.55rem; border-bottom: 1px solid #e5e7eb; text-align: left;
+  white-space: normal; overflow-wrap: break-word; vertical-align: top; }
+th { min-width: 3.5rem; }
 thead th { position: sticky; top: 0; background: #f3f4f6; font-weight: 600;
   border-bottom: 1px solid #d0d7de; }
 tbody tr:nth-child(even) { background: #fafbfc; }
@@ -153,8 +156,25 @@ def markdown_to_html(text: str, base_dir: Path, figures: Collection[str] | None 
             token.hidden = tokens[i + 2].hidden = True
             for child in inline.children:
                 child.meta["figure"] = True
-    return md.renderer.render(tokens, md.options, {
+    out = md.renderer.render(tokens, md.options, {
         "base_dir": Path(base_dir), "figures": None if figures is None else set(figures)})
+    return CELL.sub(_breakable, out)
+
+
+CELL = re.compile(r"(<t[hd][^>]*>)(.*?)(</t[hd]>)", re.S)
+TAG = re.compile(r"(<[^>]*>)")
+NAME_BREAK = re.compile(r"(?<=\w)([_/])(?=\w)")  # in a name, not an entity's "&lt;/b"
+
+
+def _breakable(cell: re.Match) -> str:
+    """A table cell that wraps where a reader would: after ``_`` and ``/`` in a name
+    (``zhang_sparse_linear``, ``ok/failed/missing``), and between a value and its ``± sd``
+    but not before the ``±`` (text only, never inside a tag): a wide table then fits a
+    1400 px window."""
+    parts = TAG.split(cell[2])
+    text = [part if part.startswith("<") else
+            NAME_BREAK.sub(r"\1<wbr>", part).replace(" ± ", "\u00a0± ") for part in parts]
+    return cell[1] + "".join(text) + cell[3]
 
 
 def _image(renderer, tokens, idx, options, env) -> str:

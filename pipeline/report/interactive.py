@@ -9,7 +9,11 @@ each dataset and algorithm, a toggle puts the step or the elapsed seconds on the
 legend entry hides its series on a click (no legend past :data:`MAX_LEGEND_ITEMS` series: it
 would run off the figure), and hovering a point shows algorithm, dataset, setting (its swept
 keys by symbol, ``σ² = 0.1``), step, seconds and value. A metric whose positive values span
-two decades or more is on a log axis (its values ≤ 0 are left out there).
+two decades or more is on a log axis (its values ≤ 0 are left out there); a value at most
+:data:`ROUND_OFF` times the tab's largest (the exact GP's duality gap of 1e-16) is zero to
+round-off: it neither makes the axis logarithmic nor sets its range, and is drawn at the
+axis' floor, with its true value on hover. Each setting has the colour and
+marker it has in the report's figures (:func:`pipeline.report.style.line_styles`).
 
 BokehJS is inlined (``bokeh.resources.INLINE``): the page loads nothing else, so it works from a
 file opened offline. Once Bokeh has rendered it, the page sets ``data-bokeh-status="rendered"``
@@ -38,20 +42,28 @@ from bokeh.models import (
     Legend,
     LegendItem,
     RadioButtonGroup,
+    Range1d,
     TabPanel,
     Tabs,
 )
-from bokeh.palettes import Category10_10, Category20_20, Turbo256
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
+from matplotlib.colors import to_hex
 
 from pipeline.atomic import write_text
-from pipeline.report.figures import select_setting, settings
+from pipeline.report.figures import select_setting, setting_label, settings
+from pipeline.report.style import line_styles
 from pipeline.results.variables import axis_label, setting_text
 
 TRACES = ("gap", "test_rmse", "test_nlpd", "objective", "n_basis")
 DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot")
 LOG_SPAN = 100.0  # positive values spanning this factor or more: a log axis
+ROUND_OFF = 1e-12  # a value at most this times the tab's largest: zero to round-off
+# matplotlib's markers (the report's figures) as Bokeh's
+MARKERS = {"o": "circle", "s": "square", "D": "diamond", "d": "diamond", "^": "triangle",
+           "v": "inverted_triangle", "P": "plus", "*": "star", "X": "x", "h": "hex",
+           "H": "hex", "<": "triangle", ">": "inverted_triangle", "p": "square_pin",
+           "8": "circle_dot"}
 STEP_AXIS = "step k (iteration of the fit)"
 
 # show a series when its dataset and its algorithm are both ticked; count what is shown
@@ -112,11 +124,13 @@ def _mean_runs(values: xr.DataArray, ok: xr.DataArray) -> np.ndarray:
 
 
 def _series(ds: xr.Dataset, metrics: list[str]) -> list[dict]:
-    """One dict per dataset, setting and metric with a finite value: its labels and the step,
-    seconds and mean value at every step the mean is finite."""
+    """One dict per dataset, setting and metric with a finite value: its labels, colour and
+    marker (those of the report's figures) and the step, seconds and mean value at every step
+    the mean is finite."""
     step = ds["step"].values
     has_seconds = "seconds" in ds and "step" in ds["seconds"].dims
     points = settings(ds)
+    styles = line_styles([(setting_label(ds, p), str(p["algorithm"])) for p in points])
     needed = ds[list(dict.fromkeys([*metrics, "status", "job_hash"]
                                    + (["seconds"] if has_seconds else [])))]
     needed.attrs = ds.attrs
@@ -132,8 +146,11 @@ def _series(ds: xr.Dataset, metrics: list[str]) -> list[dict]:
             value = _mean_runs(sub[metric], ok)
             ok = np.isfinite(value)
             if ok.any():
+                style = styles[setting_label(ds, point)]
                 out.append({"dataset": str(dataset), "algorithm": str(point["algorithm"]),
                             "setting": setting, "index": index, "metric": metric,
+                            "color": to_hex(style["color"]),
+                            "marker": MARKERS.get(style["marker"], "circle"),
                             "step": step[ok], "seconds": seconds[ok], "value": value[ok]})
     return out
 
@@ -142,47 +159,64 @@ MAX_LEGEND_ITEMS = 40  # a legend of more entries runs past the figure's 520 px:
 
 
 def _log_axis(values: np.ndarray) -> bool:
-    """True when the positive values span :data:`LOG_SPAN` or more and the negative ones are
-    round-off (a duality gap of -1e-16) next to the largest."""
-    positive = values[values > 0]
+    """True when the positive values above round-off (:func:`_round_off`) span :data:`LOG_SPAN`
+    or more and the negative ones are round-off (a duality gap of -1e-16) next to the
+    largest."""
+    positive = values[values > _round_off(values)]
     if len(positive) < 2 or positive.max() / positive.min() < LOG_SPAN:
         return False
     return bool((values >= -1e-9 * np.abs(values).max()).all())
 
 
-def _palette(n: int) -> list[str]:
-    if n <= 10:
-        return list(Category10_10[:max(n, 1)])
-    if n <= 20:
-        return list(Category20_20[:n])
-    return [Turbo256[int(i)] for i in np.linspace(0, 255, n)]
+def _round_off(values: np.ndarray) -> float:
+    """The largest value that is zero to round-off: :data:`ROUND_OFF` × the largest |value|."""
+    return ROUND_OFF * float(np.abs(values).max()) if len(values) else 0.0
 
 
-def _panel(ds: xr.Dataset, metric: str, series: list[dict], colours: list[str],
-           dashes: dict[str, str], legend: bool = True) -> tuple[TabPanel, dict[str, list]]:
+def _floor(values: np.ndarray) -> float | None:
+    """Where a log axis starts when some positive value is round-off (:func:`_round_off`):
+    half the smallest value above it (None when there is none to clip: the axis fits the
+    data)."""
+    positive = values[values > 0]
+    meaningful = positive[positive > _round_off(values)]
+    if len(meaningful) == len(positive) or not len(meaningful):
+        return None
+    return float(meaningful.min()) / 2
+
+
+def _panel(ds: xr.Dataset, metric: str, series: list[dict], dashes: dict[str, str],
+           legend: bool = True) -> tuple[TabPanel, dict[str, list]]:
     """A tab with one figure of ``metric`` and, per series drawn (a series with no positive
     value on a log axis is not), its line and marker renderers, legend item, data source and
-    key (dataset, algorithm, series id); the legend is drawn when ``legend``."""
+    key (dataset, algorithm, series id); the legend is drawn when ``legend``. On a log axis a
+    round-off value is drawn at the axis' floor (:func:`_floor`), hovering shows its value."""
     values = np.concatenate([s["value"] for s in series])
     log = _log_axis(values)
-    label = axis_label(metric, ds)
+    floor = _floor(values) if log else None
+    label = axis_label(metric, ds) + (" (log axis)" if log else "")
+    if floor is not None:
+        label += f"; values ≤ {ROUND_OFF:g} × the largest drawn at {floor:.2g}"
     fig = figure(height=520, sizing_mode="stretch_width", y_axis_type="log" if log else "linear",
-                 x_axis_label=STEP_AXIS, y_axis_label=label + (" (log axis)" if log else ""),
+                 x_axis_label=STEP_AXIS, y_axis_label=label,
                  tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll=None)
     fig.x_range.only_visible = fig.y_range.only_visible = True
+    if floor is not None:  # the round-off values sit on the axis, the others set its range
+        fig.y_range = Range1d(floor / 1.5, 1.5 * float(values.max()))
     drawn: dict[str, list] = {"lines": [], "marks": [], "items": [], "sources": [], "keys": []}
     for s in series:
         keep = s["value"] > 0 if log else np.ones(len(s["value"]), bool)
         n = int(keep.sum())
         if not n:
             continue
+        shown = s["value"][keep] if floor is None else np.maximum(s["value"][keep], floor)
         source = ColumnDataSource({
             "x": s["step"][keep], "step": s["step"][keep], "seconds": s["seconds"][keep],
-            "value": s["value"][keep], "algorithm": [s["algorithm"]] * n,
+            "value": s["value"][keep], "y": shown, "algorithm": [s["algorithm"]] * n,
             "dataset": [s["dataset"]] * n, "setting": [s["setting"]] * n})
-        colour, dash = colours[s["index"]], dashes[s["dataset"]]
-        line = fig.line("x", "value", source=source, color=colour, line_dash=dash, line_width=2)
-        mark = fig.scatter("x", "value", source=source, color=colour, size=6, alpha=0.8)
+        colour, dash = s["color"], dashes[s["dataset"]]
+        line = fig.line("x", "y", source=source, color=colour, line_dash=dash, line_width=2)
+        mark = fig.scatter("x", "y", source=source, color=colour, size=7, alpha=0.8,
+                           marker=s["marker"])
         setting = "" if s["setting"] == "—" else f" ({s['setting']})"
         drawn["items"].append(LegendItem(label=f"{s['algorithm']}{setting} · {s['dataset']}",
                                          renderers=[line, mark]))
@@ -216,8 +250,6 @@ def build_document(ds: xr.Dataset, metrics: list[str], title: str) -> Document:
                                               "nothing to draw.</p>")))
         doc.js_on_event("document_ready", CustomJS(code=READY_JS))
         return doc
-    n_colours = max(s["index"] for s in series) + 1
-    colours = _palette(n_colours)
     datasets = sorted({s["dataset"] for s in series})
     algorithms = sorted({s["algorithm"] for s in series})
     dashes = {d: DASHES[i % len(DASHES)] for i, d in enumerate(datasets)}
@@ -229,7 +261,7 @@ def build_document(ds: xr.Dataset, metrics: list[str], title: str) -> Document:
         mine = [s for s in series if s["metric"] == metric]
         if not mine:
             continue
-        panel, more = _panel(ds, metric, mine, colours, dashes, legend)
+        panel, more = _panel(ds, metric, mine, dashes, legend)
         panels.append(panel)
         axes.extend(panel.child.xaxis)
         for key, models in more.items():
@@ -254,8 +286,8 @@ def build_document(ds: xr.Dataset, metrics: list[str], title: str) -> Document:
               f"no legend for {most} series: the checkboxes choose the datasets and "
               "algorithms drawn, hovering a point names its setting")
     note = Div(text=f"<p>Mean over seeds of each setting; hover a point for its values, "
-                    f"{clicks}. Lines of one colour are one setting, their dash the "
-                    "dataset.</p>", sizing_mode="stretch_width")
+                    f"{clicks}. Lines of one colour and marker are one setting (as in the "
+                    "report's figures), their dash the dataset.</p>", sizing_mode="stretch_width")
     tabs = Tabs(tabs=panels, sizing_mode="stretch_width")
     layout = column(heading, note, row(column(*controls, width=230), tabs,
                                        sizing_mode="stretch_width"), sizing_mode="stretch_width")

@@ -15,7 +15,6 @@ Configured by ``report.scaling`` (see conf/experiment/smola2001_table1.yaml); us
 
 from __future__ import annotations
 
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
 from pipeline.atomic import save_figure
-from pipeline.report.style import Figure
+from pipeline.report.style import Figure, method_style
 from pipeline.results.variables import symbol
 
 QUANTITIES = {"final_seconds": "training seconds",
@@ -133,22 +132,25 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Figur
             ("final_predict_mean_seconds", "final_predict_var_seconds")]
     rows = [r for r in rows if r[0] in ds]
     fig, axes = plt.subplots(len(rows), 2, figsize=(12, 3.6 * len(rows) + 0.8), squeeze=False)
-    colours = {a: f"C{i}" for i, a in enumerate(ds["algorithm"].values.tolist())}
+    styles = {a: method_style(a) for a in ds["algorithm"].values.tolist()}
+    colours = {a: colour for a, (colour, _) in styles.items()}
     for (quantity, dashed), (ax_n, ax_m) in zip(rows, axes, strict=True):
         for algorithm, colour in colours.items():
-            for q, style in ((quantity, "o-"), (dashed, "s--")):
+            marker = styles[algorithm][1]  # filled: the quantity; hollow, dashed: error bars
+            for q, style in ((quantity, {"ls": "-", "marker": marker}),
+                             (dashed, {"ls": "--", "marker": marker, "mfc": "none"})):
                 if q is None or q not in ds:
                     continue
                 x, y = _line(ds, algorithm, q, size, at_basis)
                 if len(x):
-                    ax_n.plot(x, y, style, color=colour, ms=4)
+                    ax_n.plot(x, y, color=colour, ms=4, **style)
                 if algorithm in trace_basis and q == "final_seconds":
                     x, y = _trace_line(ds, algorithm, trace_basis[algorithm], at_size)
                     ax_m.plot(x, y, ":", color=colour, lw=2)
                 elif basis in ds.dims and ds.sizes[basis] > 1:
                     x, y = _line(ds, algorithm, q, basis, at_size)
                     if len(x) > 1:
-                        ax_m.plot(x, y, style, color=colour, ms=4)
+                        ax_m.plot(x, y, color=colour, ms=4, **style)
         title = QUANTITIES[quantity] + (" (dashed: error bars)" if dashed else "")
         ax_n.set(xscale="log", yscale="log", xlabel=f"training points {symbol(size)}",
                  title=f"{title}\nagainst n at {symbol(basis)} = {cfg['at_basis']}")
@@ -165,8 +167,8 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Figur
         for ax in (ax_n, ax_m):
             ax.grid(True, which="major", alpha=0.3)
             ax.set_ylabel("bytes" if quantity.endswith("_bytes") else "seconds", fontsize=9)
-    handles = [Line2D([], [], color=c, marker="o", label=a) for a, c in colours.items()]
-    handles += [Line2D([], [], color="grey", ls="--", marker="s", label="error bars"),
+    handles = [Line2D([], [], color=c, marker=styles[a][1], label=a) for a, c in colours.items()]
+    handles += [Line2D([], [], color="grey", ls="--", marker="o", mfc="none", label="error bars"),
                 *(Line2D([], [], color=colours.get(a, "grey"), ls=":", lw=2,
                          label=f"{a}: cumulative seconds per {v}")
                   for a, v in trace_basis.items() if a in colours)]
@@ -174,16 +176,14 @@ def scaling_figure(ds: xr.Dataset, cfg: dict, out_dir: Path, name: str) -> Figur
                frameon=False)
     missing = sorted({a for a in colours if (ds["status"].sel(algorithm=a) != "ok").any()})
     caption = ("Points: mean over the seeds of the jobs that finished (log-log axes, so a line's "
-               "slope is the measured exponent); solid circles: the quantity in the row's title, "
-               "dashed squares: error bars"
+               "slope is the measured exponent); solid lines, filled markers: the quantity in the "
+               "row's title, dashed lines, hollow markers: error bars"
                + (f"; dotted: cumulative seconds against the trace variable "
                   f"({', '.join(trace_basis)})" if trace_basis else "")
                + (f"; a line ends where jobs did not finish ({', '.join(missing)}: see Failed "
                   "jobs)" if missing else "") + ".")
-    text = "\n".join(textwrap.wrap(caption, int(fig.get_figwidth() * 13)))
-    fig.text(0.01, 0.005, text, fontsize=8, color="0.25", va="bottom")
-    bottom = (0.17 * (text.count("\n") + 1) + 0.1) / fig.get_figheight()
-    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.6 / fig.get_figheight()))
+    # the caption is the report's line under the figure, not drawn in it (said once)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
     path = out_dir / f"{name}.png"
     save_figure(fig, path, dpi=110)
     plt.close(fig)

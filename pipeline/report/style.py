@@ -1,5 +1,7 @@
-"""The look shared by a report's figures: a style per setting that tells overlapping lines
-apart, math text in labels, one legend beside the panels and a caption under them.
+"""The look shared by a report's figures: one colour and marker per method in every figure
+(:func:`line_styles`), a line style per setting that tells overlapping lines apart, math text
+in labels and one legend beside the panels. A figure's caption is returned with it and written
+once, under the figure in the report (never also inside the PNG).
 """
 
 from __future__ import annotations
@@ -7,6 +9,8 @@ from __future__ import annotations
 import itertools
 import re
 import textwrap
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,8 +62,8 @@ def _subplots(n_panels: int, height: float = 4.4):
 
 
 def _finish(fig, axes, path: Path, caption: str) -> Figure:
-    """One legend for the figure beside the panels (outside the data; one entry per label),
-    the caption under them, and the PNG."""
+    """One legend for the figure beside the panels (outside the data; one entry per label) and
+    the PNG; the caption goes with it to the report, which prints it under the figure."""
     handles: dict[str, object] = {}
     for ax in np.ravel(axes):
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -67,10 +71,6 @@ def _finish(fig, axes, path: Path, caption: str) -> Figure:
     if handles:
         fig.legend(list(handles.values()), [_wrap(math_text(k), 34) for k in handles],
                    loc="outside right upper", fontsize=7, frameon=False)
-    if caption:
-        width = int(fig.get_figwidth() * 13)
-        fig.supxlabel(_wrap(math_text(caption), width), fontsize=8, x=0.01, ha="left",
-                      color="0.25")
     save_figure(fig, path, dpi=110)
     plt.close(fig)
     return Figure(path, caption)
@@ -97,6 +97,61 @@ def _markevery(n_points: int, i: int, n_series: int):
         return None
     every = max(1, n_points // 10)
     return (int(i * every / max(n_series, 1)) % every, every)
+
+
+# One colour (tab10's index) and marker per method, the same in every figure of every report
+# and of docs/results: the ten methods of the published comparison each have a colour of their
+# own; a method that no shipped experiment draws beside another of its colour shares that
+# colour, told apart by its marker (tests/test_report_figures.py checks both).
+METHOD_STYLES: dict[str, tuple[int, str]] = {
+    "cg": (0, "o"), "exact": (1, "s"), "gpytorch_sgpr": (2, "D"),
+    "incomplete_cholesky": (3, "^"), "nystrom": (4, "v"), "sgma": (5, "P"),
+    "sklearn_gpr": (6, "*"), "sklearn_nystroem": (7, "X"), "zhang_kappa_greedy": (8, "h"),
+    "gpytorch_svgp": (9, "<"), "zhang_greedy": (0, ">"), "zhang_random": (3, "p"),
+    "sparse_online": (9, "d"), "pbr": (0, "H"), "finite_optimal": (2, "o"),
+    "finite_full": (3, ">"), "finite_diagonal": (4, "p"), "rvm": (2, "s"),
+    "laplacian_process": (0, "D"), "gp_laplace": (0, "P"), "gp_variational": (4, "s"),
+    "rvm_classifier": (2, "^"), "sklearn_gpc": (6, "X"),
+}
+SHADE = 0.55  # a method's settings: its colour, then tints up to this much lighter (darker
+# shades of one method's colour would turn into another's: orange into sgma's brown)
+
+
+def method_style(name: str) -> tuple[tuple, str]:
+    """(RGBA colour, marker) of the method ``name``: :data:`METHOD_STYLES`, or for a method not
+    listed there a pair chosen by a stable hash of its name (the same in every run)."""
+    index, marker = METHOD_STYLES.get(name) or (
+        lambda h: (h % 10, MARKERS[(h // 10) % len(MARKERS)]))(zlib.crc32(name.encode()))
+    return plt.get_cmap("tab10")(index), marker
+
+
+def _shade(colour, t: float) -> tuple:
+    """``colour`` mixed with black (t < 0) or white (t > 0) by |t|."""
+    rgb = np.asarray(colour[:3], dtype=float)
+    rgb = rgb * (1 + t) if t < 0 else rgb + (1 - rgb) * t
+    return (*rgb.tolist(), 1.0)
+
+
+def line_styles(lines: Sequence[tuple[str, str]]) -> dict[str, dict]:
+    """Colour and marker of every line (label, method) a report draws, one mapping for all its
+    figures: a method drawn as one line has its own :func:`method_style`; the lines of a
+    method drawn with several settings keep its marker, in tints of its colour; when every
+    line is one method's (its settings told apart), tab10/tab20 colours and markers by
+    position instead."""
+    labels = list(dict.fromkeys(lines))
+    methods = list(dict.fromkeys(method for _, method in labels))
+    if len(methods) == 1 and len(labels) > 1:
+        colours = _palette(len(labels))
+        return {label: {"color": colours[i], "marker": MARKERS[i % len(MARKERS)]}
+                for i, (label, _) in enumerate(labels)}
+    out = {}
+    for method in methods:
+        colour, marker = method_style(method)
+        mine = [label for label, m in labels if m == method]
+        shades = np.linspace(0.0, SHADE, len(mine))
+        out.update({label: {"color": _shade(colour, float(t)), "marker": marker}
+                    for label, t in zip(mine, shades, strict=True)})
+    return out
 
 
 def _palette(n: int) -> list:

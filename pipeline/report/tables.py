@@ -15,7 +15,7 @@ import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pipeline.job.hyper import at_bound_settings
-from pipeline.report.figures import _label, select_setting, settings
+from pipeline.report.figures import select_setting, setting_label, settings
 from pipeline.report.markdown import one_line
 from pipeline.results.access import decoded_attrs
 from pipeline.results.variables import setting_text, short_label, symbol
@@ -103,7 +103,7 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
             cells += [_mean_sd(sub[m].sel(step=k).values.ravel()[distinct].astype(float))
                       for m, k, _ in step_cols]
             counts = "/".join(str(status.count(s)) for s in ("ok", "failed", "missing"))
-            rows.append("| " + " | ".join([dataset, _label(ds, point), str(len(distinct)),
+            rows.append("| " + " | ".join([dataset, setting_label(ds, point), str(len(distinct)),
                                            *cells, counts]) + " |")
     empty = [i for i in range(3, len(header) - 1)  # a column with no value anywhere: dropped
              if all(row.split("|")[1:-1][i].strip() == "–" for row in rows[2:])]
