@@ -170,7 +170,9 @@ def median_start(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float,
     return params.kernel(median_theta(params, X, np.asarray(y, dtype=np.float64), lam, rng))
 
 
-DENSE_ARRAYS = 5  # square arrays alive in one dense evaluation (K, its factor, K⁻¹, M, M∘G)
+# square arrays alive in one dense evaluation, at most: the Matérn's and the Laplacian's distances,
+# exponentials, K and G beside the array factored in place (the RBF: that one array)
+DENSE_ARRAYS = 5
 
 
 def memory_bytes(options: Mapping[str, Any], n: int) -> tuple[float, str]:

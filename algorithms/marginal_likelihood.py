@@ -7,14 +7,24 @@ log p(y | θ) = −½ yᵀα − ½ log|K_y| − (n/2) log 2π with K_y = K_θ +
     ∂ log p / ∂θ_i = ½ tr((ααᵀ − K_y⁻¹) ∂K_y/∂θ_i),
 
 over θ = (log variance, log length scale(s), log σ²). K_y is factored once per evaluation by
-Cholesky; α comes from two triangular solves and the K_y⁻¹ the trace needs from the same factor
-(LAPACK ``potri``, no general inverse). With M = ααᵀ − K_y⁻¹ the gradient is
+Cholesky; α comes from two triangular solves with the factor and the K_y⁻¹ the trace needs from
+the same factor: one triangular inverse T = L⁻¹ and K_y⁻¹ = TᵀT, no general inverse
+(:func:`algorithms.cholesky.factor_and_invert`, blocked BLAS-3 in place). With
+M = ααᵀ − K_y⁻¹ the gradient is
 
 - signal variance v: ½ Σ M∘K;  noise: ½ σ² tr M;
 - length scale ℓ_j of a stationary kernel k(r), r = ‖(x−x')/ℓ‖: ∂K/∂log ℓ_j = G∘D_j with
   D_j = (x_j − x'_j)²/ℓ_j² and G = K (RBF), v e^{−r} (Matérn-3/2), K/r (Laplacian), so with
-  P = M∘G and s = X_{·j}/ℓ_j, ½ Σ P∘D_j = sᵀ((P1)∘s) − sᵀPs: one GEMM P·X for all j
-  (an isotropic length scale is the sum over j).
+  P = M∘G and s = X_{·j}/ℓ_j, ½ Σ P∘D_j = sᵀ((P1)∘s) − sᵀPs: one product P·[S, 1] for all
+  j (an isotropic length scale is the sum over j), whose last column P1 also gives the RBF's
+  variance term ½ Σ M∘K = ½ 1ᵀP1 (G = K). No per-dimension n × n array is formed.
+
+One n × n Fortran-ordered array holds everything (two for the Matérn and the Laplacian, whose
+G is kept beside it): K in both triangles, then K_y, L, K_y⁻¹ and P in the lower one while
+the strict upper triangle keeps K for the elementwise pass (K's diagonal is v). Arithmetic of
+one evaluation: n³/3 (Cholesky) + n³/3 (triangular inverse) + n³/3 (TᵀT) + 2n²(d + 2) (the
+kernel's GEMM) + 2n²(d + 1) (the traces' product); ``python -m pipeline.bench.learning`` times
+it against the same run's GEMM (issue 52).
 """
 
 from __future__ import annotations
@@ -25,11 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
+from algorithms import blas_inplace
+from algorithms.cholesky import factor_and_invert
 from algorithms.errors import InputError
-from algorithms.kernels import KERNELS, Kernel
+from algorithms.kernels import KERNELS, Kernel, _on_threads, fit_tails, takes_numpy_exp
 
 LEARNABLE = ("rbf", "matern32", "laplacian")  # kernels whose length-scale gradient is here
 BOUNDS = (1e-5, 1e5)  # of every hyperparameter (variance, length scales, σ²)
+TILE = 256  # rows and columns of the tiles of the elementwise gradient pass (512 KiB: in L2)
 
 
 def length_scale_of(kernel: Kernel) -> tuple[str, float]:
@@ -115,26 +128,92 @@ def length_scale_gradient(M: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> np.n
             - 2.0 * np.einsum("aj,aj->j", S1, M @ S2))
 
 
-def length_scale_gradient_outer(alpha: np.ndarray, G: np.ndarray, S: np.ndarray
-                                ) -> np.ndarray:
-    """:func:`length_scale_gradient` of M = (ααᵀ)∘G, G symmetric, without forming it:
-    Σ_ab α_a α_b G_ab (s_aj − s_bj)² = 2 Σ_a α_a s_aj² (Gα)_a − 2 Σ_a α_a s_aj (G(α∘s_j))_a."""
-    AS = np.empty((len(alpha), S.shape[1] + 1))
-    AS[:, 0] = alpha
-    np.multiply(alpha[:, None], S, out=AS[:, 1:])
-    GA = G @ AS
-    return 2.0 * (np.einsum("aj,a->j", S * S, alpha * GA[:, 0])
-                  - np.einsum("aj,aj->j", AS[:, 1:], GA[:, 1:]))
+def _kernel_into(A: np.ndarray, name: str, S: np.ndarray, variance: float
+                 ) -> np.ndarray | None:
+    """K of the inputs ``S`` (already at unit length scale) into the Fortran-ordered ``A``
+    (both triangles) and the slope G of ∂K/∂log ℓ_j = G∘D_j (module docstring): None for the
+    RBF, whose G is K itself (read back from A's strict upper triangle, which the factorisation
+    leaves alone); the diagonal is k(x, x) = v exactly. The RBF is one GEMM of augmented inputs
+    and one fused exp per cache-sized tile (:meth:`Kernel.block`, on :func:`kernel_threads`
+    threads) written straight into A; the others come from :func:`kernel_and_slope`."""
+    n = len(S)
+    if name == "rbf":
+        kernel = Kernel("rbf", {"variance": variance, "width": 2.0})  # exp(−‖s − s'‖²/2)
+        with fit_tails("rbf", n):
+            kernel.block(kernel.rows(S), kernel.cols(S), out=A.T)  # K symmetric: A.T is K
+        G = None
+    else:
+        K, G = kernel_and_slope(name, S, S, variance)
+        A[...] = K.T  # K symmetric; the transpose is the contiguous copy into Fortran order
+        del K
+    A.flat[::n + 1] = variance
+    return G
 
 
-def _triangle_length_gradient(P: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """:func:`length_scale_gradient` of the symmetric matrix of which ``P`` holds one triangle
-    (the other strict triangle zero): P_sym = P + Pᵀ − diag(P), and the diagonal adds nothing
-    since (s_aj − s_aj)² = 0."""
-    rows = P.sum(1) + P.sum(0)
-    PS = P @ S
-    PS += P.T @ S
-    return 2.0 * (np.einsum("aj,a->j", S * S, rows) - np.einsum("aj,aj->j", S, PS))
+def _slope_products(A: np.ndarray, alpha: np.ndarray, G: np.ndarray | None, variance: float,
+                    tile: int = TILE) -> float:
+    """Overwrite the lower triangle of ``A`` (K_y⁻¹ there, K in its strict upper triangle) with
+    P = M∘G, M = ααᵀ − K_y⁻¹, tile by tile in cache (G = K when ``G`` is None: the RBF).
+    Returns Σ_ab M_ab K_ab over the whole symmetric matrix (the variance's contraction) for a
+    kernel whose G is not K, else 0 (it is then 1ᵀP1, from the products)."""
+    n = len(A)
+    contraction = 0.0
+    for j0 in range(0, n, tile):
+        j1 = min(j0 + tile, n)
+        for i0 in range(j0, n, tile):
+            i1 = min(i0 + tile, n)
+            block = A[i0:i1, j0:j1]  # K_y⁻¹ (its part above the diagonal: K, if i0 = j0)
+            K = A[j0:j1, i0:i1].T  # K from the strict upper triangle
+            if i0 == j0:
+                K = K.copy()  # the same memory as the block, overwritten below
+                K.flat[::K.shape[1] + 1] = variance
+            M = np.multiply.outer(alpha[i0:i1], alpha[j0:j1])
+            M -= block
+            if G is None:
+                np.multiply(M, K, out=block)
+                continue
+            MK = np.einsum("ij,ij->", M, K) if i0 > j0 else \
+                np.einsum("ij,ij->", np.tril(M), K) - 0.5 * np.einsum("ii,ii->", M, K)
+            contraction += 2.0 * MK
+            np.multiply(M, G[i0:i1, j0:j1], out=block)
+    return contraction
+
+
+def _fused_slope_products(A: np.ndarray, alpha: np.ndarray, variance: float) -> None:
+    """P = (ααᵀ − K_y⁻¹)∘K into both triangles of ``A`` (the RBF: K in A's strict upper
+    triangle) by the compiled pass (:mod:`algorithms._fused_gradient`), its column tiles on
+    :func:`kernel_threads` threads."""
+    from algorithms._fused_gradient import SQUARE, rbf_slope_products
+
+    n = len(A)
+    width = 4 * SQUARE
+
+    def run(starts: range) -> None:
+        for j0 in starts:
+            rbf_slope_products(A, alpha, variance, j0, min(j0 + width, n))
+
+    _on_threads(run, range(0, n, width), n * n // 2)
+
+
+def _slope_traces(A: np.ndarray, alpha: np.ndarray, G: np.ndarray | None, variance: float,
+                  S: np.ndarray) -> tuple[np.ndarray, float]:
+    """(P·[S, 1], Σ M∘K for a kernel whose G is not K) from ``A`` holding K_y⁻¹ in its lower
+    triangle and K in its strict upper one (overwritten): P = M∘G, M = ααᵀ − K_y⁻¹. The RBF
+    on :func:`takes_numpy_exp`'s compiled side: the compiled pass writes P into both triangles,
+    then one GEMM; else numpy's tiles (:func:`_slope_products`) and one symmetric product of
+    the lower triangle (OpenBLAS's symm runs at about half GEMM's rate)."""
+    n, d = S.shape
+    SA = np.empty((n, d + 1), order="F")  # [S, 1]
+    SA[:, :d] = S
+    SA[:, d] = 1.0
+    PS = np.empty((n, d + 1), order="F")
+    if G is None and not takes_numpy_exp("rbf", n):
+        _fused_slope_products(A, alpha, variance)
+        blas_inplace.gemm(1.0, A, SA, 0.0, PS)
+        return PS, 0.0
+    contraction = _slope_products(A, alpha, G, variance)
+    blas_inplace.symm(1.0, A, SA, 0.0, PS)
+    return PS, contraction
 
 
 def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
@@ -147,30 +226,27 @@ def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
     v, lam = math.exp(theta[0]), math.exp(theta[-1])
     ls = np.exp(theta[1:-1])
     S = X / (ls if params.n_lengths > 1 else ls[0])  # inputs at unit length scale
-    K, G = kernel_and_slope(params.name, S, S, v)
-    Ky = K.copy()
-    Ky.flat[::n + 1] += lam
-    L = sla.cholesky(Ky, lower=True, overwrite_a=True, check_finite=False)
-    del Ky
-    alpha = sla.cho_solve((L, True), y, check_finite=False)
-    value = float(-0.5 * y @ alpha - np.log(np.diag(L)).sum() - 0.5 * n * math.log(2 * math.pi))
+    A = np.empty((n, n), order="F")  # K in both triangles; K_y, L, K_y⁻¹, P in the lower one
+    G = _kernel_into(A, params.name, S, v)
+    A.flat[::n + 1] += lam
     if not gradient:
-        return value, None
-    # K_y⁻¹'s lower triangle from the factor; its strict upper triangle stays L's, which scipy
-    # returns zero. W = that matrix transposed (C order, like K): one triangle of the symmetric
-    # K_y⁻¹ = W + Wᵀ − diag(W), with no n × n symmetrising copy.
-    W, info = sla.lapack.dpotri(L, lower=1, overwrite_c=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed with info={info}")
-    W = W.T
-    w_diag = np.diag(W).copy()
+        L = sla.cholesky(A, lower=True, overwrite_a=True, check_finite=False)
+        alpha = sla.cho_solve((L, True), y, check_finite=False)
+        return _value(y, alpha, np.diag(L)), None
+    factor_diagonal, alpha = factor_and_invert(A, y)
+    value = _value(y, alpha, factor_diagonal)
     grad = np.empty(len(theta))
-    # ⟨K_y⁻¹, K⟩ over the triangle; ⟨ααᵀ, K⟩ = αᵀKα
-    inv_dot_k = 2.0 * np.einsum("ij,ij->", W, K) - w_diag @ np.diag(K)
-    grad[0] = 0.5 * (alpha @ (K @ alpha) - inv_dot_k)
-    grad[-1] = 0.5 * lam * (alpha @ alpha - w_diag.sum())
-    W *= G  # one triangle of K_y⁻¹ ∘ G; ααᵀ∘G is contracted through one product G·[α, α∘S]
-    per_dim = length_scale_gradient_outer(alpha, G, S) - _triangle_length_gradient(W, S)
-    per_dim *= 0.5
+    grad[-1] = 0.5 * lam * (alpha @ alpha - np.trace(A))  # ½ σ² tr M
+    PS, contraction = _slope_traces(A, alpha, G, v, S)
+    P1 = PS[:, d]
+    grad[0] = 0.5 * (P1.sum() if G is None else contraction)  # ½ Σ M∘K
+    # ½ Σ_ab P_ab (s_aj − s_bj)² = Σ_a s_aj² (P1)_a − Σ_a s_aj (PS)_aj (P symmetric)
+    per_dim = np.einsum("aj,a->j", S * S, P1) - np.einsum("aj,aj->j", S, PS[:, :d])
     grad[1:-1] = per_dim if params.n_lengths > 1 else per_dim.sum()
     return value, grad
+
+
+def _value(y: np.ndarray, alpha: np.ndarray, factor_diagonal: np.ndarray) -> float:
+    """−½ yᵀα − Σ log L_ii − (n/2) log 2π (eq. 62; log|K_y| = 2 Σ log L_ii)."""
+    return float(-0.5 * y @ alpha - np.log(factor_diagonal).sum()
+                 - 0.5 * len(y) * math.log(2 * math.pi))

@@ -1,11 +1,14 @@
 """The blocked Cholesky factorisation (algorithms/cholesky.py) against scipy's, and at a size
-where OpenBLAS's own multithreaded dpotrf crashes on this project's hosts."""
+where OpenBLAS's own multithreaded dpotrf crashes on this project's hosts; the blocked
+factorisation with inverse (factor_and_invert) against numpy's, and the in-place BLAS calls
+it makes (algorithms/blas_inplace.py) on strided views."""
 
 import numpy as np
 import pytest
 import scipy.linalg as sla
 
-from algorithms.cholesky import cholesky_in_place
+from algorithms import blas_inplace
+from algorithms.cholesky import cholesky_in_place, factor_and_invert
 
 
 def spd(n: int, seed: int = 0) -> np.ndarray:
@@ -72,6 +75,50 @@ def test_blocked_cholesky_survives_where_openblas_potrf_crashes():
     expected[np.arange(len(rows)), rows] += 1.0
     assert np.isfinite(product).all()
     assert np.abs(product.T - expected).max() <= 1e-10 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("n,block", [(1, 4), (2, 1), (7, 3), (64, 64), (257, 64), (300, 256),
+                                     (513, 256), (500, 1000)])
+def test_factor_and_invert_equals_numpys_inverse_and_solve(n, block):
+    """The lower triangle becomes K⁻¹, the returned diagonal is L's and the solution K⁻¹y's;
+    the strict upper triangle (where the marginal likelihood keeps K) is left as it was."""
+    K = spd(n, seed=n)
+    y = np.random.default_rng(n).normal(size=n)
+    A = np.asfortranarray(K + np.triu(np.full((n, n), 7.0), 1))  # the upper triangle: garbage
+    upper = np.triu(A, 1).copy()
+    diagonal, x = factor_and_invert(A, y, block=block)
+    inverse = np.tril(A) + np.tril(A, -1).T
+    expected = np.linalg.inv(K)
+    assert np.abs(inverse - expected).max() <= 1e-12 * np.abs(expected).max()
+    assert np.abs(diagonal - np.diag(np.linalg.cholesky(K))).max() <= 1e-13
+    assert np.abs(x - np.linalg.solve(K, y)).max() <= 1e-12 * np.abs(x).max()
+    assert np.array_equal(np.triu(A, 1), upper)
+
+
+def test_factor_and_invert_names_the_minor_and_refuses_bad_arrays():
+    K = spd(600)
+    K[400, 400] = -1.0
+    with pytest.raises(np.linalg.LinAlgError, match="401-th leading minor"):
+        factor_and_invert(np.asfortranarray(K), np.ones(600), block=256)
+    with pytest.raises(ValueError, match="Fortran-ordered"):
+        factor_and_invert(np.ascontiguousarray(spd(5)), np.ones(5))
+
+
+def test_in_place_blas_writes_strided_views_and_refuses_row_major_ones():
+    rng = np.random.default_rng(0)
+    A, B, C = (np.asfortranarray(rng.normal(size=(50, 60))) for _ in range(3))
+    a, b, c = A[3:20, 5:30], B[2:27, 1:12], C[10:27, 40:51]
+    expected = 2.0 * a @ b + 0.5 * c
+    before = C.copy()
+    blas_inplace.gemm(2.0, a, b, 0.5, c)
+    assert np.abs(c - expected).max() <= 1e-13
+    outside = np.ones_like(C, dtype=bool)
+    outside[10:27, 40:51] = False
+    assert np.array_equal(C[outside], before[outside])  # nothing written outside the view
+    with pytest.raises(ValueError, match="column-major"):
+        blas_inplace.gemm(1.0, np.ascontiguousarray(a), b, 0.0, c)
+    with pytest.raises(ValueError, match="gemm shapes"):
+        blas_inplace.gemm(1.0, a, b[:, :3], 0.0, c)
 
 
 def test_the_exact_benchmark_writes_its_figures_at_small_size(tmp_path, monkeypatch):

@@ -47,6 +47,56 @@ def test_gradient_equals_finite_differences(name, ard):
     assert np.all(np.abs(grad - fd) <= 1e-6 * np.maximum(np.abs(fd), 1.0)), (grad, fd)
 
 
+@pytest.mark.parametrize("name,ard", CASES)
+def test_value_and_gradient_equal_the_dense_formulas_across_blocks_and_tiles(name, ard):
+    """At n = 600 (three block columns of the factorisation, partial gradient tiles) the value
+    and gradient equal eq. 62 and eq. 64 written densely: K_y⁻¹ by numpy, M = ααᵀ − K_y⁻¹ and
+    one n × n D_j per length scale (to 1e-10 relative)."""
+    from algorithms.marginal_likelihood import kernel_and_slope
+
+    gen = np.random.default_rng(9)
+    Xb = gen.normal(size=(600, 3))
+    yb = np.sin(Xb[:, 0]) + 0.1 * gen.normal(size=600)
+    params = Parameters.of(Kernel(name), 3, ard)
+    theta = gen.normal(scale=0.3, size=2 + params.n_lengths)
+    theta[-1] = math.log(0.05)
+    value, grad = log_marginal_likelihood(Xb, yb, params, theta)
+    S = Xb / np.exp(theta[1:-1])
+    K, G = kernel_and_slope(name, S, S, math.exp(theta[0]))
+    Ky = K + math.exp(theta[-1]) * np.eye(600)
+    inverse = np.linalg.inv(Ky)
+    alpha = inverse @ yb
+    ref = -0.5 * yb @ alpha - 0.5 * np.linalg.slogdet(Ky)[1] - 300 * math.log(2 * math.pi)
+    M = np.outer(alpha, alpha) - inverse
+    per_dim = np.array([0.5 * np.sum(M * G * (S[:, j, None] - S[None, :, j]) ** 2)
+                        for j in range(3)])
+    expected = np.concatenate([[0.5 * np.sum(M * K)],
+                               per_dim if ard else [per_dim.sum()],
+                               [0.5 * math.exp(theta[-1]) * np.trace(M)]])
+    assert value == pytest.approx(ref, rel=1e-10)
+    assert np.abs(grad - expected).max() <= 1e-10 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("ard", [False, True])
+def test_the_compiled_gradient_pass_equals_numpys(ard, monkeypatch):
+    """The RBF from WARM_UP_ROWS rows on takes compiled tiles (the kernel's exp and the
+    gradient's elementwise pass, then one GEMM instead of numpy's tiles and a symm): the same
+    value and gradient to round-off, here forced at n = 600 on two kernel threads."""
+    import algorithms.kernels as kernels
+
+    gen = np.random.default_rng(11)
+    Xb = gen.normal(size=(600, 4))
+    yb = np.cos(Xb[:, 1]) + 0.1 * gen.normal(size=600)
+    params = Parameters.of(Kernel("rbf"), 4, ard)
+    theta = gen.normal(scale=0.3, size=2 + params.n_lengths)
+    numpy_value, numpy_grad = log_marginal_likelihood(Xb, yb, params, theta)
+    monkeypatch.setattr(kernels, "WARM_UP_ROWS", 100)
+    with kernels.use_kernel_threads(2):
+        value, grad = log_marginal_likelihood(Xb, yb, params, theta)
+    assert value == pytest.approx(numpy_value, rel=1e-12)
+    assert np.abs(grad - numpy_grad).max() <= 1e-11 * np.abs(numpy_grad).max()
+
+
 def test_theta_round_trips_through_the_kernel():
     for kernel, d in ((Kernel("rbf", {"width": 3.0, "variance": 2.0}), 3),
                       (Kernel("matern32", {"lengthscales": [1.0, 2.0, 4.0]}), 3)):
@@ -422,3 +472,29 @@ def test_jobs_needing_one_learning_at_once_learn_it_once(tmp_path, monkeypatch):
     for t in threads:
         t.join(timeout=120)
     assert len(out) == 3 and len(set(out)) == 1 and len(calls) == 1
+
+
+def test_the_learning_benchmark_writes_its_figures_at_small_size(tmp_path, monkeypatch):
+    """python -m pipeline.bench.learning size=small: per thread count the same run's GEMM and,
+    per setting, one evaluation's seconds, its parts, its arithmetic and their ratio (the
+    structure, not the timings)."""
+    from pipeline.bench.learning import arithmetic, main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["size=small"]) == 0
+    out = tmp_path / "outputs" / "bench_learning_small"
+    figures = json.loads((out / "figures.json").read_text())
+    assert figures["goal"] == 1.5 and [run["threads"] for run in figures["runs"]] == [1]
+    run = figures["runs"][0]
+    assert run["gemm_seconds"] > 0
+    assert [(r["d"], r["ard"]) for r in run["rows"]] == [(2, False), (2, True), (3, False),
+                                                         (3, True)]
+    for row in run["rows"]:
+        assert row["arithmetic_flops"] == arithmetic(300, row["d"])
+        assert row["over_arithmetic"] == pytest.approx(
+            row["seconds"] / row["arithmetic_seconds_at_gemm_rate"])
+        assert all(row[key] > 0 for key in ("seconds", "kernel_seconds", "gradient_pass_seconds",
+                                            "factor_and_invert_seconds",
+                                            "lapack_potrf_potri_seconds"))
+    assert (out / "learning.png").stat().st_size > 10000
+    assert main(["size=huge"]) == 2
