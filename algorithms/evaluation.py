@@ -151,6 +151,9 @@ class Recorder:
         self.eval_cpu_seconds = 0.0
         self.start = time.perf_counter()
         self.cpu_start = time.process_time()
+        Recorder.latest = self  # the running fit's steps, for a progress display to count
+
+    latest: Recorder | None = None
 
     @property
     def test_inputs(self) -> np.ndarray | None:

@@ -29,6 +29,27 @@ def _one_line(message: object) -> str:
     return " ".join(str(message).split()).split(" Config search path:")[0]
 
 
+def _comma_completions(argv: Sequence[str]) -> str | None:
+    """Bash completion of a config group's choice after a comma (``algorithm=exact,ny<Tab>``
+    → ``algorithm=exact,nystrom``), which Hydra's own completion does not list: the choices
+    its script filters, space-separated; None for anything else (Hydra answers)."""
+    import re
+
+    from pipeline.config import GROUPS, group_options
+
+    if "query=bash" not in argv:
+        return None
+    line = os.environ.get("COMP_LINE", "")
+    word = "" if not line or line.endswith(" ") else line.split()[-1]
+    match = re.fullmatch(r"(\+{0,2})([\w/]+)=((?:[^,=]*,)+)([^,=]*)", word)
+    if not match or match[2] not in GROUPS:
+        return None
+    plus, group, chosen, last = match.groups()
+    taken = set(chosen.split(","))
+    return " ".join(f"{plus}{group}={chosen}{option}" for option in group_options(group)
+                    if option.startswith(last) and option not in taken)
+
+
 def _error(message: object) -> int:
     print(f"error: {_one_line(message)}", file=sys.stderr)
     return 2
@@ -186,6 +207,10 @@ def main(argv: list[str]) -> int:
     if line.printed:  # --version
         return 0
     if line.hydra_only:  # --hydra-help, shell completion: no config is composed
+        listed = _comma_completions(argv)
+        if listed is not None:
+            print(listed)
+            return 0
         return _hydra_own(list(argv))
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -298,7 +323,10 @@ def _run(multirun: bool, overrides: list[str]) -> int:
     from pipeline.job.summary import job_warnings, summary_text
 
     if not multirun and not declares_sweep(overrides):
-        record = app.run(overrides).return_value
+        from pipeline.console import phases_on_console
+
+        with phases_on_console():  # its phases on stderr as they start
+            record = app.run(overrides).return_value
         if record["status"] == "error":
             return _error(record["error"])
         if record["status"] == "failed":  # the job failed, its input was fine

@@ -30,6 +30,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from pipeline.console import show_phase
+
 _JOB_LOG = logging.getLogger("pipeline.job")  # pipeline.job.log's logger (stdlib only here)
 _PAGE = 4096
 _shared: mmap.mmap | None = None  # set in a watched child: what it is doing, NUL-terminated
@@ -50,6 +52,7 @@ def announce(doing: str) -> None:
     the job's log (:mod:`pipeline.job.log`; nothing when no job log is open)."""
     if _JOB_LOG.handlers:
         _JOB_LOG.info(doing)
+    show_phase(doing)  # a single job's console (pipeline.console), when one is open
     if _shared is None:
         return
     data = doing.encode("utf-8", "replace")[: _PAGE - 1]

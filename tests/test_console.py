@@ -94,7 +94,12 @@ def test_console_script_runs_a_small_job_without_numba_or_the_optimisers(tmp_pat
 
 @pytest.mark.parametrize("line,answer", [("sgp-bench algorithm=sg", "algorithm=sgma"),
                                          ("sgp-bench dataset=breast", "dataset=breast_cancer"),
-                                         ("sgp-bench dataset.n_tr", "dataset.n_train=")])
+                                         ("sgp-bench dataset.n_tr", "dataset.n_train="),
+                                         # after a comma too (Hydra's own completion stops)
+                                         ("sgp-bench algorithm=exact,ny",
+                                          "algorithm=exact,nystrom"),
+                                         ("sgp-bench -m dataset=abalone,pu",
+                                          "dataset=abalone,pumadyn32nm")])
 def test_tab_completion_answers_for_the_console_script(line, answer):
     env = {**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line)),
            "PYTHONPROFILEIMPORTTIME": "1"}
@@ -125,3 +130,41 @@ def test_help_is_hydras_help_without_the_internal_group(monkeypatch, capsys):
     hydra = [line for line in capsys.readouterr().out.rstrip().splitlines()
              if not line.startswith("reduced: ")]
     assert help_text().splitlines() == hydra
+
+
+def test_a_single_job_shows_its_phases_one_line_each_in_a_pipe(tmp_path, capsys):
+    """In a pipe (not a terminal) each phase is one line on stderr, as it starts; stdout keeps
+    the summary."""
+    from pipeline.cli import main
+
+    assert main(["algorithm=nystrom", "algorithm.max_basis=20", "dataset=sine1d",
+                 "dataset.n_train=60"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split(",")[0].split(" at ")[0] for line in err.splitlines()] == [
+        "… the nystrom job on sine1d", "… the nystrom fit on sine1d",
+        "… the certificate of the nystrom fit on sine1d",
+        "… writing the result of the nystrom fit on sine1d"], err
+    assert out.strip().splitlines()[-1].startswith("result: ")
+
+
+def test_a_terminal_redraws_the_phase_with_its_seconds_and_the_fits_steps():
+    import io
+
+    from algorithms.evaluation import Recorder
+    from pipeline.console import PhaseConsole
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    console = PhaseConsole(screen)
+    console.phase("the sgma fit on abalone at n_train=4000")
+    recorder = Recorder()
+    recorder.rows.extend([{}] * 7)  # seven steps recorded
+    console._draw()
+    console.phase("writing the result")
+    console.close()
+    text = screen.getvalue()
+    assert "\r\x1b[K… the sgma fit on abalone at n_train=4000: " in text and ", step 7" in text
+    assert text.endswith("writing the result: 0.0 s\n") and ", step 7\n" in text

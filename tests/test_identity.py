@@ -92,6 +92,7 @@ NOT_NUMERIC = {
     "pipeline.sweep.claims": "a lease: which process learns, not what it learns",
     "pipeline.results.variables": "long names and units of the result's variables",
     "pipeline.watch": "names the job a signal killed",
+    "pipeline.console": "shows a single job's phases on the console",
 }
 
 

@@ -71,7 +71,9 @@ def test_every_method_has_one_colour_and_marker_and_no_experiment_repeats_a_colo
 
     from algorithms.registry import REGISTRY
     from pipeline.config import CONF_DIR
-    from pipeline.report.style import METHOD_STYLES, method_style
+    from pipeline.report.style import method_style, method_styles
+
+    METHOD_STYLES = method_styles()
 
     assert set(REGISTRY) <= set(METHOD_STYLES)
     assert len(set(METHOD_STYLES.values())) == len(METHOD_STYLES)

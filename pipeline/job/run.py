@@ -182,6 +182,7 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
              "pipeline_code_version": pipeline_version(), "store": store.name,
              "job_seconds": time.perf_counter() - clock.start - warm.get("warmup_seconds", 0.0),
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
+    announce(f"writing the result of {what}")
     path = write_job_result(result, config, result_path, attrs,
                             hyper.variables() if hyper is not None else None)
     return JobOutcome(result, dict(config), job_hash, path, attrs)

@@ -103,24 +103,22 @@ def _markevery(n_points: int, i: int, n_series: int):
 # and of docs/results: the ten methods of the published comparison each have a colour of their
 # own; a method that no shipped experiment draws beside another of its colour shares that
 # colour, told apart by its marker (tests/test_report_figures.py checks both).
-METHOD_STYLES: dict[str, tuple[int, str]] = {
-    "cg": (0, "o"), "exact": (1, "s"), "gpytorch_sgpr": (2, "D"),
-    "incomplete_cholesky": (3, "^"), "nystrom": (4, "v"), "sgma": (5, "P"),
-    "sklearn_gpr": (6, "*"), "sklearn_nystroem": (7, "X"), "zhang_kappa_greedy": (8, "h"),
-    "gpytorch_svgp": (9, "<"), "zhang_greedy": (0, ">"), "zhang_random": (3, "p"),
-    "sparse_online": (9, "d"), "pbr": (0, "H"), "finite_optimal": (2, "o"),
-    "finite_full": (3, ">"), "finite_diagonal": (4, "p"), "rvm": (2, "s"),
-    "laplacian_process": (0, "D"), "gp_laplace": (0, "P"), "gp_variational": (4, "s"),
-    "rvm_classifier": (2, "^"), "sklearn_gpc": (6, "X"),
-}
+def method_styles() -> dict[str, tuple[int, str]]:
+    """conf/method_styles.yaml: each method's (tab10 index, marker), one for every figure."""
+    from pipeline.config import CONF_DIR, read_yaml
+
+    return {str(k): (int(v[0]), str(v[1])) for k, v in
+            read_yaml(CONF_DIR / "method_styles.yaml").items()}
+
+
 SHADE = 0.55  # a method's settings: its colour, then tints up to this much lighter (darker
 # shades of one method's colour would turn into another's: orange into sgma's brown)
 
 
 def method_style(name: str) -> tuple[tuple, str]:
-    """(RGBA colour, marker) of the method ``name``: :data:`METHOD_STYLES`, or for a method not
+    """(RGBA colour, marker) of the method ``name``: :func:`method_styles`, or for a method not
     listed there a pair chosen by a stable hash of its name (the same in every run)."""
-    index, marker = METHOD_STYLES.get(name) or (
+    index, marker = method_styles().get(name) or (
         lambda h: (h % 10, MARKERS[(h // 10) % len(MARKERS)]))(zlib.crc32(name.encode()))
     return plt.get_cmap("tab10")(index), marker
 
