@@ -122,3 +122,11 @@ class NoFollowFileHandler(logging.FileHandler):
 
     def _open(self) -> IO[str]:
         return open_append(self.baseFilename, encoding=self.encoding or "utf-8")
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """A record the disk refuses (full, gone read-only) is dropped without logging's
+        "--- Logging error ---" traceback on stderr: the write that matters (the result, the
+        manifest) meets the same error and reports it in one line."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handleError(record)

@@ -403,7 +403,7 @@ def test_the_report_and_the_sweep_name_each_setting_on_a_bound(monkeypatch):
         coords={"algorithm": ["exact", "nystrom"], "dataset.split": [0, 1]})
     assert at_bound_settings(ds) == [("dataset.split=0", "log_noise=upper", 2)]
     assert at_bound_text(ds) == "- dataset.split=0: log_noise=upper (2 jobs)"
-    monkeypatch.setattr(outcome, "load", lambda path: ds)
+    monkeypatch.setattr("pipeline.results.consolidate.load", lambda path: ds)
     (line,) = outcome.sweep_warnings("results.zarr")
     assert line.startswith("warning: hyper=ml at dataset.split=0 learned log_noise=upper")
     assert at_bound_settings(ds.drop_vars("final_hyper_at_bound")) == []

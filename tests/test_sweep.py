@@ -50,7 +50,8 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     # an unnamed sweep gets a new directory, outputs/<date>/<time>/, named as it starts
     dated = path.parent.relative_to(tmp_path / "outputs").as_posix()
     assert re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d(-\d+)?", dated), dated
-    assert f"sweep: outputs/{dated}/ (resume: the same command with sweep={dated}" in first.stderr
+    assert f"resume: python -m pipeline resume=last, or the same command with sweep={dated}" \
+        in first.stdout
 
     ds = xr.open_zarr(path)  # plain xarray opens it
     assert dict(ds["status"].sizes) == {"algorithm": 2, "dataset": 1, "lam": 2, "kappa": 2,

@@ -162,8 +162,9 @@ def check_override_syntax(argv: list[str]) -> str | None:
             continue
         known = known if known is not None else top_level_keys()
         if head not in known:
-            return (f"unknown key {head!r} in {override.input_line!r}; "
-                    f"{did_you_mean(key)}every key: python -m pipeline --help")
+            hint = did_you_mean(key) or f"the keys: {', '.join(sorted(known))}; "
+            return (f"unknown key {head!r} in {override.input_line!r}; {hint}"
+                    "every key: python -m pipeline --help")
         block = _block(head)
         if block is not None and "." in key and key.split(".", 1)[1] not in block:
             return (f"unknown key {key!r} in {override.input_line!r}; {did_you_mean(key)}"

@@ -326,7 +326,7 @@ def _merged_attrs(attrs: list[dict], names: list[str], varied: list[str]) -> dic
         "timings")}} for name, a in zip(names, attrs, strict=True)]
     out = {key: first[key] for key in ("step_meaning", "Conventions", "comment") if key in first}
     out.update({
-        "sweep": "+".join(str(a.get("sweep", "?")) for a in attrs),
+        "sweep": "+".join(str(a["sweep"]) for a in attrs),  # every store records it
         "config": json.dumps(first.get("config", {}), sort_keys=True, default=str),
         "swept_keys": json.dumps(swept),
         "versions": json.dumps(first.get("versions", {}), sort_keys=True, default=str),

@@ -15,7 +15,8 @@ from algorithms.errors import InputError
 from pipeline.oserrors import file_in_path, write_failure
 from pipeline.results.ownership import foreign_entry
 
-RERUN = "resume with python -m pipeline resume=last (finished jobs are kept)"
+RERUN = ("rerun the command (a sweep: python -m pipeline resume=last; its finished jobs are "
+         "kept)")
 
 
 class OutOfSpace(InputError):

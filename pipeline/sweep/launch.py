@@ -49,7 +49,8 @@ from pipeline.sweep.manifest import (
     write_bytes,
     write_manifest,
 )
-from pipeline.sweep.naming import started
+from pipeline.sweep.naming import announce
+from pipeline.sweep.naming import record as record_last
 from pipeline.sweep.plan import PlannedJob, finished_jobs, plan_only, prepare
 
 
@@ -101,7 +102,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
           + (f", {len(refused)} too large (recorded as failed)" if refused else ""), flush=True)
     for why in refused.values():
         print(f"  {why}", flush=True)
-    started(sweep_dir, master)  # recorded for resume=last
+    announce(master)  # how to resume an unnamed sweep
     timings = {} if startup is None else {"startup_seconds": startup}
     timings["compose_seconds"] = time.perf_counter() - t_start
     # Dask's distributed (~1 s of import) only once there is something to run: a dry run and
@@ -113,13 +114,15 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         try:
             records, n_workers = run_on_dask(to_run, cluster_cfg, sweep_dir, hydra_context,
                                              task_function, retries, timings, cluster)
-        except (OutOfSpace, ClusterLost):  # jobs ran: the manifest keeps the points for a rerun
+        except (OutOfSpace, ClusterLost, KeyboardInterrupt):  # jobs ran: the manifest keeps
+            record_last(sweep_dir, master)  # the points for a rerun, resume=last reruns it
             raise
         except InputError:  # the cluster did not start: no job ran, leave the directory as it was
             with sweep_lock(sweep_dir):
                 write_bytes(manifest, before)
                 restore_hydra_record(sweep_dir)
             raise
+        record_last(sweep_dir, master)  # for resume=last
         for h, why in refused.items():  # no result of theirs exists: record why there is none
             write_job_failure(unique[h].config, why, job_path(sweep_dir, h),
                               {"config_hash": h, "worker": ""})

@@ -102,19 +102,23 @@ def name_sweep(overrides: Sequence[str], outputs: Path) -> list[str]:
     return [*overrides, f"sweep={name}"]
 
 
-def started(sweep_dir: Path, master) -> None:
-    """A sweep's start, once its points are in its directory: recorded in
-    ``outputs/last_sweep.json`` for ``resume=last`` (its overrides as typed; the checks force
-    the group keys again), and, for a name :func:`name_sweep` gave, how to resume printed."""
-    overrides = [str(a) for a in master.hydra.overrides.task]
-    typed = [a[2:] if a.startswith("++") and a[2:].split(".")[0] in GROUPS else a
-             for a in overrides]
-    outputs = Path.cwd() / "outputs"
-    try:
-        write_text(outputs / LAST, json.dumps({"sweep": str(master.sweep or sweep_dir),
-                                               "overrides": typed}, indent=1) + "\n")
-    except OSError:  # the sweep's own directory is writable; a lost record only loses the
-        pass         # shortcut (resume by naming the sweep)
+def announce(master) -> None:
+    """For a name :func:`name_sweep` gave, how to resume the sweep, printed as it starts."""
     if master.sweep in GENERATED:
         print(f"resume: python -m pipeline resume=last, or the same command with "
               f"sweep={master.sweep}", flush=True)
+
+
+def record(sweep_dir: Path, master) -> None:
+    """The sweep, once its jobs ran (finished, interrupted or stopped with jobs done), in
+    ``outputs/last_sweep.json`` for ``resume=last``: its overrides as typed (the checks force
+    the group keys again). A sweep refused before any job ran leaves the record as it was."""
+    overrides = [str(a) for a in master.hydra.overrides.task]
+    typed = [a[2:] if a.startswith("++") and a[2:].split(".")[0] in GROUPS else a
+             for a in overrides]
+    try:
+        write_text(Path.cwd() / "outputs" / LAST,
+                   json.dumps({"sweep": str(master.sweep or sweep_dir), "overrides": typed},
+                              indent=1) + "\n")
+    except OSError:  # a lost record loses only the shortcut (resume by naming the sweep)
+        pass
