@@ -98,8 +98,6 @@ CASES = [
     # a sweep directory holding another sweep is never replaced
     Case("other-grid-same-directory", (*SEED_SWEEP[:-3], "lam=0.5", "seed=0", "sweep=seed"),
          ("outputs/seed holds another sweep", "sweep=<new name>", "merge=true")),
-    Case("merge-other-dims", (*SEED_SWEEP, "kernel.width=1,2", "merge=true"),
-         ("same swept dims", "kernel.width")),
     Case("same-points-other-settings", (*SEED_SWEEP, "kernel.width=3"),
          ("holds another sweep", "other settings", "sweep=<new name>")),
     Case("merge-same-points-other-settings", (*SEED_SWEEP, "kernel.width=3", "merge=true"),

@@ -67,6 +67,7 @@ from pipeline.report.tables import (
 )
 from pipeline.results.access import decoded_attrs
 from pipeline.results.consolidate import load
+from pipeline.sweep.invocations import command_text
 
 DEFAULT_FIGURES = [
     {"metric": "gap", "logy": True, "title": "relative duality gap"},
@@ -135,7 +136,8 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
     table = headline_table(ds, report_cfg.get("columns", []), report_cfg.get("at_steps"))
     lines = [f"# Sweep {code(ds.attrs['sweep'])}", "",
              f"results: {code(path)} (git {code(str(ds.attrs['git_sha'])[:12])}, swept: "
-             f"{', '.join(map(str, attrs['swept_keys']))})", "", table, ""]
+             f"{', '.join(map(str, attrs['swept_keys']))})", "", *commands_lines(attrs), table,
+             ""]
     if report_cfg.get("paired"):
         lines += ["Paired t-tests:", "", paired_tests(ds, report_cfg["paired"]), ""]
     if report_cfg.get("scaling"):
@@ -170,6 +172,23 @@ def _write_report(ds: xr.Dataset, path: Path, out_dir: Path) -> Path:
                                                   if "x" not in spec and "against" not in spec])
     write_html(report, ds, path, interactive, figures=[f.path.name for f in drawn])
     return report
+
+
+def commands_lines(attrs: dict) -> list[str]:
+    """The commands that made the sweep (its invocations, :mod:`pipeline.sweep.invocations`),
+    each with the points it added and the file holding Hydra's record of it."""
+    records = attrs.get("invocations") or []
+    if not records:
+        return []
+    if len(records) == 1:
+        return [f"command: {code(command_text(records[0].get('command', [])))}", ""]
+    lines = [f"Made by {len(records)} commands:", ""]
+    for i, record in enumerate(records, start=1):
+        n = record.get("entries", record.get("added", 0))
+        lines.append(f"{i}. {code(command_text(record.get('command', [])))}: {n} point"
+                     f"{'' if n == 1 else 's'} added; Hydra's record "
+                     f"{code(record.get('hydra_record', '?'))}")
+    return [*lines, ""]
 
 
 USAGE = "python -m pipeline.report <results.zarr> [--out DIR] [--select DIM=VALUE ...]"

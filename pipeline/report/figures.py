@@ -37,7 +37,8 @@ def settings(ds: xr.Dataset) -> list[dict]:
     over (seed, plus the report's ``average_over``). A dim the setting's jobs do not depend on
     (κ for algorithms that ignore it, an option the algorithm does not take: their results
     repeat along it) is left out, and a setting whose jobs are all those of an earlier one is
-    dropped."""
+    dropped, as is one with no sweep point (a cell of the grid no command of the sweep named:
+    a merge added points at values the other settings were not run at)."""
     averaged = ("dataset", "seed", *ds.attrs.get("average_over", ()))
     dims = [d for d in ds["status"].dims if d not in averaged]
     hashes = ds["job_hash"].load()
@@ -45,7 +46,7 @@ def settings(ds: xr.Dataset) -> list[dict]:
     for values in itertools.product(*(ds[d].values.tolist() for d in dims)):
         point = dict(zip(dims, values, strict=True))
         key = tuple(hashes.sel(point).values.ravel().tolist())
-        if key in seen:
+        if key in seen or not any(key):
             continue
         seen.add(key)
         for dim in [d for d in point if d != "algorithm" and ds.sizes[d] > 1]:

@@ -308,15 +308,19 @@ def _environment_html(ds: xr.Dataset, results_path: Path) -> str:
     parts.append(_key_value_table(((str(k), html.escape(str(v))) for k, v in versions.items()),
                                   ("package", "version"))
                  if versions else f"<p>{NOT_RECORDED}</p>")
-    timings = attrs.get("timings") or {}
+    records = attrs.get("invocations") or [{"timings": attrs.get("timings") or {}}]
     parts.append("<h3>Timings of the sweep</h3>")
-    if timings:
-        parts.append(_key_value_table(
-            ((str(k).removesuffix("_seconds").replace("_", " "), _seconds(v))
-             for k, v in timings.items()), ("phase", "seconds")))
-    else:
-        parts.append("<p>none: no job ran in the last invocation of this sweep "
-                     "(all were cached)</p>")
+    for i, record in enumerate(records, start=1):
+        timings = record.get("timings") or {}
+        if len(records) > 1:
+            parts.append(f"<h4>Command {i} of {len(records)}</h4>")
+        if timings:
+            parts.append(_key_value_table(
+                ((str(k).removesuffix("_seconds").replace("_", " "), _seconds(v))
+                 for k, v in timings.items()), ("phase", "seconds")))
+        else:
+            parts.append("<p>none: no job ran in the last run of this command "
+                         "(all were cached, or it was interrupted)</p>")
     return "\n".join(parts)
 
 

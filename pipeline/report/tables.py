@@ -96,9 +96,14 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
     for dataset in ds["dataset"].values.tolist():
         for point in settings(ds):
             sub = select_setting(ds, point, dataset)
-            status = sub["status"].values.ravel().tolist()
+            hashes = sub["job_hash"].values.ravel()
+            if not (hashes != "").any():  # no sweep point here (another dataset's setting)
+                continue
+            # sweep points only: a cell of the grid no command named is none
+            status = sub["status"].values.ravel()[hashes != ""].tolist()
             # one value per distinct job: a seed-free job repeated along seed counts once
-            _, distinct = np.unique(sub["job_hash"].values.ravel(), return_index=True)
+            _, distinct = np.unique(hashes, return_index=True)
+            distinct = distinct[hashes[distinct] != ""]
             cells = [_mean_sd(sub[c].values.ravel()[distinct].astype(float)) for c in columns]
             cells += [_mean_sd(sub[m].sel(step=k).values.ravel()[distinct].astype(float))
                       for m, k, _ in step_cols]
@@ -112,7 +117,8 @@ def headline_table(ds: xr.Dataset, extra_columns: list[str] = (),
                 + "|" for row in rows]
     note = ("n: distinct jobs of a setting; a cell is the mean ± sd over them, or the value "
             f"when there is one or all are equal; |value| < {ROUND_OFF:g} (zero to round-off) "
-            f"is printed as < {ROUND_OFF:g}; ok/failed/missing counts sweep points.")
+            f"is printed as < {ROUND_OFF:g}; ok/failed/missing counts sweep points (missing: "
+            "not run yet, or interrupted).")
     return "\n".join(rows) + "\n\n" + note
 
 
@@ -149,14 +155,40 @@ def paired_tests(ds: xr.Dataset, specs: list[dict]) -> str:
 
 
 def overhead_line(ds: xr.Dataset) -> str:
-    """Sweep wall time against the ideal (sum of job times / workers), with its phases."""
+    """Sweep wall time against the ideal (sum of job times / workers), with its phases: for
+    each command of the sweep that ran jobs, from its own jobs and timings (the invocations,
+    :mod:`pipeline.sweep.invocations`), one line each when there are several."""
     attrs = decoded_attrs(ds)
-    timings, workers = attrs.get("timings", {}), int(attrs.get("n_workers", 0))
+    records = attrs.get("invocations") or [{"timings": attrs.get("timings", {}),
+                                            "n_workers": attrs.get("n_workers", 0)}]
+    lines = [(i, line) for i, record in enumerate(records)
+             if (line := _overhead(ds, record)) is not None]
+    if not lines:
+        return "overhead: no jobs ran in the last run of this sweep (all were cached)"
+    if len(records) == 1:
+        return f"overhead: {lines[0][1]}"
+    return "\n".join(f"- overhead of command {i + 1} of {len(records)}: {line}"
+                     for i, line in lines)
+
+
+def _overhead(ds: xr.Dataset, record: dict) -> str | None:
+    """The overhead of one command's last run (``record``: its timings, workers and the jobs
+    it ran; without ``ran``, a store of one command, every job of the store), or None when it
+    ran no job."""
+    timings, workers = record.get("timings") or {}, int(record.get("n_workers") or 0)
     if not workers or "jobs_seconds" not in timings:
-        return "overhead: no jobs ran in the last invocation of this sweep (all were cached)"
-    distinct = np.unique(ds["job_hash"].values.ravel(), return_index=True)[1]
+        return None
+    hashes = ds["job_hash"].values.ravel()
+    distinct = np.unique(hashes, return_index=True)[1]
+    distinct = distinct[hashes[distinct] != ""]
+    if record.get("ran") is not None:
+        distinct = distinct[np.isin(hashes[distinct], list(record["ran"]))]
+        if not len(distinct):
+            return None
     compute = float(np.nansum(ds["job_seconds"].values.ravel()[distinct]))
     ideal = compute / workers
+    if not ideal > 0:
+        return None
     wall = timings["wall_seconds"]
     phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in timings.items()
                        if k != "startup_seconds")
@@ -165,8 +197,7 @@ def overhead_line(ds: xr.Dataset) -> str:
         process = timings["startup_seconds"] + wall
         whole = (f"; whole process from its start to the end of the jobs {process:.2f} s, / "
                  f"ideal = {process / ideal:.2f} (consolidation not included)")
-    return (f"overhead: {len(distinct)} jobs on {workers} workers; sum of job times "
+    return (f"{len(distinct)} jobs on {workers} workers; sum of job times "
             f"{compute:.2f} s, / workers = {ideal:.2f} s; launcher wall {wall:.2f} s "
             f"({phases}); wall / ideal = {wall / ideal:.2f}, job phase / ideal = "
             f"{timings['jobs_seconds'] / ideal:.2f}{whole}")
-

@@ -26,7 +26,8 @@ import xarray as xr
 
 # attrs of a results store held as JSON text (in the store and in what ``load`` returns, so that
 # ``ds.to_netcdf()`` and ``ds.to_zarr()`` write it: netCDF attrs are text or numbers only)
-JSON_ATTRS = ("config", "versions", "swept_keys", "timings", "content_sha256", "sources")
+JSON_ATTRS = ("config", "versions", "swept_keys", "timings", "invocations", "content_sha256",
+              "sources")
 
 
 def decoded_attrs(attrs: xr.Dataset | Mapping) -> dict:

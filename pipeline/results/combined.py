@@ -323,7 +323,7 @@ def _merged_attrs(attrs: list[dict], names: list[str], varied: list[str]) -> dic
                                + varied))
     sources = [{"source": name, **{key: a.get(key) for key in (
         "sweep", "git_sha", "host", "swept_keys", "n_workers", "config", "versions",
-        "timings")}} for name, a in zip(names, attrs, strict=True)]
+        "timings", "invocations")}} for name, a in zip(names, attrs, strict=True)]
     out = {key: first[key] for key in ("step_meaning", "Conventions", "comment") if key in first}
     out.update({
         "sweep": "+".join(str(a["sweep"]) for a in attrs),  # every store records it

@@ -167,8 +167,9 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "versions": json.dumps(package_versions(), sort_keys=True),
         "git_sha": git_sha(),
         "host": platform.node(),
-        "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last invocation
+        "timings": json.dumps(manifest.get("timings", {})),  # of the sweep's last run
         "n_workers": int(_number(manifest.get("n_workers", 0), 0)),
+        "invocations": json.dumps(_invocations(manifest, entries), default=str),
         "step_meaning": "iteration number (1-based); the basis size is the n_basis variable",
         "Conventions": "CF-1.10",
         "comment": "long_name on every variable and coordinate; units where UDUNITS can say "
@@ -178,6 +179,43 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
               if dim == "step" or dim in trace_dims.values()}
     ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs))
     return _write_atomically(seal(ds), sweep_dir / "results.zarr", check=_read_back)
+
+
+def _invocations(manifest: dict, entries: list[dict]) -> list[dict]:
+    """Every command that made the sweep (the manifest's ``invocations``; one, its
+    ``command``, for a manifest written before they were kept), each with the points it added
+    that the results hold (``entries``)."""
+    found = manifest.get("invocations")
+    if not isinstance(found, list) or not found:
+        found = [{"command": manifest.get("command", []), "timings": manifest.get("timings", {}),
+                  "n_workers": manifest.get("n_workers", 0), "swept_keys":
+                  manifest.get("swept_keys", []), "hydra_record": "multirun.yaml"}]
+    counts = [0] * len(found)
+    for entry in entries:
+        index = entry.get("invocation", 0)
+        if isinstance(index, int) and 0 <= index < len(found):
+            counts[index] += 1
+    base = _flat(found[0].get("config") or manifest.get("config") or {})
+    out = []
+    for inv, n in zip(found, counts, strict=True):
+        record = {k: v for k, v in dict(inv).items() if k != "config"}
+        if "config" in inv:  # the first command's config is the store's; the others' changes
+            flat = _flat(inv["config"] or {})
+            record["config_changes"] = {k: flat.get(k) for k in sorted(set(flat) | set(base))
+                                        if flat.get(k) != base.get(k)}
+        out.append({**record, "entries": n})
+    return out
+
+
+def _flat(config, prefix: str = "") -> dict:
+    """A nested config as ``dotted.key → value``."""
+    if not isinstance(config, dict):
+        return {prefix: config}
+    out = {}
+    for key, value in config.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict)
+                   else {f"{prefix}{key}": value})
+    return out
 
 
 def seal(ds: xr.Dataset) -> xr.Dataset:
@@ -236,7 +274,8 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
     The Dataset writes as it is with ``ds.to_netcdf(path)`` and ``ds.to_zarr(path)`` (zarr
     format 2 or 3: the store's codecs are not carried over): its attrs are text and numbers,
     those holding structures (``config``, ``versions``, ``swept_keys``, ``timings``,
-    ``content_sha256``, a combined store's ``sources``) JSON text, as in the store;
+    ``invocations``, ``content_sha256``, a combined store's ``sources``) JSON text, as in the
+    store;
     ``ds.sgp.attrs`` (or :func:`pipeline.results.access.decoded_attrs`) gives them decoded,
     e.g. ``ds.sgp.attrs["config"]["kernel"]["width"]``.
 

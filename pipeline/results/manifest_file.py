@@ -43,7 +43,8 @@ def load_manifest(path: Path, dims: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def check_structure(doc: Mapping[str, Any], dims: tuple[str, ...] = ()) -> None:
-    """Raise :class:`DamagedFile` unless ``doc`` has what a sweep and consolidation read."""
+    """Raise :class:`DamagedFile` unless ``doc`` has what a sweep and consolidation read (the
+    invocations, :mod:`pipeline.sweep.invocations`, included)."""
     extra = doc.get("extra_dims")
     if not isinstance(extra, list) or not all(isinstance(d, str) for d in extra):
         raise DamagedFile("has no list of extra_dims")
@@ -62,9 +63,15 @@ def check_structure(doc: Mapping[str, Any], dims: tuple[str, ...] = ()) -> None:
                               f"({', '.join(sorted(need))})")
         if not isinstance(entry.get("overrides", []), list):
             raise DamagedFile(f"has an entry {i} whose overrides are not a list")
+        if not isinstance(entry.get("invocation", 0), int):
+            raise DamagedFile(f"has an entry {i} whose invocation is not a number")
     if not isinstance(doc.get("sweep"), str):
         raise DamagedFile("has no sweep name")
     for key, kind in (("command", list), ("swept_keys", list),
-                      ("timings", dict)):
+                      ("timings", dict), ("invocations", list)):
         if key in doc and not isinstance(doc[key], kind):
             raise DamagedFile(f"has a {key} that is not a {kind.__name__}")
+    for i, record in enumerate(doc.get("invocations", [])):
+        if not isinstance(record, Mapping) or not isinstance(record.get("command"), list) \
+                or not isinstance(record.get("timings", {}), dict):
+            raise DamagedFile(f"has an invocation {i} without its command and timings")

@@ -13,7 +13,8 @@ duplicates one). Each task claims its job's directory (:mod:`pipeline.sweep.clai
 at the disk before fitting, so sweeps sharing a directory, and tasks Dask reruns, never fit a
 finished job again. A directory holds one sweep: its points are claimed in ``manifest.json``
 (under a lock, :mod:`~pipeline.sweep.manifest`) before the jobs run, and a sweep with other
-points or settings is refused unless ``merge=true``. The sweep ends with
+points or settings is refused unless ``merge=true``, and every command that adds points or
+runs jobs is recorded there (:mod:`~pipeline.sweep.invocations`). The sweep ends with
 :func:`pipeline.results.consolidate.consolidate` into ``<sweep dir>/results.zarr``, and every
 sweep point's JobReturn carries a record (status, job hash, error, results path) that the
 caller summarises with :meth:`pipeline.sweep.outcome.SweepOutcome.from_returns`.
@@ -39,10 +40,12 @@ from pipeline.results.job_file import (
 )
 from pipeline.sweep.clock import startup_seconds
 from pipeline.sweep.directory import OutOfSpace
+from pipeline.sweep.invocations import invocation_index, invocations
 from pipeline.sweep.manifest import (
     checked_manifest,
     entries_kept,
     entry_set,
+    keep_hydra_record,
     manifest_entries,
     restore_hydra_record,
     sweep_lock,
@@ -51,7 +54,7 @@ from pipeline.sweep.manifest import (
 )
 from pipeline.sweep.naming import announce
 from pipeline.sweep.naming import record as record_last
-from pipeline.sweep.plan import PlannedJob, finished_jobs, plan_only, prepare
+from pipeline.sweep.plan import PlannedJob, along_new_dims, finished_jobs, plan_only, prepare
 
 
 def check_inputs_held(records: dict[str, dict], sweep_dir: Path) -> None:
@@ -82,12 +85,18 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         if master.dry_run:
             plan_only(jobs, sweep_dir, t_start)
         manifest = sweep_dir / "manifest.json"
+        command = [str(a) for a in master.hydra.overrides.task]
         with sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
             before = manifest.read_bytes() if manifest.is_file() else None
             old = checked_manifest(sweep_dir, jobs, dims)
+            if master.merge:  # a key the old sweep did not sweep: its points at their value
+                old = along_new_dims(old, dims, master, hydra_context)
             kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
-            if old is None or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs)):
-                write_manifest(sweep_dir, master, jobs, kept, dims, {}, 0)
+            history = invocations(old)
+            if (old is None or invocation_index(history, command) == len(history)
+                    or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs))):
+                write_manifest(sweep_dir, master, jobs, kept, dims, {}, 0, old)
+            made = keep_hydra_record(sweep_dir, old, command)
     except BaseException:
         restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
         raise
@@ -121,6 +130,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             with sweep_lock(sweep_dir):
                 write_bytes(manifest, before)
                 restore_hydra_record(sweep_dir)
+                for path in made:  # this command's record, or the first's kept copy
+                    path.unlink(missing_ok=True)
             raise
         record_last(sweep_dir, master)  # for resume=last
         for h, why in refused.items():  # no result of theirs exists: record why there is none
@@ -131,9 +142,11 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
 
         check_inputs_held(records, sweep_dir)
         with sweep_lock(sweep_dir):  # points another sweep merged meanwhile are kept
-            kept = entries_kept(sweep_dir, checked_manifest(sweep_dir, jobs, dims), jobs, dims,
-                                merge=True)
-            write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers)
+            old = along_new_dims(checked_manifest(sweep_dir, jobs, dims), dims, master,
+                                 hydra_context)
+            kept = entries_kept(sweep_dir, old, jobs, dims, merge=True)
+            write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers, old,
+                           ran=[h for h in records if h not in refused])
             t_consolidate = time.perf_counter()
             from pipeline.results.consolidate import consolidate  # xarray: not for planning
 

@@ -1,7 +1,8 @@
-"""A sweep directory's manifest (``manifest.json``: its points, dims, settings and timings),
-written under the directory's lock with its checksum (:mod:`pipeline.results.manifest_file`);
-a sweep with other points or settings is refused unless ``merge=true``, and a refused sweep
-leaves Hydra's record as it was. A damaged manifest (unreadable, failing its checksum, an entry
+"""A sweep directory's manifest (``manifest.json``: its points, dims, settings and timings,
+and every command that made it, :mod:`pipeline.sweep.invocations`), written under the
+directory's lock with its checksum (:mod:`pipeline.results.manifest_file`); a sweep with other
+points or settings is refused unless ``merge=true``, and a refused sweep leaves Hydra's records
+as they were. A damaged manifest (unreadable, failing its checksum, an entry
 without its hash) is rebuilt from the sweep's points, with a ``note:`` naming it, when the
 directory's results show the same sweep; else the sweep stops with one line.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,17 @@ from pipeline.results.checksum import DamagedFile, note
 from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, dump_manifest, load_manifest
 from pipeline.sweep.claims import claim
 from pipeline.sweep.compose import PlannedJob, swept_keys
+from pipeline.sweep.invocations import (
+    HYDRA_RECORD,
+    HYDRA_RECORD_KEPT,
+    entry_invocation,
+    history_text,
+    invocation_index,
+    invocations,
+    record_name,
+    union_swept,
+    updated,
+)
 
 
 def _point(coords: Mapping) -> str:
@@ -97,29 +109,34 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
 
     The same sweep points again, or some of them (a rerun: resume, or new results after data or
     code changed), keep the others; new points are refused unless ``merge=true`` adds them to
-    the old ones (same dims only), and points whose settings changed (a value that is not
-    swept) are refused. Nothing is ever silently replaced."""
+    the old ones (a key it sweeps that the old sweep did not is a new dim: ``old`` then has
+    the old points along it, :func:`pipeline.sweep.plan.along_new_dims`), and points whose
+    settings changed (a value that is not swept) are refused. Nothing is ever silently
+    replaced. A refusal says which commands made the sweep and which of them resume its
+    unfinished points (:func:`pipeline.sweep.invocations.history_text`)."""
     if old is None:
         return []
     old_entries, old_dims = old["entries"], list(old["extra_dims"])
     new_points = {_point(job.coords): job.setting for job in jobs}
     old_points = {_point(e["coords"]): e.get("setting") for e in old_entries}
-    command = " ".join(a.removeprefix("++") for a in old.get("command", [])) or "(unknown)"
-    what = (f"{sweep_dir} holds another sweep ({len(old_points)} points over "
-            f"{', '.join(list(FIXED_DIMS) + old_dims)}; started with: {command})")
     changed = [p for p, s in new_points.items() if old_points.get(p) not in (None, s)]
     if set(old_dims) == set(dims) and not changed and set(new_points) <= set(old_points):
         return [e for e in old_entries if _point(e["coords"]) not in new_points]  # a rerun
+
+    def what() -> str:
+        return (f"{sweep_dir} holds another sweep ({len(old_points)} points over "
+                f"{', '.join(list(FIXED_DIMS) + old_dims)}; {history_text(sweep_dir, old)}")
+
     if changed:
-        raise InputError(f"{what}; this sweep has the same points with other settings (a changed "
-                         "value that is not swept); pass sweep=<new name> for a new sweep "
-                         "directory, or rerun that command to resume it")
+        raise InputError(f"{what()}; this sweep has the same points with other settings (a "
+                         "changed value that is not swept); pass sweep=<new name> for a new "
+                         "sweep directory")
     if not merge:
-        raise InputError(f"{what}; pass sweep=<new name> for a new sweep directory, rerun that "
-                         "command to resume it, or add merge=true to add these points to it")
-    if set(old_dims) != set(dims):
-        raise InputError(f"{what}; merge=true needs the same swept dims, but this sweep has "
-                         f"{', '.join(list(FIXED_DIMS) + dims)}; pass sweep=<new name>")
+        raise InputError(f"{what()}; pass sweep=<new name> for a new sweep directory, or add "
+                         "merge=true to add these points to it")
+    if set(old_dims) != set(dims):  # along_new_dims gave the old points every new dim
+        raise InputError(f"{what()}; merge=true needs every dim of that sweep, but this one "
+                         f"has {', '.join(list(FIXED_DIMS) + dims)}; pass sweep=<new name>")
     return [e for e in old_entries if _point(e["coords"]) not in new_points]
 
 
@@ -130,9 +147,14 @@ def sweep_lock(sweep_dir: Path):
         yield
 
 
-def manifest_entries(jobs: list[PlannedJob]) -> list[dict]:
-    return [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash, "setting": j.setting}
-            for j in jobs]
+def manifest_entries(jobs: list[PlannedJob], old: dict | None = None,
+                     command: Sequence[str] = ()) -> list[dict]:
+    """The entries of ``jobs``, each naming the invocation that added its point: that of
+    ``old`` (the manifest they join) where it has the point, else that of ``command``."""
+    index = invocation_index(invocations(old), command)
+    first = {_point(e["coords"]): entry_invocation(e) for e in (old or {}).get("entries", [])}
+    return [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash, "setting": j.setting,
+             "invocation": first.get(_point(j.coords), index)} for j in jobs]
 
 
 def entry_set(entries: list[dict]) -> set[tuple[str, str]]:
@@ -140,12 +162,6 @@ def entry_set(entries: list[dict]) -> set[tuple[str, str]]:
 
 
 SWEEP_LOCK = "sweep.lock"
-
-
-HYDRA_RECORD = "multirun.yaml"  # Hydra's record of the sweep, written before the launcher runs
-
-
-HYDRA_RECORD_KEPT = "manifest.multirun.yaml"  # that of the sweep the manifest describes
 
 
 def write_bytes(path: Path, content: bytes | None) -> None:
@@ -158,27 +174,57 @@ def write_bytes(path: Path, content: bytes | None) -> None:
 
 def restore_hydra_record(sweep_dir: Path) -> None:
     """A refused sweep leaves the directory as it was: Hydra has already replaced its
-    ``multirun.yaml``, so put back that of the sweep the directory holds."""
+    ``multirun.yaml``, so put back that of the sweep's first command."""
     kept = sweep_dir / HYDRA_RECORD_KEPT
     if kept.exists():
         write_bytes(sweep_dir / HYDRA_RECORD, kept.read_bytes())
 
 
+def keep_hydra_record(sweep_dir: Path, old: dict | None, command: Sequence[str]) -> list[Path]:
+    """Hydra's record of this command (the ``multirun.yaml`` it has just written) kept as that
+    of its invocation: the first command's stays ``multirun.yaml`` (with a copy that puts it
+    back), a later one's goes to ``multirun.<n>.yaml`` and ``multirun.yaml`` is the first's
+    again. Returns the files made that were not there."""
+    hydra = sweep_dir / HYDRA_RECORD
+    if not hydra.exists():
+        return []
+    index = invocation_index(invocations(old), command)
+    target = sweep_dir / (HYDRA_RECORD_KEPT if index == 0 else record_name(index))
+    made = [] if target.exists() else [target]
+    write_bytes(target, hydra.read_bytes())
+    if index:
+        restore_hydra_record(sweep_dir)
+    return made
+
+
 def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], kept: list[dict],
-                    extra_dims: list[str], timings: dict,
-                    n_workers: int) -> None:
+                    extra_dims: list[str], timings: dict, n_workers: int,
+                    old: dict | None = None, ran: Sequence[str] = ()) -> None:
+    """Write the manifest of ``sweep_dir``: ``kept`` (the entries of ``old``, the manifest
+    there, that stay) and the points of ``jobs``, with this command's invocation recorded
+    (:mod:`pipeline.sweep.invocations`: its points, the jobs ``ran``, ``timings``,
+    ``n_workers``) beside the others of ``old``. ``command``, ``config`` are the first
+    command's, ``swept_keys`` the union of every command's, ``timings`` and ``n_workers``
+    this run's."""
+    command = [str(a) for a in master.hydra.overrides.task]
+    records = invocations(old)
+    index = invocation_index(records, command)
+    entries = kept + manifest_entries(jobs, old, command)
+    known = {_point(e["coords"]) for e in (old or {}).get("entries", [])}
+    records = updated(records, index, command=command, config=job_config(master),
+                      swept=swept_keys([job.composed for job in jobs]), points=len(jobs),
+                      added=sum(_point(j.coords) not in known for j in jobs), ran=sorted(ran),
+                      timings=timings, n_workers=n_workers)
     manifest = {
         "sweep": sweep_dir.name,
-        "command": list(master.hydra.overrides.task),
-        "config": job_config(master),
-        "swept_keys": swept_keys([job.composed for job in jobs]),
+        "command": records[0]["command"],  # the first command's, as before invocations
+        "config": records[0]["config"],
+        "swept_keys": union_swept(records, entries, [*FIXED_DIMS, *extra_dims]),
         "extra_dims": extra_dims,
-        "entries": kept + manifest_entries(jobs),
-        "timings": timings,
+        "entries": entries,
+        "timings": timings,  # this run's; each command's in its invocation
         "n_workers": n_workers,
+        "invocations": records,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_bytes(sweep_dir / MANIFEST, dump_manifest(manifest))
-    if (sweep_dir / HYDRA_RECORD).exists():
-        write_bytes(sweep_dir / HYDRA_RECORD_KEPT, (sweep_dir / HYDRA_RECORD).read_bytes())
-

@@ -104,6 +104,30 @@ def plan_only(jobs: list[PlannedJob], sweep_dir: Path, t_start: float) -> None:
     raise SystemExit(0)
 
 
+def along_new_dims(old: dict | None, dims: Sequence[str], master: DictConfig,
+                   hydra_context: HydraContext) -> dict | None:
+    """``old`` (the manifest of the sweep a ``merge=true`` joins) with its points along the
+    dims of ``dims`` it lacks (keys this sweep sweeps that it did not): each point at the value
+    its own config has there, composed again from its overrides (the default the first sweep
+    used, say). Raises InputError (one line) when a point's overrides are not recorded."""
+    if old is None:
+        return None
+    new = [d for d in dims if d not in old["extra_dims"]]
+    if not new:
+        return old
+    if any(not e.get("overrides") for e in old["entries"]):
+        raise InputError(f"merge=true cannot add {', '.join(new)} to this sweep: its manifest "
+                         "does not record its points' overrides; pass sweep=<new name>")
+    composed = compose_jobs(master, hydra_context.config_loader,
+                            [list(e["overrides"]) for e in old["entries"]])
+    entries = []
+    for entry, point in zip(old["entries"], composed, strict=True):
+        config = point.config()
+        entries.append({**entry, "coords": {**entry["coords"],
+                                            **{d: coordinate_value(config, d) for d in new}}})
+    return {**old, "extra_dims": [*old["extra_dims"], *new], "entries": entries}
+
+
 def print_job_script(cluster_cfg: Mapping) -> None:
     from pipeline.cluster.connect import job_script  # imports distributed: not for a plan
 
