@@ -152,6 +152,7 @@ class Recorder:
         self.start = time.perf_counter()
         self.cpu_start = time.process_time()
         Recorder.latest = self  # the running fit's steps, for a progress display to count
+        self.expected_steps: int | None = None  # set by a fit that knows how many it takes
 
     latest: Recorder | None = None
 

@@ -231,6 +231,7 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
         basis = list(coef)
         return Prediction(blocks.cross(X_new, basis) @ np.array([coef[j] for j in basis]))
 
+    recorder.expected_steps = max_basis  # a step per basis function (a progress display)
     with tiles_own_the_cores():  # the projections' tiles use the cores, not BLAS
         for k in range(1, max_basis + 1):
             M = np.arange(n) if kappa is None or kappa >= n else rng.choice(n, kappa, replace=False)
@@ -361,6 +362,7 @@ def fit_random(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.rando
     ref = _Reference(blocks, y, lam, reference, recorder)
     primal = PrimalGreedy(blocks, y, lam, rng, min(max_basis, n), chunk_bytes)
     stop_reason = f"k = max_basis = {max_basis}"
+    recorder.expected_steps = max_basis  # a step per basis function (a progress display)
     for k in range(1, max_basis + 1):
         flops = primal.step(1)
         if flops is None:

@@ -3,9 +3,11 @@
 The phases are those :func:`pipeline.watch.announce` names (reading the dataset, learning the
 hyperparameters, the fit, the certificate, writing the result). On a terminal the current
 phase's line is redrawn twice a second with its seconds so far and, during the fit, the steps
-the algorithm has recorded; in a pipe or a log file each phase is one plain line, written as
-it starts. Lines go to stderr: stdout keeps the job's summary. A sweep's jobs stay silent (the
-sweep shows its own progress); their phases are in each job's ``pipeline.log``.
+the algorithm has recorded (with the time left, at the rate so far, when the algorithm knows
+how many it takes: Zhang's methods, a step per basis function); in a pipe or a log file each
+phase is one plain line, written as it starts. Lines go to stderr: stdout keeps the job's
+summary. A sweep's jobs stay silent (the sweep shows its own progress); their phases are in
+each job's ``pipeline.log``.
 """
 
 from __future__ import annotations
@@ -65,18 +67,22 @@ class PhaseConsole:
 
     def _draw(self, final: bool = False) -> None:
         seconds = time.perf_counter() - self.since
-        steps = _steps() if self.doing and FIT.match(self.doing) else 0
-        text = f"… {self.doing}: {seconds:.1f} s" + (f", step {steps}" if steps else "")
+        steps, total = _steps() if self.doing and FIT.match(self.doing) else (0, None)
+        text = f"… {self.doing}: {seconds:.1f} s"
+        if steps:
+            text += f", step {steps}" + (f" of {total}" if total else "")
+        if steps and total and not final:  # the rest at the rate so far
+            text += f", ETA {seconds / steps * max(total - steps, 0):.0f} s"
         self.stream.write("\r\x1b[K" + text + ("\n" if final else ""))
         self.stream.flush()
 
 
-def _steps() -> int:
-    """The steps the running fit has recorded (:attr:`algorithms.evaluation.Recorder.latest`),
-    read without importing the numerics."""
+def _steps() -> tuple[int, int | None]:
+    """(the steps the running fit has recorded, how many it takes when it knows:
+    :attr:`algorithms.evaluation.Recorder.latest`), read without importing the numerics."""
     evaluation = sys.modules.get("algorithms.evaluation")
     recorder = getattr(getattr(evaluation, "Recorder", None), "latest", None)
-    return len(getattr(recorder, "rows", ()))
+    return len(getattr(recorder, "rows", ())), getattr(recorder, "expected_steps", None)
 
 
 _CONSOLE: list[PhaseConsole] = []

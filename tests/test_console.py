@@ -163,8 +163,11 @@ def test_a_terminal_redraws_the_phase_with_its_seconds_and_the_fits_steps():
     recorder = Recorder()
     recorder.rows.extend([{}] * 7)  # seven steps recorded
     console._draw()
+    recorder.expected_steps = 20  # a fit that knows its steps: the rest at the rate so far
+    console._draw()
+    assert ", step 7 of 20, ETA " in console.stream.getvalue()
     console.phase("writing the result")
     console.close()
     text = screen.getvalue()
     assert "\r\x1b[K… the sgma fit on abalone at n_train=4000: " in text and ", step 7" in text
-    assert text.endswith("writing the result: 0.0 s\n") and ", step 7\n" in text
+    assert text.endswith("writing the result: 0.0 s\n") and ", step 7 of 20\n" in text
