@@ -24,6 +24,7 @@ Running it again on the same input rewrites the same files.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -260,8 +261,7 @@ def baselines(pairs: list[tuple[str, int]], dataset_options: dict | None = None
 
 def _hydra_record(results: Path):
     """Hydra's record of the run beside its results (``multirun.yaml``), or None."""
-    record = results.parent / "multirun.yaml"
-    if not record.exists():
+    if not (record := results.parent / "multirun.yaml").exists():
         return None
     from omegaconf import OmegaConf
 
@@ -271,16 +271,16 @@ def _hydra_record(results: Path):
     return OmegaConf.load(record)
 
 
-def _run_command(record, sweep: str) -> str:
-    """The command line that last ran the sweep, from Hydra's ``record`` of it, or the
-    experiment of the sweep's name where there is none."""
+def _run_command(record, sweep: str, invocations: str | None = None) -> str:
+    """The command lines that made the sweep (its ``invocations`` attr: a merged sweep's every
+    command, joined by "; then "), else the one in Hydra's ``record``, else its experiment."""
     from omegaconf import OmegaConf
 
-    task = (OmegaConf.select(record, "hydra.overrides.task", default=None)
-            if record is not None else None)
-    if task is not None:
-        return "python -m pipeline -m " + " ".join(str(o) for o in task)
-    return f"python -m pipeline -m experiment={sweep}"
+    task = None if record is None else OmegaConf.select(record, "hydra.overrides.task")
+    tasks = [c for c in (i.get("command") for i in json.loads(invocations or "[]"))
+             if isinstance(c, list) and c] or ([task] if task is not None else [])
+    return "; then ".join("python -m pipeline -m " + " ".join(str(o) for o in t)
+                          for t in tasks) or f"python -m pipeline -m experiment={sweep}"
 
 
 def _grid(record) -> str | None:
@@ -435,7 +435,7 @@ def publish(results: str | Path, out: str | Path, reference: str,
     spec = (config.get("report") or {}).get("frontier") or {}
     record = _hydra_record(Path(results))
     modes = spec.get("modes") or {}
-    run = {"command": _run_command(record, sweep),
+    run = {"command": _run_command(record, sweep, ds.attrs.get("invocations")),
            "code_version": f"git {ds.attrs['git_sha']}",
            "mode_order": list(modes.get("order") or []),
            "mode_labels": {str(k): str(v) for k, v in (modes.get("labels") or {}).items()},

@@ -285,3 +285,16 @@ def test_the_readme_counts_the_own_learnings_that_stopped_at_their_cap():
     table["converged"] = pd.array([pd.NA] * len(table), dtype="boolean")
     assert "This table's run did not record it." in readme(
         table, reference="b", sweep="s", code_version="git 0", commands=[], figures=[])
+
+
+def test_a_merged_sweeps_published_command_lists_every_command():
+    """A sweep made by several commands (merge=true) publishes them all, in order."""
+    import json
+
+    from pipeline.publish import _run_command
+
+    made = json.dumps([{"command": ["lam=0.1", "sweep=s"]},
+                       {"command": ["lam=0.5", "sweep=s", "merge=true"]}])
+    assert _run_command(None, "s", made) == ("python -m pipeline -m lam=0.1 sweep=s; then "
+                                             "python -m pipeline -m lam=0.5 sweep=s merge=true")
+    assert _run_command(None, "s") == "python -m pipeline -m experiment=s"
