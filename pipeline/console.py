@@ -5,9 +5,9 @@ hyperparameters, the fit, the certificate, writing the result). On a terminal th
 phase's line is redrawn twice a second with its seconds so far and, during the fit, the steps
 the algorithm has recorded (with the time left, at the rate so far, when the algorithm knows
 how many it takes: Zhang's methods, a step per basis function); in a pipe or a log file each
-phase is one plain line, written as it starts. Lines go to stderr: stdout keeps the job's
-summary. A sweep's jobs stay silent (the sweep shows its own progress); their phases are in
-each job's ``pipeline.log``.
+phase is one plain line on stdout, written as it starts, before the summary (stderr then holds
+nothing but a failure's one ``error:`` line). A sweep's jobs stay silent (the sweep shows its
+own progress); their phases are in each job's ``pipeline.log``.
 """
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ _CONSOLE: list[PhaseConsole] = []
 @contextmanager
 def phases_on_console(stream: TextIO | None = None) -> Iterator[None]:
     """Show the phases announced inside the block (a single job run from the command line)."""
-    console = PhaseConsole(stream or sys.stderr)
+    # a terminal: the redrawn line on stderr; a pipe: plain lines on stdout, before the
+    # summary, so that stderr holds nothing but an error's one line
+    console = PhaseConsole(stream or (sys.stderr if sys.stderr.isatty() else sys.stdout))
     _CONSOLE.append(console)
     try:
         yield

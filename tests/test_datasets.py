@@ -311,7 +311,7 @@ def test_unknown_name_and_option():
     with pytest.raises(InputError, match=r"unknown dataset 'foo'; choose one of: abalone, "):
         build({"name": "foo"})
     with pytest.raises(InputError, match="dataset 'abalone' has no option 'n_tran'; did you mean "
-                                         "dataset.n_train\\? its options: "
+                                         "(dataset\\.)?n_train\\? its options: "
                                          "n_train, split, split_seed, standardize_x, "
                                          "standardize_y$"):
         build({"name": "abalone", "n_tran": 5})
