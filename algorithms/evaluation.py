@@ -22,6 +22,7 @@ import importlib.util
 import math
 import time
 import tracemalloc
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -151,10 +152,10 @@ class Recorder:
         self.eval_cpu_seconds = 0.0
         self.start = time.perf_counter()
         self.cpu_start = time.process_time()
-        Recorder.latest = self  # the running fit's steps, for a progress display to count
+        Recorder.latest = weakref.ref(self)  # the running fit's steps, for a progress display
         self.expected_steps: int | None = None  # set by a fit that knows how many it takes
 
-    latest: Recorder | None = None
+    latest: weakref.ref[Recorder] | None = None
 
     @property
     def test_inputs(self) -> np.ndarray | None:

@@ -81,7 +81,8 @@ def _steps() -> tuple[int, int | None]:
     """(the steps the running fit has recorded, how many it takes when it knows:
     :attr:`algorithms.evaluation.Recorder.latest`), read without importing the numerics."""
     evaluation = sys.modules.get("algorithms.evaluation")
-    recorder = getattr(getattr(evaluation, "Recorder", None), "latest", None)
+    latest = getattr(getattr(evaluation, "Recorder", None), "latest", None)
+    recorder = latest() if latest is not None else None  # a weak reference: the fit's own
     return len(getattr(recorder, "rows", ())), getattr(recorder, "expected_steps", None)
 
 
