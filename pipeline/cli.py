@@ -223,8 +223,10 @@ def main(argv: list[str]) -> int:
         from pipeline.sweep.naming import resumed
 
         again = resumed(line.overrides, outputs_root())
+        if again is not None and len(again) > 1:  # a merged sweep: each unfinished command
+            return _resume_each(again)
         if again is not None:  # resume=last: the last sweep's command as it was
-            line = dataclasses.replace(line, overrides=tuple(again), multirun=True)
+            line = dataclasses.replace(line, overrides=tuple(again[0]), multirun=True)
         overrides = _checked(line.overrides)
         if (line.help or line.shows) and overrides and not line.multirun \
                 and not declares_sweep(overrides):
@@ -315,6 +317,21 @@ def _hydra_own(argv: list[str]) -> int:
             return _error(text.strip() or f"Hydra stopped with exit code {exc.code}")
     sys.stderr.write(captured.getvalue())
     return 0
+
+
+def _resume_each(commands: list[list[str]]) -> int:
+    """``resume=last`` of a merged sweep: each command with unfinished points, in turn, each
+    announced; the worst exit code."""
+    from pipeline.sweep.invocations import command_text
+    from pipeline.sweep.signals import silent_on_interrupt
+
+    codes = []
+    for i, command in enumerate(commands, 1):
+        print(f"resume=last, command {i} of {len(commands)}: {command_text(command)}",
+              flush=True)
+        with silent_on_interrupt():
+            codes.append(_run(True, _checked(command)))
+    return max(codes)
 
 
 def _run(multirun: bool, overrides: list[str]) -> int:

@@ -150,3 +150,19 @@ def test_merges_keep_every_command_and_may_add_a_swept_key(tmp_path):
             f"{command_text([*commands[1]])} to resume it") in refused.stderr
     assert list(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task) == commands[0]
     assert not (sweep_dir / "multirun.4.yaml").exists()
+
+    # resume=last after merges: every command with an unfinished point, oldest first (here
+    # the first and the second), and nothing else is run again
+    h0 = ds["job_hash"].sel(lam=0.1, **{"kernel.width": 10.0}).item()
+    (sweep_dir / "jobs" / h0 / "result.nc").unlink()
+    again = subprocess.run([sys.executable, "-m", "pipeline", "resume=last"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    announced = [line for line in again.stdout.splitlines() if line.startswith("resume=last")]
+    assert announced == [f"resume=last, command 1 of 2: {command_text(commands[0])}",
+                         f"resume=last, command 2 of 2: {command_text(commands[1])}"], \
+        again.stdout
+    assert "1 run" in again.stdout and again.stdout.count("1 already finished, 1 run") == 1
+    assert (sweep_dir / "jobs" / h0 / "result.nc").is_file()
+    assert (sweep_dir / "jobs" / h / "result.nc").is_file()
+    assert len(json.loads((sweep_dir / "manifest.json").read_text())["invocations"]) == 3

@@ -216,3 +216,27 @@ def test_every_job_has_its_hydra_record_with_or_without_run_job(tmp_path):
         for h in runs[name]:
             overrides = (out / name / "jobs" / h / ".hydra" / "overrides.yaml").read_text()
             assert "dataset=sine1d" in overrides
+
+
+def test_an_integer_for_a_declared_float_is_the_same_job_and_point(tmp_path, run_cli):
+    """kernel.width=10 and 10.0, lam=1 and 1.0: one job, one coordinate value (issue 53: two
+    jobs whose coordinates compared equal, one result filed over the other)."""
+    from pipeline.job.identity import config_hash
+    from pipeline.job.numbers import declared_floats
+
+    ran = run_cli(tmp_path, "-m", "algorithm=exact", "dataset=sine1d", "dataset.n_train=50",
+                  "kernel.width=10,10.0", "lam=1,1.0", "certificate.tol=1,0.001",
+                  "dry_run=true")
+    assert ran.returncode == 0, ran.stderr
+    assert "dry run: 8 sweep points, 2 distinct jobs" in ran.stdout, ran.stdout
+    config = {"algorithm": {"name": "sgma", "eps": 1, "max_basis": 5},
+              "kernel": {"name": "rbf", "width": 2}, "lam": 1, "seed": 3,
+              "dataset": {"name": "sine1d", "n_train": 50}}
+    floats = declared_floats(config)
+    assert floats["lam"] == 1.0 and isinstance(floats["lam"], float)
+    assert isinstance(floats["kernel"]["width"], float)
+    assert isinstance(floats["algorithm"]["eps"], float)
+    assert isinstance(floats["algorithm"]["max_basis"], int)  # an int option stays an int
+    assert isinstance(floats["seed"], int)
+    assert config["lam"] == 1 and isinstance(config["lam"], int)  # the input is not modified
+    assert config_hash(config, write_data=False) == config_hash(floats, write_data=False)

@@ -28,6 +28,7 @@ from pipeline.datasets import StoreError, content_digest
 from pipeline.datasets.spec import memory_read_once
 from pipeline.job.codeversion import cached_under, code_version, module_of, pipeline_version
 from pipeline.job.hyper import hyper_options
+from pipeline.job.numbers import declared_floats
 
 # Config keys that say where or how a job runs, not what it computes: not part of its identity.
 LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report",
@@ -67,7 +68,7 @@ def job_identity(config: Mapping, write_data: bool = True) -> dict:
     A dataset whose store cannot be had (a damaged shipped file, a store root that cannot be
     written) raises its :class:`~pipeline.datasets.StoreError`: a sweep stops before any job
     is named after data it does not have; any other bad dataset spec is the job's to report."""
-    config = complete(config)
+    config = declared_floats(complete(config))  # lam=1 and lam=1.0: one job
     # the code versions computed once are kept beside the stores (read, not written, on a dry
     # run)
     with cached_under(config.get("store_root"), keep=write_data):

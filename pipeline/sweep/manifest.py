@@ -38,7 +38,11 @@ from pipeline.sweep.invocations import (
 
 
 def _point(coords: Mapping) -> str:
-    return json.dumps({k: str(v) for k, v in coords.items()}, sort_keys=True)
+    """A point's coordinates as one comparable text; a number as its float, so that the
+    integer an older manifest recorded for a declared float (``lam: 1``) is the point it is now
+    (``1.0``, :mod:`pipeline.job.numbers`)."""
+    return json.dumps({k: str(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       else str(v) for k, v in coords.items()}, sort_keys=True)
 
 
 def read_manifest(sweep_dir: Path) -> dict | None:

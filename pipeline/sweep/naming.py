@@ -43,10 +43,12 @@ def _experiment_names_sweep(overrides: Sequence[str]) -> bool:
     return path.is_file() and read_yaml(path).get("sweep") is not None
 
 
-def resumed(overrides: Sequence[str], outputs: Path) -> list[str] | None:
-    """The overrides of the sweep ``resume=last`` reruns (its recorded command), or None when
-    the command line has no ``resume=``. One line of error for ``resume=<other>``, for other
-    keys beside it, or when no sweep was started from here."""
+def resumed(overrides: Sequence[str], outputs: Path) -> list[list[str]] | None:
+    """The commands (each a list of overrides) ``resume=last`` reruns, or None when the command
+    line has no ``resume=``: the last sweep's recorded command, or, where ``merge=true`` added
+    other commands' points to its directory, each of its commands with unfinished points
+    (:func:`_commands`). One line of error for ``resume=<other>``, for other keys beside it,
+    or when no sweep was started from here."""
     keys = _keys(overrides)
     if RESUME not in keys:
         return None
@@ -61,7 +63,36 @@ def resumed(overrides: Sequence[str], outputs: Path) -> list[str] | None:
         raise InputError(f"resume=last reruns the last sweep's command as it was ({command}); "
                          f"to change it, run that command with your changes instead of "
                          f"{' '.join(others)}")
-    return list(record["overrides"])
+    return _commands(record, outputs)
+
+
+def _commands(record: dict, outputs: Path) -> list[list[str]]:
+    """The commands that resume the recorded sweep: where its directory's manifest holds
+    several commands (merges), those that added its unfinished points, oldest first; else
+    (one command, every point finished, or no readable manifest) the recorded one."""
+    from pipeline.sweep.invocations import invocations, unfinished
+    from pipeline.sweep.manifest import read_manifest
+
+    last = [list(record["overrides"])]
+    sweep_dir = outputs / record["sweep"]
+    try:
+        manifest = read_manifest(sweep_dir)
+    except (OSError, ValueError):  # a damaged manifest (DamagedFile is a ValueError)
+        return last  # the recorded command reports the damage
+    records = invocations(manifest)
+    if len(records) < 2:
+        return last
+    _, _, whose = unfinished(sweep_dir, manifest)
+    commands = [typed([str(a) for a in records[i]["command"]]) for i in whose
+                if i < len(records) and records[i].get("command")]
+    return commands or last
+
+
+def typed(overrides: Sequence[str]) -> list[str]:
+    """A sweep's overrides as the user typed them: the ``++`` the checks force on group keys
+    taken off (they force them again)."""
+    return [a[2:] if a.startswith("++") and a[2:].split(".")[0] in GROUPS else a
+            for a in overrides]
 
 
 def _read_last(outputs: Path) -> dict:
@@ -113,12 +144,10 @@ def record(sweep_dir: Path, master) -> None:
     """The sweep, once its jobs ran (finished, interrupted or stopped with jobs done), in
     ``outputs/last_sweep.json`` for ``resume=last``: its overrides as typed (the checks force
     the group keys again). A sweep refused before any job ran leaves the record as it was."""
-    overrides = [str(a) for a in master.hydra.overrides.task]
-    typed = [a[2:] if a.startswith("++") and a[2:].split(".")[0] in GROUPS else a
-             for a in overrides]
+    overrides = typed([str(a) for a in master.hydra.overrides.task])
     try:
         write_text(Path.cwd() / "outputs" / LAST,
-                   json.dumps({"sweep": str(master.sweep or sweep_dir), "overrides": typed},
+                   json.dumps({"sweep": str(master.sweep or sweep_dir), "overrides": overrides},
                               indent=1) + "\n")
     except OSError:  # a lost record loses only the shortcut (resume by naming the sweep)
         pass

@@ -22,6 +22,7 @@ from algorithms.registry import get
 from pipeline.cluster.options import check, local_worker_bytes, memory_hint
 from pipeline.cluster.threads import resolve_threads
 from pipeline.job.identity import config_hash, job_config, planning, setting_hash
+from pipeline.job.numbers import declared_floats
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.validate import (
     blocks_in_memory_unless_declared,
@@ -177,7 +178,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     with planning():  # each dataset's content digest taken once
         for idx, point in enumerate(composed):
             progress()
-            config = point.config()
+            config = declared_floats(point.config())  # kernel.width=10 is width 10.0
             coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
             dropped = drop_inapplicable_options(config)
             apply_protocol(config)  # protocol=own: the method's own training, or the shared job
@@ -237,7 +238,10 @@ def _check_options_taken(ignored: Mapping[str, set[str]]) -> None:
 def _check_distinct_coordinates(jobs: list[PlannedJob]) -> None:
     seen: dict[tuple, PlannedJob] = {}
     for job in jobs:
-        key = tuple(sorted((k, str(v)) for k, v in job.coords.items()))
+        # 10 and 10.0 are one coordinate value (an undeclared key may still give both)
+        key = tuple(sorted((k, repr(float(v)) if isinstance(v, (int, float))
+                            and not isinstance(v, bool) else str(v))
+                           for k, v in job.coords.items()))
         other = seen.setdefault(key, job)
         if other is not job and other.hash != job.hash:
             raise InputError(f"sweep points '{' '.join(other.overrides)}' and "
