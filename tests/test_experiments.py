@@ -21,7 +21,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 def run_experiment(cwd, *args):
     proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *args,
-                           "cluster.n_workers=2", "cluster.dashboard_address=null"],
+                           "cluster.n_workers=1", "cluster.dashboard_address=null"],
                           cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1].removeprefix("results: ")
@@ -31,7 +31,7 @@ def test_zhang2001_reduced(tmp_path):
     """Run without -m: experiment files set Hydra's hydra.mode: MULTIRUN (it used to run one
     job silently); every experiment but the single-run benchmarks declares it."""
     proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=zhang2001", "size=small",
-                           "cluster.n_workers=2", "cluster.dashboard_address=null"],
+                           "cluster.n_workers=1", "cluster.dashboard_address=null"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "9 sweep points, 7 distinct jobs" in proc.stdout
@@ -93,7 +93,7 @@ def test_csato2002_experiments_reduced(tmp_path):
 
 def test_csato2002_comparison_reduced_drops_options_an_algorithm_does_not_take(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline", "-m",
-                           "experiment=csato2002_comparison", "size=small", "cluster.n_workers=2",
+                           "experiment=csato2002_comparison", "size=small", "cluster.n_workers=1",
                            "cluster.dashboard_address=null"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -151,7 +151,7 @@ def test_a_classification_sweep_consolidates_into_one_dataset(tmp_path):
     classification metrics, lam ignored (one job per setting whatever lam)."""
     proc = _pipeline(["algorithm=gp_laplace", "algorithm.m=null,30", "dataset=two_moons,"
                       "breast_cancer", "dataset.n_train=120", "kernel.width=4.0",
-                      "cluster.n_workers=2", "cluster.dashboard_address=null",
+                      "cluster.n_workers=1", "cluster.dashboard_address=null",
                       "sweep=multirun"], tmp_path, multirun=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     ds = xr.open_zarr(tmp_path / "outputs" / "multirun" / "results.zarr")

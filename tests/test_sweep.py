@@ -139,7 +139,7 @@ def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
 
 def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):
     proc = in_process(tmp_path, "pipeline", "-m", "algorithm=sgma", "dataset=sine1d",
-                      "lam=0.1,-1", "kappa=5", "cluster.n_workers=2",
+                      "lam=0.1,-1", "kappa=5", "cluster.n_workers=1",
                       "cluster.dashboard_address=null")
     assert proc.returncode == 2 and proc.stderr.startswith("error: lam=-1 must be"), proc.stderr
     assert not list((tmp_path / "outputs").glob("**/jobs"))
@@ -149,7 +149,7 @@ def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):
 def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     started = time.perf_counter()
     proc = sweep(tmp_path, "experiment=bench_sweep_overhead",
-                 "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2", "cluster.n_workers=2",
+                 "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2", "cluster.n_workers=1",
                  "cluster.dashboard_address=null")
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -150,7 +150,7 @@ def algorithm_version(spec: AlgorithmSpec) -> str:
 def setting_hash(config: Mapping) -> str:
     """Hash of a job's settings: its identity without the data content and code version (the
     same settings on edited data or code are the same sweep point, rerun)."""
-    ident = _config_part(complete(config))
+    ident = _config_part(declared_floats(complete(config)))
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

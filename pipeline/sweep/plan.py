@@ -178,8 +178,10 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     with planning():  # each dataset's content digest taken once
         for idx, point in enumerate(composed):
             progress()
-            config = declared_floats(point.config())  # kernel.width=10 is width 10.0
-            coords = {d: coordinate_value(config, d) for d in (*FIXED_DIMS, *dims)}
+            config = point.config()  # as typed: a bad value is named as the user gave it
+            # kernel.width=10 is the point (and the job) kernel.width=10.0
+            floats = declared_floats(config)
+            coords = {d: coordinate_value(floats, d) for d in (*FIXED_DIMS, *dims)}
             dropped = drop_inapplicable_options(config)
             apply_protocol(config)  # protocol=own: the method's own training, or the shared job
             ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
