@@ -19,9 +19,11 @@ from pipeline.results.consolidate import load
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
-def run_experiment(cwd, *args):
+def run_experiment(cwd, *args, workers: int = 1):
+    """The sweep of ``args`` on ``workers`` local workers (one: the test's own process and
+    xdist's other worker hold the rest of a 2-core machine)."""
     proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *args,
-                           "cluster.n_workers=1", "cluster.dashboard_address=null"],
+                           f"cluster.n_workers={workers}", "cluster.dashboard_address=null"],
                           cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1].removeprefix("results: ")
@@ -219,7 +221,7 @@ def test_uci_frontier_reduced(tmp_path):
     low-rank methods' own learning by Titsias' bound at their basis size; a union of grids
     (SVGP under its own protocol only); the frontier figures and the best-per-budget table of
     each mode; the published folder."""
-    path = run_experiment(tmp_path, "experiment=uci_frontier", "size=small")
+    path = run_experiment(tmp_path, "experiment=uci_frontier", "size=small", workers=2)
     ds = load(path).load()
     assert set(ds["algorithm"].values) == {"exact", "cg", "nystrom", "incomplete_cholesky", "sgma",
                                            "zhang_kappa_greedy", "sklearn_nystroem",
