@@ -94,7 +94,7 @@ def test_each_commands_overhead_is_from_its_own_jobs():
     assert lines[0].startswith("- overhead of command 1 of 3: 2 jobs on 2 workers; sum of job "
                                "times 2.00 s, / workers = 1.00 s")
     assert "wall / ideal = 2.00" in lines[0]
-    assert lines[1].startswith("- overhead of command 2 of 3: 1 jobs on 1 workers; sum of job "
+    assert lines[1].startswith("- overhead of command 2 of 3: 1 job on 1 worker; sum of job "
                                "times 0.50 s") and "wall / ideal = 4.00" in lines[1]
 
 
@@ -137,7 +137,7 @@ def test_merges_keep_every_command_and_may_add_a_swept_key(tmp_path):
     text = render(sweep_dir / "results.zarr").read_text()
     assert "swept: lam, kernel.width)" in text
     assert "Made by 3 commands:" in text and "`multirun.3.yaml`" in text
-    assert "- overhead of command 2 of 3: 1 jobs on 1 workers" in text
+    assert "- overhead of command 2 of 3: 1 job on 1 worker" in text
     rows = [line for line in text.splitlines() if line.startswith("| sine1d |")]
     assert len(rows) == 5 and all(row.endswith("| 1/0/0 |") for row in rows)  # sweep points
 

@@ -197,7 +197,8 @@ def _overhead(ds: xr.Dataset, record: dict) -> str | None:
         process = timings["startup_seconds"] + wall
         whole = (f"; whole process from its start to the end of the jobs {process:.2f} s, / "
                  f"ideal = {process / ideal:.2f} (consolidation not included)")
-    return (f"{len(distinct)} jobs on {workers} workers; sum of job times "
+    jobs, on = len(distinct), f"{workers} worker" + ("s" if workers != 1 else "")
+    return (f"{jobs} job{'s' if jobs != 1 else ''} on {on}; sum of job times "
             f"{compute:.2f} s, / workers = {ideal:.2f} s; launcher wall {wall:.2f} s "
             f"({phases}); wall / ideal = {wall / ideal:.2f}, job phase / ideal = "
             f"{timings['jobs_seconds'] / ideal:.2f}{whole}")
