@@ -19,7 +19,7 @@ from pipeline.results.job_file import load_job_result
 from pipeline.sweep.claims import count_fits
 
 GRID = ["algorithm=exact,sgma", "dataset=sine1d", "lam=0.01,0.1", "kappa=5,10", "seed=0,1",
-        "kernel.width=0.1,0.5", "cluster.n_workers=2", "cluster.dashboard_address=:0"]
+        "kernel.width=0.1,0.5", "cluster.n_workers=1", "cluster.dashboard_address=:0"]
 
 
 def sweep(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
