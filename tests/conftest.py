@@ -146,6 +146,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("e2e")
         if not have:
             item.add_marker("unit")
+    _long_modules_first(items)
+
+
+def _long_modules_first(items) -> None:
+    """The modules that hold a ``slow`` test run first, each kept whole (its module-scoped
+    fixtures made once per xdist worker, as before), in their order; the rest after. xdist
+    hands out the collection in order, so its two workers end on short tests rather than one
+    of them waiting out a 30-40 s test at the end of the alphabet."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each module's order kept
 
 
 def _starts_processes(item, function, starting: set[str]) -> bool:
