@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pipeline.job.numbers import coordinate_text
 from pipeline.results.job_file import job_path, job_status
 
 HYDRA_RECORD = "multirun.yaml"  # Hydra's record of the sweep, written before the launcher runs
@@ -88,7 +89,7 @@ def union_swept(records: list[dict], entries: list[dict], dims: Sequence[str]) -
     """The keys swept by any invocation, and every dim of ``dims`` whose points take more than
     one value: the first command's order, then the others'."""
     keys = [str(k) for r in records for k in r.get("swept_keys", [])]
-    varied = [d for d in dims if len({str(e["coords"].get(d)) for e in entries}) > 1]
+    varied = [d for d in dims if len({coordinate_text(e["coords"].get(d)) for e in entries}) > 1]
     return list(dict.fromkeys(keys + varied))
 
 

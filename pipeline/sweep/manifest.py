@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from algorithms.errors import InputError
 from pipeline import atomic
 from pipeline.job.identity import job_config
+from pipeline.job.numbers import coordinate_text
 from pipeline.results.checksum import DamagedFile, note
 from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, dump_manifest, load_manifest
 from pipeline.sweep.claims import claim
@@ -37,12 +38,11 @@ from pipeline.sweep.invocations import (
 )
 
 
-def _point(coords: Mapping) -> str:
+def point_key(coords: Mapping) -> str:
     """A point's coordinates as one comparable text; a number as its float, so that the
     integer an older manifest recorded for a declared float (``lam: 1``) is the point it is now
     (``1.0``, :mod:`pipeline.job.numbers`)."""
-    return json.dumps({k: str(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                       else str(v) for k, v in coords.items()}, sort_keys=True)
+    return json.dumps({k: coordinate_text(v) for k, v in coords.items()}, sort_keys=True)
 
 
 def read_manifest(sweep_dir: Path) -> dict | None:
@@ -102,8 +102,8 @@ def _holds(sweep_dir: Path, jobs: list[PlannedJob], dims: list[str]) -> bool:
         for index in zip(*np.nonzero(values != ""), strict=True):
             coords = {d: ds[d].values[i].item() for d, i in zip(hashes.dims, index,
                                                                   strict=True)}
-            points.add(_point(coords))
-    return points == {_point(job.coords) for job in jobs}
+            points.add(point_key(coords))
+    return points == {point_key(job.coords) for job in jobs}
 
 
 def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims: list[str],
@@ -121,11 +121,11 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
     if old is None:
         return []
     old_entries, old_dims = old["entries"], list(old["extra_dims"])
-    new_points = {_point(job.coords): job.setting for job in jobs}
-    old_points = {_point(e["coords"]): e.get("setting") for e in old_entries}
+    new_points = {point_key(job.coords): job.setting for job in jobs}
+    old_points = {point_key(e["coords"]): e.get("setting") for e in old_entries}
     changed = [p for p, s in new_points.items() if old_points.get(p) not in (None, s)]
     if set(old_dims) == set(dims) and not changed and set(new_points) <= set(old_points):
-        return [e for e in old_entries if _point(e["coords"]) not in new_points]  # a rerun
+        return [e for e in old_entries if point_key(e["coords"]) not in new_points]  # a rerun
 
     def what() -> str:
         return (f"{sweep_dir} holds another sweep ({len(old_points)} points over "
@@ -141,7 +141,7 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
     if set(old_dims) != set(dims):  # along_new_dims gave the old points every new dim
         raise InputError(f"{what()}; merge=true needs every dim of that sweep, but this one "
                          f"has {', '.join(list(FIXED_DIMS) + dims)}; pass sweep=<new name>")
-    return [e for e in old_entries if _point(e["coords"]) not in new_points]
+    return [e for e in old_entries if point_key(e["coords"]) not in new_points]
 
 
 @contextlib.contextmanager
@@ -156,13 +156,13 @@ def manifest_entries(jobs: list[PlannedJob], old: dict | None = None,
     """The entries of ``jobs``, each naming the invocation that added its point: that of
     ``old`` (the manifest they join) where it has the point, else that of ``command``."""
     index = invocation_index(invocations(old), command)
-    first = {_point(e["coords"]): entry_invocation(e) for e in (old or {}).get("entries", [])}
+    first = {point_key(e["coords"]): entry_invocation(e) for e in (old or {}).get("entries", [])}
     return [{"overrides": j.overrides, "coords": j.coords, "hash": j.hash, "setting": j.setting,
-             "invocation": first.get(_point(j.coords), index)} for j in jobs]
+             "invocation": first.get(point_key(j.coords), index)} for j in jobs]
 
 
 def entry_set(entries: list[dict]) -> set[tuple[str, str]]:
-    return {(_point(e["coords"]), e["hash"]) for e in entries}
+    return {(point_key(e["coords"]), e["hash"]) for e in entries}
 
 
 SWEEP_LOCK = "sweep.lock"
@@ -214,10 +214,10 @@ def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], 
     records = invocations(old)
     index = invocation_index(records, command)
     entries = kept + manifest_entries(jobs, old, command)
-    known = {_point(e["coords"]) for e in (old or {}).get("entries", [])}
+    known = {point_key(e["coords"]) for e in (old or {}).get("entries", [])}
     records = updated(records, index, command=command, config=job_config(master),
                       swept=swept_keys([job.composed for job in jobs]), points=len(jobs),
-                      added=sum(_point(j.coords) not in known for j in jobs), ran=sorted(ran),
+                      added=sum(point_key(j.coords) not in known for j in jobs), ran=sorted(ran),
                       timings=timings, n_workers=n_workers)
     manifest = {
         "sweep": sweep_dir.name,

@@ -44,7 +44,7 @@ from pipeline.sweep.compose import (
     coordinate_value,
     swept_keys,
 )
-from pipeline.sweep.manifest import HYDRA_RECORD, old_dims, restore_hydra_record
+from pipeline.sweep.manifest import HYDRA_RECORD, old_dims, point_key, restore_hydra_record
 
 PLAN_PROGRESS_SECONDS = 5.0  # a planning sweep says how far it is at most this often
 
@@ -123,10 +123,16 @@ def along_new_dims(old: dict | None, dims: Sequence[str], master: DictConfig,
                             [list(e["overrides"]) for e in old["entries"]])
     entries = []
     for entry, point in zip(old["entries"], composed, strict=True):
-        config = point.config()
         entries.append({**entry, "coords": {**entry["coords"],
-                                            **{d: coordinate_value(config, d) for d in new}}})
+                                            **_coordinates(point.config(), new)}})
     return {**old, "extra_dims": [*old["extra_dims"], *new], "entries": entries}
+
+
+def _coordinates(config: Mapping, dims: Sequence[str]) -> dict:
+    """A point's values along ``dims``; an integer given for a declared float as that float
+    (``kernel.width=10`` is the point ``kernel.width=10.0``, :mod:`pipeline.job.numbers`)."""
+    floats = declared_floats(config)
+    return {d: coordinate_value(floats, d) for d in dims}
 
 
 def print_job_script(cluster_cfg: Mapping) -> None:
@@ -179,9 +185,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
         for idx, point in enumerate(composed):
             progress()
             config = point.config()  # as typed: a bad value is named as the user gave it
-            # kernel.width=10 is the point (and the job) kernel.width=10.0
-            floats = declared_floats(config)
-            coords = {d: coordinate_value(floats, d) for d in (*FIXED_DIMS, *dims)}
+            coords = _coordinates(config, (*FIXED_DIMS, *dims))
             dropped = drop_inapplicable_options(config)
             apply_protocol(config)  # protocol=own: the method's own training, or the shared job
             ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
@@ -238,12 +242,9 @@ def _check_options_taken(ignored: Mapping[str, set[str]]) -> None:
 
 
 def _check_distinct_coordinates(jobs: list[PlannedJob]) -> None:
-    seen: dict[tuple, PlannedJob] = {}
+    seen: dict[str, PlannedJob] = {}
     for job in jobs:
-        # 10 and 10.0 are one coordinate value (an undeclared key may still give both)
-        key = tuple(sorted((k, repr(float(v)) if isinstance(v, (int, float))
-                            and not isinstance(v, bool) else str(v))
-                           for k, v in job.coords.items()))
+        key = point_key(job.coords)  # 10 and 10.0 are one value (for an undeclared key too)
         other = seen.setdefault(key, job)
         if other is not job and other.hash != job.hash:
             raise InputError(f"sweep points '{' '.join(other.overrides)}' and "
