@@ -330,12 +330,34 @@ def l2_bytes(default: int = 1 << 20) -> int:
     return default
 
 
-# K·V's tiles: a quarter of the per-core L2 (with the kernel's columns and V beside them), at
-# least MATMUL_TILE_ROWS rows. Measured on 2 cores with 2 MiB L2 (loaded, one thread): n = 10 000,
-# 4 rows 3.4 ns a value, 8 rows 4.3, 12 rows 5.0; n = 16 000, 6 rows 3.4, 8 rows 3.6, 12 rows 4.0
+# K·V's tiles (a narrow V): MATMUL_COLS columns of K by as many rows as fill MATMUL_TILE_BYTES (a
+# quarter of the per-core L2), at least MATMUL_TILE_ROWS. A tile of whole rows of K streams all
+# n columns' inputs ((d + 2)·n values, 2.9 MB at n = 36 000, d = 8) through the cache for each
+# few rows; a block of columns keeps its inputs in cache for every row. Measured at n = 36 000,
+# d = 8, 2 threads, 2 MiB L2 (AVX-512, interleaved, min of 3): whole-row tiles of 2 rows 2.3 s a
+# pass; 16 × 4096 1.07 s, 32 × 2048 0.97 s, 64 × 1024 0.92 s, 32 × 4096 1.38 s, 32 × 8192 1.51 s
 MATMUL_TILE_BYTES = l2_bytes() // 4
+MATMUL_COLS = 2048
 MATMUL_TILE_ROWS = 2  # a single-row tile pays Python's per-tile overhead on little work
 MATMUL_NARROW = 8  # a V of more columns is multiplied by blocks of K's rows, not by tiles
+
+
+def _numpy_exp_is_vectorised() -> bool:
+    """Whether numpy's float64 exp runs in vector registers on this CPU: numpy dispatches it
+    to AVX-512F code only (elsewhere it is scalar libm, 5.2 ns a value against the compiled
+    tail's 1.7 on an AVX2 host). On an AVX-512 host numpy's is the faster (0.76-0.96 ns a
+    value against 1.36-1.85 for the compiled tail, same runs)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # numpy < 2
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__
+        except ImportError:
+            return False
+    return bool(__cpu_features__.get("AVX512F"))
+
+
+NUMPY_EXP_VECTORISED = _numpy_exp_is_vectorised()
 
 
 def tile_rows(n_cols: int) -> int:
@@ -395,6 +417,8 @@ class KernelSpec:
     # the inputs ``function`` takes, made once per block from the (scaled) rows and columns
     rows: Callable[..., np.ndarray] = _same_rows
     cols: Callable[..., np.ndarray] = _same_cols
+    # variance·exp(rows·cols) (the RBF): K·V takes exp of the tile's GEMM and scales the sums
+    exp_of_product: bool = False
 
     @property
     def shape_params(self) -> tuple[str, ...]:
@@ -406,7 +430,7 @@ KERNELS: dict[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("rbf", _rbf, _unit_diag,
                {"width": _positive(10.0, "2ω² in exp(−‖x−x'‖²/(2ω²))", none_ok=True),
                 "variance": VARIANCE, "lengthscales": _lengthscales("rbf")},
-               True, ("width", 2.0), _rbf_rows, _rbf_cols),
+               True, ("width", 2.0), _rbf_rows, _rbf_cols, exp_of_product=True),
     KernelSpec("laplacian", _laplacian, _unit_diag,
                {"omega": _positive(1.0, "ω in exp(−‖x−x'‖/ω)", none_ok=True),
                 "variance": VARIANCE, "lengthscales": _lengthscales("laplacian")},
@@ -518,6 +542,10 @@ class Kernel:
         """The columns of a block as :meth:`tile` takes them (see :meth:`rows`)."""
         return self.spec.cols(self.scaled(B), **self._shape)
 
+    def col_block(self, B: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """Columns ``lo:hi`` of a block's columns from :meth:`cols` (a view)."""
+        return B[:, lo:hi] if self.spec.cols is not _same_cols else B[lo:hi]
+
     def _n_cols(self, B: np.ndarray) -> int:
         """Columns of a block from :meth:`cols` (the RBF keeps its columns as a (d + 2) × m
         array: measured faster in the tiles' GEMM than the transpose of an m × (d + 2) one)."""
@@ -605,24 +633,25 @@ class ArrayKernelBlocks:
         return self.kernel.diag(self.X)
 
     def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
-        """K·V for V of shape (n,) or (n, b) (K is never formed): CG's product. Each tile of rows of
-        K is computed by the fused kernel, multiplied into its rows of the output while in cache and
-        dropped, on :func:`kernel_threads` threads, as :meth:`project_points` does; a tile is a few
-        rows, :data:`MATMUL_TILE_BYTES` (a quarter of the per-core L2), at least
-        :data:`MATMUL_TILE_ROWS`. For a wide V (more than :data:`MATMUL_NARROW` columns: the error
-        bars' batched CG) the tiles fill a block of about ``block_bytes`` of K's rows per thread,
-        multiplied by V in one GEMM: a product of a few rows by V streams all of V from memory for
-        little arithmetic (measured at n = 8000, b = 256, 2 threads on a loaded machine: 8.8 s a
-        pass with 8-row tiles, 3.7 s with 524-row blocks, 2.3 s for the same product with a dense
+        """K·V for V of shape (n,) or (n, b) (K is never formed): CG's product, on
+        :func:`kernel_threads` threads. For a narrow V (at most :data:`MATMUL_NARROW` columns)
+        each tile of K, :data:`MATMUL_COLS` columns by the rows that fill
+        :data:`MATMUL_TILE_BYTES`, is computed, multiplied into its rows of the output while in
+        cache and dropped (:meth:`_narrow_matmul`). For a wide V (the error bars' batched CG)
+        row tiles fill a block of about ``block_bytes`` of K's rows per thread, multiplied by V
+        in one GEMM: a product of a few rows by V streams all of V from memory for little
+        arithmetic (measured at n = 8000, b = 256, 2 threads on a loaded machine: 8.8 s a pass
+        with 8-row tiles, 3.7 s with 524-row blocks, 2.3 s for the same product with a dense
         K)."""
+        W = np.asarray(V, dtype=np.float64).reshape(self.n, -1)
+        if W.shape[1] <= MATMUL_NARROW:
+            return self._narrow_matmul(W).reshape(V.shape)
         kernel, A = self.kernel, self.kernel_rows
         B = kernel.cols(self.X)
         n = self.n
-        W = np.asarray(V, dtype=np.float64).reshape(n, -1)
         out = np.empty((n, W.shape[1]))
-        tile = min(n, max(MATMUL_TILE_BYTES // (8 * n), MATMUL_TILE_ROWS))
-        rows = tile if W.shape[1] <= MATMUL_NARROW else \
-            max(tile, min(n, int(block_bytes) // (8 * n)))
+        tile = tile_rows(n)
+        rows = max(tile, min(n, int(block_bytes) // (8 * n)))
 
         def run(starts: range) -> bool:
             buf, ok = np.empty((rows, n)), True
@@ -638,6 +667,54 @@ class ArrayKernelBlocks:
         if not all(_on_threads(run, range(0, n, rows), n * n)):
             kernel(self.X, self.X[:1])  # raises the one-line overflow error
         return out.reshape(V.shape)
+
+    def _narrow_matmul(self, W: np.ndarray) -> np.ndarray:
+        """K·W for W of shape (n, b), b ≤ :data:`MATMUL_NARROW`, by 2-D tiles (see
+        :meth:`matmul`). The RBF's tile is exp of one GEMM of its augmented inputs, and its
+        variance multiplies the sums once: numpy's exp where it is vectorised
+        (:data:`NUMPY_EXP_VECTORISED`, the outputs then checked finite at the end), else the
+        compiled tail (which checks each value)."""
+        kernel, A = self.kernel, self.kernel_rows
+        B = kernel.cols(self.X)
+        n, b = W.shape
+        cols = min(n, MATMUL_COLS)
+        rows = max(MATMUL_TILE_ROWS, MATMUL_TILE_BYTES // (8 * cols))
+        blocks = [(lo, np.ascontiguousarray(kernel.col_block(B, lo, min(n, lo + cols))))
+                  for lo in range(0, n, cols)]  # contiguous: the compiled tiles' own layout
+        exp_form = kernel.spec.exp_of_product
+        numpy_exp = NUMPY_EXP_VECTORISED or _NUMPY_EXP.get()
+        tail = None if numpy_exp or not exp_form else _fused().rbf_tail
+        out = np.zeros((n, b))
+
+        def run(starts: range) -> bool:
+            buf, acc, ok = np.empty(rows * cols), np.empty((rows, b)), True
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                for lo in starts:
+                    a = A[lo: lo + rows]
+                    r, o = len(a), out[lo: lo + rows]
+                    for c, Bc in blocks:
+                        m = kernel._n_cols(Bc)
+                        T = buf[: r * m].reshape(r, m)
+                        if not exp_form:
+                            ok &= kernel.tile(a, Bc, T)
+                        else:
+                            np.matmul(a, Bc, out=T)
+                            if tail is None:
+                                np.exp(T, out=T)
+                            else:
+                                ok &= tail(buf[: r * m], 1.0)
+                        np.matmul(T, W[c: c + m], out=acc[:r])
+                        o += acc[:r]
+            return ok
+
+        ok = all(_on_threads(run, range(0, n, rows), n * n))
+        if exp_form and kernel.variance != 1.0:
+            with np.errstate(over="ignore", invalid="ignore"):
+                out *= kernel.variance
+        if not (ok and np.isfinite(out).all()):
+            kernel(self.X, self.X[:1])  # raises the one-line overflow error
+            raise kernel._overflow(out)  # K·W overflowed where no single column of K did
+        return out
 
     def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
         """An n × p matrix [first, K[:, i₁], K[:, i₂], …] to which kernel columns are appended

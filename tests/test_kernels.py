@@ -198,29 +198,47 @@ def test_tiled_threaded_blocks_equal_one_evaluation_and_the_formula(name, d):
     np.testing.assert_allclose(K, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian", "polynomial"])
 @pytest.mark.parametrize("width", [1, 8, 9, 40])
-def test_matmul_by_tiles_or_row_blocks_equals_the_dense_product(width):
-    """ArrayKernelBlocks.matmul: K·V for a narrow V by tiles, for a wide one (more than
-    MATMUL_NARROW columns) by blocks of K's rows filled tile by tile: here n = 400, tiles of
-    163 rows (TILE_ENTRIES // n), blocks of 250 (a tile cut at the first block's end, a short
-    last block), on 1 and 2 threads (n² is above PARALLEL_ENTRIES: the pool runs them)."""
-    from algorithms.kernels import (
-        MATMUL_NARROW,
-        PARALLEL_ENTRIES,
-        tile_rows,
-        use_kernel_threads,
-    )
-    assert tile_rows(400) == 163 and 400**2 >= PARALLEL_ENTRIES
+def test_matmul_by_tiles_or_row_blocks_equals_the_dense_product(width, kernel, monkeypatch):
+    """ArrayKernelBlocks.matmul: K·V for a narrow V by 2-D tiles (here MATMUL_COLS = 150: two
+    whole blocks of columns and a short one; 7-row tiles, the last one short), for a wide one
+    (more than MATMUL_NARROW columns) by blocks of K's rows filled tile by tile (tiles of 163
+    rows, TILE_ENTRIES // n, blocks of 250: a tile cut at the first block's end, a short last
+    block), on 1 and 2 threads (n² is above PARALLEL_ENTRIES: the pool runs them), with numpy's
+    exp and with the compiled tail for the RBF."""
+    import algorithms.kernels as kernels
+
+    monkeypatch.setattr(kernels, "MATMUL_COLS", 150)
+    monkeypatch.setattr(kernels, "MATMUL_TILE_BYTES", 8 * 150 * 7)
+    assert kernels.tile_rows(400) == 163 and 400**2 >= kernels.PARALLEL_ENTRIES
     gen = np.random.default_rng(width)
     X, V = gen.normal(size=(400, 4)), gen.normal(size=(400, width))
-    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"lengthscales": [1.0, 2.0, 0.5, 1.5]}))
+    params = {"lengthscales": [1.0, 2.0, 0.5, 1.5], "variance": 1.7} if kernel != "polynomial" \
+        else {"degree": 3, "variance": 1.7}
+    blocks = ArrayKernelBlocks(X, Kernel(kernel, params))
     K = blocks.block(slice(None), slice(None))
-    for threads in (1, 2):
-        with use_kernel_threads(threads):
+    for threads, numpy_exp in ((1, True), (2, True), (2, False)):
+        monkeypatch.setattr(kernels, "NUMPY_EXP_VECTORISED", numpy_exp)
+        with kernels.use_kernel_threads(threads):
             KV = blocks.matmul(V, block_bytes=8 * 400 * 250)
         np.testing.assert_allclose(KV, K @ V, rtol=1e-12, atol=1e-12 * np.abs(K @ V).max())
-    assert (width > MATMUL_NARROW) == (width in (9, 40))
-    np.testing.assert_allclose(blocks.matmul(V[:, 0]), K @ V[:, 0], rtol=1e-12, atol=1e-12)
+    assert (width > kernels.MATMUL_NARROW) == (width in (9, 40))
+    np.testing.assert_allclose(blocks.matmul(V[:, 0]), K @ V[:, 0], rtol=1e-12,
+                               atol=1e-12 * np.abs(K @ V[:, 0]).max())
+
+
+@pytest.mark.parametrize("numpy_exp", [True, False])
+def test_an_overflowing_product_is_the_one_line_error(numpy_exp, monkeypatch):
+    """K·v whose kernel values are finite but whose sums overflow (variance 1e300, v of 1e10)
+    is the one-line overflow error, with either exp, not an inf handed to CG."""
+    import algorithms.kernels as kernels
+
+    monkeypatch.setattr(kernels, "NUMPY_EXP_VECTORISED", numpy_exp)
+    X = np.random.default_rng(0).normal(size=(300, 2))
+    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 2.0, "variance": 1e300}))
+    with pytest.raises(InputError, match=r"kernel rbf\(.*NaN/inf for \d+ of 300 values"):
+        blocks.matmul(np.full(300, 1e10))
 
 
 def test_an_overflowing_tile_is_the_one_line_error_on_threads():
