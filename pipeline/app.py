@@ -1,5 +1,5 @@
-"""The Hydra application: its task function runs one job (:mod:`pipeline.job.run`) in Hydra's
-output directory; :func:`run` and :func:`multirun` launch it through Hydra and return what
+"""The Hydra application: its task function runs one job (:func:`pipeline.job.task.run_task`) in
+Hydra's output directory; :func:`run` and :func:`multirun` launch it through Hydra and return what
 Hydra returns (a ``JobReturn``, or one per sweep point), and the text a user sees is made here
 from the result file on disk.
 
@@ -8,9 +8,7 @@ from the result file on disk.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 
 import hydra
@@ -27,6 +25,7 @@ from omegaconf import DictConfig
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from hydra_plugins.sgp_dask_launcher.grouped_sweeper import GroupedSweeper
 from pipeline.config import CONF_DIR
+from pipeline.job.task import runs_jobs
 
 # Hydra finds plugins by scanning the hydra_plugins namespace package, which an editable
 # install's import hook can hide from it; registering explicitly works for every install mode,
@@ -39,12 +38,15 @@ for _plugin, _kind in ((DaskLauncher, Launcher), (GroupedSweeper, Sweeper)):
         Plugins.instance().register(_plugin)
 
 
+@runs_jobs
 def task(cfg: DictConfig) -> dict:
-    """Hydra's task function: run the job ``cfg`` describes (:func:`run_task`) in the job's
-    Hydra output directory; returns a small record (it travels back from a worker)."""
+    """Hydra's task function: run the job ``cfg`` describes (:func:`pipeline.job.task.run_task`,
+    the one place a job runs) in the job's Hydra output directory; returns a small record (it
+    travels back from a worker)."""
     from omegaconf.errors import OmegaConfBaseException
 
     from pipeline.job.identity import job_config
+    from pipeline.job.task import run_task
 
     hydra_cfg = HydraConfig.get()
     one_job = hydra_cfg.mode == RunMode.RUN
@@ -58,72 +60,6 @@ def task(cfg: DictConfig) -> dict:
         return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "
                                             "experiment (one job's config: --cfg job)"}
     return run_task(config, Path(hydra_cfg.runtime.output_dir), one_job)
-
-
-def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
-    """The work of :func:`task` on a resolved job config: run the job, writing ``result.nc``
-    into ``output_dir``. One job (``one_job``) returns its bad input or lost cluster worker
-    as a record, so that Hydra prints no line of its own about it; a sweep's job raises, and
-    the sweep records the failure (:mod:`pipeline.sweep.execute`). The job's code is imported
-    here, not with this module: Hydra's own flags (``--help``, ``--cfg``, tab completion)
-    start without it."""
-    from algorithms.errors import InputError
-    from pipeline.cluster.here import ClusterFitError, worker_name
-    from pipeline.job.codeversion import cached_under
-    from pipeline.job.deadline import JobTimedOut, deadline
-    from pipeline.job.log import job_log
-    from pipeline.job.run import run_job
-    from pipeline.job.summary import outcome_text
-    from pipeline.job.validate import check_job_timeout
-    from pipeline.results.job_file import JOB_FILE
-
-    try:
-        with job_log(output_dir) as log:  # <output_dir>/pipeline.log (pipeline.job.log)
-            log.info("job %s on %s: algorithm=%s dataset=%s lam=%s kappa=%s seed=%s",
-                     output_dir.name, worker_name() or "this process",
-                     config["algorithm"]["name"], config["dataset"]["name"], config["lam"],
-                     config["kappa"], config["seed"])
-            timeout = check_job_timeout(config["job_timeout"])
-            with deadline(timeout, partial(_stuck, config, output_dir, one_job)), \
-                    cached_under(config.get("store_root")):  # code versions kept by the stores
-                outcome = run_job(config, output_dir / JOB_FILE, {"worker": worker_name(),
-                                                                  "pid": os.getpid()})
-            log.info("finished:\n%s", outcome_text(outcome))
-    except JobTimedOut as err:
-        if not one_job:
-            raise
-        return {"status": "failed", "error": str(err)}
-    except InputError as err:
-        if not one_job:
-            raise
-        return {"status": "error", "error": str(err)}
-    except ClusterFitError as err:  # a worker of a blocks=cluster fit was lost: not bad input
-        if not one_job:
-            raise
-        return {"status": "failed", "error": str(err)}
-    return {"status": "ok", "config_hash": outcome.config_hash,
-            "result": str(outcome.result_path)}
-
-
-def _stuck(config: dict, output_dir: Path, one_job: bool, message: str) -> None:
-    """A job past its timeout stuck in a native call (:mod:`pipeline.job.deadline`): a single
-    job prints its one line and exits; a sweep's worker records the failure and ends its own
-    process (the nanny starts a fresh worker; the sweep finds the failure on disk)."""
-    import signal
-    import sys
-
-    from pipeline.cluster.here import worker_name
-    from pipeline.job.identity import config_hash
-    from pipeline.results.job_file import JOB_FILE, write_job_failure
-
-    error = f"JobTimedOut: {message}"
-    if one_job:
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        os._exit(1)
-    write_job_failure(config, error, output_dir / JOB_FILE,
-                      {"config_hash": config_hash(config), "worker": worker_name(),
-                       "pid": os.getpid()})
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Callbacks:
@@ -147,11 +83,6 @@ class _Callbacks:
             for callback in list(order):
                 getattr(callback, event)(**kwargs)
         return notify
-
-
-# what a sweep's worker calls with the job's resolved config when Hydra's run_job would only
-# write the job's .hydra/ files around the task (pipeline.sweep.job_files)
-task.run_resolved = run_task
 
 
 def _launch(overrides: Sequence[str], multirun: bool):

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from pipeline.app import run_task
 from pipeline.config import complete
 from pipeline.job.deadline import JobTimedOut, deadline
+from pipeline.job.task import run_task
 
 
 def test_a_python_loop_stops_at_the_timeout():

@@ -1,5 +1,6 @@
 """One job, start to end: config → dataset store → kernel blocks → fit → evaluate → certify →
-result file. The CLI (:mod:`pipeline.app`) and the sweep launcher run jobs only through here.
+result file. The CLI (:mod:`pipeline.app`) and the sweep launcher run jobs only through here
+(:func:`pipeline.job.task.run_task`).
 
 A job is named by :func:`config_hash`, the hash of what determines its result: its config
 without where it runs (without κ for algorithms that ignore it and without the seed for

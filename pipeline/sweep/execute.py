@@ -23,6 +23,7 @@ from pipeline.datasets import ingest
 from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
 from pipeline.job.identity import config_hash
+from pipeline.job.task import is_job_task, run_task
 from pipeline.results.job_file import (
     JOB_FILE,
     WriteError,
@@ -50,7 +51,8 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
 
     A job for which ``run_job`` would only write the job's ``.hydra/`` files around the task
     function (:func:`pipeline.sweep.job_files.writes_only_files`) has them written by
-    ``hydra_records`` and its resolved config run by the task function's ``run_resolved``, without
+    ``hydra_records`` and its resolved config run by :func:`pipeline.job.task.run_task` (when the
+    task function is one that runs it: :func:`pipeline.job.task.runs_jobs`), without
     ``run_job``'s config copies."""
     out_dir = sweep_dir / "jobs" / job.hash
     try:
@@ -68,15 +70,14 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
             return done
         record_fit(out_dir, worker_name())
         start = time.perf_counter()
-        run_resolved = getattr(task_function, "run_resolved", None)
         with dask.config.set(scheduler="synchronous"):
             # the job's own dask arrays (zarr reads) compute in this task, not as cluster tasks
-            if hydra_records is not None and run_resolved is not None and writes_only_files(
+            if hydra_records is not None and is_job_task(task_function) and writes_only_files(
                     hydra_context, job):
                 # what run_job would do for this job, without its config copies (job_files)
                 try:
                     hydra_records.write(job, sweep_dir)
-                    return run_resolved(job.config, out_dir, False)
+                    return run_task(job.config, out_dir, False)
                 except Exception as err:
                     return _record_failure(job, out_dir, err, start)
             with one_hydra_job():  # Hydra's job context is process-global
