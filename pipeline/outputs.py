@@ -53,7 +53,7 @@ def check_store_root(config) -> None:
     """``store_root`` of a job's config under outputs/ (unless ``allow_outside_outputs``)."""
     root = config["store_root"]
     if isinstance(root, str) and root.strip() and not _allowed(config):  # else: a bad value,
-        check_under_outputs(root, "store_root", f"{OPT_OUT}=true")  # said by check_location
+        check_under_outputs(root, "store_root", f"{OPT_OUT}=true")  # said by pipeline.config.keys
 
 
 def _allowed(config) -> bool:

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 from pipeline.config import CONF_DIR, GROUPS, complete, read_yaml
-from pipeline.job.validate import CERTIFICATE_OPTIONS
+from pipeline.config.keys import CERTIFICATE_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,6 +16,42 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_certificate_block_of_config_yaml_equals_its_declared_options():
     yaml_block = read_yaml(CONF_DIR / "config.yaml")["certificate"]
     assert yaml_block == {key: opt.default for key, opt in CERTIFICATE_OPTIONS.items()}
+
+
+def test_every_top_level_key_has_one_row_of_the_key_table():
+    """pipeline.config.keys.TOP_LEVEL has a row for each top-level key of conf/config.yaml, each
+    config group that a job config holds, and ``report`` (an experiment's), and no other;
+    the groups are the rows marked group; the identity's excluded keys are its roles'."""
+    from pipeline.config.keys import TOP_LEVEL, keys_of_role
+    from pipeline.job.identity import NOT_IDENTITY
+
+    top = read_yaml(CONF_DIR / "config.yaml")
+    in_a_job = set(GROUPS) - {"experiment", "size"}  # choices of the defaults list only
+    yaml_keys = {k for k in top if k not in ("defaults", "hydra")}
+    assert set(TOP_LEVEL) == yaml_keys | in_a_job | {"report"}
+    assert {name for name, key in TOP_LEVEL.items() if key.group} == in_a_job
+    assert set(NOT_IDENTITY) == set(TOP_LEVEL) - set(keys_of_role("identity"))
+    assert set(keys_of_role("location", "execution", "applied")) == {
+        "store_root", "sweep", "merge", "cluster", "scheduler", "report",
+        "allow_outside_outputs", "threads", "dry_run", "blocks", "job_timeout", "own"}
+
+
+def test_each_checked_top_level_key_refuses_a_bad_value_in_one_line_naming_it():
+    """Every key with a check passes conf/config.yaml's default and refuses a value of the
+    wrong kind with an InputError that names ``key=value``."""
+    import pytest
+
+    from algorithms.errors import InputError
+    from pipeline.config.keys import TOP_LEVEL, check_keys
+
+    config = complete({"algorithm": {"name": "exact"}})
+    check_keys(config)
+    checked = [name for name, key in TOP_LEVEL.items() if key.check is not None]
+    assert {"lam", "kappa", "seed", "threads", "blocks", "job_timeout", "merge",
+            "profile_memory", "store_root", "sweep"} == set(checked)
+    for name in checked:
+        with pytest.raises(InputError, match=rf"^{name}=\[\] "):
+            check_keys({**config, name: []}, (name,))
 
 
 def test_a_hand_built_config_is_completed_from_config_yaml():

@@ -78,6 +78,8 @@ NOT_NUMERIC = {
     "pipeline.cluster.here": "names the worker a job runs on",
     "pipeline.cluster.threads": "BLAS threads: an execution key (round-off only)",
     "pipeline.config": "completes a config from conf/: the completed config is in the identity",
+    "pipeline.config.keys": "the top-level keys' roles and checks (a value is refused or passed "
+                            "on unchanged)",
     "pipeline.datasets": "data preparation: reaches a job through its data's content",
     "pipeline.datasets.spec": "data preparation: reaches a job through its data's content",
     "pipeline.job.codeversion": "the identity's own machinery",

@@ -160,7 +160,7 @@ class GroupedSweeper(Sweeper):
         # the name as resolved (a quoted value or an interpolation such as ${oc.env:VAR} is
         # checked here, not on the command line): nothing is made outside outputs/
         from pipeline.atomic import write_text
-        from pipeline.job.validate import check_sweep_name
+        from pipeline.config.keys import check_sweep_name
         from pipeline.outputs import check_run_directories
         from pipeline.sweep.directory import (
             check_not_nested,

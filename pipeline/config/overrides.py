@@ -20,7 +20,7 @@ from pipeline.config import (
     read_yaml,
     top_level_keys,
 )
-from pipeline.job.validate import check_sweep_name
+from pipeline.config.keys import check_sweep_name
 
 _PARSER = OverridesParser.create()
 

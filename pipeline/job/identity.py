@@ -24,24 +24,16 @@ from algorithms.contract import AlgorithmSpec
 from algorithms.errors import InputError
 from algorithms.registry import get
 from pipeline.config import complete
+from pipeline.config.keys import keys_of_role
 from pipeline.datasets import StoreError, content_digest
 from pipeline.datasets.spec import memory_read_once
 from pipeline.job.codeversion import cached_under, code_version, module_of, pipeline_version
 from pipeline.job.hyper import hyper_options
 from pipeline.job.numbers import declared_floats
 
-# Config keys that say where or how a job runs, not what it computes: not part of its identity.
-LOCATION_KEYS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report",
-                 "allow_outside_outputs")
-
-
-# How a job runs, not what it computes (BLAS threads change results by round-off only)
-EXECUTION_KEYS = ("threads", "dry_run", "blocks", "job_timeout")
-
-
-# Keys whose effect on a job is written into its algorithm node before it is named
-# (pipeline.job.protocol.apply_protocol): the node is part of the identity, the key is not
-APPLIED_KEYS = ("own",)
+# Config keys that say where or how a job runs, or whose effect is written into the algorithm's
+# node before it is named: not part of its identity (their roles: pipeline.config.keys)
+NOT_IDENTITY = keys_of_role("location", "execution", "applied")
 
 
 # Modules whose code computes every result beside the algorithm's own module: the evaluator, the
@@ -128,7 +120,7 @@ def _config_part(config: Mapping) -> dict:
     """The part of a job's identity its config gives: every key but the location and execution
     keys, with κ, the seed and λ null where the algorithm's spec says they do not matter."""
     ident = {k: v for k, v in config.items()
-             if k not in LOCATION_KEYS + EXECUTION_KEYS + APPLIED_KEYS}
+             if k not in NOT_IDENTITY}
     spec = _spec_or_none(config)
     if spec is not None and not spec.uses_kappa:
         ident["kappa"] = None

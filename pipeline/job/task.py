@@ -40,12 +40,12 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
     without it."""
     from algorithms.errors import InputError
     from pipeline.cluster.here import ClusterFitError, worker_name
+    from pipeline.config.keys import check_job_timeout
     from pipeline.job.codeversion import cached_under
     from pipeline.job.deadline import JobTimedOut, deadline
     from pipeline.job.log import job_log
     from pipeline.job.run import run_job
     from pipeline.job.summary import outcome_text
-    from pipeline.job.validate import check_job_timeout
     from pipeline.results.job_file import JOB_FILE
 
     try:

@@ -43,6 +43,7 @@ import numpy as np
 import xarray as xr
 
 from algorithms.errors import InputError
+from pipeline.config.keys import keys_of_role
 from pipeline.results.access import decoded_attrs
 from pipeline.results.compare import execution
 from pipeline.results.consolidate import FIXED_DIMS, load, seal
@@ -52,11 +53,9 @@ from pipeline.results.verify import _read_back
 
 RTOL = 1e-12
 STATUSES = ("ok", "failed", "missing")
-# config keys that say where or how a job ran, not what it computed
-# (pipeline.job.identity.LOCATION_KEYS + EXECUTION_KEYS + APPLIED_KEYS, and the report's)
-NOT_SETTINGS = ("store_root", "sweep", "merge", "cluster", "scheduler", "report",
-                "allow_outside_outputs", "threads", "dry_run", "blocks", "job_timeout", "own",
-                "profile_memory")
+# config keys that say where or how a job ran, not what it computed (the roles of
+# pipeline.config.keys other than identity), and whether its memory was profiled
+NOT_SETTINGS = (*keys_of_role("location", "execution", "applied"), "profile_memory")
 NAMED_GROUPS = ("algorithm", "dataset", "kernel", "hyper")  # options compared if one name
 
 
