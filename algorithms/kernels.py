@@ -581,9 +581,67 @@ class Kernel:
                           + " or rescale the inputs (e.g. dataset.standardize_x=true)")
 
 
+def tiled_matmul(kernel: Kernel, A: np.ndarray, B: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """k(rows, cols)·W for rows ``A`` and columns ``B`` in the tiles' form (:meth:`Kernel.rows`,
+    :meth:`Kernel.cols`) and W of shape (m, b), b ≤ :data:`MATMUL_NARROW`, by 2-D tiles on
+    :func:`kernel_threads` threads: each tile, :data:`MATMUL_COLS` columns by the rows that fill
+    :data:`MATMUL_TILE_BYTES`, is computed, multiplied into its rows of the output while in
+    cache and dropped; a row's sum runs over the blocks of columns in order, so a row's value
+    does not depend on which other rows are computed with it (a shard's rows of K·W equal the
+    whole product's). The RBF's tile is exp of one GEMM of its augmented inputs, and its
+    variance multiplies the sums once: numpy's exp where it is vectorised
+    (:data:`NUMPY_EXP_VECTORISED`, the outputs then checked finite at the end), else the
+    compiled tail (which checks each value)."""
+    n, m, b = len(A), kernel._n_cols(B), W.shape[1]
+    cols = max(1, min(m, MATMUL_COLS))
+    rows = max(MATMUL_TILE_ROWS, MATMUL_TILE_BYTES // (8 * cols))
+    blocks = [(lo, np.ascontiguousarray(kernel.col_block(B, lo, min(m, lo + cols))))
+              for lo in range(0, m, cols)]  # contiguous: the compiled tiles' own layout
+    exp_form = kernel.spec.exp_of_product
+    numpy_exp = NUMPY_EXP_VECTORISED or _NUMPY_EXP.get()
+    tail = None if numpy_exp or not exp_form else _fused().rbf_tail
+    out = np.zeros((n, b))
+
+    def run(starts: range) -> bool:
+        buf, acc, ok = np.empty(rows * cols), np.empty((rows, b)), True
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for lo in starts:
+                a = A[lo: lo + rows]
+                r, o = len(a), out[lo: lo + rows]
+                for c, Bc in blocks:
+                    width = kernel._n_cols(Bc)
+                    T = buf[: r * width].reshape(r, width)
+                    if not exp_form:
+                        ok &= kernel.tile(a, Bc, T)
+                    else:
+                        np.matmul(a, Bc, out=T)
+                        if tail is None:
+                            np.exp(T, out=T)
+                        else:
+                            ok &= tail(buf[: r * width], 1.0)
+                    np.matmul(T, W[c: c + width], out=acc[:r])
+                    o += acc[:r]
+        return ok
+
+    ok = all(_on_threads(run, range(0, n, rows), n * m))
+    if exp_form and kernel.variance != 1.0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out *= kernel.variance
+    if not (ok and np.isfinite(out).all()):
+        raise kernel._overflow(out)
+    return out
+
+
 def row_block_matmul(kernel: Kernel, X_rows: np.ndarray, X: np.ndarray, V: np.ndarray,
-                      block_bytes: int) -> np.ndarray:
-    """k(X_rows, X)·V in row blocks of about ``block_bytes`` of kernel values."""
+                     block_bytes: int) -> np.ndarray:
+    """k(X_rows, X)·V: by :func:`tiled_matmul` for a narrow V (a row's value then equals its
+    value in the whole product), else in row blocks of about ``block_bytes`` of kernel
+    values."""
+    V = np.asarray(V, dtype=np.float64)
+    W = V.reshape(len(X), -1)
+    if W.shape[1] <= MATMUL_NARROW:
+        return tiled_matmul(kernel, kernel.rows(X_rows), kernel.cols(X), W).reshape(
+            len(X_rows), *V.shape[1:])
     rows = max(1, int(block_bytes) // (8 * max(len(X), 1)))
     out = np.empty((len(X_rows), *V.shape[1:]))
     for lo in range(0, len(X_rows), rows):
@@ -669,52 +727,9 @@ class ArrayKernelBlocks:
         return out.reshape(V.shape)
 
     def _narrow_matmul(self, W: np.ndarray) -> np.ndarray:
-        """K·W for W of shape (n, b), b ≤ :data:`MATMUL_NARROW`, by 2-D tiles (see
-        :meth:`matmul`). The RBF's tile is exp of one GEMM of its augmented inputs, and its
-        variance multiplies the sums once: numpy's exp where it is vectorised
-        (:data:`NUMPY_EXP_VECTORISED`, the outputs then checked finite at the end), else the
-        compiled tail (which checks each value)."""
-        kernel, A = self.kernel, self.kernel_rows
-        B = kernel.cols(self.X)
-        n, b = W.shape
-        cols = min(n, MATMUL_COLS)
-        rows = max(MATMUL_TILE_ROWS, MATMUL_TILE_BYTES // (8 * cols))
-        blocks = [(lo, np.ascontiguousarray(kernel.col_block(B, lo, min(n, lo + cols))))
-                  for lo in range(0, n, cols)]  # contiguous: the compiled tiles' own layout
-        exp_form = kernel.spec.exp_of_product
-        numpy_exp = NUMPY_EXP_VECTORISED or _NUMPY_EXP.get()
-        tail = None if numpy_exp or not exp_form else _fused().rbf_tail
-        out = np.zeros((n, b))
-
-        def run(starts: range) -> bool:
-            buf, acc, ok = np.empty(rows * cols), np.empty((rows, b)), True
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                for lo in starts:
-                    a = A[lo: lo + rows]
-                    r, o = len(a), out[lo: lo + rows]
-                    for c, Bc in blocks:
-                        m = kernel._n_cols(Bc)
-                        T = buf[: r * m].reshape(r, m)
-                        if not exp_form:
-                            ok &= kernel.tile(a, Bc, T)
-                        else:
-                            np.matmul(a, Bc, out=T)
-                            if tail is None:
-                                np.exp(T, out=T)
-                            else:
-                                ok &= tail(buf[: r * m], 1.0)
-                        np.matmul(T, W[c: c + m], out=acc[:r])
-                        o += acc[:r]
-            return ok
-
-        ok = all(_on_threads(run, range(0, n, rows), n * n))
-        if exp_form and kernel.variance != 1.0:
-            with np.errstate(over="ignore", invalid="ignore"):
-                out *= kernel.variance
-        if not (ok and np.isfinite(out).all()):
-            kernel(self.X, self.X[:1])  # raises the one-line overflow error
-            raise kernel._overflow(out)  # K·W overflowed where no single column of K did
-        return out
+        """K·W for W of shape (n, b), b ≤ :data:`MATMUL_NARROW`: :func:`tiled_matmul`."""
+        kernel = self.kernel
+        return tiled_matmul(kernel, self.kernel_rows, kernel.cols(self.X), W)
 
     def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
         """An n × p matrix [first, K[:, i₁], K[:, i₂], …] to which kernel columns are appended
