@@ -136,8 +136,11 @@ def run_sweep(overrides: Sequence[str], errors: str = "warn") -> xr.Dataset:
 def _starts_a_local_cluster(overrides: Sequence[str]) -> bool:
     """Whether these overrides leave the sweep on a local cluster (conf's default)."""
     chosen = {key: value for key, _, value in (o.partition("=") for o in overrides)}
-    kind = chosen["cluster"] if "cluster" in chosen else "local"  # conf's default
-    return kind == "local" and "scheduler" not in chosen
+    from pipeline.cluster.kinds import runs_here
+    from pipeline.config import default_choice
+
+    return runs_here(chosen.get("cluster", default_choice("cluster"))) \
+        and "scheduler" not in chosen
 
 
 def _failed_points(ds: xr.Dataset) -> list[str]:

@@ -1,7 +1,8 @@
 """The shape of the code: no import cycles (imports inside functions included), algorithms/
 knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, no
-algorithm is named in pipeline/ code (capabilities come from the specs), pipeline/ modules are
-at most 500 lines, and only Hydra's public API is used."""
+algorithm is named in pipeline/ code (capabilities come from the specs) and no cluster kind
+outside pipeline/cluster/, pipeline/ modules are at most 500 lines, and only Hydra's public API
+is used."""
 
 import ast
 import re
@@ -115,3 +116,16 @@ def test_no_algorithm_is_named_in_pipeline_code():
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 words.add(node.name)
         assert not words & names, (name, words & names)
+
+
+def test_no_cluster_kind_is_named_outside_the_cluster_package():
+    """A cluster kind is one row of pipeline.cluster.kinds: code outside pipeline/cluster/ asks
+    the kind's row (on this machine, a batch system) and never compares its name."""
+    from pipeline.cluster.kinds import KINDS
+
+    for name, path in _modules().items():
+        if name.startswith(("algorithms", "pipeline.cluster")):
+            continue
+        named = {node.value for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Constant) and node.value in KINDS}
+        assert not named, (name, named)

@@ -38,11 +38,11 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from algorithms.errors import InputError
 from pipeline.cluster import prestart
 from pipeline.cluster.here import unpin_malloc_thresholds
+from pipeline.cluster.kinds import BATCH_KINDS, kind_of
 from pipeline.cluster.main_guard import check_main_guard
 from pipeline.cluster.options import (
     ALLOWED_FAILURES,
     JOBQUEUE_KEYS,
-    SUBMIT_COMMAND,
     WORKER_TTL,
     check,
     seconds,
@@ -148,7 +148,7 @@ def _jobqueue_cluster(opts: Mapping, dashboard_address: str | None):
     except ImportError:  # pragma: no cover - dask-jobqueue is a declared dependency
         raise InputError("cluster.kind=" + opts["kind"] + " needs dask-jobqueue; "
                          "pip install dask-jobqueue") from None
-    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[opts["kind"]]
+    cls = getattr(dask_jobqueue, kind_of(opts).batch.jobqueue_class)
     kwargs = {k: opts[k] for k in JOBQUEUE_KEYS if opts.get(k) is not None}
     kwargs["job_extra_directives"] = list(kwargs.get("job_extra_directives", []))
     try:
@@ -164,9 +164,9 @@ def job_script(cfg: Mapping) -> str:
     """The batch script a slurm/pbs cluster would submit (for ``cluster.dry_run=true``); needs
     no submit command, submits nothing."""
     opts = check(cfg)
-    if opts["kind"] not in SUBMIT_COMMAND:
+    if kind_of(opts).batch is None:
         raise InputError(f"cluster {opts['kind']} has no job script; cluster.dry_run is for "
-                         "cluster=slurm and cluster=pbs")
+                         f"{' and '.join(f'cluster={kind}' for kind in BATCH_KINDS)}")
     cluster = _jobqueue_cluster(opts, "127.0.0.1:0")  # a dry run serves no dashboard
     try:
         return cluster.job_script()
@@ -301,7 +301,7 @@ def _wait_for_first_worker(client: Client, opts: Mapping, deadline: float,
                          "cluster.start_timeout or lower cluster.n_workers")
     ids = sorted({str(job.job_id) for job in getattr(cluster, "workers", {}).values()
                  if getattr(job, "job_id", None)})
-    status = "squeue -j" if kind == "slurm" else "qstat"
+    status = kind_of(opts).batch.status
     where = f" (jobs {', '.join(ids)}: {status} {','.join(ids)})" if ids else ""
     raise InputError(f"cluster {kind}: no batch job{where} started a worker within "
                      f"{_timeout_text(opts)}; they may still be queued (the sweep cancelled "
@@ -340,7 +340,7 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
         check_main_guard()  # before any process starts: spawned workers import the script
         cluster = _local_cluster(opts, warm_tiles, timeout)
     else:
-        command = SUBMIT_COMMAND[kind]
+        command = kind_of(opts).batch.submit
         if shutil.which(command) is None:
             raise InputError(f"cluster={kind} submits batch jobs with `{command}`, which is not "
                              "on PATH here; run the sweep where it is (the cluster's login "
@@ -360,7 +360,7 @@ def connect(cfg: Mapping, warm_tiles: bool = True) -> Iterator[Client]:
         with Client(cluster, set_as_default=False) as client, \
                 _dashboard_link(opts["dashboard_address"]):
             _wait_for_first_worker(client, opts, deadline,
-                                   cluster if kind in SUBMIT_COMMAND else None)
+                                   cluster if kind_of(opts).batch is not None else None)
             register_plugin(client, UnpinMalloc())
             yield client
     except BaseException:

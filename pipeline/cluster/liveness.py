@@ -35,6 +35,7 @@ import psutil
 
 from algorithms.errors import InputError
 from pipeline.cluster.deaths import WorkerDeaths
+from pipeline.cluster.kinds import kind_of
 from pipeline.cluster.options import ALLOWED_FAILURES, check, seconds
 
 POLL_SECONDS = 2.0
@@ -59,10 +60,10 @@ class Liveness:
         self.deaths = deaths
         cluster = getattr(client, "cluster", None)
         # the nannies of a local cluster run in this process: their workers' pids are known
-        self.nannies = getattr(cluster, "workers", None) if opts["kind"] == "local" else None
+        here = kind_of(opts).on_this_machine
+        self.nannies = getattr(cluster, "workers", None) if here else None
         self.no_worker_seconds = max(NO_WORKER_SECONDS, seconds(opts["start_timeout"]))
-        n_workers = (opts.get("n_workers") or os.cpu_count() or 1) if opts["kind"] == "local" \
-            else 1
+        n_workers = (opts.get("n_workers") or os.cpu_count() or 1) if here else 1
         self.storm = max(20, STORM_DEATHS_PER_WORKER * n_workers)
         self.ended: dict[str, str] = {}  # worker address → why the sweep ended it
         self._cpu: dict[int, tuple[float, float]] = {}  # pid → (CPU seconds, since when)

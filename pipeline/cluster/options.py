@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import re
 import socket
 import sys
 from collections.abc import Callable, Mapping
@@ -20,12 +19,7 @@ from dask.utils import format_bytes, parse_bytes, parse_timedelta
 
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
-
-KINDS = ("local", "address", "slurm", "pbs")
-
-
-SUBMIT_COMMAND = {"slurm": "sbatch", "pbs": "qsub"}
-
+from pipeline.cluster.kinds import BATCH_KINDS, KINDS, kind_of
 
 JOBQUEUE_KEYS = ("cores", "memory", "processes", "walltime", "queue", "account",
                  "job_extra_directives", "local_directory", "log_directory", "interface")
@@ -98,17 +92,11 @@ def _memory(value: Any) -> Any:
     return _worker_memory(value)
 
 
-_WALLTIME = {
-    # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
-    "slurm": re.compile(r"\d+|\d+:[0-5]\d|\d+:[0-5]\d:[0-5]\d|\d+-\d+(:[0-5]\d(:[0-5]\d)?)?"),
-    # qsub -l walltime=: HH:MM:SS
-    "pbs": re.compile(r"\d+:[0-5]\d:[0-5]\d"),
-}
-
-
 def _walltime(kind: str) -> Callable[[Any], Any]:
+    pattern = KINDS[kind].batch.walltime
+
     def parse(value: Any) -> Any:
-        if not isinstance(value, str) or not _WALLTIME[kind].fullmatch(value.strip()):
+        if not isinstance(value, str) or not pattern.fullmatch(value.strip()):
             raise TypeError(value)
         return value.strip()
 
@@ -213,8 +201,8 @@ def _dashboard_option(kind: str, doc: str) -> Option:
 
 
 def _jobqueue_options(kind: str) -> dict[str, Option]:
-    command = SUBMIT_COMMAND[kind]
-    walltime_form = "[D-]HH:MM:SS (or minutes)" if kind == "slurm" else "HH:MM:SS"
+    command = KINDS[kind].batch.submit
+    walltime_form = KINDS[kind].batch.walltime_form
     return {
         **_common(kind, "1h", "how long to wait for the first batch job to start a worker (time "
                                "in the queue included)"),
@@ -267,23 +255,19 @@ OPTIONS: dict[str, dict[str, Option]] = {
                                          "tcp://host:8786", "tcp://127.0.0.1:8786", _address,
                                          spelled="scheduler")),
     },
-    "slurm": _jobqueue_options("slurm"),
-    "pbs": _jobqueue_options("pbs"),
+    **{kind: _jobqueue_options(kind) for kind in BATCH_KINDS},
 }
 
 
 def check(cfg: Mapping) -> dict[str, Any]:
     """The cluster config ``cfg`` validated against its kind's :data:`OPTIONS` table (defaults
     filled in); raises :class:`InputError` naming the first bad ``cluster.<option>``."""
-    kind = cfg.get("kind")
-    if kind not in OPTIONS:
-        raise InputError(f"unknown cluster.kind {kind!r}; choose one of: {', '.join(KINDS)} "
-                         "(cluster=<name> selects conf/cluster/<name>.yaml)")
+    kind = kind_of(cfg).name
     opts = validate(OPTIONS[kind], dict(cfg), owner=f"cluster {kind}", prefix="cluster.")
     if kind == "address" and not opts["address"]:
         raise InputError("cluster=address needs the scheduler's address; pass "
                          "scheduler=tcp://host:8786 (where `dask scheduler` runs)")
-    if kind in SUBMIT_COMMAND:
+    if KINDS[kind].batch is not None:
         if opts["processes"] > opts["cores"]:
             raise InputError(f"cluster {kind}: cluster.processes={opts['processes']} is more "
                              f"than cluster.cores={opts['cores']}; each worker process needs a "

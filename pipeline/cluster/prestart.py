@@ -27,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.cluster.kinds import runs_here
 from pipeline.config import CONF_DIR, default_choice, job_defaults
 
 # what a worker runs: the task function and its imports (the command line's module is
@@ -104,7 +105,7 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
     values = {"cluster": default_choice("cluster"), "experiment": default_choice("experiment"),
               **{key: str(job_defaults()[key]).lower() for key in ("dry_run", "blocks")},
               **{a.lstrip("+").partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}}
-    if values["cluster"] != "local" or values["dry_run"] != "false":
+    if not runs_here(values["cluster"]) or values["dry_run"] != "false":
         return False
     if "-m" in args or "--multirun" in args or values["blocks"] == "cluster":
         return True

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
+from pipeline.cluster.kinds import kind_of
 from pipeline.cluster.options import check, local_worker_bytes, memory_hint
 from pipeline.cluster.threads import resolve_threads
 from pipeline.job.identity import config_hash, job_config, planning, setting_hash
@@ -154,7 +155,8 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     cluster_cfg = job_config(master)["cluster"]
     dry_run = bool(master.dry_run)
     check(cluster_cfg)  # bad cluster options stop the sweep even when every job is cached
-    if cluster_cfg.get("kind") in ("slurm", "pbs") and cluster_cfg.get("dry_run"):
+    kind = kind_of(cluster_cfg)
+    if kind.batch is not None and cluster_cfg.get("dry_run"):
         print_job_script(cluster_cfg)
 
     progress = PlanProgress(len(job_overrides))
@@ -170,7 +172,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     # the memory a fit may have is known here only when the workers run on this machine: what
     # it has free, and at most what a worker may hold before its nanny terminates it
     here, worker_bytes = math.inf, None
-    if cluster_cfg.get("kind") == "local":
+    if kind.on_this_machine:
         here = float(psutil.virtual_memory().available)
         worker_bytes = local_worker_bytes(cluster_cfg)
         if worker_bytes is not None and worker_bytes < here:
@@ -179,7 +181,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     # (workers on other machines, cores unknown here) one thread a job
     jobs_at_once = ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
                     * (cluster_cfg.get("threads_per_worker") or 1)
-                    if cluster_cfg.get("kind") == "local" else os.cpu_count() or 1)
+                    if kind.on_this_machine else os.cpu_count() or 1)
     roots: dict[tuple, str] = {}  # (store_root, allow_outside_outputs) → its path, checked
     with planning():  # each dataset's content digest taken once
         for idx, point in enumerate(composed):

@@ -23,6 +23,7 @@ from algorithms.errors import InputError
 from algorithms.kernels import FUSED_KERNELS, takes_numpy_exp
 from pipeline.cluster.connect import connect, register_plugin
 from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
+from pipeline.cluster.kinds import kind_of
 from pipeline.cluster.liveness import POLL_SECONDS, ClusterLost, Liveness
 from pipeline.cluster.options import ALLOWED_FAILURES, memory_hint
 from pipeline.datasets.spec import train_shape
@@ -67,7 +68,9 @@ class SweepCluster:
         client = self.stack.enter_context(connect(cfg, warm_tiles))
         register_plugin(client, QuietCancellations())
         if log is not None:
-            register_plugin(client, DaskLogToFile(str(log), restore=cfg.get("kind") == "address"))
+            # workers the sweep did not start outlive it: their logging is restored after
+            register_plugin(client, DaskLogToFile(str(log),
+                                                  restore=not kind_of(cfg).starts_workers))
         return client
 
     def close(self, wait: bool = True) -> None:
@@ -244,7 +247,7 @@ def _adaptive_workers(cluster_cfg: Mapping) -> int | None:
     """The most workers an adaptive batch cluster may start (cluster.adapt.maximum batch jobs
     × cluster.processes), or None for a cluster of fixed size."""
     adapt = cluster_cfg.get("adapt") or {}
-    if cluster_cfg.get("kind") not in ("slurm", "pbs") or adapt.get("maximum") is None:
+    if kind_of(cluster_cfg).batch is None or adapt.get("maximum") is None:
         return None
     return int(adapt["maximum"]) * int(cluster_cfg.get("processes") or 1)
 
