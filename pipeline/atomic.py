@@ -11,7 +11,7 @@ the target by the new file; it never writes through it.
 Bookkeeping files the product appends to (``fits.log``, ``pipeline.log``, ``dask.log``) are
 opened with :func:`open_append` (:class:`NoFollowFileHandler` for a log): a symlink there is
 replaced by a file of the product's own, never followed to a file elsewhere; :func:`open_nofollow`
-refuses one. (The lock files are :mod:`pipeline.sweep.lease`'s, created with ``O_EXCL`` and
+refuses one. (The lock files are :mod:`pipeline.lease`'s, created with ``O_EXCL`` and
 ``O_NOFOLLOW``; the manifest and result files are written by :func:`atomic_path`.)
 """
 

@@ -325,7 +325,7 @@ def _hydra_own(argv: list[str]) -> int:
 def _resume_each(commands: list[list[str]]) -> int:
     """``resume=last`` of a merged sweep: each command with unfinished points, in turn, each
     announced; the worst exit code."""
-    from pipeline.sweep.invocations import command_text
+    from pipeline.command import command_text
     from pipeline.sweep.signals import silent_on_interrupt
 
     codes = []

@@ -1,14 +1,17 @@
-"""What the pipeline's small commands (``pipeline.report``, ``pipeline.export``) share: an
-argparse parser whose errors are one ``InputError`` line, and the one ``error: …`` line on
-stderr with exit code 2 that every failure becomes."""
+"""What the pipeline's commands share: an argparse parser whose errors are one ``InputError``
+line (``pipeline.report``, ``pipeline.export``), a sweep's command line as a user types it
+again (:func:`command_text`: its manifest's history, its report), and the one ``error: …``
+line on stderr with exit code 2 that every failure becomes."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from collections.abc import Sequence
 
 from algorithms.errors import InputError
-from pipeline.datasets.spec import one_line
+from pipeline.lines import one_line
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -21,6 +24,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise InputError(f"{message}; usage: {self.usage_line}")
+
+
+def command_text(overrides: Sequence[str]) -> str:
+    """The command line of a sweep's overrides, as a user types it again."""
+    return "python -m pipeline -m " + shlex.join(str(a).removeprefix("++") for a in overrides)
 
 
 def fail(err: InputError) -> int:

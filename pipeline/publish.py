@@ -131,8 +131,8 @@ def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
     empty; the flags and missing baselines are filled by :func:`complete`. A job that does not
     depend on the swept seed (the same hash for every seed) is one row with an empty seed. Raises
     :class:`InputError` for a run that swept another key."""
+    from pipeline.config import lookup
     from pipeline.results.access import decoded_attrs, tidy
-    from pipeline.sweep.compose import lookup
 
     other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
     if other:
@@ -422,8 +422,8 @@ def publish(results: str | Path, out: str | Path, reference: str,
     its README; returns the README."""
     if str(results).endswith(".csv"):
         return publish_table(results, out, reference, notes)
+    from pipeline.config import lookup
     from pipeline.results.consolidate import load
-    from pipeline.sweep.compose import lookup
 
     out = Path(out)
     ds = load(results).load()

@@ -1,8 +1,8 @@
 """The shape of the code: no import cycles (imports inside functions included), algorithms/
 knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, no
 algorithm is named in pipeline/ code (capabilities come from the specs) and no cluster kind
-outside pipeline/cluster/, pipeline/ modules are at most 500 lines, and only Hydra's public API
-is used."""
+outside pipeline/cluster/, pipeline/ modules are at most 500 lines and import only from their
+own floor or below (FLOORS), and only Hydra's public API is used."""
 
 import ast
 import re
@@ -129,3 +129,43 @@ def test_no_cluster_kind_is_named_outside_the_cluster_package():
         named = {node.value for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Constant) and node.value in KINDS}
         assert not named, (name, named)
+
+
+# pipeline/'s floors, lowest first: a module imports only from its own floor or below (imports
+# inside functions too). Floor 0 is the package's small utilities (files written atomically,
+# leases, checksums, code versions, one-line texts); a job's config, then its data, its result
+# files, the cluster it may run on, the job itself, the report over results, the sweep (which
+# renders a sweep's report); the commands (cli, app, export, publish, bench, estimators) on top
+FLOORS = (
+    ("pipeline", "pipeline.atomic", "pipeline.oserrors", "pipeline.outputs", "pipeline.console",
+     "pipeline.watch", "pipeline.lines", "pipeline.lease", "pipeline.checksum",
+     "pipeline.codeversion", "pipeline.command"),
+    ("pipeline.config",),
+    ("pipeline.datasets",),
+    ("pipeline.results",),
+    ("pipeline.cluster",),
+    ("pipeline.job",),
+    ("pipeline.report",),
+    ("pipeline.sweep",),
+)
+
+
+def _floor(module: str) -> int | None:
+    """The floor of a pipeline module (None: a command on top)."""
+    for floor, packages in enumerate(FLOORS):
+        if any(module == p or (p != "pipeline" and module.startswith(p + ".")) for p in packages):
+            return floor
+    return None
+
+
+def test_pipeline_imports_only_from_its_own_floor_or_below():
+    up = []
+    for module, targets in _graph().items():
+        floor = _floor(module) if module.startswith("pipeline") else None
+        if floor is None:
+            continue
+        for target in targets:
+            if target.startswith("pipeline") and (_floor(target) is None
+                                                  or _floor(target) > floor):
+                up.append(f"{module} -> {target}")
+    assert not up, "\n".join(sorted(up))

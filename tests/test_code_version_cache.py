@@ -1,4 +1,4 @@
-"""The code versions kept under ``<store_root>/code/`` (pipeline.job.codeversion.cached_under):
+"""The code versions kept under ``<store_root>/code/`` (pipeline.codeversion.cached_under):
 the same versions as computed from the syntax trees, reused only while every module they cover
 has the same bytes and every name they looked up is a module or not as it was; a damaged entry
 is computed again, one that cannot be written is left out."""
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from algorithms.registry import REGISTRY
-from pipeline.job import codeversion
-from pipeline.job.codeversion import CACHE_DIR, cached_under, code_version, pipeline_version
+from pipeline import codeversion
+from pipeline.codeversion import CACHE_DIR, cached_under, code_version, pipeline_version
 from pipeline.job.identity import SHARED_NUMERICS
 
 EXACT = (codeversion.module_of(REGISTRY["exact"].fit), *SHARED_NUMERICS)
@@ -88,7 +88,7 @@ def test_a_name_that_becomes_a_module_is_looked_up_again(tmp_path, monkeypatch):
     with cached_under(tmp_path):
         before = code_version(*EXACT)
     entry = next((tmp_path / CACHE_DIR).glob("*.json"))
-    from pipeline.results.checksum import open_sealed_json
+    from pipeline.checksum import open_sealed_json
 
     looked_up = open_sealed_json(entry.read_bytes())["looked_up"]
     name = next(n for n, is_module in looked_up.items() if not is_module)

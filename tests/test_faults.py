@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline import codeversion
 from pipeline.cluster.options import ALLOWED_FAILURES
-from pipeline.job import codeversion
+from pipeline.job.claims import count_fits
 from pipeline.job.identity import config_hash
 from pipeline.results.consolidate import load
 from pipeline.results.job_file import load_job_result
-from pipeline.sweep.claims import count_fits
 
 LOCAL = ("cluster.n_workers=1", "cluster.dashboard_address=null")
 

@@ -19,17 +19,17 @@ from pathlib import Path
 import pytest
 
 from algorithms.registry import REGISTRY
-from pipeline.datasets import DATASETS, content_digest, ingest, spec_hash
-from pipeline.job import codeversion
-from pipeline.job.codeversion import (
+from pipeline import codeversion
+from pipeline.codeversion import (
     LEARNING_PIPELINE,
     NUMERIC_PIPELINE,
     closure,
     module_of,
     pipeline_version,
 )
+from pipeline.datasets import DATASETS, content_digest, ingest, spec_hash
+from pipeline.job.claims import count_fits
 from pipeline.job.identity import SHARED_NUMERICS, algorithm_version, config_hash
-from pipeline.sweep.claims import count_fits
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ("-m", "algorithm=sgma,exact,nystrom", "dataset=sine1d", "dataset.n_train=300",
@@ -82,17 +82,17 @@ NOT_NUMERIC = {
                             "on unchanged)",
     "pipeline.datasets": "data preparation: reaches a job through its data's content",
     "pipeline.datasets.spec": "data preparation: reaches a job through its data's content",
-    "pipeline.job.codeversion": "the identity's own machinery",
+    "pipeline.codeversion": "the identity's own machinery",
     "pipeline.job.identity": "the identity's own machinery",
     "pipeline.job.numbers": "an integer given for a declared float made that float (type only)",
     "pipeline.job.hydra_job": "Hydra's job context",
     "pipeline.job.warmup": "an untimed warm-up fit whose result is thrown away",
-    "pipeline.results.checksum": "file checksums",
+    "pipeline.checksum": "file checksums",
     "pipeline.results.netcdf3": "writes result.nc as xarray would (the same bytes); every value "
                                 "read back is checked against the file's checksum",
     "pipeline.oserrors": "the one line for an OSError",
     "pipeline.results.ownership": "which files a store may hold before it is replaced",
-    "pipeline.sweep.claims": "a lease: which process learns, not what it learns",
+    "pipeline.job.claims": "a lease: which process learns, not what it learns",
     "pipeline.results.variables": "long names and units of the result's variables",
     "pipeline.watch": "names the job a signal killed",
     "pipeline.console": "shows a single job's phases on the console",
@@ -107,7 +107,7 @@ def test_every_pipeline_module_a_numeric_one_imports_is_numeric_or_named_plumbin
     for module in NUMERIC_PIPELINE:
         undecided = _pipeline_imports(module) - set(NUMERIC_PIPELINE) - set(NOT_NUMERIC)
         assert not undecided, (f"{module} imports {sorted(undecided)}: add each to "
-                               "NUMERIC_PIPELINE (pipeline/job/codeversion.py) if it changes a "
+                               "NUMERIC_PIPELINE (pipeline/codeversion.py) if it changes a "
                                "number a fit sees or reports, else to NOT_NUMERIC here")
 
 

@@ -16,7 +16,8 @@ import pytest
 from scipy.io import netcdf_file
 
 from algorithms.errors import InputError
-from pipeline.results.checksum import DamagedFile, open_sealed_json, seal_json
+from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
+from pipeline.job.claims import count_fits
 from pipeline.results.consolidate import consolidate, load
 from pipeline.results.job_file import (
     DamagedResult,
@@ -25,7 +26,6 @@ from pipeline.results.job_file import (
     verified_status,
 )
 from pipeline.results.manifest_file import dump_manifest
-from pipeline.sweep.claims import count_fits
 from tests.bad_input import SEED_SWEEP, run_in_process, snapshot
 
 

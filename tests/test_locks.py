@@ -1,6 +1,6 @@
 """Nothing waits forever on a lock (issue 51, class 4): a job's ``claim.lock`` and a sweep's
 ``sweep.lock`` that are empty, unreadable, garbage or whose heartbeat stopped are broken
-within the lease (:data:`pipeline.sweep.claims.LEASE_SECONDS`, shortened here) with a
+within the lease (:data:`pipeline.job.claims.LEASE_SECONDS`, shortened here) with a
 ``note:`` naming the file; a heart-beating holder is respected; a holder gone on this host is
 broken at once; a path that is no lock file is refused in one line, never removed."""
 
@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 from algorithms.errors import InputError
-from pipeline.sweep import claims, lease
-from pipeline.sweep.claims import CLAIM_FILE, claim, claim_job
+from pipeline import lease
+from pipeline.job import claims
+from pipeline.job.claims import CLAIM_FILE, claim, claim_job
 from pipeline.sweep.manifest import SWEEP_LOCK, sweep_lock
 
 LEASE = 1.0  # the lease in these tests: seconds, not the product's 30
@@ -136,7 +137,7 @@ def test_a_live_holder_of_another_process_is_respected(tmp_path, capsys):
     lease; the waiter takes it when that process releases it."""
     path = tmp_path / SWEEP_LOCK
     code = ("import sys, time\n"
-            "from pipeline.sweep import claims\n"
+            "from pipeline.job import claims\n"
             "claims.HEARTBEAT_SECONDS = 0.2\n"
             "with claims.claim(sys.argv[1]):\n"
             "    print('held', flush=True)\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.job.claims import count_fits
 from pipeline.results.consolidate import load
-from pipeline.sweep.claims import count_fits
 from tests import slurm as slurm_cluster
 
 pytestmark = pytest.mark.slow

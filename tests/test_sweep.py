@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from pipeline.job.claims import count_fits
 from pipeline.report import render
 from pipeline.report.tables import overhead_line
 from pipeline.results.consolidate import consolidate, load
 from pipeline.results.job_file import load_job_result
-from pipeline.sweep.claims import count_fits
 
 GRID = ["algorithm=exact,sgma", "dataset=sine1d", "lam=0.01,0.1", "kappa=5,10", "seed=0,1",
         "kernel.width=0.1,0.5", "cluster.n_workers=1", "cluster.dashboard_address=:0"]

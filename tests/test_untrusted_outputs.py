@@ -198,8 +198,8 @@ def test_atomic_path_replaces_a_symlink_instead_of_writing_through_it(tmp_path):
 
 def test_a_symlinked_bookkeeping_file_is_replaced_never_followed(tmp_path, capsys):
     from pipeline.atomic import SymlinkRefused, open_nofollow
+    from pipeline.job.claims import count_fits, record_fit
     from pipeline.job.log import job_log
-    from pipeline.sweep.claims import count_fits, record_fit
 
     target = tmp_path / "target"
     target.write_text("keep")

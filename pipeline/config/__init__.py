@@ -26,6 +26,19 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def lookup(config, key: str):
+    """The value at dotted ``key`` (list items by index) in plain containers, or None."""
+    value = config
+    for part in key.split(".") if key else ():
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, Mapping):
+            value = value.get(part)
+        else:
+            return None
+    return value
+
+
 @functools.cache
 def read_yaml(path: Path) -> dict:
     """A config file's YAML as plain data, read by PyYAML's C loader (OmegaConf.load takes

@@ -23,7 +23,8 @@ import numpy as np
 
 from algorithms.errors import InputError
 from algorithms.options import Option, validate
-from pipeline.job.codeversion import code_version
+from pipeline.codeversion import code_version
+from pipeline.lines import one_line
 
 FORMAT_VERSION = 2  # 2: attrs carry attrs_sha256 (format-1 stores get a new name, re-ingested)
 _MISSING = "???"  # OmegaConf's marker for a mandatory value
@@ -161,7 +162,7 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 
     That is the normalised spec, the store format, the sha256 of every file the spec reads (so
     editing the file gives a new store) and the version of the code that builds it (its
-    builder's module and this one, :func:`pipeline.job.codeversion.code_version`).
+    builder's module and this one, :func:`pipeline.codeversion.code_version`).
     """
     norm = normalise_spec(spec)
     builder = DATASETS[norm["name"]].build.__module__
@@ -174,10 +175,6 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
             sha256_file(f) for f in files]
     blob = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 # ----------------------------------------------------------------------------- validation

@@ -36,8 +36,8 @@ from pipeline.datasets.spec import (
     one_line,
     spec_hash,
 )
+from pipeline.lines import note
 from pipeline.oserrors import write_failure
-from pipeline.results.checksum import note
 
 _DIMS = {
     "X_train": ("train", "feature"),

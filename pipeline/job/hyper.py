@@ -8,7 +8,7 @@ learned kernel and λ = learned σ². Every job of a sweep on the same dataset s
 ``lam`` and ``hyper`` options shares one learning: its outcome is cached as
 ``<store_root>/hyper/<key>.json``, the key being the hash of those settings, of the store's
 identity (:func:`pipeline.datasets.spec_hash`) and of the learning code's version (under
-``algorithms/`` and :data:`pipeline.job.codeversion.LEARNING_PIPELINE`), so edited data or code
+``algorithms/`` and :data:`pipeline.codeversion.LEARNING_PIPELINE`), so edited data or code
 learns again. The file carries its checksum: one that fails it (or does not parse) is learned
 again, with a ``note:`` naming it. A lease (``<key>.lock``) around the learning makes concurrent
 jobs that need it wait for one learning. A sweep runs each learning as its own task before the
@@ -42,11 +42,12 @@ from algorithms.errors import InputError
 from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn, memory_bytes
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
+from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
+from pipeline.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
-from pipeline.job.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
+from pipeline.job.claims import claim
+from pipeline.lines import note
 from pipeline.oserrors import write_failure
-from pipeline.results.checksum import DamagedFile, note, open_sealed_json, seal_json
-from pipeline.sweep.claims import claim
 
 if TYPE_CHECKING:
     import xarray as xr

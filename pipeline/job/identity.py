@@ -5,7 +5,7 @@ it runs, the content of its dataset (:func:`pipeline.datasets.content_digest`: t
 arrays and split, not the code that built the store), the version of the code under
 ``algorithms/`` that computes it (:func:`algorithm_version`) and that of the modules of
 ``pipeline/`` that change the numbers a fit sees or reports
-(:data:`pipeline.job.codeversion.NUMERIC_PIPELINE`: how options and data reach the fit,
+(:data:`pipeline.codeversion.NUMERIC_PIPELINE`: how options and data reach the fit,
 hyperparameter learning, kernel blocks, the result file's writer). The rest of ``pipeline/``
 (scheduling, reporting, logging) is not part of it.
 """
@@ -23,11 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 from algorithms.contract import AlgorithmSpec
 from algorithms.errors import InputError
 from algorithms.registry import get
+from pipeline.codeversion import cached_under, code_version, module_of, pipeline_version
 from pipeline.config import complete
 from pipeline.config.keys import keys_of_role
 from pipeline.datasets import StoreError, content_digest
 from pipeline.datasets.spec import memory_read_once
-from pipeline.job.codeversion import cached_under, code_version, module_of, pipeline_version
 from pipeline.job.hyper import hyper_options
 from pipeline.job.numbers import declared_floats
 
@@ -55,7 +55,7 @@ def job_identity(config: Mapping, write_data: bool = True) -> dict:
     store is ingested first if it is not there, or built in memory when ``write_data`` is
     false, as for a dry run), the version of the code under ``algorithms/`` that computes
     the result (:func:`algorithm_version`) and that of the number-changing modules of
-    ``pipeline/`` (:func:`pipeline.job.codeversion.pipeline_version`).
+    ``pipeline/`` (:func:`pipeline.codeversion.pipeline_version`).
 
     A dataset whose store cannot be had (a damaged shipped file, a store root that cannot be
     written) raises its :class:`~pipeline.datasets.StoreError`: a sweep stops before any job
@@ -134,7 +134,7 @@ def _config_part(config: Mapping) -> dict:
 def algorithm_version(spec: AlgorithmSpec) -> str:
     """Version of the code behind ``spec``'s results: its module and the shared numerics
     (evaluator, certificate, learning curves) with every module under ``algorithms/`` they
-    import (:func:`pipeline.job.codeversion.code_version`; comments and docstrings do not
+    import (:func:`pipeline.codeversion.code_version`; comments and docstrings do not
     count)."""
     return code_version(module_of(spec.fit), *SHARED_NUMERICS)
 

@@ -6,7 +6,7 @@ A job is named by :func:`config_hash`, the hash of what determines its result: i
 without where it runs (without κ for algorithms that ignore it and without the seed for
 deterministic ones, read from the algorithm's spec), the identity of its dataset store and the
 version of the code that computes it, this module's included (it decides how options and data
-reach the fit: :data:`pipeline.job.codeversion.NUMERIC_PIPELINE`).
+reach the fit: :data:`pipeline.codeversion.NUMERIC_PIPELINE`).
 
 Every job's summary says how trustworthy its timings are: the machine's 1-minute load average
 at its start and end (``load_start``, ``load_end``) and the CPUs its process may use
@@ -36,10 +36,10 @@ from algorithms.curve_jobs import run_curve
 from algorithms.evaluation import mean_predictor_metrics, options_of, run
 from algorithms.kernels import Kernel, fit_tails, kernel_threads, use_kernel_threads
 from pipeline.cluster.threads import _blas, blas_threads, cpu_model, free_threads, usable_cores
+from pipeline.codeversion import pipeline_version
 from pipeline.config import complete
 from pipeline.datasets import ingest
 from pipeline.datasets.blocks import open_blocks
-from pipeline.job.codeversion import pipeline_version
 from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash

@@ -40,8 +40,8 @@ def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:
     without it."""
     from algorithms.errors import InputError
     from pipeline.cluster.here import ClusterFitError, worker_name
+    from pipeline.codeversion import cached_under
     from pipeline.config.keys import check_job_timeout
-    from pipeline.job.codeversion import cached_under
     from pipeline.job.deadline import JobTimedOut, deadline
     from pipeline.job.log import job_log
     from pipeline.job.run import run_job

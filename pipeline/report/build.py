@@ -49,14 +49,15 @@ import xarray as xr  # noqa: E402
 
 from algorithms.errors import InputError  # noqa: E402
 from pipeline.atomic import write_text  # noqa: E402
-from pipeline.command import OneLineParser, fail  # noqa: E402
+from pipeline.command import OneLineParser, command_text, fail  # noqa: E402
+from pipeline.lines import one_line
 from pipeline.oserrors import write_failure  # noqa: E402
 from pipeline.outputs import check_under_outputs  # noqa: E402
 from pipeline.report.figures import metric_figure
 from pipeline.report.frontier import budget_table, frontier_figures
 from pipeline.report.html import html_path, write_html
 from pipeline.report.interactive import interactive_path, write_interactive
-from pipeline.report.markdown import code, inert, one_line
+from pipeline.report.markdown import code, inert
 from pipeline.report.scaling import scaling_figure, scaling_table
 from pipeline.report.tables import (
     at_bound,
@@ -67,7 +68,6 @@ from pipeline.report.tables import (
 )
 from pipeline.results.access import decoded_attrs
 from pipeline.results.consolidate import load
-from pipeline.sweep.invocations import command_text
 
 DEFAULT_FIGURES = [
     {"metric": "gap", "logy": True, "title": "relative duality gap"},

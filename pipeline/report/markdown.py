@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from pipeline.lines import one_line
+
 # what can make an image, a link, a link definition, an autolink or HTML (``<`` before a
 # letter, ``/``, ``!`` or ``?``; ``|x| < 1e-14`` keeps its ``<`` as typed)
 ACTIVE = re.compile(r"(\\|\](?=[(\[:])|<(?=[A-Za-z/!?]))")
@@ -56,11 +58,6 @@ def inert(text: str) -> str:
         else:
             lines.append(_escape_outside_code(line))
     return "\n".join(lines)
-
-
-def one_line(value: object) -> str:
-    """``value`` as text on one line (a newline in an error text would start a new block)."""
-    return " ".join(str(value).split())
 
 
 def code(value: object) -> str:

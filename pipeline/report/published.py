@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.lines import one_line
 from pipeline.report import comparison
 from pipeline.report.comparison import BUDGETS, budget_tables, reference_table, references_of
-from pipeline.report.markdown import code, fence, inert, one_line
+from pipeline.report.markdown import code, fence, inert
 
 
 def _summary(table: pd.DataFrame, code_version: str) -> str:

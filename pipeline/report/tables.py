@@ -15,8 +15,8 @@ import xarray as xr  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pipeline.job.hyper import at_bound_settings
+from pipeline.lines import one_line
 from pipeline.report.figures import select_setting, setting_label, settings
-from pipeline.report.markdown import one_line
 from pipeline.results.access import decoded_attrs
 from pipeline.results.variables import setting_text, short_label, symbol
 

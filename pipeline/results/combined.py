@@ -190,7 +190,7 @@ def _with_dims(ds: xr.Dataset, dims: list[str], datasets: list[xr.Dataset], attr
                name: str) -> xr.Dataset:
     """``ds`` with every dim of ``dims``: one it lacks at its config's value (refused when
     the config records none), typed as the other stores' coordinate of that dim."""
-    from pipeline.sweep.compose import lookup
+    from pipeline.config import lookup
 
     for dim in dims:
         if dim in ds.dims:

@@ -7,7 +7,7 @@ selection order and ``coef``), and attrs ``status`` (ok | failed), ``error``, ``
 JSON), ``versions``, ``git_sha``, ``host``, ``worker``, ``run_id``, ``job_seconds``. netCDF (scipy
 engine) writes in ~3 ms where a zarr directory of a dozen arrays takes ~70 ms, which matters for
 sweeps of many small jobs; xarray opens both the same way. Every job file carries the sha256 of
-its payload (:mod:`pipeline.results.checksum`), as the manifest carries its own: consolidation
+its payload (:mod:`pipeline.checksum`), as the manifest carries its own: consolidation
 verifies both, and a job file that is unreadable, fails its checksum or does not parse is left
 out (status ``missing``, its error saying why, a ``note:`` naming it), never consolidated.
 
@@ -34,9 +34,10 @@ import numpy as np
 import xarray as xr
 
 from algorithms.errors import InputError
+from pipeline.checksum import DamagedFile
 from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
+from pipeline.lines import note
 from pipeline.results.access import SweepAccessor  # noqa: F401  (registers ds.sgp)
-from pipeline.results.checksum import DamagedFile, note
 from pipeline.results.job_file import (
     DamagedResult,
     _JobFile,

@@ -24,8 +24,8 @@ from scipy.io import netcdf_file
 
 from algorithms.contract import Result
 from algorithms.errors import InputError
+from pipeline.checksum import PAYLOAD_DIGEST, DamagedFile, check_payload, payload_digest
 from pipeline.oserrors import write_failure
-from pipeline.results.checksum import PAYLOAD_DIGEST, DamagedFile, check_payload, payload_digest
 from pipeline.results.netcdf3 import NotPlain, PlainDataset, plain_dataset, write_netcdf3
 from pipeline.results.ownership import foreign_entry
 from pipeline.results.variables import describe_dataset
@@ -127,7 +127,7 @@ def _variables(ds) -> list[tuple[str, tuple[str, ...], np.ndarray]]:
 
 def _sealed(ds: PlainDataset | xr.Dataset) -> PlainDataset | xr.Dataset:
     """``ds`` with the checksum of its payload in attr ``payload_sha256``
-    (:func:`pipeline.results.checksum.payload_digest`), verified whenever the file is read."""
+    (:func:`pipeline.checksum.payload_digest`), verified whenever the file is read."""
     ds.attrs.pop(PAYLOAD_DIGEST, None)
     ds.attrs[PAYLOAD_DIGEST] = payload_digest(_variables(ds), ds.attrs)
     return ds

@@ -1,5 +1,5 @@
 """A sweep's ``manifest.json`` as a document: written with its checksum
-(:func:`pipeline.results.checksum.seal_json`) and checked, checksum and structure, whenever it
+(:func:`pipeline.checksum.seal_json`) and checked, checksum and structure, whenever it
 is read, by the sweep (:mod:`pipeline.sweep.manifest`) and by consolidation alike.
 """
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.results.checksum import DamagedFile, open_sealed_json, seal_json
+from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
 
 # the dims of every sweep (its other swept keys come after them): here, not in
 # pipeline.results.consolidate, so that planning a sweep imports no xarray

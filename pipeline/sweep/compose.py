@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline.config import GROUPS
+from pipeline.config import GROUPS, lookup
 from pipeline.job.identity import job_config
 
 
@@ -109,19 +109,6 @@ def plain_copy(value):
     if type(value) is list:
         return [plain_copy(v) for v in value]
     return copy.deepcopy(value)
-
-
-def lookup(config, key: str):
-    """The value at dotted ``key`` (list items by index) in plain containers, or None."""
-    value = config
-    for part in key.split(".") if key else ():
-        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        elif isinstance(value, Mapping):
-            value = value.get(part)
-        else:
-            return None
-    return value
 
 
 def set_leaf(config: dict, key: str, value) -> None:

@@ -4,7 +4,7 @@ A worker stops its own job at ``job_timeout`` (:mod:`pipeline.job.deadline`), an
 process when the job is still inside a native call :data:`~pipeline.job.deadline.GRACE_SECONDS`
 later. A worker that is frozen (SIGSTOP, a deadlock) or whose job holds the GIL in a native
 call does neither: its timer cannot run. So the client measures each running job too, from
-when it first sees the job's fit start (the line :func:`pipeline.sweep.claims.record_fit`
+when it first sees the job's fit start (the line :func:`pipeline.job.claims.record_fit`
 appends to ``fits.log``, looked at every :data:`~pipeline.cluster.liveness.POLL_SECONDS`):
 at ``job_timeout`` + ``GRACE_SECONDS`` + :data:`SLACK_SECONDS` it records the job as timed
 out (one line) and ends the worker (:meth:`pipeline.cluster.liveness.Liveness.end_worker`);
@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.cluster.liveness import Liveness
+from pipeline.job.claims import FITS_FILE
 from pipeline.job.deadline import GRACE_SECONDS, timeout_message
 from pipeline.results.job_file import JOB_FILE, WriteError, write_job_failure
-from pipeline.sweep.claims import FITS_FILE
 from pipeline.sweep.compose import PlannedJob
 
 SLACK_SECONDS = 20.0  # beyond the worker's own limit: a loaded machine runs its timer late

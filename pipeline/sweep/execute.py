@@ -20,6 +20,7 @@ from omegaconf import DictConfig, open_dict
 from algorithms.errors import InputError
 from pipeline.cluster.here import worker_name
 from pipeline.datasets import ingest
+from pipeline.job.claims import claim_job, record_fit
 from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
 from pipeline.job.identity import config_hash
@@ -31,7 +32,6 @@ from pipeline.results.job_file import (
     load_job_result,
     write_job_failure,
 )
-from pipeline.sweep.claims import claim_job, record_fit
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.directory import OUT_OF_SPACE, out_of_space
 from pipeline.sweep.job_files import HydraRecords, writes_only_files
@@ -43,7 +43,7 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
     job's full config or with the same files written beside it, and record its failure if it
     fails. Never raises for an error of the job itself.
 
-    The job first claims its directory (:func:`pipeline.sweep.claims.claim_job`: another sweep on
+    The job first claims its directory (:func:`pipeline.job.claims.claim_job`: another sweep on
     the same directory fitting it makes this wait), then looks at the disk: a result written
     with status ok (or a failure recorded since this sweep started at ``since``) is returned
     as it is, so a task Dask reruns after a worker died, or a job another sweep just fitted,

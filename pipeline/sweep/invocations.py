@@ -13,11 +13,11 @@ manifest written before invocations were kept reads as one invocation made of it
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pipeline.command import command_text
 from pipeline.job.numbers import coordinate_text
 from pipeline.results.job_file import job_path, job_status
 
@@ -44,11 +44,6 @@ def invocations(manifest: Mapping | None) -> list[dict]:
              "added": len(manifest.get("entries", [])), "ran": [],
              "timings": manifest.get("timings", {}),
              "n_workers": manifest.get("n_workers", 0), "hydra_record": HYDRA_RECORD}]
-
-
-def command_text(overrides: Sequence[str]) -> str:
-    """The command line of a sweep's overrides, as a user types it again."""
-    return "python -m pipeline -m " + shlex.join(str(a).removeprefix("++") for a in overrides)
 
 
 def same_command(a: Sequence[str], b: Sequence[str]) -> bool:

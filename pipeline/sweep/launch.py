@@ -9,7 +9,7 @@ record Hydra's own ``run_job`` writes (:mod:`~pipeline.sweep.execute`).
 Workers read the dataset from its zarr store path; only configs and paths travel through the
 task graph. A job that raises is recorded as failed; a worker that dies is replaced by Dask and
 its job rerun (results are written atomically under the job's hash, so a rerun never
-duplicates one). Each task claims its job's directory (:mod:`pipeline.sweep.claims`) and looks
+duplicates one). Each task claims its job's directory (:mod:`pipeline.job.claims`) and looks
 at the disk before fitting, so sweeps sharing a directory, and tasks Dask reruns, never fit a
 finished job again. A directory holds one sweep: its points are claimed in ``manifest.json``
 (under a lock, :mod:`~pipeline.sweep.manifest`) before the jobs run, and a sweep with other

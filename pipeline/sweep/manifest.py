@@ -19,11 +19,12 @@ from omegaconf import DictConfig
 
 from algorithms.errors import InputError
 from pipeline import atomic
+from pipeline.checksum import DamagedFile
+from pipeline.job.claims import claim
 from pipeline.job.identity import job_config
 from pipeline.job.numbers import coordinate_text
-from pipeline.results.checksum import DamagedFile, note
+from pipeline.lines import note
 from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, dump_manifest, load_manifest
-from pipeline.sweep.claims import claim
 from pipeline.sweep.compose import PlannedJob, swept_keys
 from pipeline.sweep.invocations import (
     HYDRA_RECORD,

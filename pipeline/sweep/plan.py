@@ -30,8 +30,8 @@ from pipeline.job.validate import (
     check_config,
     drop_inapplicable_options,
 )
+from pipeline.lines import note
 from pipeline.outputs import OPT_OUT, check_store_root
-from pipeline.results.checksum import note
 from pipeline.results.job_file import (
     DamagedResult,
     job_path,

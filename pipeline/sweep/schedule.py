@@ -27,13 +27,13 @@ from pipeline.cluster.kinds import kind_of
 from pipeline.cluster.liveness import POLL_SECONDS, ClusterLost, Liveness
 from pipeline.cluster.options import ALLOWED_FAILURES, memory_hint
 from pipeline.datasets.spec import train_shape
+from pipeline.job.claims import FITS_FILE
 from pipeline.job.hyper import cache_key, hyper_options, shared_config
 from pipeline.results.job_file import (
     JOB_FILE,
     job_path,
     write_job_failure,
 )
-from pipeline.sweep.claims import FITS_FILE
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.deadlines import CLOCK_SKEW_SECONDS, JobDeadlines
 from pipeline.sweep.directory import OUT_OF_SPACE, RERUN, OutOfSpace

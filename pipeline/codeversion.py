@@ -221,7 +221,7 @@ def _cached_version(directory: Path, modules: tuple[str, ...],
                     packages: tuple[str, ...]) -> str | None:
     """The kept version of ``modules`` if every module it covers has the bytes it had and
     every name looked up is still a module or not as it was; else None."""
-    from pipeline.results.checksum import DamagedFile, open_sealed_json
+    from pipeline.checksum import DamagedFile, open_sealed_json
 
     try:
         doc = open_sealed_json(_entry_path(directory, modules, packages).read_bytes())
@@ -245,7 +245,7 @@ def _keep_version(directory: Path, modules: tuple[str, ...], packages: tuple[str
                   covered: list[str], version: str) -> None:
     """Write the entry :func:`_cached_version` reads (atomically); a failure leaves it out."""
     from pipeline.atomic import write_bytes
-    from pipeline.results.checksum import seal_json
+    from pipeline.checksum import seal_json
 
     trees = {module: _module_tree(module, packages) for module in covered}
     doc = {"key": _entry_key(modules, packages), "version": version,

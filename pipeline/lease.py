@@ -1,5 +1,5 @@
 """A lease on a marker file that nothing can hold forever: the job claims and the sweep's lock
-(:mod:`pipeline.sweep.claims`).
+(:mod:`pipeline.job.claims`).
 
 The holder creates the marker exclusively (``O_CREAT | O_EXCL``: exactly one creator wins, on
 a local or a shared file system, where ``flock`` is not to be trusted across hosts), writes its

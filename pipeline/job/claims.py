@@ -1,7 +1,7 @@
 """Per-job claims, so that sweeps sharing a directory fit each job once.
 
 Before a job runs, its task takes the lease ``<job dir>/claim.lock``
-(:class:`pipeline.sweep.lease.Lease`: a marker file created exclusively, holding its holder's
+(:class:`pipeline.lease.Lease`: a marker file created exclusively, holding its holder's
 host, pid and start time, touched by a heartbeat every :data:`HEARTBEAT_SECONDS`), released
 (the marker removed) when the job's result is on disk. A task that finds the job claimed
 waits, then looks at the disk (the claimant has usually written the result by then). The lease
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.atomic import open_append
-from pipeline.sweep.lease import lease
+from pipeline.lease import lease
 
 CLAIM_FILE = "claim.lock"
 FITS_FILE = "fits.log"

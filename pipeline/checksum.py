@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,11 +28,6 @@ JSON_DIGEST = "sha256"  # key of a sealed JSON document: sha256 of the rest of i
 class DamagedFile(ValueError):
     """A file that fails its checksum, or lacks it, or is not the document it should be; the
     message says what (the caller names the file)."""
-
-
-def note(text: str) -> None:
-    """Print a ``note: …`` line (a recovered problem) on stderr."""
-    print(f"note: {text}", file=sys.stderr, flush=True)
 
 
 def _canonical(value: Any) -> Any:
