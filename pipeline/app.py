@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
 from hydra_plugins.sgp_dask_launcher.grouped_sweeper import GroupedSweeper
 from pipeline.config import CONF_DIR
-from pipeline.job.task import runs_jobs
+from pipeline.task_functions import runs_jobs
 
 # Hydra finds plugins by scanning the hydra_plugins namespace package, which an editable
 # install's import hook can hide from it; registering explicitly works for every install mode,

@@ -139,8 +139,8 @@ def _starts_a_local_cluster(overrides: Sequence[str]) -> bool:
     from pipeline.cluster.kinds import runs_here
     from pipeline.config import default_choice
 
-    return runs_here(chosen.get("cluster", default_choice("cluster"))) \
-        and "scheduler" not in chosen
+    kind = chosen["cluster"] if "cluster" in chosen else default_choice("cluster")
+    return runs_here(kind) and "scheduler" not in chosen
 
 
 def _failed_points(ds: xr.Dataset) -> list[str]:

@@ -139,7 +139,7 @@ def test_no_cluster_kind_is_named_outside_the_cluster_package():
 FLOORS = (
     ("pipeline", "pipeline.atomic", "pipeline.oserrors", "pipeline.outputs", "pipeline.console",
      "pipeline.watch", "pipeline.lines", "pipeline.lease", "pipeline.checksum",
-     "pipeline.codeversion", "pipeline.command"),
+     "pipeline.codeversion", "pipeline.command", "pipeline.task_functions"),
     ("pipeline.config",),
     ("pipeline.datasets",),
     ("pipeline.results",),

@@ -84,6 +84,7 @@ NOT_NUMERIC = {
     "pipeline.datasets.spec": "data preparation: reaches a job through its data's content",
     "pipeline.codeversion": "the identity's own machinery",
     "pipeline.job.identity": "the identity's own machinery",
+    "pipeline.lines": "one-line texts and note: lines",
     "pipeline.job.numbers": "an integer given for a declared float made that float (type only)",
     "pipeline.job.hydra_job": "Hydra's job context",
     "pipeline.job.warmup": "an untimed warm-up fit whose result is thrown away",

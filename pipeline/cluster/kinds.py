@@ -17,8 +17,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from algorithms.errors import InputError
-
 
 @dataclass(frozen=True)
 class BatchSystem:
@@ -75,6 +73,8 @@ def kind_of(cluster_cfg: Mapping) -> ClusterKind:
     :func:`pipeline.cluster.options.check` also gives."""
     name = cluster_cfg.get("kind")
     if name not in KINDS:
+        from algorithms.errors import InputError  # not with this module: prestart imports it
+
         raise InputError(f"unknown cluster.kind {name!r}; choose one of: {', '.join(KINDS)} "
                          "(cluster=<name> selects conf/cluster/<name>.yaml)")
     return KINDS[name]

@@ -3,31 +3,15 @@
 fails. :func:`run_task` is the one entry to a job: Hydra's task function
 (:func:`pipeline.app.task`) calls it on the config it composed, and a sweep's worker
 (:mod:`pipeline.sweep.execute`) on the config the sweep resolved, when the task function it was
-given is one that :func:`runs_jobs` marked (any other task function runs through Hydra's
-``run_job``, as Hydra's own launchers run it).
+given is one that :func:`pipeline.task_functions.runs_jobs` marked (any other task function
+runs through Hydra's ``run_job``, as Hydra's own launchers run it).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-
-_JOB_TASKS: set[Callable] = set()
-
-
-def runs_jobs(task_function: Callable) -> Callable:
-    """Mark a Hydra task function as one that runs :func:`run_task` on its composed job
-    config: a sweep's worker then calls :func:`run_task` with the config the sweep resolved,
-    without Hydra's ``run_job`` and its config copies (:mod:`pipeline.sweep.job_files`)."""
-    _JOB_TASKS.add(task_function)
-    return task_function
-
-
-def is_job_task(task_function: Callable) -> bool:
-    """Whether ``task_function`` was marked by :func:`runs_jobs`."""
-    return task_function in _JOB_TASKS
 
 
 def run_task(config: dict, output_dir: Path, one_job: bool) -> dict:

@@ -24,7 +24,7 @@ from pipeline.job.claims import claim_job, record_fit
 from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
 from pipeline.job.identity import config_hash
-from pipeline.job.task import is_job_task, run_task
+from pipeline.job.task import run_task
 from pipeline.results.job_file import (
     JOB_FILE,
     WriteError,
@@ -35,6 +35,7 @@ from pipeline.results.job_file import (
 from pipeline.sweep.compose import PlannedJob
 from pipeline.sweep.directory import OUT_OF_SPACE, out_of_space
 from pipeline.sweep.job_files import HydraRecords, writes_only_files
+from pipeline.task_functions import is_job_task
 
 
 def execute(task_function: TaskFunction, hydra_context: HydraContext, job: PlannedJob,
@@ -52,7 +53,7 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
     A job for which ``run_job`` would only write the job's ``.hydra/`` files around the task
     function (:func:`pipeline.sweep.job_files.writes_only_files`) has them written by
     ``hydra_records`` and its resolved config run by :func:`pipeline.job.task.run_task` (when the
-    task function is one that runs it: :func:`pipeline.job.task.runs_jobs`), without
+    task function is one that runs it: :func:`pipeline.task_functions.runs_jobs`), without
     ``run_job``'s config copies."""
     out_dir = sweep_dir / "jobs" / job.hash
     try:
