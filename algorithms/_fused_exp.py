@@ -69,7 +69,7 @@ _JIT = {"nogil": True, "cache": _CACHE_DIR is not None, "boundscheck": False,
         "fastmath": {"contract"}}
 
 
-def _njit(**options):
+def cached_njit(**options):
     """``numba.njit`` with :data:`_JIT`, cached in :data:`_CACHE_DIR`. numba picks a function's
     cache directory when it is decorated (its first locator, ``config.CACHE_DIR``), so the
     setting is made for the decoration only: other numba code in the process keeps numba's own
@@ -100,7 +100,7 @@ def _float(typingctx, x):
     return types.float64(types.int64), codegen
 
 
-@_njit(inline="always")
+@cached_njit(inline="always")
 def _exp(x: float) -> float:
     """eˣ for −708 ≤ x ≤ 709; 0 below (and for NaN: the callers flag x > 709 and NaN by
     :func:`_in_range`, so a value that is not eˣ never leaves unflagged)."""
@@ -128,17 +128,17 @@ def _exp(x: float) -> float:
     return e if x > _LOW else 0.0
 
 
-@_njit(inline="always")
+@cached_njit(inline="always")
 def _in_range(x: float) -> bool:
     return x <= _HIGH  # False for NaN too
 
 
-@_njit(inline="always")
+@cached_njit(inline="always")
 def _finite(v: float) -> bool:
     return abs(v) < np.inf  # False for NaN too
 
 
-@_njit()
+@cached_njit()
 def rbf_tail(x: np.ndarray, variance: float) -> bool:
     """x ← variance·exp(x) (x the RBF's D = −‖a − b‖²/width); whether all are finite."""
     ok = True
@@ -150,7 +150,7 @@ def rbf_tail(x: np.ndarray, variance: float) -> bool:
     return ok
 
 
-@_njit(inline="always")
+@cached_njit(inline="always")
 def _distances(A: np.ndarray, Bt: np.ndarray, i: int, row: np.ndarray) -> None:
     """row ← ‖A[i] − b_j‖ for the columns b_j of Bt (d × m): direct differences, summed over
     the dimensions in order, as scipy's cdist does (exact near zero, unlike the GEMM form)."""
@@ -166,7 +166,7 @@ def _distances(A: np.ndarray, Bt: np.ndarray, i: int, row: np.ndarray) -> None:
         row[j] = np.sqrt(row[j])
 
 
-@_njit()
+@cached_njit()
 def laplacian_block(A: np.ndarray, Bt: np.ndarray, inv_omega: float, variance: float,
                     out: np.ndarray) -> bool:
     """out ← variance·exp(−‖a − b‖/ω) for the rows a of A and the columns b of Bt (d × m),
@@ -183,7 +183,7 @@ def laplacian_block(A: np.ndarray, Bt: np.ndarray, inv_omega: float, variance: f
     return ok
 
 
-@_njit()
+@cached_njit()
 def matern32_block(A: np.ndarray, Bt: np.ndarray, inv_mu: float, variance: float,
                    out: np.ndarray) -> bool:
     """out ← variance·(1 + h)·exp(−h), h = ‖a − b‖/μ, for the rows a of A and the columns b

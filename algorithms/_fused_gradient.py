@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms._fused_exp import _njit
+from algorithms._fused_exp import cached_njit
 
 SQUARE = 64  # rows and columns of the squares the pass walks (two 32 KiB squares in L1)
 
 
-@_njit()
+@cached_njit()
 def rbf_slope_products(A: np.ndarray, alpha: np.ndarray, variance: float, j0: int,
                        j1: int) -> None:
     """For the columns j0 ≤ j < j1 of the Fortran-ordered ``A`` (K_y⁻¹ on and below the

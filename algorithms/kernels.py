@@ -75,7 +75,7 @@ def _fused():
 # _fused_exp`): set for one fit by :func:`fit_tails` when the fit is on fewer than WARM_UP_ROWS
 # rows (loading numba and the compiled code costs ~0.4-0.6 s of CPU, more than numpy's scalar
 # exp, 5.2 ns a value against 1.7 here, costs such a fit). A context variable, seen by the
-# tiles' threads (:func:`_on_threads`), so that the choice is the fit's alone: the same fit
+# tiles' threads (:func:`on_threads`), so that the choice is the fit's alone: the same fit
 # takes the same exp whatever ran before it in the process. The two agree to 2.3·10⁻¹⁶.
 _NUMPY_EXP: contextvars.ContextVar[bool] = contextvars.ContextVar("numpy_exp", default=False)
 
@@ -212,7 +212,7 @@ def use_kernel_threads(n: int | None) -> Iterator[int]:
 
     The job runner enters it with the ``threads`` config, beside the BLAS thread count; inside a
     tile BLAS runs single-threaded, so the two never oversubscribe the cores. The count is read
-    on the calling thread and handed to the tiles' pool (:func:`_on_threads`); a block computed
+    on the calling thread and handed to the tiles' pool (:func:`on_threads`); a block computed
     on a pool's thread is computed on that thread alone."""
     count = (os.cpu_count() or 1) if n is None else int(n)
     if count < 1:
@@ -365,7 +365,7 @@ def tile_rows(n_cols: int) -> int:
     return max(1, TILE_ENTRIES // max(1, n_cols))
 
 
-def _on_threads(work: Callable[[range], Any], starts: range, entries: int) -> list:
+def on_threads(work: Callable[[range], Any], starts: range, entries: int) -> list:
     """``work`` over the tiles' first rows, split into one run per thread (a task per tile
     costs more in hand-offs and GIL traffic than a tile's ~100 µs of work): on this thread
     for one thread or a small block, else on the pool with BLAS single-threaded inside."""
@@ -529,7 +529,7 @@ class Kernel:
                 return all([self.tile(A[lo: lo + rows], B, K[lo: lo + rows])
                             for lo in starts])
 
-        if all(_on_threads(run, range(0, len(A), rows), K.size)):
+        if all(on_threads(run, range(0, len(A), rows), K.size)):
             return K
         raise self._overflow(K)
 
@@ -623,7 +623,7 @@ def tiled_matmul(kernel: Kernel, A: np.ndarray, B: np.ndarray, W: np.ndarray) ->
                     o += acc[:r]
         return ok
 
-    ok = all(_on_threads(run, range(0, n, rows), n * m))
+    ok = all(on_threads(run, range(0, n, rows), n * m))
     if exp_form and kernel.variance != 1.0:
         with np.errstate(over="ignore", invalid="ignore"):
             out *= kernel.variance
@@ -722,7 +722,7 @@ class ArrayKernelBlocks:
                     np.matmul(T, W, out=out[lo: lo + len(T)])
             return ok
 
-        if not all(_on_threads(run, range(0, n, rows), n * n)):
+        if not all(on_threads(run, range(0, n, rows), n * n)):
             kernel(self.X, self.X[:1])  # raises the one-line overflow error
         return out.reshape(V.shape)
 
@@ -773,7 +773,7 @@ class ArrayKernelBlocks:
                     sq += np.einsum("ij,ij->j", T, T)
             return P, sq, ok
 
-        parts = _on_threads(run, range(0, n, rows), n * m)
+        parts = on_threads(run, range(0, n, rows), n * m)
         if not all(ok for _, _, ok in parts):
             kernel(self.X, X_cols)  # raises the one-line overflow error
         return sum(P for P, _, _ in parts), sum(sq for _, sq, _ in parts)

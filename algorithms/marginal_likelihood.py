@@ -38,7 +38,7 @@ import scipy.linalg as sla
 from algorithms import blas_inplace
 from algorithms.cholesky import factor_and_invert
 from algorithms.errors import InputError
-from algorithms.kernels import KERNELS, Kernel, _on_threads, fit_tails, takes_numpy_exp
+from algorithms.kernels import KERNELS, Kernel, fit_tails, on_threads, takes_numpy_exp
 
 LEARNABLE = ("rbf", "matern32", "laplacian")  # kernels whose length-scale gradient is here
 BOUNDS = (1e-5, 1e5)  # of every hyperparameter (variance, length scales, σ²)
@@ -128,7 +128,7 @@ def length_scale_gradient(M: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> np.n
             - 2.0 * np.einsum("aj,aj->j", S1, M @ S2))
 
 
-def _kernel_into(A: np.ndarray, name: str, S: np.ndarray, variance: float
+def kernel_into(A: np.ndarray, name: str, S: np.ndarray, variance: float
                  ) -> np.ndarray | None:
     """K of the inputs ``S`` (already at unit length scale) into the Fortran-ordered ``A``
     (both triangles) and the slope G of ∂K/∂log ℓ_j = G∘D_j (module docstring): None for the
@@ -192,10 +192,10 @@ def _fused_slope_products(A: np.ndarray, alpha: np.ndarray, variance: float) -> 
         for j0 in starts:
             rbf_slope_products(A, alpha, variance, j0, min(j0 + width, n))
 
-    _on_threads(run, range(0, n, width), n * n // 2)
+    on_threads(run, range(0, n, width), n * n // 2)
 
 
-def _slope_traces(A: np.ndarray, alpha: np.ndarray, G: np.ndarray | None, variance: float,
+def slope_traces(A: np.ndarray, alpha: np.ndarray, G: np.ndarray | None, variance: float,
                   S: np.ndarray) -> tuple[np.ndarray, float]:
     """(P·[S, 1], Σ M∘K for a kernel whose G is not K) from ``A`` holding K_y⁻¹ in its lower
     triangle and K in its strict upper one (overwritten): P = M∘G, M = ααᵀ − K_y⁻¹. The RBF
@@ -227,7 +227,7 @@ def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
     ls = np.exp(theta[1:-1])
     S = X / (ls if params.n_lengths > 1 else ls[0])  # inputs at unit length scale
     A = np.empty((n, n), order="F")  # K in both triangles; K_y, L, K_y⁻¹, P in the lower one
-    G = _kernel_into(A, params.name, S, v)
+    G = kernel_into(A, params.name, S, v)
     A.flat[::n + 1] += lam
     if not gradient:
         L = sla.cholesky(A, lower=True, overwrite_a=True, check_finite=False)
@@ -237,7 +237,7 @@ def log_marginal_likelihood(X: np.ndarray, y: np.ndarray, params: Parameters,
     value = _value(y, alpha, factor_diagonal)
     grad = np.empty(len(theta))
     grad[-1] = 0.5 * lam * (alpha @ alpha - np.trace(A))  # ½ σ² tr M
-    PS, contraction = _slope_traces(A, alpha, G, v, S)
+    PS, contraction = slope_traces(A, alpha, G, v, S)
     P1 = PS[:, d]
     grad[0] = 0.5 * (P1.sum() if G is None else contraction)  # ½ Σ M∘K
     # ½ Σ_ab P_ab (s_aj − s_bj)² = Σ_a s_aj² (P1)_a − Σ_a s_aj (PS)_aj (P symmetric)

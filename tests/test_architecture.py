@@ -2,7 +2,8 @@
 knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, no
 algorithm is named in pipeline/ code (capabilities come from the specs) and no cluster kind
 outside pipeline/cluster/, pipeline/ modules are at most 500 lines and import only from their
-own floor or below (FLOORS), and only Hydra's public API is used."""
+own floor or below (FLOORS), no private name is imported across modules, and only Hydra's
+public API is used."""
 
 import ast
 import re
@@ -169,3 +170,16 @@ def test_pipeline_imports_only_from_its_own_floor_or_below():
                                                   or _floor(target) > floor):
                 up.append(f"{module} -> {target}")
     assert not up, "\n".join(sorted(up))
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A name another module imports is public: no ``from m import _name`` in the packages
+    (a module's private helpers are its own; what it shares it names without the underscore)."""
+    private = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                private += [f"{name}: from {node.module} import {alias.name}"
+                            for alias in node.names
+                            if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not private, "\n".join(private)

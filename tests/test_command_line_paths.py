@@ -195,7 +195,7 @@ def test_a_write_error_names_its_cause_and_fix(code, setup, said, not_said, tmp_
     import os
 
     from pipeline.oserrors import write_failure
-    from pipeline.results.job_file import WriteError, _write_atomically
+    from pipeline.results.job_file import WriteError, write_atomically
     from pipeline.sweep.directory import write_error
 
     target = tmp_path / "sweep" / "result.nc"
@@ -211,7 +211,7 @@ def test_a_write_error_names_its_cause_and_fix(code, setup, said, not_said, tmp_
         import xarray as xr
 
         with pytest.raises(WriteError) as raised:
-            _write_atomically(xr.Dataset({"x": ("i", [1.0])}), target)
+            write_atomically(xr.Dataset({"x": ("i", [1.0])}), target)
         assert f"{target} is a directory where a file must be" in str(raised.value)
         assert "space" not in str(raised.value)
 

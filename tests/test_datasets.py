@@ -96,12 +96,12 @@ def test_tampered_source_file_is_refused(tmp_path, monkeypatch):
     data = (sources.DATA_DIR / "abalone.data").read_bytes()
     (bad / "abalone.data").write_bytes(data.replace(b"M,0.455", b"F,0.455", 1))
     monkeypatch.setattr(sources, "DATA_DIR", bad)
-    sources._load_abalone.cache_clear()
+    sources.load_abalone.cache_clear()
     try:
         with pytest.raises(StoreError, match="sha256 mismatch.*reinstall the package"):
             build({"name": "abalone"})
     finally:
-        sources._load_abalone.cache_clear()
+        sources.load_abalone.cache_clear()
 
 
 # ---------------------------------------------------------------- real data

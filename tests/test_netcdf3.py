@@ -15,10 +15,10 @@ import algorithms
 from pipeline.results import job_file
 from pipeline.results.job_file import (
     _job_dataset,
-    _read_job,
     _write_netcdf,
     load_job_attrs,
     load_job_result,
+    read_job,
     write_job_failure,
     write_job_result,
 )
@@ -95,7 +95,7 @@ def _same_files(a, b) -> None:
     with xr.open_dataset(a, engine="scipy") as one, xr.open_dataset(b, engine="scipy") as two:
         xr.testing.assert_identical(one.load(), two.load())
     for path in (a, b):  # both verify, read as consolidation and as load_job_result read them
-        _read_job(path)
+        read_job(path)
         load_job_result(path)
 
 

@@ -192,10 +192,10 @@ def test_a_trivial_setting_is_flagged_and_never_ranked():
     # flagged in the table's CSV
     assert table["trivial"].notna().all()
     # and not drawn in the frontier figures: only a (m = 64) and b are points
-    from pipeline.report.comparison import _of_mode, settings
+    from pipeline.report.comparison import rows_of_mode, settings
     from pipeline.report.table_frontier import table_points
 
-    rows = _of_mode(settings(table), "shared")
+    rows = rows_of_mode(settings(table), "shared")
     drawn = table_points(rows, "d", "rmse", "fit")
     assert sorted((p[0], p[1]) for p in drawn) == [("a", 64), ("b", None)]
     assert [p[2:] for p in drawn if p[0] == "a"] == [(20.0, 0.4, 2)]

@@ -95,20 +95,20 @@ def test_the_frontier_figures_draw_no_trivial_setting():
     """The committed figures are drawn from the committed table's ranked settings: SGPR's
     white noise on pumadyn32nm (own) is no point, and every trivial setting is named as left
     out in its figure's caption."""
-    from pipeline.report.comparison import _of_mode, label, settings
+    from pipeline.report.comparison import label, rows_of_mode, settings
     from pipeline.report.table_frontier import table_points
 
     table, text = _table(), (RESULTS / "README.md").read_text()
     rows = settings(table)
     for mode in ("shared", "own"):
-        here = _of_mode(rows, mode)
+        here = rows_of_mode(rows, mode)
         for dataset in SETS:
             drawn = {p[:2] for p in table_points(here, dataset, "rmse", "cost")}
             trivial = here[(here["dataset"] == dataset) & (here["trivial"] > 0)]
             for _, r in trivial.iterrows():
                 assert (r["algorithm"], None if r["basis"] < 0 else int(r["basis"])) not in drawn
                 assert f"{label(r)} on {dataset}" in text
-    own = _of_mode(rows, "own")
+    own = rows_of_mode(rows, "own")
     assert not [p for p in table_points(own, "pumadyn32nm", "rmse", "fit")
                 if p[0] == "gpytorch_sgpr"]
 

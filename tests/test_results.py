@@ -17,7 +17,7 @@ from algorithms.errors import InputError
 from pipeline.datasets.spec import StoreError
 from pipeline.results import job_file
 from pipeline.results.consolidate import consolidate, load
-from pipeline.results.job_file import _write_atomically, load_job_result
+from pipeline.results.job_file import load_job_result, write_atomically
 from tests.bad_input import SEED_SWEEP, make_seed_dir
 
 
@@ -161,7 +161,7 @@ def test_a_job_file_on_a_full_disk_keeps_the_old_one(sweep_dir, monkeypatch):
 
     monkeypatch.setattr(job_file, "_write_netcdf", half_written)
     with pytest.raises(InputError) as err:
-        _write_atomically(xr.Dataset({"a": ("x", np.arange(3.0))}), path)
+        write_atomically(xr.Dataset({"a": ("x", np.arange(3.0))}), path)
     message = str(err.value)
     assert str(path) in message and "No space left on device (ENOSPC)" in message, message
     assert "\n" not in message
@@ -209,4 +209,4 @@ def test_an_unwritable_directory_is_named(tmp_path):
     path = blocker / "jobs" / "result.nc"
     with pytest.raises(InputError, match=f"cannot write {path}: {blocker} is a file where a "
                                          "directory must be"):
-        _write_atomically(xr.Dataset({"a": ("x", np.arange(3.0))}), path)
+        write_atomically(xr.Dataset({"a": ("x", np.arange(3.0))}), path)

@@ -16,7 +16,7 @@ from pipeline.config import CONF_DIR
 from pipeline.job.identity import job_config
 from pipeline.report import render
 from pipeline.results.consolidate import load
-from pipeline.results.job_file import _open_job, _read_job
+from pipeline.results.job_file import _open_job, read_job
 from pipeline.sweep.compose import compose_jobs
 from pipeline.sweep.schedule import Batches
 
@@ -103,7 +103,7 @@ def test_job_files_read_for_consolidation_equal_xarrays_reading(tmp_path):
               "store_root": str(tmp_path / "stores"),
               "certificate": {"enabled": True, "tol": 1e-3, "max_dual": 50, "kappa": 10}}
     path = run_job(config, tmp_path / "result.nc").result_path
-    fast, full = _read_job(path), _open_job(path)
+    fast, full = read_job(path), _open_job(path)
     assert fast.attrs.keys() == full.attrs.keys()
     assert all(fast.attrs[k] == full.attrs[k] for k in full.attrs)
     assert set(fast.data_vars) == set(full.data_vars) and fast.sizes == dict(full.sizes)

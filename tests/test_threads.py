@@ -103,11 +103,11 @@ def test_a_jobs_thread_count_reaches_scipys_blas_loaded_after_the_first_scan():
     code = (
         "import sys, numpy\n"
         "assert 'scipy.linalg' not in sys.modules\n"
-        "from pipeline.cluster.threads import _blas, blas_threads\n"
+        "from pipeline.cluster.threads import blas_controller, blas_threads\n"
         "blas_threads()\n"
         "import scipy.linalg\n"
         "from threadpoolctl import threadpool_info\n"
-        "with _blas().limit(limits=2, user_api='blas'):\n"
+        "with blas_controller().limit(limits=2, user_api='blas'):\n"
         "    counts = sorted(i['num_threads'] for i in threadpool_info()\n"
         "                    if i['user_api'] == 'blas')\n"
         "    print(counts, blas_threads())\n")

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from algorithms.cholesky import cholesky_in_place  # noqa: E402
-from pipeline.bench.exact import _timed  # noqa: E402
+from pipeline.bench.exact import timed_factor  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
     save_figure,
     single_run_finish,
@@ -41,7 +41,7 @@ GOAL = 1.15  # auto's seconds over one thread's, under contention
 
 def _seconds(n: int, threads: int, cfg: dict) -> float:
     with threadpool_limits(limits=threads, user_api="blas"):
-        return _timed(lambda A: cholesky_in_place(A, block=cfg["block"]), n, cfg)[0]
+        return timed_factor(lambda A: cholesky_in_place(A, block=cfg["block"]), n, cfg)[0]
 
 
 class Competitors:

@@ -51,7 +51,8 @@ def spd_matrix(n: int, cfg: dict) -> np.ndarray:
     return A
 
 
-def _timed(factor: Callable[[np.ndarray], object], n: int, cfg: dict) -> tuple[float, np.ndarray]:
+def timed_factor(factor: Callable[[np.ndarray], object], n: int,
+                 cfg: dict) -> tuple[float, np.ndarray]:
     """The best of ``repeats`` factorisations of a fresh matrix (built untimed) and the last
     factored array (one n×n array alive at a time)."""
     best, A = np.inf, None
@@ -80,7 +81,7 @@ def measure(n: int, cfg: dict) -> dict:
     from scipy's (relative to the factor's largest entry) where scipy ran."""
     flops = n**3 / 3.0
     row: dict = {"n": n}
-    seconds, A = _timed(lambda A: cholesky_in_place(A, block=cfg["block"]), n, cfg)
+    seconds, A = timed_factor(lambda A: cholesky_in_place(A, block=cfg["block"]), n, cfg)
     row["blocked_seconds"], row["blocked_gflops"] = seconds, flops / seconds / 1e9
     compared = n <= max(cfg["crash_free_n"], cfg["one_thread_max_n"])
     ours = np.tril(A) if compared else None
@@ -91,12 +92,12 @@ def measure(n: int, cfg: dict) -> dict:
 
     if n <= cfg["one_thread_max_n"]:
         with threadpool_limits(limits=1, user_api="blas"):
-            seconds, A = _timed(scipy_factor, n, cfg)
+            seconds, A = timed_factor(scipy_factor, n, cfg)
         row["scipy_1_thread_seconds"] = seconds
         row["scipy_1_thread_gflops"] = flops / seconds / 1e9
     if n <= cfg["crash_free_n"]:
         A = None
-        seconds, A = _timed(scipy_factor, n, cfg)
+        seconds, A = timed_factor(scipy_factor, n, cfg)
         row["scipy_seconds"], row["scipy_gflops"] = seconds, flops / seconds / 1e9
     if ours is not None and A is not None:
         reference = np.tril(A)

@@ -46,9 +46,9 @@ from algorithms.hyper import median_theta  # noqa: E402
 from algorithms.kernels import use_kernel_threads  # noqa: E402
 from algorithms.marginal_likelihood import (  # noqa: E402
     Parameters,
-    _kernel_into,
-    _slope_traces,
+    kernel_into,
     log_marginal_likelihood,
+    slope_traces,
 )
 from pipeline import atomic  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
@@ -110,7 +110,7 @@ def measure(n: int, d: int, ard: bool, gemm: float, cfg: dict) -> dict:
     v, lam = math.exp(theta[0]), math.exp(theta[-1])
     S = X / np.exp(theta[1:-1])
     A = np.empty((n, n), order="F")
-    kernel = best_of(repeats, lambda: _kernel_into(A, "rbf", S, v))
+    kernel = best_of(repeats, lambda: kernel_into(A, "rbf", S, v))
     A.flat[:: n + 1] += lam
     Ky = A.copy(order="F")
     alpha = np.empty(n)
@@ -122,7 +122,7 @@ def measure(n: int, d: int, ard: bool, gemm: float, cfg: dict) -> dict:
         alpha[:] = factor_and_invert(A, y)[1]
 
     inverse = best_of(repeats, factor, restore)
-    gradient = best_of(repeats, lambda: _slope_traces(A, alpha, None, v, S), restore)
+    gradient = best_of(repeats, lambda: slope_traces(A, alpha, None, v, S), restore)
 
     def lapack() -> None:
         L = sla.cholesky(A, lower=True, overwrite_a=True, check_finite=False)

@@ -32,14 +32,14 @@ from pipeline.bench.sweep_overhead import (  # noqa: E402
     single_run_finish,
     single_run_setup,
 )
-from pipeline.datasets.sources import _load_abalone  # noqa: E402
+from pipeline.datasets.sources import load_abalone  # noqa: E402
 
 
 def abalone_like(n: int, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     """n rows drawn with replacement from abalone (inputs standardised, targets the raw Rings
     as in the default job), each row's inputs moved by Gaussian noise of ``jitter`` standard
     deviations."""
-    X, y = _load_abalone()
+    X, y = load_abalone()
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     rng = np.random.default_rng(cfg["seed"])
     rows = rng.integers(0, len(y), size=n)

@@ -9,7 +9,7 @@ sees an ordinary kernel-block provider (:class:`algorithms.contract.KernelBlocks
 Wᵀk(X, X_M) is a map-reduce over the shards — one call per worker that appends the columns
 chosen since the last step, computes its rows' tiles of k(X_B, X_M) and returns its (p × |M|)
 partial product and column sums — so a step moves O(t κ) numbers per worker, never a kernel
-column, in one round trip. The calls go through one Dask actor per worker (:class:`_ShardHost`:
+column, in one round trip. The calls go through one Dask actor per worker (:class:`ShardHost`:
 an RPC relayed by the scheduler, not a task, so no scheduling and no batched streams on the way)
 and run in the worker's actor thread, beside its task threads. Everything else an algorithm asks
 for (rows of X, small blocks such as K_SM, the diagonal, predictions) is computed in the calling
@@ -53,23 +53,23 @@ from algorithms.kernels import (
 )
 from pipeline.cluster.shards import (
     ClusterFitError,
-    _close_shards,
-    _factor_append,
-    _factor_gram,
-    _factor_rows,
-    _factor_rows_all,
-    _factor_top,
-    _matmul,
-    _nbytes,
-    _nbytes_of,
-    _new_columns,
-    _new_factor,
-    _open_shard,
-    _peak_rss,
-    _project,
-    _ShardHost,
-    _worker_status,
-    _worker_threads,
+    ShardHost,
+    close_shards,
+    held_bytes,
+    nbytes_of,
+    open_shard,
+    shard_factor_append,
+    shard_factor_gram,
+    shard_factor_rows,
+    shard_factor_rows_all,
+    shard_factor_top,
+    shard_matmul,
+    shard_new_columns,
+    shard_new_factor,
+    shard_peak_rss,
+    shard_project,
+    worker_status,
+    worker_threads,
 )
 from pipeline.datasets import read_store
 
@@ -98,7 +98,7 @@ def _workers(client: Client) -> dict[str, str]:
     """The workers connected now and their status (running, paused, …), asked of the
     scheduler itself (``scheduler_info`` returns a cached identity that a periodic update may
     have emptied of workers)."""
-    return client.run_on_scheduler(_worker_status)
+    return client.run_on_scheduler(worker_status)
 
 
 def row_ranges(n: int, parts: int) -> list[tuple[int, int]]:
@@ -130,7 +130,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self.key = f"sgp-shard-{uuid.uuid4().hex[:12]}"
         self.bounds = np.array([lo for lo, _ in self.ranges] + [self.n])
         self._names = itertools.count()
-        self._hosts: list = []  # one _ShardHost actor per owner
+        self._hosts: list = []  # one ShardHost actor per owner
         self._closed = False
         logging.getLogger("distributed.client").addFilter(_DROP_LOST_RESULTS)
         # columns the fit no longer holds: a finalizer may add one from another thread, and a
@@ -138,13 +138,13 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         self._dropped: deque[str] = deque()
         self.bytes_moved = 0  # results received from the shards (the reductions)
         try:
-            nthreads = client.run_on_scheduler(_worker_threads)
-            futures = [client.submit(_ShardHost, max(1, nthreads.get(w, 1)), workers=[w],
+            nthreads = client.run_on_scheduler(worker_threads)
+            futures = [client.submit(ShardHost, max(1, nthreads.get(w, 1)), workers=[w],
                                      allow_other_workers=False, actor=True, pure=False)
                        for w in self.owners]
             self._hosts = self._await(lambda: self._fetch_actors(futures),
                                       lambda: client.cancel(futures))
-            self.shard_bytes = self._run(_open_shard, lambda b: (self.store, *self.ranges[b],
+            self.shard_bytes = self._run(open_shard, lambda b: (self.store, *self.ranges[b],
                                                                  kernel))
         except Exception:
             self.close()  # the shards the other workers opened
@@ -201,7 +201,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                     f"fit has been paused for {PAUSED_SECONDS:.0f} s: its memory is above "
                     "Dask's pause fraction of its limit; give the workers more memory "
                     "(cluster.memory_limit) or add workers")
-        self.bytes_moved += sum(_nbytes_of(r) for r in results)
+        self.bytes_moved += sum(nbytes_of(r) for r in results)
         return results
 
     def _lost(self, worker: str) -> str:
@@ -249,7 +249,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
                 connected = _workers(self.client)
                 owners = [w for w in self.owners if w in connected]
                 if owners:
-                    self.client.run(_close_shards, self.key, workers=owners, on_error="ignore")
+                    self.client.run(close_shards, self.key, workers=owners, on_error="ignore")
 
         closing = threading.Thread(target=drop, name="close-shards", daemon=True)
         closing.start()
@@ -266,7 +266,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         first = np.asarray(first, dtype=np.float64).reshape(self.n, -1)
         name = str(next(self._names))
         dropped = self._take_dropped()
-        self._run(_new_columns, lambda b: (name, first[slice(*self.ranges[b])], capacity,
+        self._run(shard_new_columns, lambda b: (name, first[slice(*self.ranges[b])], capacity,
                                            dropped))
         return ClusterColumns(self, name, first.shape[1])
 
@@ -277,7 +277,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         name = str(next(self._names))
         dropped = self._take_dropped()
         y = None if targets is None else np.asarray(targets, dtype=np.float64)
-        parts = self._run(_new_factor, lambda b: (
+        parts = self._run(shard_new_factor, lambda b: (
             name, None if y is None else y[slice(*self.ranges[b])], capacity, dropped))
         return ClusterCholeskyColumns(self, name, parts)
 
@@ -288,14 +288,14 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         pending = W.take_pending()
         X_cols = np.asarray(X_cols, dtype=np.float64)
         dropped = self._take_dropped()
-        parts = self._run(_project, lambda b: (W.name, pending, X_cols, dropped))
+        parts = self._run(shard_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
 
     def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
         """K·V as the shards' rows k(X_B, X)·V (V goes to every worker; the result's rows
         come back: n·b numbers each way, against the n²·b of the product)."""
         V = np.asarray(V, dtype=np.float64)
-        return np.concatenate(self._run(_matmul, lambda b: (self.store, V, block_bytes)))
+        return np.concatenate(self._run(shard_matmul, lambda b: (self.store, V, block_bytes)))
 
     def _drop_columns(self, name: str) -> None:
         self._dropped.append(name)  # done by the shards' next projection (or the close)
@@ -308,7 +308,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 
     def summary(self) -> dict:
         """What a job records of its cluster blocks (pipeline.results.variables)."""
-        peaks = self._run(_peak_rss, lambda b: ())
+        peaks = self._run(shard_peak_rss, lambda b: ())
         return {"cluster_workers": len(self.owners), "cluster_bytes_moved": self.bytes_moved,
                 "cluster_shard_bytes_max": max(self.shard_nbytes()),
                 "cluster_worker_peak_rss_max": max(peaks),
@@ -316,7 +316,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 
     def shard_nbytes(self) -> list[int]:
         """Bytes each worker holds for this fit (its rows and columns)."""
-        return self._run(_nbytes, lambda b: ())
+        return self._run(held_bytes, lambda b: ())
 
 
 class ClusterColumns:
@@ -374,7 +374,7 @@ class ClusterCholeskyColumns:
         if self._best is not None and len(rows) == 1 and rows[0] == self._best[0]:
             return self._best[2][None, :]
         out = np.empty((len(rows), self.t))
-        for mine, F_rows in self.blocks._run(_factor_rows, lambda b: (self.name, rows)):
+        for mine, F_rows in self.blocks._run(shard_factor_rows, lambda b: (self.name, rows)):
             out[mine] = F_rows
         return out
 
@@ -382,7 +382,7 @@ class ClusterCholeskyColumns:
                considered: np.ndarray) -> None:
         args = (self.name, np.asarray(X_new, dtype=np.float64), F_new_rows, L_B,
                 np.asarray(considered, dtype=np.int64))
-        self._reduce(self.blocks._run(_factor_append, lambda b: args))
+        self._reduce(self.blocks._run(shard_factor_append, lambda b: args))
         self.t += len(X_new)
 
     def residual_trace(self) -> float:
@@ -394,19 +394,19 @@ class ClusterCholeskyColumns:
     def top(self, k: int) -> np.ndarray:
         """The ``k`` best pivots over every shard, largest residual first (ties: the lowest
         row), as :meth:`algorithms.factor_columns.CholeskyColumns.top` over all rows."""
-        parts = self.blocks._run(_factor_top, lambda b: (self.name, k))
+        parts = self.blocks._run(shard_factor_top, lambda b: (self.name, k))
         rows = np.concatenate([r for r, _ in parts]).astype(np.int64)
         values = np.concatenate([v for _, v in parts])
         return rows[np.lexsort((rows, -values))[:k]]
 
     def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
-        parts = self.blocks._run(_factor_gram, lambda b: (self.name, t0, t1))
+        parts = self.blocks._run(shard_factor_gram, lambda b: (self.name, t0, t1))
         return sum(c for c, _ in parts), sum(f for _, f in parts)
 
     def factor(self) -> np.ndarray:
         """F (n × t) gathered from the shards (n·t values: for small factors, e.g. a CG
         preconditioner)."""
-        return np.concatenate(self.blocks._run(_factor_rows_all, lambda b: (self.name,)))
+        return np.concatenate(self.blocks._run(shard_factor_rows_all, lambda b: (self.name,)))
 
 
 class _Unreachable(Exception):

@@ -1,6 +1,6 @@
 """The workers' side of ``blocks=cluster`` (:mod:`pipeline.cluster.blocks`): each worker's
 shard — its row range of X and its rows of every column set a fit keeps — and the calls one
-Dask actor per worker (:class:`_ShardHost`) answers on it.
+Dask actor per worker (:class:`ShardHost`) answers on it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class _Shard:
     X_all: np.ndarray | None = None  # every training row, for K·V (read on first use)
 
 
-class _ShardHost:
+class ShardHost:
     """A Dask actor on one worker through which the fit calls that worker's shard functions:
     a call goes from the fit's process to the worker and back (one RPC; no scheduler, no
     batched streams), and runs in the worker's actor thread, beside the tasks of its thread
@@ -57,7 +57,7 @@ def _shard(key: str) -> _Shard:
                               "the fit); rerun the job") from None
 
 
-def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
+def open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     """Read rows lo:hi of the store's X_train (through zarr, on this worker) into a shard; its
     bytes."""
     X = np.ascontiguousarray(open_dataset_cached(store, verify=False)["X_train"][lo:hi],
@@ -66,7 +66,7 @@ def _open_shard(key: str, store: str, lo: int, hi: int, kernel: Kernel) -> int:
     return X.nbytes
 
 
-def _close_shards(key: str) -> None:
+def close_shards(key: str) -> None:
     """Drop this worker's shards of the fit ``key`` (run on the worker's event loop)."""
     for name in [k for k in _SHARDS if k.startswith(f"{key}-")]:
         _SHARDS.pop(name, None)
@@ -81,13 +81,13 @@ def _shard_without(key: str, dropped: Sequence[str]) -> _Shard:
     return shard
 
 
-def _new_columns(key: str, name: str, first: np.ndarray, capacity: int,
+def shard_new_columns(key: str, name: str, first: np.ndarray, capacity: int,
                  dropped: Sequence[str] = ()) -> None:
     shard = _shard_without(key, dropped)
     shard.columns[name] = shard.blocks.columns(first, capacity)
 
 
-def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
+def shard_project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
              dropped: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
     ``pending`` to the shard's columns ``name``, then return its partial
@@ -99,7 +99,7 @@ def _project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     return shard.blocks.project_points(X_cols, columns)
 
 
-def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
+def shard_matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
     """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
     (n·d values on each worker: a product with K needs all of them)."""
     shard = _shard(key)
@@ -110,10 +110,10 @@ def _matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray
     return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
 
 
-def _new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
+def shard_new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
                 dropped: Sequence[str] = ()) -> tuple[float, tuple | None]:
     """Make the shard's rows of new pivoted-Cholesky factor columns ``name``; their
-    reductions (residual trace, best pivot) as :func:`_factor_append` returns them."""
+    reductions (residual trace, best pivot) as :func:`shard_factor_append` returns them."""
     shard = _shard_without(key, dropped)
     factor = CholeskyColumns(shard.blocks, targets, capacity, lo=shard.lo)
     shard.columns[name] = factor
@@ -128,11 +128,11 @@ def _factor(key: str, name: str) -> CholeskyColumns:
     return _shard(key).columns[name]
 
 
-def _factor_rows(key: str, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def shard_factor_rows(key: str, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _factor(key, name).held_rows(rows)
 
 
-def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarray,
+def shard_factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarray,
                    L_B: np.ndarray, considered: np.ndarray) -> tuple[float, tuple | None]:
     """Append the shard's rows of new factor columns; return its residual trace and its best
     pivot (row, residual, F[row, :]) — the reductions the next pivot choice needs, in the
@@ -142,45 +142,45 @@ def _factor_append(key: str, name: str, X_new: np.ndarray, F_new_rows: np.ndarra
     return _reductions(factor)
 
 
-def _factor_top(key: str, name: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+def shard_factor_top(key: str, name: str, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The shard's ``k`` best pivots (global rows) with their residuals, largest first."""
     factor = _factor(key, name)
     rows = factor.top(k)
     return rows, factor.resid[rows - factor.lo]
 
 
-def _factor_gram(key: str, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+def shard_factor_gram(key: str, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
     return _factor(key, name).gram(t0, t1)
 
 
-def _factor_rows_all(key: str, name: str) -> np.ndarray:
+def shard_factor_rows_all(key: str, name: str) -> np.ndarray:
     return np.array(_factor(key, name).factor())
 
 
-def _peak_rss(key: str) -> int:
+def shard_peak_rss(key: str) -> int:
     """This worker process's peak resident memory so far, bytes (the kernel's high-water
     mark, exact where a sampled reading would miss a short peak)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _nbytes(key: str) -> int:
+def held_bytes(key: str) -> int:
     shard = _shard(key)
     held = shard.blocks.X.nbytes + sum(c.nbytes for c in shard.columns.values())
     return held + (shard.X_all.nbytes if shard.X_all is not None else 0)
 
 
-def _worker_status(dask_scheduler=None) -> dict[str, str]:
+def worker_status(dask_scheduler=None) -> dict[str, str]:
     return {address: ws.status.name for address, ws in dask_scheduler.workers.items()}
 
 
-def _worker_threads(dask_scheduler=None) -> dict[str, int]:
+def worker_threads(dask_scheduler=None) -> dict[str, int]:
     return {address: ws.nthreads for address, ws in dask_scheduler.workers.items()}
 
 
-def _nbytes_of(value) -> int:
+def nbytes_of(value) -> int:
     if isinstance(value, np.ndarray):
         return value.nbytes
     if isinstance(value, (tuple, list)):
-        return sum(_nbytes_of(v) for v in value)
+        return sum(nbytes_of(v) for v in value)
     return 0
 

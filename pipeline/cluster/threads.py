@@ -79,7 +79,7 @@ def cpu_model() -> str:
 BLAS_MODULES = ("scipy.linalg", "sklearn", "torch")
 
 
-def _blas() -> ThreadpoolController:
+def blas_controller() -> ThreadpoolController:
     """The BLAS libraries of this process (threadpoolctl), scanned again only when a module
     of :data:`BLAS_MODULES` has been imported since (a scan costs ~3 ms: a sweep's worker runs
     thousands of jobs)."""
@@ -96,6 +96,6 @@ def _controller(loaded: tuple[bool, ...]) -> ThreadpoolController:
 def blas_threads() -> int:
     """Threads the BLAS of this process may use now (threadpoolctl): the fewest of its BLAS
     libraries (numpy's GEMMs and scipy's factorisations are two)."""
-    return min((int(info.get("num_threads", 1)) for info in _blas().info()
+    return min((int(info.get("num_threads", 1)) for info in blas_controller().info()
                 if info.get("user_api") == "blas"), default=1)
 

@@ -125,7 +125,7 @@ def split_rows(n: int, n_train: int, seed: int | None) -> tuple[np.ndarray, np.n
 
 
 @functools.lru_cache(maxsize=16)
-def _load_abalone() -> tuple[np.ndarray, np.ndarray]:
+def load_abalone() -> tuple[np.ndarray, np.ndarray]:
     path = _shipped("abalone.data")
     sex = np.loadtxt(path, delimiter=",", usecols=0, dtype=str)
     numeric = np.loadtxt(path, delimiter=",", usecols=range(1, 9), dtype=np.float64)
@@ -162,7 +162,7 @@ def _abalone(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     if spec["split"] is not None and spec["split_seed"] is not None:
         raise StoreError(f"abalone: dataset.split={spec['split']} and dataset.split_seed="
                          f"{spec['split_seed']} both choose the split; pass one of them")
-    X, y = _load_abalone()
+    X, y = load_abalone()
     seed = spec["split"] if spec["split"] is not None else spec["split_seed"]
     tr, te = split_rows(len(y), spec["n_train"], seed)
     arrays = {"X_train": X[tr], "y_train": y[tr], "X_test": X[te], "y_test": y[te]}
@@ -202,7 +202,7 @@ def _abalone_binary(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """Abalone as a binary task: +1 where Rings ≥ ``threshold`` (10 by default: 2081 of 4177
     rows, 50%; "young vs old" as in the kernel-classification literature), else −1. Inputs as
     :func:`_abalone`; ``split`` k draws a random split seeded by k (default: split 0)."""
-    X, rings = _load_abalone()
+    X, rings = load_abalone()
     y = np.where(rings >= spec["threshold"], 1.0, -1.0)
     seed = _split_seed("abalone_binary", spec)
     tr, te = split_rows(len(y), spec["n_train"], 0 if seed is None else seed)

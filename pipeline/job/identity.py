@@ -89,7 +89,7 @@ def planning() -> Iterator[None]:
 
 def _identity(config: Mapping, write_data: bool) -> dict:
     ident = _config_part(config)
-    spec = _spec_or_none(config)
+    spec = spec_or_none(config)
     ident["code_version"] = algorithm_version(spec) if spec is not None else None
     ident["pipeline_code"] = pipeline_version()
     try:
@@ -121,7 +121,7 @@ def _config_part(config: Mapping) -> dict:
     keys, with κ, the seed and λ null where the algorithm's spec says they do not matter."""
     ident = {k: v for k, v in config.items()
              if k not in NOT_IDENTITY}
-    spec = _spec_or_none(config)
+    spec = spec_or_none(config)
     if spec is not None and not spec.uses_kappa:
         ident["kappa"] = None
     if spec is not None and spec.seed_free and not config["learning_curve"]:
@@ -152,7 +152,7 @@ def config_hash(config: Mapping, write_data: bool = True) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _spec_or_none(config: Mapping) -> AlgorithmSpec | None:
+def spec_or_none(config: Mapping) -> AlgorithmSpec | None:
     try:
         return get(config["algorithm"]["name"])
     except InputError:

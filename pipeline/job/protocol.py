@@ -42,7 +42,7 @@ from algorithms.contract import AlgorithmSpec
 from algorithms.errors import InputError
 from algorithms.registry import REGISTRY
 from pipeline.job.hyper import HYPER_OPTIONS
-from pipeline.job.identity import _spec_or_none
+from pipeline.job.identity import spec_or_none
 
 PROTOCOLS = ("shared", "own")
 
@@ -55,7 +55,7 @@ def apply_protocol(config: dict) -> str:
         raise InputError(f"protocol={protocol!r} must be one of {', '.join(PROTOCOLS)}; pass "
                          "protocol=shared (every method at one kernel) or protocol=own (each "
                          "method learns as it would alone)")
-    spec = _spec_or_none(config)
+    spec = spec_or_none(config)
     caps = own_options(config["own"], spec)
     if protocol == "shared" or spec is None:
         return protocol

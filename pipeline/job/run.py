@@ -35,7 +35,13 @@ from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
 from algorithms.evaluation import mean_predictor_metrics, options_of, run
 from algorithms.kernels import Kernel, fit_tails, kernel_threads, use_kernel_threads
-from pipeline.cluster.threads import _blas, blas_threads, cpu_model, free_threads, usable_cores
+from pipeline.cluster.threads import (
+    blas_controller,
+    blas_threads,
+    cpu_model,
+    free_threads,
+    usable_cores,
+)
 from pipeline.codeversion import pipeline_version
 from pipeline.config import complete
 from pipeline.datasets import ingest
@@ -132,7 +138,7 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     apply_protocol(config)  # protocol=own: the method's own training options (idempotent)
     spec, lam, kernel, options = check_config(config)
     threads = free_threads(config["threads"])  # validated by check_config
-    limit = (_blas().limit(limits=threads, user_api="blas") if threads is not None
+    limit = (blas_controller().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
     # the kernel blocks' tiles use as many threads as BLAS (null: every core), for this job only
     with limit, use_kernel_threads(threads):

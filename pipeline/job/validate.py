@@ -17,14 +17,14 @@ from pipeline.config import complete
 from pipeline.config.keys import CERTIFICATE_OPTIONS, check_keys
 from pipeline.datasets import DATASETS, check_buildable, task_of, train_shape
 from pipeline.job.hyper import check_hyper
-from pipeline.job.identity import _spec_or_none
+from pipeline.job.identity import spec_or_none
 
 
 def drop_inapplicable_options(config: dict) -> list[str]:
     """In a sweep over several algorithms, an option one of them does not take (SGMA's eps
     for another, say) is dropped from that algorithm's jobs, as κ is for algorithms that do
     not use it; returns the dropped keys. A single job with such an option is an error."""
-    spec = _spec_or_none(config)
+    spec = spec_or_none(config)
     if spec is None:
         return []
     dropped = sorted(set(config["algorithm"]) - {"name"} - set(spec.options))
@@ -37,7 +37,7 @@ def blocks_in_memory_unless_declared(config: dict) -> bool:
     """In a sweep, ``blocks=cluster`` applies to the algorithms that declare
     ``cluster_blocks``; the others' jobs run with their blocks in memory (whether this one
     was moved). A single job of such an algorithm with ``blocks=cluster`` is an error."""
-    spec = _spec_or_none(config)
+    spec = spec_or_none(config)
     if spec is None or config["blocks"] != "cluster" or spec.cluster_blocks:
         return False
     config["blocks"] = "memory"

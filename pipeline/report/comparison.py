@@ -117,7 +117,7 @@ def modes(table: pd.DataFrame, order: Sequence[str] = ()) -> list:
         [pd.NA] if table["mode"].isna().any() else [])
 
 
-def _of_mode(frame: pd.DataFrame, mode) -> pd.DataFrame:
+def rows_of_mode(frame: pd.DataFrame, mode) -> pd.DataFrame:
     return frame[frame["mode"].isna() if pd.isna(mode) else frame["mode"] == mode]
 
 
@@ -138,7 +138,7 @@ def excluded(table: pd.DataFrame, order: Sequence[str] = ()) -> dict[str, list[s
     out: dict[str, list[str]] = {"trivial": [], "fewer splits": []}
     rows = settings(table)
     for mode in modes(table, order):
-        mine = _of_mode(rows, mode)
+        mine = rows_of_mode(rows, mode)
         for _, r in mine.iterrows():
             where = f"{'' if pd.isna(mode) else f'{mode}: '}{label(r)} on {r['dataset']}"
             if r["trivial"]:
@@ -165,9 +165,9 @@ def budget_tables(table: pd.DataFrame, budgets: Sequence[float] = BUDGETS,
                      "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |",
                      "|" + " --- |" * (len(budgets) + 1)]
             ties: dict[tuple, list[str]] = {}  # (dataset, best, tied) → the budgets
-            for dataset, mine in _of_mode(rows, mode).groupby("dataset", sort=True):
+            for dataset, mine in rows_of_mode(rows, mode).groupby("dataset", sort=True):
                 ranked = mine[mine["ranked"]]
-                here = _of_mode(splits, mode)
+                here = rows_of_mode(splits, mode)
                 here = here[here["dataset"] == dataset]
                 cells = []
                 for budget in budgets:
@@ -258,7 +258,7 @@ def reference_table(table: pd.DataFrame, reference: str | Sequence[str],
              f"RMSE − RMSE of `{names[0]}` (splits both ran) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in rows.iterrows():
-        here = _of_mode(splits, r["mode"])
+        here = rows_of_mode(splits, r["mode"])
         here = here[here["dataset"] == r["dataset"]]
         if r["algorithm"] == names[0]:
             gap = "–"
@@ -295,7 +295,7 @@ def against_reference(table: pd.DataFrame, reference: str | Sequence[str], mode)
     has the metric there), its seconds (fit only; learning), the spread over seeds where it ran
     several, and why it is not ranked."""
     names = check_reference(table, reference)
-    rows, splits = _of_mode(settings(table), mode), _of_mode(per_split(table), mode)
+    rows, splits = rows_of_mode(settings(table), mode), rows_of_mode(per_split(table), mode)
     lines = ["| dataset | setting | test RMSE | Δ RMSE | test NLPD | Δ NLPD | fit s | "
              "learning s | seed sd (RMSE) | not ranked |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -325,10 +325,10 @@ def ranks(table: pd.DataFrame, mode, metric: str) -> Ranks:
     split), and only a method with such a setting on every data set enters (a Friedman test
     needs a complete table). Then the Friedman test and the Nemenyi critical difference at 5 %
     (Demšar 2006, §3.2.2). With fewer than 3 methods or 2 data sets: no test (``cd`` NaN)."""
-    rows = _of_mode(settings(table), mode)
+    rows = rows_of_mode(settings(table), mode)
     rows = rows[rows["ranked"] & (rows[f"{metric}_n"] == rows["splits"])]
-    datasets = sorted(_of_mode(settings(table), mode)["dataset"].unique())
-    every = sorted(_of_mode(settings(table), mode)["algorithm"].unique())
+    datasets = sorted(rows_of_mode(settings(table), mode)["dataset"].unique())
+    every = sorted(rows_of_mode(settings(table), mode)["algorithm"].unique())
     scores, chosen, names, left_out = [], {}, [], []
     for algorithm in every:
         mine = rows[rows["algorithm"] == algorithm]

@@ -17,17 +17,17 @@ import xarray as xr  # noqa: E402
 from pipeline.report.style import (
     OVERLAP,
     Figure,
-    _finish,
-    _markevery,
-    _overlaps,
-    _palette,
-    _style,
-    _subplots,
-    _title,
-    _ylabel,
+    finish_figure,
     line_styles,
+    markevery_for,
     math_text,
+    overlapping_settings,
+    palette,
+    panel_row,
+    panel_title,
+    panel_ylabel,
     plain_log_ticks,
+    setting_style,
 )
 from pipeline.results.variables import axis_label, long_name, setting_text, symbol
 
@@ -82,10 +82,10 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure
     if metric not in ds or x not in ds.dims:
         return None
     datasets = ds["dataset"].values.tolist()
-    fig, axes = _subplots(len(datasets), 4.4)
+    fig, axes = panel_row(len(datasets), 4.4)
     groups = ds[lines].values.tolist() if lines in ds.dims else [None]
-    colours = _palette(len(groups))
-    markers = [_style(i)["marker"] for i in range(len(groups))]
+    colours = palette(len(groups))
+    markers = [setting_style(i)["marker"] for i in range(len(groups))]
     if lines == "algorithm":  # each method in its own colour and marker (style.line_styles)
         styles = line_styles([(str(g), str(g)) for g in groups])
         colours = [styles[str(g)]["color"] for g in groups]
@@ -110,7 +110,7 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure
             if not ok.any():
                 empty.append(label)
                 continue
-            style = _style(i)
+            style = setting_style(i)
             if bool((hashes == hashes.isel({x: 0})).all()):  # the same jobs at every x: a level
                 ax.axhline(float(np.nanmean(mean)), color=colour, ls="--", lw=1.2, label=label)
                 levels.append(label)
@@ -123,8 +123,8 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure
                 ax.fill_between(coords[ok], (mean - se)[ok], (mean + se)[ok], color=colour,
                                 alpha=0.2, lw=0)
         ax.set_xlabel(math_text(axis_label(x, ds)))
-        _ylabel(ax, axis_label(metric, ds))
-        _title(ax, f"{spec.get('title', metric)}: {dataset}")
+        panel_ylabel(ax, axis_label(metric, ds))
+        panel_title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logx"):
             ax.set_xscale("log")
         if coords.dtype.kind in "iuf" and len(coords) <= 12:  # the swept values as the ticks
@@ -139,13 +139,13 @@ def sweep_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure
     if levels:
         caption.append(f"dashed level: a setting whose jobs do not depend on {symbol(x)} "
                        f"({', '.join(dict.fromkeys(levels))})")
-    overlaps = _overlaps(means)
+    overlaps = overlapping_settings(means)
     if overlaps:
         caption.append(f"drawn over each other (within {OVERLAP:.0%} of the axis height; "
                        f"told apart by marker and line style): {'; '.join(overlaps)}")
     if empty:
         caption.append(f"no value of {metric}, not drawn: {', '.join(dict.fromkeys(empty))}")
-    return _finish(fig, axes, out_dir / f"{name}.png", "; ".join(caption) + ".")
+    return finish_figure(fig, axes, out_dir / f"{name}.png", "; ".join(caption) + ".")
 
 
 def _marks(ax, sub: xr.Dataset, spec: dict, color) -> bool:
@@ -203,7 +203,7 @@ def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: b
     evaluated points (NaN between evaluations is skipped), a min–max band; a run that goes on
     past the shortest one is drawn on from there as a thin line of its own, so the mean never
     jumps where a run ends. Returns the mean line (NaN where not drawn)."""
-    style = {**_style(i), "marker": marker}
+    style = {**setting_style(i), "marker": marker}
     reached = np.isfinite(runs).all(axis=0)
     if not reached.any():  # no point every run reached: draw each run
         drawn.single = True
@@ -216,7 +216,7 @@ def _draw_runs(ax, xs: np.ndarray, runs: np.ndarray, colour, label: str, band: b
     common = np.flatnonzero(reached)
     mean = runs[:, common].mean(axis=0)
     ax.plot(xs[common], mean, color=colour, lw=1.5, label=label, ls=style["ls"],
-            marker=style["marker"], markevery=_markevery(len(common), i, n_series), ms=5,
+            marker=style["marker"], markevery=markevery_for(len(common), i, n_series), ms=5,
             mfc="none")
     if band and len(runs) > 1 and np.ptp(runs[:, common], axis=0).max() > 0:
         drawn.band = True
@@ -270,7 +270,7 @@ def _caption(spec: dict, ds: xr.Dataset, drawn: _Drawn) -> str:
         parts.append(f"dashed black: {long_name(spec['reference'], ds)}")
     if spec.get("scale_by_step"):
         parts.append(f"y = k × ({long_name(spec['metric'], ds)})")
-    overlaps = _overlaps(drawn.means)
+    overlaps = overlapping_settings(drawn.means)
     if overlaps:
         parts.append(f"drawn over each other (within {OVERLAP:.0%} of the axis height; told "
                      f"apart by marker and line style): {'; '.join(overlaps)}")
@@ -303,7 +303,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
     subopt = bool(spec.get("suboptimality")) and "final_objective" in ds
     logy = spec.get("logy") or subopt
     datasets = ds["dataset"].values.tolist()
-    fig, axes = _subplots(len(datasets), 4.6)
+    fig, axes = panel_row(len(datasets), 4.6)
     step = ds["step"].values
     scale = step if spec.get("scale_by_step") else 1.0
     x_trace = spec.get("x_trace")
@@ -333,7 +333,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
             _, distinct = np.unique(sub["job_hash"].values.ravel()[keep], return_index=True)
             drawn.runs[label] = len(distinct)
             xs = step if x_trace is None else sub[x_trace].values.reshape(-1, len(step))[keep][0]
-            style = {**_style(i), "marker": styles[label]["marker"]}
+            style = {**setting_style(i), "marker": styles[label]["marker"]}
             if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
                 err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
                 with warnings.catch_warnings():
@@ -342,7 +342,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
                 ok = np.isfinite(mean)
                 ax.plot(xs[ok], mean[ok], color=colour, label=label, mfc="none", ms=5,
                         ls=style["ls"], marker=style["marker"],
-                        markevery=_markevery(int(ok.sum()), i, len(points)))
+                        markevery=markevery_for(int(ok.sum()), i, len(points)))
                 if np.isfinite(err[ok]).any():
                     drawn.band = True
                     ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour,
@@ -383,8 +383,8 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
                                                      f"k × ({long_name(metric, ds)})")
                       if spec.get("scale_by_step") else axis_label(metric, ds))
         ax.set_xlabel(math_text(axis_label(x_trace, ds)) if x_trace else STEP_LABEL)
-        _ylabel(ax, ylabel)
-        _title(ax, f"{spec.get('title', metric)}: {dataset}")
+        panel_ylabel(ax, ylabel)
+        panel_title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logx"):
             ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
@@ -398,7 +398,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
     if logy:
         for ax in axes[0]:
             ax.set_yscale("log")
-    return _finish(fig, axes, out_dir / f"{name}.png", _caption(spec, ds, drawn))
+    return finish_figure(fig, axes, out_dir / f"{name}.png", _caption(spec, ds, drawn))
 
 
 def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure | None:
@@ -409,7 +409,7 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
     if metric not in ds or against not in ds or over not in ds.dims:
         return None
     datasets = ds["dataset"].values.tolist()
-    fig, axes = _subplots(len(datasets), 4.4)
+    fig, axes = panel_row(len(datasets), 4.4)
     algorithms = ds["algorithm"].values.tolist()
     styles = line_styles([(str(a), str(a)) for a in algorithms])
     colours = [styles[str(a)]["color"] for a in algorithms]
@@ -426,7 +426,7 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
             keep = np.isfinite(x) & np.isfinite(y)
             if not keep.any():
                 continue
-            style = _style(i)
+            style = setting_style(i)
             line = ax.plot(x[keep], y[keep], color=colours[i], ls=style["ls"],
                            marker=styles[str(algorithm)]["marker"], mfc="none", label=algorithm,
                            ms=5)[0]
@@ -440,8 +440,8 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
         ax.set(xscale="log")
         plain_log_ticks(ax.xaxis)
         ax.set_xlabel(math_text(spec.get("xlabel", axis_label(against, ds))))
-        _ylabel(ax, axis_label(metric, ds))
-        _title(ax, f"{spec.get('title', metric)}: {dataset}")
+        panel_ylabel(ax, axis_label(metric, ds))
+        panel_title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logy"):
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
@@ -450,4 +450,4 @@ def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Fig
     if references:
         caption += (f"; a large filled marker: one job that does not depend on it "
                     f"({', '.join(dict.fromkeys(references))})")
-    return _finish(fig, axes, out_dir / f"{name}.png", caption + ".")
+    return finish_figure(fig, axes, out_dir / f"{name}.png", caption + ".")

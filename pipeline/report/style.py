@@ -55,13 +55,13 @@ def _wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
-def _subplots(n_panels: int, height: float = 4.4):
+def panel_row(n_panels: int, height: float = 4.4):
     """One row of panels with room on the right for the legend (constrained layout)."""
     return plt.subplots(1, n_panels, figsize=(5.6 * n_panels + 2.6, height), squeeze=False,
                         layout="constrained")
 
 
-def _finish(fig, axes, path: Path, caption: str) -> Figure:
+def finish_figure(fig, axes, path: Path, caption: str) -> Figure:
     """One legend for the figure beside the panels (outside the data; one entry per label) and
     the PNG; the caption goes with it to the report, which prints it under the figure."""
     handles: dict[str, object] = {}
@@ -84,13 +84,13 @@ def plain_log_ticks(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _style(i: int) -> dict:
+def setting_style(i: int) -> dict:
     """Line style and marker of the i-th setting: with its colour, no two settings look alike
     and a series drawn over another still shows."""
     return {"ls": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)]}
 
 
-def _markevery(n_points: int, i: int, n_series: int):
+def markevery_for(n_points: int, i: int, n_series: int):
     """Every point of a short line; about ten markers on a long one, staggered between the
     settings so that markers of overlapping lines do not hide each other."""
     if n_points <= 12:
@@ -139,7 +139,7 @@ def line_styles(lines: Sequence[tuple[str, str]]) -> dict[str, dict]:
     labels = list(dict.fromkeys(lines))
     methods = list(dict.fromkeys(method for _, method in labels))
     if len(methods) == 1 and len(labels) > 1:
-        colours = _palette(len(labels))
+        colours = palette(len(labels))
         return {label: {"color": colours[i], "marker": MARKERS[i % len(MARKERS)]}
                 for i, (label, _) in enumerate(labels)}
     out = {}
@@ -152,21 +152,21 @@ def line_styles(lines: Sequence[tuple[str, str]]) -> dict[str, dict]:
     return out
 
 
-def _palette(n: int) -> list:
+def palette(n: int) -> list:
     """n distinct colours: tab10, or tab20 beyond ten lines."""
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _title(ax, text: str, width: int = 58) -> None:
+def panel_title(ax, text: str, width: int = 58) -> None:
     ax.set_title(_wrap(math_text(text), width), fontsize=10)
 
 
-def _ylabel(ax, text: str, width: int = 45) -> None:
+def panel_ylabel(ax, text: str, width: int = 45) -> None:
     ax.set_ylabel(_wrap(math_text(text), width), fontsize=9)
 
 
-def _overlaps(means: list[tuple[object, str, np.ndarray, np.ndarray]]) -> list[str]:
+def overlapping_settings(means: list[tuple[object, str, np.ndarray, np.ndarray]]) -> list[str]:
     """Groups of settings whose mean lines in one panel lie within OVERLAP of the panel's
     height of each other at every common point (one may hide another), as ``a, b and c``."""
     pairs = []

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from pipeline.report.comparison import NO_BASIS, _of_mode, label, modes, settings
+from pipeline.report.comparison import NO_BASIS, label, modes, rows_of_mode, settings
 from pipeline.report.frontier import Point, draw
 from pipeline.report.style import Figure, and_list
 
@@ -42,7 +42,7 @@ def frontier_figures(table: pd.DataFrame, out_dir: Path, budgets: Sequence[float
     names = xr.Dataset(attrs={"config": {"dataset": {"standardize_y": bool(standardize_y)}}})
     out: list[Figure] = []
     for mode in modes(table, mode_order):
-        of_mode = _of_mode(rows, mode)
+        of_mode = rows_of_mode(rows, mode)
         datasets = sorted(of_mode["dataset"].unique().tolist())
         unranked = [f"{label(r)} on {r['dataset']}" for _, r in of_mode.iterrows()
                     if not r["ranked"]]

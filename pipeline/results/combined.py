@@ -47,9 +47,9 @@ from pipeline.config.keys import keys_of_role
 from pipeline.results.access import decoded_attrs
 from pipeline.results.compare import execution
 from pipeline.results.consolidate import FIXED_DIMS, load, seal
-from pipeline.results.job_file import _write_atomically
+from pipeline.results.job_file import write_atomically
 from pipeline.results.variables import describe_dataset
-from pipeline.results.verify import _read_back
+from pipeline.results.verify import read_back
 
 RTOL = 1e-12
 STATUSES = ("ok", "failed", "missing")
@@ -116,7 +116,7 @@ def write_combined(ds: xr.Dataset, out: str | os.PathLike) -> Path:
     ds.attrs["sweep"] = name or str(ds.attrs.get("sweep", "combined"))
     if out.suffix == ".nc":
         return _write_atomically_nc(seal(ds), out)
-    return _write_atomically(seal(ds), out, check=_read_back)
+    return write_atomically(seal(ds), out, check=read_back)
 
 
 def _write_atomically_nc(ds: xr.Dataset, out: Path) -> Path:

@@ -40,23 +40,23 @@ from pipeline.lines import note
 from pipeline.results.access import SweepAccessor  # noqa: F401  (registers ds.sgp)
 from pipeline.results.job_file import (
     DamagedResult,
-    _JobFile,
-    _read_job,
-    _write_atomically,
+    JobFile,
     git_sha,
     job_path,
     package_versions,
     parsed_attrs,
+    read_job,
+    write_atomically,
 )
 from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, load_manifest
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import (
-    _check_is_results_store,
-    _check_metadata_files,
-    _damaged,
-    _hash_values,
-    _one_line,
-    _read_back,
+    check_is_results_store,
+    check_metadata_files,
+    damaged_store,
+    error_text,
+    hash_values,
+    read_back,
     verify_store,
 )
 
@@ -104,7 +104,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     coords = {d: _coordinate([e["coords"][d] for e in entries]) for d in dims}
     shape = tuple(len(coords[d]) for d in dims)
 
-    jobs: dict[str, _JobFile | xr.Dataset | None] = {}
+    jobs: dict[str, JobFile | xr.Dataset | None] = {}
     summaries: dict[str, dict] = {}
     damaged: dict[str, str] = {}
     for entry in entries:
@@ -179,7 +179,7 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
               if dim == "step" or dim in trace_dims.values()}
     ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs))
-    return _write_atomically(seal(ds), sweep_dir / "results.zarr", check=_read_back)
+    return write_atomically(seal(ds), sweep_dir / "results.zarr", check=read_back)
 
 
 def _invocations(manifest: dict, entries: list[dict]) -> list[dict]:
@@ -224,19 +224,19 @@ def seal(ds: xr.Dataset) -> xr.Dataset:
     variable, coordinates included) and ``attrs_sha256`` (of the other attrs)."""
     ds.attrs.pop(ATTRS_DIGEST, None)
     ds.attrs["content_sha256"] = json.dumps(
-        {name: _hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
+        {name: hash_values(var.values) for name, var in ds.variables.items()}, sort_keys=True)
     ds.attrs[ATTRS_DIGEST] = attrs_digest(ds.attrs)  # as for a dataset store
     return ds
 
 
-def _job(sweep_dir: Path, h: str) -> tuple[_JobFile | xr.Dataset | None, dict, str]:
+def _job(sweep_dir: Path, h: str) -> tuple[JobFile | xr.Dataset | None, dict, str]:
     """(job file, its summary, why it is left out) of the job ``h`` of a sweep: (None, {}, "")
     if it has not run; (None, {}, the reason) if its file is damaged (unreadable, failing its
     checksum, a summary that does not parse, filed under another job's name), which a
     ``note:`` names: it is never consolidated, and the sweep's next run refits it."""
     path = job_path(sweep_dir, h)
     try:
-        ds = _read_job(path)
+        ds = read_job(path)
         attrs = parsed_attrs(path, ds.attrs)
         if attrs.get("status") not in ("ok", "failed"):
             raise DamagedResult(path, f"has status {attrs.get('status')!r}")
@@ -288,15 +288,15 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> xr.Dataset:
         or metadata file, no .zmetadata); the message says what and how to rebuild it.
     """
     path = Path(path).expanduser()
-    _check_is_results_store(path, consolidated=verify)
+    check_is_results_store(path, consolidated=verify)
     if verify:
-        _check_metadata_files(path)
+        check_metadata_files(path)
     try:
         ds = xr.open_zarr(path, consolidated=verify or (path / ".zmetadata").exists())
     except Exception as err:  # any zarr/JSON/decoding failure means an unusable store
         if not verify:
             raise
-        raise _damaged(path, f"cannot be opened ({_one_line(err)})") from None
+        raise damaged_store(path, f"cannot be opened ({error_text(err)})") from None
     if verify:
         try:
             verify_store(path)

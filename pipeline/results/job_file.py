@@ -159,7 +159,7 @@ def _write_netcdf(ds: PlainDataset | xr.Dataset, path: Path) -> None:
         store.close()
 
 
-def _write_atomically(ds: PlainDataset | xr.Dataset, path: str | os.PathLike, *,
+def write_atomically(ds: PlainDataset | xr.Dataset, path: str | os.PathLike, *,
                       check: Callable[[Path], None] | None = None) -> Path:
     """Write ``ds`` to ``path`` (``.nc``: netCDF file, else zarr directory) via a temporary
     sibling renamed into place; ``check(tmp)`` may read the written copy back before that.
@@ -259,7 +259,7 @@ class _Variable:
 
 
 @dataclass(frozen=True)
-class _JobFile:
+class JobFile:
     """A job file as consolidation reads it (attrs, sizes, data variables), read with scipy's
     netCDF reader directly: ~0.4 ms a file against ~3 ms through xarray's decoding, for a
     sweep of thousands of jobs. Files this reader does not decode as xarray would (packed or
@@ -276,13 +276,13 @@ class _JobFile:
         return self.data_vars[name]
 
 
-def _read_job(path: str | os.PathLike) -> _JobFile | xr.Dataset:
+def read_job(path: str | os.PathLike) -> JobFile | xr.Dataset:
     """A job file, its checksum verified (:class:`DamagedResult` if it fails or the file is
     unreadable; FileNotFoundError if there is none)."""
     return _read_checked(_read_job_unchecked, path)
 
 
-def _read_job_unchecked(path: str | os.PathLike) -> _JobFile | xr.Dataset:
+def _read_job_unchecked(path: str | os.PathLike) -> JobFile | xr.Dataset:
     with netcdf_file(path, mmap=False) as nc:
         attrs = {k: _attr(v) for k, v in nc._attributes.items()}
         sizes = {k: int(v) for k, v in nc.dimensions.items() if v is not None}
@@ -298,7 +298,7 @@ def _read_job_unchecked(path: str | os.PathLike) -> _JobFile | xr.Dataset:
             if var.dimensions != (name,):  # a variable named as its dim is a coordinate
                 data_vars[name] = _Variable(var.dimensions, values)
     check_payload(variables, attrs)
-    return _JobFile(attrs, sizes, data_vars)
+    return JobFile(attrs, sizes, data_vars)
 
 
 def _attr(value):
@@ -311,7 +311,7 @@ def _attr(value):
 def _reads_back(tmp: Path) -> None:
     """A written job file must read back and verify before it replaces the previous one."""
     try:
-        _read_job(tmp)
+        read_job(tmp)
     except DamagedResult as err:
         raise OSError(errno.EIO, f"the written file does not read back ({err})") from None
 
@@ -320,7 +320,7 @@ def write_job_result(result: Result, config: Mapping, path: str | os.PathLike,
                      attrs: Mapping, extra_vars: Mapping | None = None) -> Path:
     """Write a finished job's result file (``result.nc``, with the checksum of its payload)
     atomically, read back and verified before it replaces any previous one."""
-    return _write_atomically(result_to_dataset(result, config, attrs, extra_vars), path,
+    return write_atomically(result_to_dataset(result, config, attrs, extra_vars), path,
                              check=_reads_back)
 
 
@@ -329,7 +329,7 @@ def write_job_failure(config: Mapping, error: str, path: str | os.PathLike,
     """Record a failed job (status failed, the error text kept) atomically."""
     ds = _job_dataset({}, {}, {"algorithm": config["algorithm"]["name"], "status": "failed",
                                "error": error, "summary": "{}", **_base_attrs(config, attrs)})
-    return _write_atomically(ds, path, check=_reads_back)
+    return write_atomically(ds, path, check=_reads_back)
 
 
 def verified_status(path: str | os.PathLike) -> tuple[str, str] | None:
@@ -339,7 +339,7 @@ def verified_status(path: str | os.PathLike) -> tuple[str, str] | None:
     cannot be read, lacks its checksum or fails it, has JSON attrs that do not parse, or lacks
     a status or config_hash."""
     try:  # scipy's reader (~0.4 ms a file): a sweep looks up thousands of these
-        attrs = parsed_attrs(path, _read_job(path).attrs)
+        attrs = parsed_attrs(path, read_job(path).attrs)
     except (FileNotFoundError, NotADirectoryError):
         return None
     status, config_hash = attrs.get("status"), attrs.get("config_hash")
@@ -378,8 +378,8 @@ def parsed_attrs(path: str | os.PathLike, attrs: Mapping) -> dict:
 def load_job_attrs(path: str | os.PathLike) -> dict:
     """The attrs of one job's result file as :func:`load_job_result` gives them (JSON ones
     parsed, numbers as Python numbers), its checksum verified, read without xarray where
-    :func:`_read_job` can."""
-    return parsed_attrs(path, _read_job(path).attrs)
+    :func:`read_job` can."""
+    return parsed_attrs(path, read_job(path).attrs)
 
 
 def load_job_result(path: str | os.PathLike) -> xr.Dataset:

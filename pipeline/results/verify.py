@@ -21,7 +21,7 @@ from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
 HASH_ATTRS = ("content_sha256", ATTRS_DIGEST)
 
 
-def _hash_values(values: np.ndarray) -> str:
+def hash_values(values: np.ndarray) -> str:
     """sha256 of an array's shape and values, the same for what consolidation holds in memory
     and what a zarr reader decodes (floats as <f8 with one NaN, integers as <i8, text as
     UTF-8)."""
@@ -37,10 +37,10 @@ def _hash_values(values: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _read_back(tmp: Path) -> None:
+def read_back(tmp: Path) -> None:
     """What consolidation wrote must verify before it replaces the previous store."""
     try:
-        _check_metadata_files(tmp)
+        check_metadata_files(tmp)
         verify_store(tmp)
     except StoreError as err:
         raise OSError(errno.EIO, f"the written store does not read back ({err})") from None
@@ -51,11 +51,11 @@ def _rebuild(path: Path) -> str:
             f"{path.parent.name}): only consolidation runs, no finished job is refitted")
 
 
-def _damaged(path: Path, what: str) -> StoreError:
+def damaged_store(path: Path, what: str) -> StoreError:
     return StoreError(f"results store {path} {what}; {_rebuild(path)}")
 
 
-def _one_line(err: BaseException) -> str:
+def error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
 
 
@@ -66,7 +66,7 @@ def _read_json(path: Path):
         return None
 
 
-def _check_is_results_store(path: Path, *, consolidated: bool = True) -> None:
+def check_is_results_store(path: Path, *, consolidated: bool = True) -> None:
     """One line saying what ``path`` is when it is not a sweep's results store (or, with
     ``consolidated``, one without its consolidated metadata)."""
     expected = "pass the results.zarr a sweep printed (its last line is `results: <path>`)"
@@ -95,24 +95,24 @@ def _check_is_results_store(path: Path, *, consolidated: bool = True) -> None:
         raise StoreError(f"{path} is a zarr store but not a sweep's results (no sweep attr); "
                          f"{expected}")
     if consolidated and not (path / ".zmetadata").exists():
-        raise _damaged(path, "lacks .zmetadata (its consolidated metadata)")
+        raise damaged_store(path, "lacks .zmetadata (its consolidated metadata)")
 
 
-def _check_metadata_files(path: Path) -> None:
+def check_metadata_files(path: Path) -> None:
     """Every metadata file agrees with the consolidated copy in .zmetadata (which is what
     readers use): an edit to one of them is damage too."""
     consolidated = _read_json(path / ".zmetadata")
     if not isinstance(consolidated, dict) or not isinstance(consolidated.get("metadata"), dict):
-        raise _damaged(path, "has an unreadable .zmetadata")
+        raise damaged_store(path, "has an unreadable .zmetadata")
     for key, meta in consolidated["metadata"].items():
         variable = key.rpartition("/")[0]
         if variable and not (path / variable).is_dir():
-            raise _damaged(path, f"lacks variable {variable} (its directory is gone)")
+            raise damaged_store(path, f"lacks variable {variable} (its directory is gone)")
         on_disk = _read_json(path / key)
         if on_disk is None:
-            raise _damaged(path, f"lacks or cannot parse {key}")
+            raise damaged_store(path, f"lacks or cannot parse {key}")
         if on_disk != meta:
-            raise _damaged(path, f"has {key} different from its copy in .zmetadata (edited)")
+            raise damaged_store(path, f"has {key} different from its copy in .zmetadata (edited)")
 
 
 def _missing_chunks(path: Path, name: str) -> list[str]:
@@ -139,31 +139,31 @@ def _verify(path: Path, ds: xr.Dataset) -> None:
     """Check the attrs and every variable against the hashes consolidation recorded."""
     attrs = ds.attrs
     if not all(key in attrs for key in HASH_ATTRS):
-        raise _damaged(path, "has no content hashes (consolidated by an older version; "
+        raise damaged_store(path, "has no content hashes (consolidated by an older version; "
                              "load(path, verify=False) opens it unchecked)")
     if attrs_digest(attrs) != attrs[ATTRS_DIGEST]:
-        raise _damaged(path, "has attrs that differ from what consolidation wrote (edited: "
+        raise damaged_store(path, "has attrs that differ from what consolidation wrote (edited: "
                              "attrs_sha256 does not match)")
     try:
         recorded = json.loads(attrs["content_sha256"])
     except (TypeError, ValueError):
-        raise _damaged(path, "has a malformed content_sha256 attr") from None
+        raise damaged_store(path, "has a malformed content_sha256 attr") from None
     names = set(ds.variables)
     if set(recorded) - names:
-        raise _damaged(path, f"lacks variable {min(set(recorded) - names)}")
+        raise damaged_store(path, f"lacks variable {min(set(recorded) - names)}")
     if names - set(recorded):
-        raise _damaged(path, f"has variable {min(names - set(recorded))}, which consolidation "
+        raise damaged_store(path, f"has variable {min(names - set(recorded))}, which consolidation "
                              "did not write")
     for name in sorted(recorded):
         try:
             values = ds[name].values
         except Exception as err:  # a truncated or garbled chunk fails to decompress/decode
-            raise _damaged(path, f"has an unreadable chunk in variable {name} "
-                                 f"({_one_line(err)})") from None
-        if _hash_values(values) != recorded[name]:
+            raise damaged_store(path, f"has an unreadable chunk in variable {name} "
+                                 f"({error_text(err)})") from None
+        if hash_values(values) != recorded[name]:
             missing = _missing_chunks(path, name)
             what = (f"lacks chunk file {missing[0]}" if missing else
                     f"has variable {name} different from what consolidation wrote (a chunk "
                     "was changed)")
-            raise _damaged(path, f"fails its checksum: {what}")
+            raise damaged_store(path, f"fails its checksum: {what}")
 
