@@ -19,7 +19,7 @@ _WHERE = {
     "AlgorithmSpec": "contract", "Curve": "contract", "Fit": "contract",
     "KernelBlocks": "contract", "Result": "contract", "Solution": "contract",
     "InputError": "errors", "run": "evaluation",
-    "KERNELS": "kernels", "ArrayKernelBlocks": "kernels", "Kernel": "kernels",
+    "KERNELS": "kernels", "ArrayKernelBlocks": "kernel_blocks", "Kernel": "kernels",
     "REGISTRY": "registry", "discover": "registry", "get": "registry", "register": "registry",
 }
 

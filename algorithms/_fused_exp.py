@@ -202,7 +202,7 @@ def matern32_block(A: np.ndarray, Bt: np.ndarray, inv_mu: float, variance: float
 
 def _load() -> None:
     """Load (or compile, the first time) every function here, once per process: at the
-    import, which :mod:`algorithms.kernels` makes at a process's first tile."""
+    import, which :mod:`algorithms.kernel_tiles` makes at a process's first tile."""
     x, out = np.zeros((1, 1)), np.empty((1, 1))
     rbf_tail(out.reshape(-1), 1.0)
     laplacian_block(x, x, 1.0, 1.0, out)

@@ -245,7 +245,7 @@ def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
     bracket is narrower than ``var_tol`` relative (:class:`VarianceCG`), then the true
     residual in one more pass. Every iteration of a chunk is one pass over the n² kernel
     values, whatever the chunk's width, and its product K·P one GEMM of n²·width
-    (:meth:`~algorithms.kernels.ArrayKernelBlocks.matmul`), so fewer, wider chunks are
+    (:meth:`~algorithms.kernel_blocks.ArrayKernelBlocks.matmul`), so fewer, wider chunks are
     cheaper. Memory: about 8 n×var_batch float64 arrays alive at once (K[:, X_new], A, R, P,
     (K+σ²I)P, Z and the active-column copies), plus K's row blocks (``block_bytes`` per
     thread). ``iterations``, if given, gets each chunk's iteration count appended."""

@@ -79,7 +79,7 @@ class KernelBlocks(Protocol):
         are appended by index (``append(i)``, ``extend(indices)``) and which only
         :meth:`project` and :meth:`project_points` read: an algorithm's n × t state (SGMA's
         [y, K_{:S}]) then lives wherever the provider keeps the training rows
-        (:class:`algorithms.kernels.KernelColumns` in memory)."""
+        (:class:`algorithms.kernel_blocks.KernelColumns` in memory)."""
 
     def cholesky_columns(self, capacity: int, targets: np.ndarray | None):
         """The rows of a pivoted Cholesky factor F of K (K ≈ FFᵀ), its residual diagonal and

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.kernels import ArrayKernelBlocks, Kernel
+from algorithms.kernel_blocks import ArrayKernelBlocks
+from algorithms.kernels import Kernel
 from algorithms.lowrank import PartialCholesky
 
 INDUCING_INITS = ("random", "kmeans", "greedy_variance")

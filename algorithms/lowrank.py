@@ -40,7 +40,7 @@ import scipy.linalg as sla
 from algorithms.contract import KernelBlocks, Prediction, Solution
 from algorithms.evaluation import Recorder
 from algorithms.factor_columns import DEGENERATE_RTOL
-from algorithms.kernels import small_blas
+from algorithms.kernel_threads import small_blas
 from algorithms.objectives import relative_gap
 
 

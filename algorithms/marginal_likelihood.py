@@ -38,7 +38,8 @@ import scipy.linalg as sla
 from algorithms import blas_inplace
 from algorithms.cholesky import factor_and_invert
 from algorithms.errors import InputError
-from algorithms.kernels import KERNELS, Kernel, fit_tails, on_threads, takes_numpy_exp
+from algorithms.kernel_threads import on_threads
+from algorithms.kernels import KERNELS, Kernel, fit_tails, takes_numpy_exp
 
 LEARNABLE = ("rbf", "matern32", "laplacian")  # kernels whose length-scale gradient is here
 BOUNDS = (1e-5, 1e5)  # of every hyperparameter (variance, length scales, σ²)

@@ -37,7 +37,8 @@ import math
 import numpy as np
 import scipy.linalg as sla
 
-from algorithms.kernels import ArrayKernelBlocks, Kernel
+from algorithms.kernel_blocks import ArrayKernelBlocks
+from algorithms.kernels import Kernel
 from algorithms.lowrank import PartialCholesky
 from algorithms.marginal_likelihood import Parameters, kernel_and_slope, length_scale_gradient
 

@@ -33,7 +33,7 @@ from algorithms.contract import (
 )
 from algorithms.evaluation import Recorder
 from algorithms.greedy import DualGreedy, PrimalGreedy
-from algorithms.kernels import kernel_threads, tiles_own_the_cores
+from algorithms.kernel_threads import kernel_threads, tiles_own_the_cores
 from algorithms.objectives import REFERENCES, relative_gap, solve_reference
 from algorithms.options import BYTES_MAX, Option
 

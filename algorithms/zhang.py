@@ -87,7 +87,7 @@ from algorithms.contract import (
 )
 from algorithms.evaluation import Recorder
 from algorithms.greedy import DEGENERATE_RTOL, PrimalGreedy
-from algorithms.kernels import tiles_own_the_cores
+from algorithms.kernel_threads import tiles_own_the_cores
 from algorithms.objectives import REFERENCES, solve_reference
 from algorithms.options import BYTES_MAX, Option
 

@@ -14,8 +14,9 @@ _JOB_TASKS: set[Callable] = set()
 
 def runs_jobs(task_function: Callable) -> Callable:
     """Mark a Hydra task function as one that runs :func:`pipeline.job.task.run_task` on its
-    composed job config: a sweep's worker then calls ``run_task`` with the config the sweep resolved,
-    without Hydra's ``run_job`` and its config copies (:mod:`pipeline.sweep.job_files`)."""
+    composed job config: a sweep's worker then calls ``run_task`` with the config the sweep
+    resolved, without Hydra's ``run_job`` and its config copies
+    (:mod:`pipeline.sweep.job_files`)."""
     _JOB_TASKS.add(task_function)
     return task_function
 

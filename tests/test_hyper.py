@@ -83,6 +83,7 @@ def test_the_compiled_gradient_pass_equals_numpys(ard, monkeypatch):
     gradient's elementwise pass, then one GEMM instead of numpy's tiles and a symm): the same
     value and gradient to round-off, here forced at n = 600 on two kernel threads."""
     import algorithms.kernels as kernels
+    from algorithms.kernel_threads import use_kernel_threads
 
     gen = np.random.default_rng(11)
     Xb = gen.normal(size=(600, 4))
@@ -91,7 +92,7 @@ def test_the_compiled_gradient_pass_equals_numpys(ard, monkeypatch):
     theta = gen.normal(scale=0.3, size=2 + params.n_lengths)
     numpy_value, numpy_grad = log_marginal_likelihood(Xb, yb, params, theta)
     monkeypatch.setattr(kernels, "WARM_UP_ROWS", 100)
-    with kernels.use_kernel_threads(2):
+    with use_kernel_threads(2):
         value, grad = log_marginal_likelihood(Xb, yb, params, theta)
     assert value == pytest.approx(numpy_value, rel=1e-12)
     assert np.abs(grad - numpy_grad).max() <= 1e-11 * np.abs(numpy_grad).max()

@@ -13,7 +13,8 @@ import xarray as xr
 
 from algorithms.contract import Prediction
 from algorithms.evaluation import Recorder, gaussian_nlpd, mean_predictor_metrics, run
-from algorithms.kernels import ArrayKernelBlocks, Kernel
+from algorithms.kernel_blocks import ArrayKernelBlocks
+from algorithms.kernels import Kernel
 from algorithms.registry import get
 from pipeline.datasets import ingest, load_arrays
 from pipeline.job import warmup

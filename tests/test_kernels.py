@@ -179,7 +179,7 @@ def test_tiled_threaded_blocks_equal_one_evaluation_and_the_formula(name, d):
     one untiled evaluation (bit for bit for cdist; GEMM kernels may round the rows at a tile
     edge differently, by ≤ 4 ulp of the block's largest value), and the explicit formula to
     1e-12 relative."""
-    from algorithms.kernels import TILE_ENTRIES, use_kernel_threads
+    from algorithms.kernel_threads import TILE_ENTRIES, use_kernel_threads
     gen = np.random.default_rng(d)
     X, Z = gen.normal(size=(5000, d)) / np.sqrt(d), gen.normal(size=(59, d)) / np.sqrt(d)
     kernel = Kernel(name, TILED[name])
@@ -207,11 +207,12 @@ def test_matmul_by_tiles_or_row_blocks_equals_the_dense_product(width, kernel, m
     rows, TILE_ENTRIES // n, blocks of 250: a tile cut at the first block's end, a short last
     block), on 1 and 2 threads (n² is above PARALLEL_ENTRIES: the pool runs them), with numpy's
     exp and with the compiled tail for the RBF."""
-    import algorithms.kernels as kernels
+    import algorithms.kernel_blocks as kernel_blocks
+    from algorithms.kernel_threads import PARALLEL_ENTRIES, tile_rows, use_kernel_threads
 
-    monkeypatch.setattr(kernels, "MATMUL_COLS", 150)
-    monkeypatch.setattr(kernels, "MATMUL_TILE_BYTES", 8 * 150 * 7)
-    assert kernels.tile_rows(400) == 163 and 400**2 >= kernels.PARALLEL_ENTRIES
+    monkeypatch.setattr(kernel_blocks, "MATMUL_COLS", 150)
+    monkeypatch.setattr(kernel_blocks, "MATMUL_TILE_BYTES", 8 * 150 * 7)
+    assert tile_rows(400) == 163 and 400**2 >= PARALLEL_ENTRIES
     gen = np.random.default_rng(width)
     X, V = gen.normal(size=(400, 4)), gen.normal(size=(400, width))
     params = {"lengthscales": [1.0, 2.0, 0.5, 1.5], "variance": 1.7} if kernel != "polynomial" \
@@ -219,11 +220,11 @@ def test_matmul_by_tiles_or_row_blocks_equals_the_dense_product(width, kernel, m
     blocks = ArrayKernelBlocks(X, Kernel(kernel, params))
     K = blocks.block(slice(None), slice(None))
     for threads, numpy_exp in ((1, True), (2, True), (2, False)):
-        monkeypatch.setattr(kernels, "NUMPY_EXP_VECTORISED", numpy_exp)
-        with kernels.use_kernel_threads(threads):
+        monkeypatch.setattr(kernel_blocks, "NUMPY_EXP_VECTORISED", numpy_exp)
+        with use_kernel_threads(threads):
             KV = blocks.matmul(V, block_bytes=8 * 400 * 250)
         np.testing.assert_allclose(KV, K @ V, rtol=1e-12, atol=1e-12 * np.abs(K @ V).max())
-    assert (width > kernels.MATMUL_NARROW) == (width in (9, 40))
+    assert (width > kernel_blocks.MATMUL_NARROW) == (width in (9, 40))
     np.testing.assert_allclose(blocks.matmul(V[:, 0]), K @ V[:, 0], rtol=1e-12,
                                atol=1e-12 * np.abs(K @ V[:, 0]).max())
 
@@ -232,9 +233,9 @@ def test_matmul_by_tiles_or_row_blocks_equals_the_dense_product(width, kernel, m
 def test_an_overflowing_product_is_the_one_line_error(numpy_exp, monkeypatch):
     """K·v whose kernel values are finite but whose sums overflow (variance 1e300, v of 1e10)
     is the one-line overflow error, with either exp, not an inf handed to CG."""
-    import algorithms.kernels as kernels
+    import algorithms.kernel_blocks as kernel_blocks
 
-    monkeypatch.setattr(kernels, "NUMPY_EXP_VECTORISED", numpy_exp)
+    monkeypatch.setattr(kernel_blocks, "NUMPY_EXP_VECTORISED", numpy_exp)
     X = np.random.default_rng(0).normal(size=(300, 2))
     blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 2.0, "variance": 1e300}))
     with pytest.raises(InputError, match=r"kernel rbf\(.*NaN/inf for \d+ of 300 values"):
@@ -242,7 +243,7 @@ def test_an_overflowing_product_is_the_one_line_error(numpy_exp, monkeypatch):
 
 
 def test_an_overflowing_tile_is_the_one_line_error_on_threads():
-    from algorithms.kernels import use_kernel_threads
+    from algorithms.kernel_threads import use_kernel_threads
     X = np.random.default_rng(0).normal(size=(5000, 3)) * 1e3
     with use_kernel_threads(2), \
             pytest.raises(InputError, match=r"NaN/inf for \d+ of 295000 values"):
@@ -290,7 +291,7 @@ def test_the_kernel_thread_count_is_scoped_to_its_context_and_thread():
     import os
     import threading
 
-    from algorithms.kernels import kernel_threads, use_kernel_threads
+    from algorithms.kernel_threads import kernel_threads, use_kernel_threads
 
     seen = {}
 
@@ -366,7 +367,7 @@ def test_numpy_rbf_tail_is_the_compiled_tail():
     """Below algorithms.kernels.WARM_UP_ROWS a job's RBF tiles take numpy's exp: the same
     values to 2.3e-16 relative, and the same verdict on an overflowing or NaN argument."""
     from algorithms._fused_exp import rbf_tail
-    from algorithms.kernels import numpy_rbf_tail
+    from algorithms.kernel_tiles import numpy_rbf_tail
 
     D = -np.random.default_rng(0).exponential(20.0, 100_000)
     D[:3] = (0.0, -707.9, -708.5)
@@ -383,9 +384,10 @@ def test_a_small_rbf_fit_takes_numpy_exp_whatever_ran_before(monkeypatch):
     """fit_tails decides the exp of one fit: an RBF fit on fewer than WARM_UP_ROWS rows takes
     numpy's, also on the tiles' threads and after the compiled loops were loaded by another
     fit, so the same fit gives the same numbers whatever ran before it in the process."""
-    import algorithms.kernels as kernels
+    import algorithms.kernel_tiles as kernel_tiles
     from algorithms import run
-    from algorithms.kernels import fit_tails, use_kernel_threads, warm_up
+    from algorithms.kernel_threads import use_kernel_threads
+    from algorithms.kernels import fit_tails, warm_up
     from tests.conftest import make_problem
 
     blocks, y, _, _ = make_problem(n=300)
@@ -397,8 +399,8 @@ def test_a_small_rbf_fit_takes_numpy_exp_whatever_ran_before(monkeypatch):
     assert np.array_equal(first.basis, again.basis) and np.array_equal(first.coef, again.coef)
 
     calls = []
-    numpy_tail = kernels.numpy_rbf_tail
-    monkeypatch.setattr(kernels, "numpy_rbf_tail",
+    numpy_tail = kernel_tiles.numpy_rbf_tail
+    monkeypatch.setattr(kernel_tiles, "numpy_rbf_tail",
                         lambda out, v: calls.append(out.shape) or numpy_tail(out, v))
     X = np.random.default_rng(0).standard_normal((4000, 3))
     kernel = Kernel("rbf", {"width": 2.0})

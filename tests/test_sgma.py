@@ -211,7 +211,7 @@ def test_tiled_threaded_kernel_blocks_select_what_the_textbook_form_selects():
     as with whole kernel columns in the textbook numpy form (pipeline.bench.flops._naive), on one
     thread and on two."""
     from algorithms import ArrayKernelBlocks, Kernel, run
-    from algorithms.kernels import use_kernel_threads
+    from algorithms.kernel_threads import use_kernel_threads
     from pipeline.bench.flops import _naive
 
     class Textbook(ArrayKernelBlocks):  # the step as it was: whole kernel columns, then BLAS

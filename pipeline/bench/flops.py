@@ -34,7 +34,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 import algorithms  # noqa: E402
 from algorithms import InputError, Kernel  # noqa: E402
-from algorithms.kernels import use_kernel_threads  # noqa: E402
+from algorithms.kernel_threads import use_kernel_threads
 from pipeline.atomic import save_figure, write_text
 from pipeline.cluster.threads import blas_threads
 from pipeline.config import CONF_DIR

@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from algorithms import blas_inplace  # noqa: E402
 from algorithms.cholesky import factor_and_invert  # noqa: E402
 from algorithms.hyper import median_theta  # noqa: E402
-from algorithms.kernels import use_kernel_threads  # noqa: E402
+from algorithms.kernel_threads import use_kernel_threads
 from algorithms.marginal_likelihood import (  # noqa: E402
     Parameters,
     kernel_into,

@@ -25,7 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
-from algorithms.kernels import fit_tails, use_kernel_threads  # noqa: E402
+from algorithms.kernel_threads import use_kernel_threads
+from algorithms.kernels import fit_tails
 from algorithms.registry import discover  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
     save_figure,

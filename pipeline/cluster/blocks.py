@@ -25,7 +25,7 @@ not Dask-managed data: they cannot be spilled). A scheduler that stops answering
 line too. However the fit ends, its shards are dropped on the workers' event loops
 (:meth:`ClusterKernelBlocks.close`), so a worker busy with another job frees them at once. A
 shard call computes on its worker's threads (``nthreads``), set for the actor's own thread only
-(:func:`algorithms.kernels.use_kernel_threads`): a job running on the same worker process keeps
+(:func:`algorithms.kernel_threads.use_kernel_threads`): a job running on the same worker process keeps
 its count.
 """
 
@@ -47,10 +47,8 @@ from pathlib import Path
 import numpy as np
 from distributed import Client, wait
 
-from algorithms.kernels import (
-    ArrayKernelBlocks,
-    Kernel,
-)
+from algorithms.kernel_blocks import ArrayKernelBlocks
+from algorithms.kernels import Kernel
 from pipeline.cluster.shards import (
     ClusterFitError,
     ShardHost,
@@ -320,7 +318,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 
 
 class ClusterColumns:
-    """:class:`~algorithms.kernels.KernelColumns` whose rows live in the shards: an append
+    """:class:`~algorithms.kernel_blocks.KernelColumns` whose rows live in the shards: an append
     only records the input (fetched once), and the shards compute the new kernel columns at
     the next projection, in the same call."""
 

@@ -12,13 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from algorithms.factor_columns import CholeskyColumns
-from algorithms.kernels import (
-    ArrayKernelBlocks,
-    Kernel,
-    KernelColumns,
-    row_block_matmul,
-    use_kernel_threads,
-)
+from algorithms.kernel_blocks import ArrayKernelBlocks, KernelColumns, row_block_matmul
+from algorithms.kernel_threads import use_kernel_threads
+from algorithms.kernels import Kernel
 from pipeline.cluster.here import ClusterFitError
 from pipeline.datasets.blocks import open_dataset_cached
 

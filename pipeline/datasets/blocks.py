@@ -3,7 +3,7 @@
 The training inputs are opened lazily from the store as a dask array (so a worker reads them
 from the store path, never from the task graph) and materialised once as an (n, d) array on
 first use: n·d·8 bytes, never n²·8. Blocks K[rows, cols] are computed on demand by
-:class:`algorithms.kernels.ArrayKernelBlocks`; :meth:`ZarrKernelBlocks.lazy_matrix` offers the
+:class:`algorithms.kernel_blocks.ArrayKernelBlocks`; :meth:`ZarrKernelBlocks.lazy_matrix` offers the
 whole K as a lazy dask array for methods that want to stream over it in row blocks.
 """
 
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from algorithms.kernels import ArrayKernelBlocks, Kernel
+from algorithms.kernel_blocks import ArrayKernelBlocks
+from algorithms.kernels import Kernel
 from pipeline.datasets import fingerprint, read_store
 from pipeline.datasets.store import StoreArrays
 

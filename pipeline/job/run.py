@@ -34,7 +34,8 @@ from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
 from algorithms.evaluation import mean_predictor_metrics, options_of, run
-from algorithms.kernels import Kernel, fit_tails, kernel_threads, use_kernel_threads
+from algorithms.kernel_threads import kernel_threads, use_kernel_threads
+from algorithms.kernels import Kernel, fit_tails
 from pipeline.cluster.threads import (
     blas_controller,
     blas_threads,

@@ -30,7 +30,8 @@ import numpy as np
 
 from algorithms.contract import AlgorithmSpec
 from algorithms.evaluation import run
-from algorithms.kernels import ArrayKernelBlocks, Kernel
+from algorithms.kernel_blocks import ArrayKernelBlocks
+from algorithms.kernels import Kernel
 
 ROWS = 64  # training rows of the warm-up problem
 TEST_ROWS = 16  # its test rows (the predictive mean and variance run too)
