@@ -25,8 +25,8 @@ not Dask-managed data: they cannot be spilled). A scheduler that stops answering
 line too. However the fit ends, its shards are dropped on the workers' event loops
 (:meth:`ClusterKernelBlocks.close`), so a worker busy with another job frees them at once. A
 shard call computes on its worker's threads (``nthreads``), set for the actor's own thread only
-(:func:`algorithms.kernel_threads.use_kernel_threads`): a job running on the same worker process keeps
-its count.
+(:func:`algorithms.kernel_threads.use_kernel_threads`): a job running on the same worker
+process keeps its count.
 """
 
 from __future__ import annotations

@@ -37,12 +37,15 @@ ROLES = ("identity", "execution", "location", "applied")
 class Key:
     """One top-level key: its role (:data:`ROLES`), what it means, and its check (value →
     value, or the one-line error); ``group``: a config group (``conf/<key>/``), whose options
-    are declared by their own tables."""
+    are declared by their own tables; ``planned``: a sweep's plan may set a job's value
+    (:mod:`pipeline.sweep.plan`: ``threads=auto`` resolved to a count, ``blocks=cluster`` kept
+    in memory for an algorithm that does not declare it), which the job then runs with."""
 
     role: str
     doc: str
     check: Callable[[Any], Any] | None = None
     group: bool = False
+    planned: bool = False  # a sweep's plan may set a job's value (execution keys)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -168,9 +171,10 @@ TOP_LEVEL: dict[str, Key] = {
                                              "(pipeline.outputs)"),
     "scheduler": Key("location", "the scheduler of cluster=address"),
     "report": Key("location", "an experiment's report settings (pipeline.report)"),
-    "threads": Key("execution", "BLAS and kernel-block threads of each job", check_threads),
+    "threads": Key("execution", "BLAS and kernel-block threads of each job", check_threads,
+                   planned=True),
     "blocks": Key("execution", "where the training rows and a fit's n-sized state live",
-                  check_blocks),
+                  check_blocks, planned=True),
     "dry_run": Key("execution", "plan and check a sweep without running it "
                                 "(pipeline.config.flags)"),
     "job_timeout": Key("execution", "seconds after which a job is stopped and recorded failed",
@@ -191,6 +195,11 @@ def keys_of_role(*roles: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown key roles {sorted(unknown)}; roles are {ROLES}")
     return tuple(name for name, key in TOP_LEVEL.items() if key.role in roles)
+
+
+def planned_keys() -> tuple[str, ...]:
+    """The keys a sweep's plan may set for a job (:attr:`Key.planned`)."""
+    return tuple(name for name, key in TOP_LEVEL.items() if key.planned)
 
 
 def check_keys(config: Mapping[str, Any], names: tuple[str, ...] | None = None) -> None:

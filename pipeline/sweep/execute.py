@@ -19,6 +19,7 @@ from omegaconf import DictConfig, open_dict
 
 from algorithms.errors import InputError
 from pipeline.cluster.here import worker_name
+from pipeline.config.keys import planned_keys
 from pipeline.datasets import ingest
 from pipeline.job.claims import claim_job, record_fit
 from pipeline.job.hydra_job import one_hydra_job
@@ -116,7 +117,7 @@ def _hydra_job_config(job: PlannedJob, sweep_dir: Path) -> DictConfig:
     with open_dict(cfg):
         cfg.algorithm = job.config["algorithm"]  # resolved, without the dropped options
         cfg.store_root = job.config["store_root"]
-        for key in ("blocks", "threads"):  # as the sweep resolved them (execution keys)
+        for key in planned_keys():  # as the sweep resolved them (threads, blocks)
             if key in job.config:
                 cfg[key] = job.config[key]
         cfg.hydra.sweep.dir = str(sweep_dir)

@@ -22,6 +22,7 @@ from hydra.types import HydraContext
 from omegaconf import OmegaConf
 
 from pipeline.atomic import write_text
+from pipeline.config.keys import planned_keys
 from pipeline.sweep.compose import Composition, PlannedJob, set_leaf
 
 try:
@@ -59,7 +60,7 @@ class HydraRecords:
             set_leaf(task, key, copy.deepcopy(value))
         task["algorithm"] = job.config["algorithm"]
         task["store_root"] = job.config["store_root"]
-        for key in ("blocks", "threads"):
+        for key in planned_keys():
             if key in job.config:
                 task[key] = job.config[key]
         subdir = f"jobs/{job.hash}"
