@@ -2,8 +2,8 @@
 knows nothing of the pipeline, the launcher plugin imports only the sweep machinery, no
 algorithm is named in pipeline/ code (capabilities come from the specs) and no cluster kind
 outside pipeline/cluster/, pipeline/ modules are at most 500 lines and import only from their
-own floor or below (FLOORS), no private name is imported across modules, and only Hydra's
-public API is used."""
+own floor or below (FLOORS) and hold no function over 80 lines, no private name is imported
+across modules, and only Hydra's public API is used."""
 
 import ast
 import re
@@ -183,3 +183,15 @@ def test_no_private_name_is_imported_across_modules():
                             for alias in node.names
                             if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert not private, "\n".join(private)
+
+
+def test_no_pipeline_function_is_over_80_lines():
+    """A function of pipeline/ reads on one screen and a half: its phases are named helpers."""
+    long = []
+    for name, path in _modules().items():
+        if name.startswith("pipeline"):
+            long += [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+                     for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and node.end_lineno - node.lineno + 1 > 80]
+    assert not long, "\n".join(long)

@@ -291,8 +291,7 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
     and marker per setting, one legend beside the panels and a caption under them saying what
     the lines, bands and marks are and which settings overlap or are not drawn (module
     docstring); with ``suboptimality`` the objective is drawn as (L − L*)/|L*| on a log axis,
-    L* from :func:`_optimum`. Without ``logy`` the axis is logarithmic when the values span
-    two decades."""
+    L* from :func:`_optimum`. Without ``logy``, a log axis if the values span two decades."""
     if "against" in spec:
         return frontier_figure(ds, spec, out_dir, name)
     if "x" in spec:
@@ -336,19 +335,8 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
             style = {**setting_style(i), "marker": styles[label]["marker"]}
             if spec.get("error") in ds:  # a ±error band (e.g. a standard error over draws)
                 err = np.nanmean(sub[spec["error"]].values.reshape(-1, len(step))[keep], axis=0)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    mean = np.nanmean(runs, axis=0)
-                ok = np.isfinite(mean)
-                ax.plot(xs[ok], mean[ok], color=colour, label=label, mfc="none", ms=5,
-                        ls=style["ls"], marker=style["marker"],
-                        markevery=markevery_for(int(ok.sum()), i, len(points)))
-                if np.isfinite(err[ok]).any():
-                    drawn.band = True
-                    ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour,
-                                    alpha=0.2, lw=0)
-                drawn.means.append((ax, label, xs, mean))
-                plotted.append(mean[ok])
+                plotted.append(_draw_band(ax, xs, runs, err, colour, label, style,
+                                          (i, len(points)), drawn))
             elif np.isfinite(runs).sum(axis=1).max() == 1:
                 # a one-step method (a direct solve): its final value as a dashed level in its
                 # own colour (but a gap of 1e-16 on a log axis is no line)
@@ -365,40 +353,75 @@ def metric_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figur
                     drawn.means.append((ax, label, xs, mean))
                 plotted.append(runs)
             drawn.marks |= _marks(ax, sub, spec, colour)
-        reference = spec.get("reference")
-        if reference and reference in ds:
-            curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
-            rows = np.isfinite(curve).any(axis=1)
-            if rows.any():
-                ref_x = step if x_trace is None else (
-                    ds[x_trace].sel(dataset=dataset).values.reshape(-1, len(step))[rows][0])
-                ok = np.isfinite(curve[rows][0])
-                ax.plot(ref_x[ok], (curve[rows][0] * scale)[ok], "k--", lw=1.2,
-                        label=long_name(reference, ds))
-                plotted.append((curve[rows][0] * scale)[ok])
-        if subopt:
-            ylabel = "(L − L*)/|L*|"
-        else:
-            ylabel = (axis_label(metric, ds).replace(long_name(metric, ds),
-                                                     f"k × ({long_name(metric, ds)})")
-                      if spec.get("scale_by_step") else axis_label(metric, ds))
+        _draw_reference(ax, ds, spec.get("reference"), dataset, scale, x_trace, plotted)
         ax.set_xlabel(math_text(axis_label(x_trace, ds)) if x_trace else STEP_LABEL)
-        panel_ylabel(ax, ylabel)
+        panel_ylabel(ax, _metric_label(ds, metric, spec, subopt))
         panel_title(ax, f"{spec.get('title', metric)}: {dataset}")
         if spec.get("logx"):
             ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
     logy = logy or ("logy" not in spec and _auto_log(plotted))
+    _draw_levels(levels, logy, drawn)
+    if logy:
+        for ax in axes[0]:
+            ax.set_yscale("log")
+    return finish_figure(fig, axes, out_dir / f"{name}.png", _caption(spec, ds, drawn))
+
+
+def _draw_band(ax, xs: np.ndarray, runs: np.ndarray, err: np.ndarray, colour, label: str,
+               style: dict, position: tuple[int, int], drawn: _Drawn) -> np.ndarray:
+    """A setting's mean over its runs with a ±``err`` band (e.g. a standard error over
+    draws); returns the mean's finite values (for the axis's scale)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(runs, axis=0)
+    ok = np.isfinite(mean)
+    ax.plot(xs[ok], mean[ok], color=colour, label=label, mfc="none", ms=5, ls=style["ls"],
+            marker=style["marker"], markevery=markevery_for(int(ok.sum()), *position))
+    if np.isfinite(err[ok]).any():
+        drawn.band = True
+        ax.fill_between(xs[ok], (mean - err)[ok], (mean + err)[ok], color=colour, alpha=0.2,
+                        lw=0)
+    drawn.means.append((ax, label, xs, mean))
+    return mean[ok]
+
+
+def _draw_reference(ax, ds: xr.Dataset, reference: str | None, dataset, scale, x_trace,
+                    plotted: list) -> None:
+    """The ``reference`` trace of ``dataset`` (e.g. the exact GP's) as a black dashed line."""
+    if not reference or reference not in ds:
+        return
+    step = ds["step"].values
+    curve = ds[reference].sel(dataset=dataset).values.reshape(-1, len(step))
+    rows = np.isfinite(curve).any(axis=1)
+    if rows.any():
+        ref_x = step if x_trace is None else (
+            ds[x_trace].sel(dataset=dataset).values.reshape(-1, len(step))[rows][0])
+        ok = np.isfinite(curve[rows][0])
+        ax.plot(ref_x[ok], (curve[rows][0] * scale)[ok], "k--", lw=1.2,
+                label=long_name(reference, ds))
+        plotted.append((curve[rows][0] * scale)[ok])
+
+
+def _metric_label(ds: xr.Dataset, metric: str, spec: dict, subopt: bool) -> str:
+    """The y axis's label: the metric's, k × it when scaled by the step, or (L − L*)/|L*|."""
+    if subopt:
+        return "(L − L*)/|L*|"
+    if spec.get("scale_by_step"):
+        return axis_label(metric, ds).replace(long_name(metric, ds),
+                                              f"k × ({long_name(metric, ds)})")
+    return axis_label(metric, ds)
+
+
+def _draw_levels(levels: list, logy: bool, drawn: _Drawn) -> None:
+    """The one-step methods' final values as dashed levels, once the scale is known (a value
+    ≤ TINY is off a log axis: skipped, and the caption says why)."""
     for ax, level, colour, label in levels:
         if logy and level <= TINY:
             drawn.skip(label, f"one step, ≤ {TINY:g}: zero to round-off, off the log axis")
             continue
         ax.axhline(level, ls="--", lw=1.2, color=colour, label=label)
         drawn.levels = True
-    if logy:
-        for ax in axes[0]:
-            ax.set_yscale("log")
-    return finish_figure(fig, axes, out_dir / f"{name}.png", _caption(spec, ds, drawn))
 
 
 def frontier_figure(ds: xr.Dataset, spec: dict, out_dir: Path, name: str) -> Figure | None:

@@ -164,41 +164,18 @@ def draw(every: dict[tuple[str, str], list[Point]], datasets: Sequence[str],
             n_above = 0
             for algorithm in sorted({p[0] for p in pts}, key=order):
                 mine = sorted((p for p in pts if p[0] == algorithm), key=lambda p: p[2])
-                xs, ys = [p[2] for p in mine], [min(p[3], top) for p in mine]
-                placed[algorithm] = list(zip(xs, ys, strict=True))
-                ax.plot(xs, ys, color=colors[algorithm], lw=1)
-                ax.scatter(xs, ys, s=[_size(sizes, p[1]) ** 2 for p in mine], zorder=3,
-                           marker=markers[algorithm], color=colors[algorithm])
+                placed[algorithm], n_above = _draw_setting(ax, mine, top, colors[algorithm],
+                                                           markers[algorithm], sizes, n_above)
+                clipped |= any(p[3] > top for p in mine)
                 drawn[algorithm] = Line2D([], [], marker=markers[algorithm], ms=6, lw=1,
                                           color=colors[algorithm], label=algorithm)
-                above = [p for p in mine if p[3] > top]
-                if above:  # drawn at the clip level; their values written once, beside them
-                    clipped = True
-                    low, high = min(p[3] for p in above), max(p[3] for p in above)
-                    text = f"↑{low:.3g}" + (f"–{high:.3g}" if f"{high:.3g}" != f"{low:.3g}"
-                                            else "")
-                    ax.annotate(text, (above[-1][2], top), fontsize=7, va="top",
-                                xytext=(4, -3 - 9 * n_above), textcoords="offset points",
-                                color=colors[algorithm])
-                    n_above += 1  # the next one's value goes under it
-                if not sizes:  # too many values to tell apart by size: written beside
-                    for p, y in zip(mine, ys, strict=True):
-                        if p[1] is not None and len(mine) > 1:
-                            ax.annotate(str(p[1]), (p[2], y), fontsize=6, xytext=(3, 3),
-                                        textcoords="offset points", color=colors[algorithm])
             front = pareto(pts)
             if front:
                 xs = [p[2] for p in front] + [ax.get_xlim()[1]]
                 ys = [min(p[3], top) for p in front] + [min(front[-1][3], top)]
                 ax.step(xs, ys, where="post", color="k", lw=1.6, alpha=0.6)
                 drawn["Pareto frontier"] = Line2D([], [], color="k", lw=1.6, alpha=0.6)
-            costs = [p[2] for p in pts]
-            for budget in spec.get("budgets", []):
-                if costs and budget <= BUDGET_REACH * max(costs):  # beyond: squashes the points
-                    ax.axvline(budget, color="grey", ls=":", lw=0.8)
-                    shown.add(budget)
-                elif costs:
-                    beyond.add(budget)
+            _draw_budgets(ax, spec.get("budgets", []), [p[2] for p in pts], shown, beyond)
             if metric in (spec.get("target") or {}):
                 ax.axhline(spec["target"][metric], color="red", ls="--", lw=0.9)
                 drawn["target"] = Line2D([], [], color="red", ls="--", lw=0.9)
@@ -228,6 +205,42 @@ def draw(every: dict[tuple[str, str], list[Point]], datasets: Sequence[str],
                                     stacked, bool(sizes), missing)
         out.append(Figure(path, caption + (f" {left_out}" if left_out else "")))
     return out
+
+
+def _draw_setting(ax, mine: list[Point], top: float, color, marker, sizes: dict,
+                  n_above: int) -> tuple[list[tuple[float, float]], int]:
+    """One setting's points (sorted by cost) as a line and sized markers, values above ``top``
+    drawn at it with their values written beside (``n_above`` such notes already in the
+    panel); returns (the points as placed, the notes now in the panel)."""
+    xs, ys = [p[2] for p in mine], [min(p[3], top) for p in mine]
+    ax.plot(xs, ys, color=color, lw=1)
+    ax.scatter(xs, ys, s=[_size(sizes, p[1]) ** 2 for p in mine], zorder=3, marker=marker,
+               color=color)
+    above = [p for p in mine if p[3] > top]
+    if above:  # drawn at the clip level; their values written once, beside them
+        low, high = min(p[3] for p in above), max(p[3] for p in above)
+        text = f"↑{low:.3g}" + (f"–{high:.3g}" if f"{high:.3g}" != f"{low:.3g}" else "")
+        ax.annotate(text, (above[-1][2], top), fontsize=7, va="top",
+                    xytext=(4, -3 - 9 * n_above), textcoords="offset points", color=color)
+        n_above += 1  # the next one's value goes under it
+    if not sizes:  # too many values to tell apart by size: written beside
+        for p, y in zip(mine, ys, strict=True):
+            if p[1] is not None and len(mine) > 1:
+                ax.annotate(str(p[1]), (p[2], y), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points", color=color)
+    return list(zip(xs, ys, strict=True)), n_above
+
+
+def _draw_budgets(ax, budgets: Sequence[float], costs: list[float], shown: set,
+                  beyond: set) -> None:
+    """A dotted line at each budget within reach of the panel's costs (added to ``shown``);
+    one beyond it would squash the points (added to ``beyond``)."""
+    for budget in budgets:
+        if costs and budget <= BUDGET_REACH * max(costs):
+            ax.axvline(budget, color="grey", ls=":", lw=0.8)
+            shown.add(budget)
+        elif costs:
+            beyond.add(budget)
 
 
 LEGEND_COLUMNS = 6

@@ -137,23 +137,7 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
     given; ``columns`` (name → (source, meaning)) is the table's schema."""
     order = list(mode_order)
     names = references_of(reference)
-    left = comparison.excluded(table, order)
     schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in columns.items())
-    ranks = []
-    for mode in comparison.modes(table, order):
-        tag = "all" if pd.isna(mode) else str(mode)
-        for metric in comparison.METRICS:
-            result = comparison.ranks(table, mode, metric)
-            figure = (cd or {}).get((tag, metric))
-            ranks += [inert(f"**{tag}, {comparison.METRICS[metric][1]}**"), "",
-                      *([f"![{figure}]({figure})", ""] if figure else []),
-                      inert("\n".join(_cd_caption(result, metric))), ""]
-    against = []
-    for mode in comparison.modes(table, order):
-        tag = "all jobs" if pd.isna(mode) else str(mode)
-        against += [f"<details><summary>{html.escape(one_line(tag))}</summary>", "",
-                    inert(comparison.against_reference(table, names, mode)), "", "</details>",
-                    ""]
     # every string from the table (or the run's record) is text: it neither links, embeds nor
     # is HTML; the figure lines, the notes (written for the run) and the code blocks are not
     # escaped (a fence longer than any backtick run inside keeps a code block closed)
@@ -165,40 +149,8 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         inert(_summary(table, code_version)),
         "",
         inert("\n".join(_how(table, order))),
-        "## Best method per time budget",
-        "",
-        "Per mode, two tables: the budget on the mean *fit-only* seconds, and on the mean "
-        "seconds of *learning + fit*. A cell names the ranked setting with the lowest mean test "
-        f"RMSE among those within the budget: its RMSE as {comparison.CI_WORDS}, its mean "
-        f"seconds, and how many settings are tied with it. {comparison.TIE_WORDS} Never "
-        "ranked: the trivial settings (above) and those that finished fewer splits than the "
-        "data set's others (a mean over fewer splits is not comparable): "
-        + inert("; ".join(left["fewer splits"]) or "none") + ".",
-        "",
-        inert(budget_tables(table, budgets, order=order)),
-        "",
-        "## Ranks across data sets",
-        "",
-        *ranks,
-        f"## The reference ({', '.join(code(n) for n in names)})",
-        "",
-        f"Test RMSE and NLPD as {comparison.CI_WORDS}; seconds of learning + fit; the last "
-        "column: the per-split RMSE difference from the first reference, mean ± 95 % CI over "
-        "the splits both ran.",
-        "",
-        inert(reference_table(table, names, order=order)),
-        "",
-        "## Every setting against the reference",
-        "",
-        f"Per mode and data set, every setting's test RMSE and NLPD as {comparison.CI_WORDS}, "
-        "and Δ: its per-split difference from the reference on the same split (negative: "
-        "better than the reference), mean ± 95 % Student-t CI over the splits both ran (in "
-        f"brackets). The reference on a split is the first of {', '.join(names)} that has the "
-        "metric there (a reference algorithm is compared with the others). Seconds: mean "
-        "fit-only and learning seconds. *not ranked*: trivial, or fewer splits than the data "
-        "set's other settings.",
-        "",
-        *against,
+        *_ranking_lines(table, order, budgets, cd),
+        *_reference_lines(table, names, order),
         "## Figures",
         "",
         "The frontier figures draw the ranked settings only (a trivial setting, or one that "
@@ -228,3 +180,63 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
     ])
 
 
+def _ranking_lines(table: pd.DataFrame, order: list, budgets, cd: dict | None) -> list[str]:
+    """The README's sections "Best method per time budget" and "Ranks across data sets"."""
+    left = comparison.excluded(table, order)
+    ranks = []
+    for mode in comparison.modes(table, order):
+        tag = "all" if pd.isna(mode) else str(mode)
+        for metric in comparison.METRICS:
+            result = comparison.ranks(table, mode, metric)
+            figure = (cd or {}).get((tag, metric))
+            ranks += [inert(f"**{tag}, {comparison.METRICS[metric][1]}**"), "",
+                      *([f"![{figure}]({figure})", ""] if figure else []),
+                      inert("\n".join(_cd_caption(result, metric))), ""]
+    return [
+        "## Best method per time budget",
+        "",
+        "Per mode, two tables: the budget on the mean *fit-only* seconds, and on the mean "
+        "seconds of *learning + fit*. A cell names the ranked setting with the lowest mean test "
+        f"RMSE among those within the budget: its RMSE as {comparison.CI_WORDS}, its mean "
+        f"seconds, and how many settings are tied with it. {comparison.TIE_WORDS} Never "
+        "ranked: the trivial settings (above) and those that finished fewer splits than the "
+        "data set's others (a mean over fewer splits is not comparable): "
+        + inert("; ".join(left["fewer splits"]) or "none") + ".",
+        "",
+        inert(budget_tables(table, budgets, order=order)),
+        "",
+        "## Ranks across data sets",
+        "",
+        *ranks,
+    ]
+
+
+def _reference_lines(table: pd.DataFrame, names: list[str], order: list) -> list[str]:
+    """The README's sections "The reference" and "Every setting against the reference"."""
+    against = []
+    for mode in comparison.modes(table, order):
+        tag = "all jobs" if pd.isna(mode) else str(mode)
+        against += [f"<details><summary>{html.escape(one_line(tag))}</summary>", "",
+                    inert(comparison.against_reference(table, names, mode)), "", "</details>",
+                    ""]
+    return [
+        f"## The reference ({', '.join(code(n) for n in names)})",
+        "",
+        f"Test RMSE and NLPD as {comparison.CI_WORDS}; seconds of learning + fit; the last "
+        "column: the per-split RMSE difference from the first reference, mean ± 95 % CI over "
+        "the splits both ran.",
+        "",
+        inert(reference_table(table, names, order=order)),
+        "",
+        "## Every setting against the reference",
+        "",
+        f"Per mode and data set, every setting's test RMSE and NLPD as {comparison.CI_WORDS}, "
+        "and Δ: its per-split difference from the reference on the same split (negative: "
+        "better than the reference), mean ± 95 % Student-t CI over the splits both ran (in "
+        f"brackets). The reference on a split is the first of {', '.join(names)} that has the "
+        "metric there (a reference algorithm is compared with the others). Seconds: mean "
+        "fit-only and learning seconds. *not ranked*: trivial, or fewer splits than the data "
+        "set's other settings.",
+        "",
+        *against,
+    ]

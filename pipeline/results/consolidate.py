@@ -92,18 +92,30 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     deterministic ones) are repeated along those dims. Traces are NaN-padded along ``step``.
     """
     sweep_dir = Path(sweep_dir)
+    manifest = _manifest(sweep_dir)
+    entries = manifest["entries"]
+    dims = list(FIXED_DIMS) + list(manifest["extra_dims"])
+    coords = {d: _coordinate([e["coords"][d] for e in entries]) for d in dims}
+    jobs, summaries, damaged = _read_jobs(sweep_dir, entries)
+    data_vars, padded = _variables(entries, dims, coords, jobs, summaries, damaged)
+    ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded},
+                                     attrs=_attrs(manifest, entries)))
+    return write_atomically(seal(ds), sweep_dir / "results.zarr", check=read_back)
+
+
+def _manifest(sweep_dir: Path) -> dict:
+    """The sweep's manifest, verified; a missing or damaged one is the one-line error."""
     try:
-        manifest = load_manifest(sweep_dir / MANIFEST, FIXED_DIMS)
+        return load_manifest(sweep_dir / MANIFEST, FIXED_DIMS)
     except (OSError, DamagedFile) as err:
         what = "does not exist" if isinstance(err, FileNotFoundError) else str(err)
         raise InputError(f"{sweep_dir / MANIFEST} {what}; rerun the sweep command that made "
                          f"{sweep_dir.name} to rebuild it (finished jobs are not refitted)"
                          ) from None
-    entries = manifest["entries"]
-    dims = list(FIXED_DIMS) + list(manifest["extra_dims"])
-    coords = {d: _coordinate([e["coords"][d] for e in entries]) for d in dims}
-    shape = tuple(len(coords[d]) for d in dims)
 
+
+def _read_jobs(sweep_dir: Path, entries: list[dict]) -> tuple[dict, dict, dict]:
+    """(job file or None, its summary, why it is left out) of each distinct job, by hash."""
     jobs: dict[str, JobFile | xr.Dataset | None] = {}
     summaries: dict[str, dict] = {}
     damaged: dict[str, str] = {}
@@ -113,41 +125,45 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
             jobs[h], summaries[h], why = _job(sweep_dir, h)
             if why:
                 damaged[h] = why
+    return jobs, summaries, damaged
+
+
+def _variables(entries: list[dict], dims: list[str], coords: dict, jobs: dict, summaries: dict,
+               damaged: dict) -> tuple[dict, dict]:
+    """The Dataset's variables over the sweep's dims (traces padded along their own dim) and
+    the padded dims' coordinates."""
+    shape = tuple(len(coords[d]) for d in dims)
     loaded = [ds for ds in jobs.values() if ds is not None]
     lengths = {dim: max([ds.sizes.get(dim, 0) for ds in loaded] + [1]) for dim in PADDED_DIMS}
     trace_dims = {v: da.dims[0] for ds in loaded for v, da in ds.data_vars.items()
                   if len(da.dims) == 1 and da.dims[0] in PADDED_DIMS}
-    trace_vars = sorted(trace_dims)
     # numbers, and yes/no values as 1/0 (e.g. own_converged: publish counts the caps hit)
     final_keys = sorted({k for s in summaries.values() for k, v in s.items()
                          if isinstance(v, (int, float))})
     text_keys = sorted({k for s in summaries.values() for k, v in s.items()
                         if isinstance(v, str)} - set(final_keys))
-
-    traces = {v: np.full(shape + (lengths[trace_dims[v]],), np.nan) for v in trace_vars}
+    traces = {v: np.full(shape + (lengths[trace_dims[v]],), np.nan) for v in sorted(trace_dims)}
     finals = {k: np.full(shape, np.nan) for k in final_keys}
     texts = {k: np.full(shape, "", dtype=object) for k in text_keys}
     job_seconds = np.full(shape, np.nan)
-    status = np.full(shape, "missing", dtype=object)
-    error = np.full(shape, "", dtype=object)
-    worker = np.full(shape, "", dtype=object)
-    job_hash = np.full(shape, "", dtype=object)
+    labels = {name: np.full(shape, "missing" if name == "status" else "", dtype=object)
+              for name in ("status", "error", "worker", "job_hash")}
     for entry in entries:
         index = tuple(int(np.flatnonzero(coords[d] == _coord_key(entry["coords"][d], coords[d]))[0])
                       for d in dims)
-        job_hash[index] = entry["hash"]
+        labels["job_hash"][index] = entry["hash"]
         ds = jobs[entry["hash"]]
         if ds is None:
-            error[index] = damaged.get(entry["hash"], "")
+            labels["error"][index] = damaged.get(entry["hash"], "")
             continue
-        status[index] = ds.attrs["status"]
-        error[index] = str(ds.attrs.get("error", ""))
-        worker[index] = str(ds.attrs.get("worker", ""))
+        labels["status"][index] = ds.attrs["status"]
+        labels["error"][index] = str(ds.attrs.get("error", ""))
+        labels["worker"][index] = str(ds.attrs.get("worker", ""))
         job_seconds[index] = _number(ds.attrs.get("job_seconds", np.nan))
-        for v in trace_vars:
+        for v, trace in traces.items():
             if v in ds and tuple(ds[v].dims) == (trace_dims[v],):
                 values = ds[v].values.astype(np.float64)
-                traces[v][index][: len(values)] = values
+                trace[index][: len(values)] = values
         for k, value in summaries[entry["hash"]].items():
             if k in finals and isinstance(value, (int, float)):
                 finals[k][index] = _number(value)
@@ -158,10 +174,16 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     data_vars.update({f"final_{k}": (dims, a) for k, a in finals.items()})
     data_vars.update({f"final_{k}": (dims, a.astype(str)) for k, a in texts.items()})
     data_vars["job_seconds"] = (dims, job_seconds)
-    for name, values in (("status", status), ("error", error), ("worker", worker),
-                         ("job_hash", job_hash)):
+    for name, values in labels.items():
         data_vars[name] = (dims, values.astype(str))
-    attrs = {
+    padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
+              if dim == "step" or dim in trace_dims.values()}
+    return data_vars, padded
+
+
+def _attrs(manifest: dict, entries: list[dict]) -> dict:
+    """The sweep's attrs: its config, swept keys, versions, host, timings and invocations."""
+    return {
         "sweep": manifest["sweep"],
         "config": json.dumps(manifest.get("config", {}), sort_keys=True, default=str),
         "swept_keys": json.dumps(manifest.get("swept_keys", []), default=str),
@@ -176,10 +198,6 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
         "comment": "long_name on every variable and coordinate; units where UDUNITS can say "
                    "them, else a comment naming the data's units",
     }
-    padded = {dim: np.arange(1, lengths[dim] + 1) for dim in PADDED_DIMS
-              if dim == "step" or dim in trace_dims.values()}
-    ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded}, attrs=attrs))
-    return write_atomically(seal(ds), sweep_dir / "results.zarr", check=read_back)
 
 
 def _invocations(manifest: dict, entries: list[dict]) -> list[dict]:

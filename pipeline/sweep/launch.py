@@ -84,19 +84,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                                                       initial_job_idx, sweep_dir)
         if master.dry_run:
             plan_only(jobs, sweep_dir, t_start)
-        manifest = sweep_dir / "manifest.json"
-        command = [str(a) for a in master.hydra.overrides.task]
-        with sweep_lock(sweep_dir):  # the directory now holds (also) this sweep's points
-            before = manifest.read_bytes() if manifest.is_file() else None
-            old = checked_manifest(sweep_dir, jobs, dims)
-            if master.merge:  # a key the old sweep did not sweep: its points at their value
-                old = along_new_dims(old, dims, master, hydra_context)
-            kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
-            history = invocations(old)
-            if (old is None or invocation_index(history, command) == len(history)
-                    or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs))):
-                write_manifest(sweep_dir, master, jobs, kept, dims, {}, 0, old)
-            made = keep_hydra_record(sweep_dir, old, command)
+        before, made = _add_points(master, hydra_context, jobs, dims, sweep_dir)
     except BaseException:
         restore_hydra_record(sweep_dir)  # Hydra replaced it before the launcher ran
         raise
@@ -128,7 +116,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             raise
         except InputError:  # the cluster did not start: no job ran, leave the directory as it was
             with sweep_lock(sweep_dir):
-                write_bytes(manifest, before)
+                write_bytes(sweep_dir / "manifest.json", before)
                 restore_hydra_record(sweep_dir)
                 for path in made:  # this command's record, or the first's kept copy
                     path.unlink(missing_ok=True)
@@ -160,22 +148,47 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
 
                 print(f"report: {render(results_path, results_path.parent / 'report')}",
                       flush=True)
-        returns = []
-        for job in jobs:
-            record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
-            status = job_status(job_path(sweep_dir, job.hash))
-            if record["status"] == "ok" and (status is None or status[0] != "ok"):
-                record = {"status": "failed", "error": "no result file"}
-            record = {**record, "config_hash": job.hash, "results": str(results_path)}
-            # COMPLETED even for a failed job: the failure is recorded, and Hydra's sweeper would
-            # raise on the first FAILED return before the others are reported
-            # no per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
-            # config is in its result file and in the consolidated store
-            returns.append(JobReturn(overrides=job.overrides, cfg=None,
-                                     working_dir=str(job_path(sweep_dir, job.hash).parent),
-                                     task_name=str(master.hydra.job.name),
-                                     status=JobStatus.COMPLETED, _return_value=record))
-        return returns
+        return _returns(master, jobs, cached, records, sweep_dir, results_path)
     finally:
         cluster.close()
+
+
+def _add_points(master: DictConfig, hydra_context: HydraContext, jobs: list[PlannedJob],
+                dims: list[str], sweep_dir: Path) -> tuple[bytes | None, list[Path]]:
+    """Under the directory's lock, add this sweep's points to its manifest (the directory now
+    holds (also) this sweep's points) and keep this command's Hydra record; returns (the
+    manifest's bytes before, the records made), for an undo if the cluster does not start."""
+    manifest = sweep_dir / "manifest.json"
+    command = [str(a) for a in master.hydra.overrides.task]
+    with sweep_lock(sweep_dir):
+        before = manifest.read_bytes() if manifest.is_file() else None
+        old = checked_manifest(sweep_dir, jobs, dims)
+        if master.merge:  # a key the old sweep did not sweep: its points at their value
+            old = along_new_dims(old, dims, master, hydra_context)
+        kept = entries_kept(sweep_dir, old, jobs, dims, bool(master.merge))
+        history = invocations(old)
+        if (old is None or invocation_index(history, command) == len(history)
+                or entry_set(old["entries"]) != entry_set(kept + manifest_entries(jobs))):
+            write_manifest(sweep_dir, master, jobs, kept, dims, {}, 0, old)
+        return before, keep_hydra_record(sweep_dir, old, command)
+
+
+def _returns(master: DictConfig, jobs: list[PlannedJob], cached: set, records: dict,
+             sweep_dir: Path, results_path: Path) -> list[JobReturn]:
+    """One JobReturn a point, COMPLETED even for a failed job: the failure is recorded, and
+    Hydra's sweeper would raise on the first FAILED return before the others are reported.
+    No per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
+    config is in its result file and in the consolidated store."""
+    returns = []
+    for job in jobs:
+        record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
+        status = job_status(job_path(sweep_dir, job.hash))
+        if record["status"] == "ok" and (status is None or status[0] != "ok"):
+            record = {"status": "failed", "error": "no result file"}
+        record = {**record, "config_hash": job.hash, "results": str(results_path)}
+        returns.append(JobReturn(overrides=job.overrides, cfg=None,
+                                 working_dir=str(job_path(sweep_dir, job.hash).parent),
+                                 task_name=str(master.hydra.job.name),
+                                 status=JobStatus.COMPLETED, _return_value=record))
+    return returns
 

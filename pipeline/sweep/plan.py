@@ -169,19 +169,8 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     in_memory: set[str] = set()  # algorithms whose blocks=cluster jobs run in memory
     checked: dict[str, str | None] = {}  # config → why it is too large (None: it is not)
     too_large: dict[str, str] = {}
-    # the memory a fit may have is known here only when the workers run on this machine: what
-    # it has free, and at most what a worker may hold before its nanny terminates it
-    here, worker_bytes = math.inf, None
-    if kind.on_this_machine:
-        here = float(psutil.virtual_memory().available)
-        worker_bytes = local_worker_bytes(cluster_cfg)
-        if worker_bytes is not None and worker_bytes < here:
-            here = worker_bytes
-    # threads=auto: the cores of this machine shared among its workers' jobs; elsewhere
-    # (workers on other machines, cores unknown here) one thread a job
-    jobs_at_once = ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
-                    * (cluster_cfg.get("threads_per_worker") or 1)
-                    if kind.on_this_machine else os.cpu_count() or 1)
+    here, worker_bytes = _fit_memory(cluster_cfg)
+    jobs_at_once = _jobs_at_once(cluster_cfg)
     roots: dict[tuple, str] = {}  # (store_root, allow_outside_outputs) → its path, checked
     with planning():  # each dataset's content digest taken once
         for idx, point in enumerate(composed):
@@ -193,15 +182,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
             ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
             if blocks_in_memory_unless_declared(config):
                 in_memory.add(config["algorithm"]["name"])
-            root = config["store_root"]
-            seen = (root, repr(config.get(OPT_OUT))) if isinstance(root, str) else None
-            if seen in roots:  # checked for an earlier point
-                config["store_root"] = roots[seen]
-            else:
-                check_store_root(config)  # under outputs/, or allowed outside
-                config["store_root"] = str(Path(root).resolve())
-                if seen is not None:
-                    roots[seen] = config["store_root"]
+            config["store_root"] = _store_root(config, roots)
             config["threads"] = resolve_threads(config["threads"], jobs_at_once)
             key = json.dumps(config, sort_keys=True, default=str)
             if key not in checked:  # bad input stops the sweep before any data is read
@@ -218,6 +199,52 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
             jobs.append(PlannedJob(point.overrides, point, config, h, coords,
                                    setting_hash(config), initial_job_idx + idx))
     _check_options_taken(ignored)
+    _say_what_changed(ignored, in_memory)
+    _check_distinct_coordinates(jobs)
+    if checked and all(why is not None for why in checked.values()):
+        raise TooLarge(next(iter(too_large.values())))
+    return cluster_cfg, jobs, dims, too_large
+
+
+def _fit_memory(cluster_cfg: Mapping) -> tuple[float, int | None]:
+    """(the bytes a fit may have, a local worker's limit or None). Known here only when the
+    workers run on this machine: what it has free, and at most what a worker may hold before
+    its nanny terminates it; elsewhere unlimited here (the worker checks)."""
+    here, worker_bytes = math.inf, None
+    if kind_of(cluster_cfg).on_this_machine:
+        here = float(psutil.virtual_memory().available)
+        worker_bytes = local_worker_bytes(cluster_cfg)
+        if worker_bytes is not None and worker_bytes < here:
+            here = worker_bytes
+    return here, worker_bytes
+
+
+def _jobs_at_once(cluster_cfg: Mapping) -> int:
+    """How many jobs share this machine's cores (threads=auto): its workers' jobs when they
+    run here; elsewhere (workers on other machines, cores unknown here) one thread a job."""
+    if kind_of(cluster_cfg).on_this_machine:
+        return ((cluster_cfg.get("n_workers") or os.cpu_count() or 1)
+                * (cluster_cfg.get("threads_per_worker") or 1))
+    return os.cpu_count() or 1
+
+
+def _store_root(config: Mapping, roots: dict[tuple, str]) -> str:
+    """The job's store root, resolved and checked (under outputs/, or allowed outside) once
+    per (store_root, allow_outside_outputs) in ``roots``."""
+    root = config["store_root"]
+    seen = (root, repr(config.get(OPT_OUT))) if isinstance(root, str) else None
+    if seen in roots:  # checked for an earlier point
+        return roots[seen]
+    check_store_root(config)
+    resolved = str(Path(root).resolve())
+    if seen is not None:
+        roots[seen] = resolved
+    return resolved
+
+
+def _say_what_changed(ignored: Mapping[str, set[str]], in_memory: set[str]) -> None:
+    """A note for the algorithms whose blocks=cluster jobs run in memory and for the options
+    an algorithm does not take (dropped from its jobs)."""
     if in_memory:
         print(f"note: {', '.join(sorted(in_memory))} cannot spread a fit over the cluster: its "
               "blocks=cluster jobs run with blocks=memory", flush=True)
@@ -225,10 +252,6 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
         if keys:
             print(f"note: {name} takes no option {', '.join(sorted(keys))}: ignored for its "
                   "jobs, which are repeated along those dims", flush=True)
-    _check_distinct_coordinates(jobs)
-    if checked and all(why is not None for why in checked.values()):
-        raise TooLarge(next(iter(too_large.values())))
-    return cluster_cfg, jobs, dims, too_large
 
 
 def _check_options_taken(ignored: Mapping[str, set[str]]) -> None:

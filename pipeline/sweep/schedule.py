@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -110,8 +111,8 @@ def uses_compiled_tiles(jobs: list[PlannedJob]) -> bool:
 
 
 def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
-                 hydra_context: HydraContext, task_function: TaskFunction, retries: int,
-                 timings: dict, cluster: SweepCluster) -> tuple[dict[str, dict], int]:
+                hydra_context: HydraContext, task_function: TaskFunction, retries: int,
+                timings: dict, cluster: SweepCluster) -> tuple[dict[str, dict], int]:
     """Submit one ingest task per dataset (and learning task per hyperparameter setting),
     then the jobs in batches (:class:`Batches`); show progress; collect. While tasks run the
     client watches the cluster (frozen local workers ended, a cluster without workers stopped:
@@ -136,102 +137,25 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         task = client.submit(_same, task_function, pure=False)
         context = client.submit(_same, hydra_context, pure=False)
         since = time.time()
-        stores: dict[str, object] = {}
-        needs: dict[str, object] = {}  # per job: what it waits for (ingest, or learning)
-        # every ingest (and hyperparameter learning) first and at a higher priority: a
-        # worker's queue holding one behind a long job would keep the jobs needing it waiting
-        for job in to_run:
-            if _dataset_key(job) not in stores:
-                stores[_dataset_key(job)] = client.submit(
-                    ingest_task, job.config["dataset"], job.config["store_root"], retries=retries,
-                    pure=False, priority=1)
-        learnings: dict[str, object] = {}
-
-        def learning(config: Mapping, key: str, store: object) -> object:
-            """The learning task of ``config``; one that starts from another learning's
-            optimum too (``hyper.shared_start``) runs after it, so that one is learned once."""
-            if key not in learnings:
-                shared = _shared_key(config)
-                before = store if shared is None else learning(shared_config(config), shared,
-                                                               store)
-                learnings[key] = client.submit(learn_task, config, before, retries=retries,
-                                               pure=False, priority=1)
-            return learnings[key]
-
-        for job in to_run:
-            key = _hyper_key(job)
-            store = stores[_dataset_key(job)]
-            needs[job.hash] = learning(job.config, key, store) if key is not None else store
+        needs = _prerequisites(client, to_run, retries)
 
         def submit(jobs: list[PlannedJob]):
             return client.submit(execute_batch, task, context, jobs, sweep_dir,
                                  needs[jobs[0].hash], since, retries=retries, pure=False,
                                  key=f"job-{jobs[0].hash}-x{len(jobs)}-{time.time_ns()}")
 
-        batches = Batches(to_run, needs)
-        progress = Progress(len(to_run))
-        running = as_completed(loop=client.loop)
-        in_flight: dict[object, list[PlannedJob]] = {}
-        adaptive = _adaptive_workers(cluster_cfg)
-        out_of_space: str | None = None  # a job's result could not be written: stop
-        liveness = Liveness(client, cluster_cfg, deaths)
-        watch = _Watch(liveness, JobDeadlines(sweep_dir, since, liveness), in_flight)
         try:
-            while True:
-                workers = max(1, len(client.scheduler_info().get("workers", {})))
-                # an adaptive cluster grows with the work the scheduler sees queued: it is
-                # shown every job at once, in batches sized for its largest size
-                window = 2 * workers if adaptive is None else math.inf
-                while len(in_flight) < window and batches and out_of_space is None:
-                    jobs = batches.take(workers if adaptive is None else adaptive)
-                    future = submit(jobs)
-                    in_flight[future] = jobs
-                    running.add(future)
-                if not in_flight:
-                    break
-                future = watch.next_finished(running)
-                jobs = in_flight.pop(future)
-                liveness.progressed()
-                if future.status == "finished":
-                    for job, record in zip(jobs, future.result(), strict=True):
-                        if record["status"] == OUT_OF_SPACE:  # no record: it runs on a rerun
-                            out_of_space = out_of_space or record["error"]
-                            continue
-                        records[job.hash] = record
-                        batches.measured(record["seconds"])
-                elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
-                    # the task failed outside its jobs (workers died): the jobs whose fit
-                    # started and did not finish fail with the cause; the others are rerun,
-                    # each alone (finished ones are found on disk)
-                    for job in jobs:
-                        if _died_fitting(future, job, sweep_dir, since):
-                            records[job.hash] = _collect(future, needs[job.hash], job,
-                                                         sweep_dir, cluster_cfg, deaths, liveness)
-                            progress.advance(1)
-                            continue
-                        alone = submit([job])
-                        in_flight[alone] = [job]
-                        running.add(alone)
-                    continue
-                else:
-                    for job in jobs:
-                        records[job.hash] = _collect(future, needs[job.hash], job, sweep_dir,
-                                                     cluster_cfg, deaths, liveness)
-                progress.advance(len(jobs))
+            out_of_space = _dispatch(client, to_run, needs, submit, records,
+                                     _Context(cluster_cfg, sweep_dir, since, deaths))
         except ClusterLost as err:
-            progress.close()
             done = sum(r["status"] == "ok" for r in records.values())
             raise ClusterLost(f"{err}; the sweep stopped after {done} of {len(to_run)} jobs, "
                               "whose results are kept (a likely cause: a machine too loaded to "
                               "start workers, or workers that crash as they start; see "
                               f"{sweep_dir / LOG_FILE}): {RERUN}") from None
-        progress.close()
         # release every future (and the errors that reference them) while the client is open
-        in_flight.clear()
-        stores.clear()
-        learnings.clear()
         needs.clear()
-        task = context = running = future = None
+        task = context = None
         gc.collect()
         timings["jobs_seconds"] = time.perf_counter() - t1
     if out_of_space is not None:
@@ -241,6 +165,111 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
                          f"space and {RERUN}")
     cluster.close(wait=False)  # while the results are consolidated
     return records, n_workers
+
+
+def _prerequisites(client, to_run: list[PlannedJob], retries: int) -> dict[str, object]:
+    """Per job, the task it waits for: its dataset's ingest, or its hyperparameters' learning
+    (after the ingest). Every ingest and learning is submitted first and at a higher
+    priority: a worker's queue holding one behind a long job would keep the jobs needing it
+    waiting."""
+    stores: dict[str, object] = {}
+    for job in to_run:
+        if _dataset_key(job) not in stores:
+            stores[_dataset_key(job)] = client.submit(
+                ingest_task, job.config["dataset"], job.config["store_root"], retries=retries,
+                pure=False, priority=1)
+    learnings: dict[str, object] = {}
+
+    def learning(config: Mapping, key: str, store: object) -> object:
+        """The learning task of ``config``; one that starts from another learning's
+        optimum too (``hyper.shared_start``) runs after it, so that one is learned once."""
+        if key not in learnings:
+            shared = _shared_key(config)
+            before = store if shared is None else learning(shared_config(config), shared,
+                                                           store)
+            learnings[key] = client.submit(learn_task, config, before, retries=retries,
+                                           pure=False, priority=1)
+        return learnings[key]
+
+    needs: dict[str, object] = {}
+    for job in to_run:
+        key = _hyper_key(job)
+        store = stores[_dataset_key(job)]
+        needs[job.hash] = learning(job.config, key, store) if key is not None else store
+    return needs
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What collecting a job's outcome needs to know of the sweep."""
+
+    cluster_cfg: Mapping
+    sweep_dir: Path
+    since: float
+    deaths: WorkerDeaths
+
+
+def _dispatch(client, to_run: list[PlannedJob], needs: dict, submit, records: dict,
+              sweep: _Context) -> str | None:
+    """Keep about two batches a worker in flight (every job at once for an adaptive cluster)
+    until every job has a record in ``records``; returns why the sweep stopped for a full
+    disk, or None. A batch whose task failed outside its jobs (its workers died) fails the
+    jobs whose fit started and did not finish, with the cause, and reruns the others each
+    alone (finished ones are found on disk)."""
+    batches = Batches(to_run, needs)
+    progress = Progress(len(to_run))
+    running = as_completed(loop=client.loop)
+    in_flight: dict[object, list[PlannedJob]] = {}
+    adaptive = _adaptive_workers(sweep.cluster_cfg)
+    out_of_space: str | None = None  # a job's result could not be written: stop
+    liveness = Liveness(client, sweep.cluster_cfg, sweep.deaths)
+    watch = _Watch(liveness, JobDeadlines(sweep.sweep_dir, sweep.since, liveness), in_flight)
+
+    def collect(future, job: PlannedJob) -> dict:
+        return _collect(future, needs[job.hash], job, sweep.sweep_dir, sweep.cluster_cfg,
+                        sweep.deaths, liveness)
+
+    try:
+        while True:
+            workers = max(1, len(client.scheduler_info().get("workers", {})))
+            # an adaptive cluster grows with the work the scheduler sees queued: it is shown
+            # every job at once, in batches sized for its largest size
+            window = 2 * workers if adaptive is None else math.inf
+            while len(in_flight) < window and batches and out_of_space is None:
+                jobs = batches.take(workers if adaptive is None else adaptive)
+                future = submit(jobs)
+                in_flight[future] = jobs
+                running.add(future)
+            if not in_flight:
+                break
+            future = watch.next_finished(running)
+            jobs = in_flight.pop(future)
+            liveness.progressed()
+            if future.status == "finished":
+                for job, record in zip(jobs, future.result(), strict=True):
+                    if record["status"] == OUT_OF_SPACE:  # no record: it runs on a rerun
+                        out_of_space = out_of_space or record["error"]
+                        continue
+                    records[job.hash] = record
+                    batches.measured(record["seconds"])
+            elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
+                for job in jobs:
+                    if _died_fitting(future, job, sweep.sweep_dir, sweep.since):
+                        records[job.hash] = collect(future, job)
+                        progress.advance(1)
+                        continue
+                    alone = submit([job])
+                    in_flight[alone] = [job]
+                    running.add(alone)
+                continue
+            else:
+                for job in jobs:
+                    records[job.hash] = collect(future, job)
+            progress.advance(len(jobs))
+    finally:
+        progress.close()
+        in_flight.clear()  # the futures go while the client is open
+    return out_of_space
 
 
 def _adaptive_workers(cluster_cfg: Mapping) -> int | None:
