@@ -455,7 +455,7 @@ class AlgorithmSpec:
     columns (:meth:`KernelBlocks.cholesky_columns`) or :meth:`KernelBlocks.matmul`,
     and otherwise it reads only rows, small blocks, the diagonal and n-vectors, so it runs
     with those parts spread over a Dask cluster (``blocks=cluster``,
-    :mod:`pipeline.cluster.blocks`); tested against the in-memory run.
+    :mod:`pipeline.blocks.cluster`); tested against the in-memory run.
     ``own_protocol``: for a method that learns its hyperparameters itself as its users run it
     (the peers: GPyTorch's trained SGPR and SVGP, scikit-learn's optimiser), the option values
     of that training; the pipeline's ``protocol=own`` applies them instead of fitting at a

@@ -55,9 +55,9 @@ NUMERIC_PIPELINE = (
     "pipeline.job.hyper",  # hyper=ml: the learning's starts and seed, the record a fit uses
     "pipeline.datasets.store",  # the arrays a fit and a learning read from a store
     "pipeline.datasets.small_store",  # and those of a small store, read without zarr
-    "pipeline.datasets.blocks",  # a fit's kernel blocks over the store (blocks=memory)
-    "pipeline.cluster.blocks",  # and over the cluster's workers (blocks=cluster)
-    "pipeline.cluster.shards",  # the workers' share of those (projections, factor rows)
+    "pipeline.blocks.store",  # a fit's kernel blocks over the store (blocks=memory)
+    "pipeline.blocks.cluster",  # and over the cluster's workers (blocks=cluster)
+    "pipeline.blocks.shards",  # the workers' share of those (projections, factor rows)
     "pipeline.results.job_file",  # how a fit's trace and summary are written to result.nc
 )
 

@@ -25,8 +25,8 @@ from algorithms.errors import InputError
 from algorithms.learning_curves import learning_curve
 from algorithms.projected import uniform_density
 from algorithms.variables import describe
+from pipeline.blocks.store import open_blocks
 from pipeline.datasets import ingest, load_arrays
-from pipeline.datasets.blocks import open_blocks
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 KERNEL = Kernel("rbf", {"width": 2.0})

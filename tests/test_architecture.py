@@ -135,8 +135,9 @@ def test_no_cluster_kind_is_named_outside_the_cluster_package():
 # pipeline/'s floors, lowest first: a module imports only from its own floor or below (imports
 # inside functions too). Floor 0 is the package's small utilities (files written atomically,
 # leases, checksums, code versions, one-line texts); a job's config, then its data, its result
-# files, the cluster it may run on, the job itself, the report over results, the sweep (which
-# renders a sweep's report); the commands (cli, app, export, publish, bench, estimators) on top
+# files, the cluster it may run on, where its kernel blocks come from, the job itself, the
+# report over results, the sweep (which renders a sweep's report); the commands (cli, app,
+# export, publish, bench, estimators) on top
 FLOORS = (
     ("pipeline", "pipeline.atomic", "pipeline.oserrors", "pipeline.outputs", "pipeline.console",
      "pipeline.watch", "pipeline.lines", "pipeline.lease", "pipeline.checksum",
@@ -145,6 +146,7 @@ FLOORS = (
     ("pipeline.datasets",),
     ("pipeline.results",),
     ("pipeline.cluster",),
+    ("pipeline.blocks",),
     ("pipeline.job",),
     ("pipeline.report",),
     ("pipeline.sweep",),

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from algorithms import ArrayKernelBlocks, InputError, Kernel
+from pipeline.blocks.store import open_blocks
 from pipeline.datasets import ingest, load_arrays
-from pipeline.datasets.blocks import open_blocks
 
 
 def test_store_blocks_equal_in_memory_blocks(tmp_path):

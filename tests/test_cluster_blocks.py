@@ -13,7 +13,7 @@ import xarray as xr
 from distributed import Client, LocalCluster
 
 from algorithms import ArrayKernelBlocks, InputError, Kernel, run
-from pipeline.cluster.blocks import ClusterKernelBlocks, row_ranges
+from pipeline.blocks.cluster import ClusterKernelBlocks, row_ranges
 from pipeline.config import CONF_DIR
 from pipeline.datasets import ingest, load_arrays
 from pipeline.job.identity import job_config
@@ -91,7 +91,7 @@ def test_a_closed_fit_leaves_nothing_on_the_workers(client, store):
         key = blocks.key
 
     def shards():
-        from pipeline.cluster.shards import _SHARDS
+        from pipeline.blocks.shards import _SHARDS
         return list(_SHARDS)
 
     time.sleep(0.5)
@@ -108,7 +108,7 @@ def test_a_busy_worker_frees_its_shard_when_the_fit_ends(client, store):
     blocks.close()
 
     def shards():
-        from pipeline.cluster.shards import _SHARDS
+        from pipeline.blocks.shards import _SHARDS
         return list(_SHARDS)
 
     held = client.run(shards)
@@ -167,7 +167,7 @@ def test_a_worker_lost_mid_fit_fails_the_job_in_one_line(tmp_path, dask_processe
                             text=True)
 
     def shard_holders():
-        from pipeline.cluster.shards import _SHARDS
+        from pipeline.blocks.shards import _SHARDS
         return (os.getpid(), len(_SHARDS))
 
     deadline = time.time() + 120
@@ -350,7 +350,7 @@ def test_a_worker_paused_for_long_ends_the_fit_in_one_line(client, store, monkey
     """A worker Dask keeps paused (its memory above the pause fraction: the rows cannot
     spill, and a paused worker starts no task) ends the fit with one line naming
     cluster.memory_limit instead of waiting for ever."""
-    import pipeline.cluster.blocks as cluster_blocks
+    import pipeline.blocks.cluster as cluster_blocks
 
     with ClusterKernelBlocks(client, store, Kernel("rbf", {"width": 10.0})) as blocks:
         monkeypatch.setattr(cluster_blocks, "PAUSED_SECONDS", 0.0)

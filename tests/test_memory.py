@@ -9,8 +9,8 @@ import pytest
 
 from algorithms import REGISTRY, Kernel, run
 from algorithms.certificate import certify
+from pipeline.blocks.store import open_blocks
 from pipeline.datasets import ingest, load_arrays
-from pipeline.datasets.blocks import open_blocks
 from tests.conftest import make_problem
 
 N = 200_000

@@ -36,10 +36,10 @@ import algorithms  # noqa: E402
 from algorithms import InputError, Kernel  # noqa: E402
 from algorithms.kernel_threads import use_kernel_threads
 from pipeline.atomic import save_figure, write_text
+from pipeline.blocks.store import open_blocks
 from pipeline.cluster.threads import blas_threads
 from pipeline.config import CONF_DIR
 from pipeline.datasets import ingest, load_arrays  # noqa: E402
-from pipeline.datasets.blocks import open_blocks
 
 
 def gemm_flops(m: int, k: int, n: int, repeats: int, rng: np.random.Generator) -> float:

@@ -36,7 +36,7 @@ from pipeline.config import CONF_DIR, default_choice, job_defaults
 # and LLVM would add ~60 MiB to every forked worker's resident memory from its start, enough
 # to keep a worker with a small memory_limit paused (tests/test_faults.py, 400 MB)
 PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job.run",
-           "pipeline.datasets.blocks", "pipeline.sweep.launch", "pipeline.app", "pipeline.cli")
+           "pipeline.blocks.store", "pipeline.sweep.launch", "pipeline.app", "pipeline.cli")
 
 _started = False
 

@@ -105,7 +105,7 @@ BLOCKS = ("memory", "cluster")
 
 def check_blocks(blocks: Any) -> str:
     """``blocks``: ``memory`` (this process) or ``cluster`` (row ranges on the Dask workers,
-    :mod:`pipeline.cluster.blocks`); whether the algorithm runs so is
+    :mod:`pipeline.blocks.cluster`); whether the algorithm runs so is
     :func:`pipeline.job.validate.check_blocks`'s."""
     if blocks not in BLOCKS:
         raise InputError(f"blocks={blocks!r} must be one of {', '.join(BLOCKS)}; pass "

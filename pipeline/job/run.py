@@ -36,6 +36,7 @@ from algorithms.curve_jobs import run_curve
 from algorithms.evaluation import mean_predictor_metrics, options_of, run
 from algorithms.kernel_threads import kernel_threads, use_kernel_threads
 from algorithms.kernels import Kernel, fit_tails
+from pipeline.blocks.store import open_blocks
 from pipeline.cluster.threads import (
     blas_controller,
     blas_threads,
@@ -46,7 +47,6 @@ from pipeline.cluster.threads import (
 from pipeline.codeversion import pipeline_version
 from pipeline.config import complete
 from pipeline.datasets import ingest
-from pipeline.datasets.blocks import open_blocks
 from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
@@ -70,7 +70,7 @@ def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
         return
     from distributed import Lock, get_worker, worker_client
 
-    from pipeline.cluster.blocks import ClusterKernelBlocks
+    from pipeline.blocks.cluster import ClusterKernelBlocks
     from pipeline.cluster.connect import connect
 
     try:

@@ -1,4 +1,4 @@
-"""The workers' side of ``blocks=cluster`` (:mod:`pipeline.cluster.blocks`): each worker's
+"""The workers' side of ``blocks=cluster`` (:mod:`pipeline.blocks.cluster`): each worker's
 shard — its row range of X and its rows of every column set a fit keeps — and the calls one
 Dask actor per worker (:class:`ShardHost`) answers on it.
 """
@@ -15,8 +15,8 @@ from algorithms.factor_columns import CholeskyColumns
 from algorithms.kernel_blocks import ArrayKernelBlocks, KernelColumns, row_block_matmul
 from algorithms.kernel_threads import use_kernel_threads
 from algorithms.kernels import Kernel
+from pipeline.blocks.store import open_dataset_cached
 from pipeline.cluster.here import ClusterFitError
-from pipeline.datasets.blocks import open_dataset_cached
 
 _SHARDS: dict[str, _Shard] = {}
 

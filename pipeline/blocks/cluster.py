@@ -49,7 +49,7 @@ from distributed import Client, wait
 
 from algorithms.kernel_blocks import ArrayKernelBlocks
 from algorithms.kernels import Kernel
-from pipeline.cluster.shards import (
+from pipeline.blocks.shards import (
     ClusterFitError,
     ShardHost,
     close_shards,
