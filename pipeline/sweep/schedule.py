@@ -46,7 +46,7 @@ from pipeline.sweep.quiet_workers import (
     QuietCancellations,
     dask_log_to_file,
 )
-from pipeline.sweep.signals import quiet_dask_logging, silent_on_interrupt
+from pipeline.sweep.signals import check_interrupt, quiet_dask_logging, silent_on_interrupt
 from pipeline.watch import signal_cause
 
 
@@ -231,6 +231,7 @@ def _dispatch(client, to_run: list[PlannedJob], needs: dict, submit, records: di
 
     try:
         while True:
+            check_interrupt()  # a Ctrl-C lost in a finalizer (a Future's __del__) stops here
             workers = max(1, len(client.scheduler_info().get("workers", {})))
             # an adaptive cluster grows with the work the scheduler sees queued: it is shown
             # every job at once, in batches sized for its largest size

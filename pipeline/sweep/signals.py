@@ -15,12 +15,27 @@ def silence_dask_logging() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+# a Ctrl-C seen by the handler: kept, because the KeyboardInterrupt it raises can be lost. The
+# handler runs between any two bytecodes of the main thread, a finalizer's too (a Dask
+# Future's __del__, run when a loop variable is rebound), and Python ignores what __del__
+# raises; the sweep's loop and the end of silent_on_interrupt raise it again
+_PENDING = threading.Event()
+
+
 def _interrupted(signum, frame) -> None:
     # silenced before the KeyboardInterrupt exists: Dask reacts to it on its event-loop thread
     # at once (distributed's sync() schedules a cancel that can fail with a NameError when the
     # call had not started yet, logged by tornado with a traceback), racing an except clause
     silence_dask_logging()
+    _PENDING.set()
     raise KeyboardInterrupt
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if a Ctrl-C came within :func:`silent_on_interrupt` (its own
+    KeyboardInterrupt may have been lost in a finalizer)."""
+    if _PENDING.is_set():
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -30,15 +45,19 @@ def silent_on_interrupt():
     handler = None
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        _PENDING.clear()
         handler = signal.signal(signal.SIGINT, _interrupted)
     try:
         yield
+        if handler is not None:
+            check_interrupt()  # a Ctrl-C whose KeyboardInterrupt a finalizer swallowed
     except KeyboardInterrupt:
         silence_dask_logging()
         raise
     finally:
         if handler is not None:
             signal.signal(signal.SIGINT, handler)
+            _PENDING.clear()
 
 
 def quiet_dask_logging() -> None:
