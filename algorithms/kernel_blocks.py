@@ -155,7 +155,7 @@ class ArrayKernelBlocks:
         B = kernel.cols(self.X)
         n = self.n
         out = np.empty((n, W.shape[1]))
-        tile = tile_rows(n)
+        tile = min(n, max(MATMUL_TILE_BYTES // (8 * n), MATMUL_TILE_ROWS))
         rows = max(tile, min(n, int(block_bytes) // (8 * n)))
 
         def run(starts: range) -> bool:

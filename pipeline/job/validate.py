@@ -14,7 +14,7 @@ from algorithms.kernels import Kernel
 from algorithms.options import validate
 from algorithms.registry import REGISTRY, get
 from pipeline.config import complete
-from pipeline.config.keys import CERTIFICATE_OPTIONS, check_keys
+from pipeline.config.keys import CERTIFICATE_OPTIONS, TOP_LEVEL, check_keys
 from pipeline.datasets import DATASETS, check_buildable, task_of, train_shape
 from pipeline.job.hyper import check_hyper
 from pipeline.job.identity import spec_or_none
@@ -55,8 +55,8 @@ def check_config(config: Mapping, available: float | None = None
     ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
     config = complete(config)
     spec = get(config["algorithm"]["name"])
-    check_keys(config, ("lam", "kappa", "seed"))
     lam = check_lam(config["lam"])
+    check_keys(config, ("kappa", "seed"))
     kernel_cfg = dict(config["kernel"])
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
@@ -66,7 +66,8 @@ def check_config(config: Mapping, available: float | None = None
     check_hyper(config, kernel)
     validate(CERTIFICATE_OPTIONS, config["certificate"], owner="the certificate",
              prefix="certificate.")
-    check_keys(config)  # every top-level key with a check of its own (pipeline.config.keys)
+    # every other top-level key with a check of its own (pipeline.config.keys)
+    check_keys(config, tuple(k for k in TOP_LEVEL if k not in ("lam", "kappa", "seed")))
     check_blocks(config["blocks"], spec)
     if shape is not None and not config["learning_curve"]:
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
