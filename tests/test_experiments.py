@@ -19,12 +19,14 @@ from pipeline.results.consolidate import load
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
-def run_experiment(cwd, *args, workers: int = 1):
+def run_experiment(run_cli, cwd, *args, workers: int = 1):
     """The sweep of ``args`` on ``workers`` local workers (one: the test's own process and
-    xdist's other worker hold the rest of a 2-core machine)."""
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m", *args,
-                           f"cluster.n_workers={workers}", "cluster.dashboard_address=null"],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    xdist's other worker hold the rest of a 2-core machine), run in this process as
+    ``python -m pipeline -m …`` would run it (``run_cli``: the same ``main``, its process state
+    put back after; a subprocess would add ~2 s of interpreter start-up and imports a sweep;
+    the command line as a subprocess is tested by test_zhang2001_reduced)."""
+    proc = run_cli(cwd, "-m", *args, f"cluster.n_workers={workers}",
+                   "cluster.dashboard_address=null")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1].removeprefix("results: ")
 
@@ -69,8 +71,8 @@ def test_zhang2001_reduced(tmp_path):
     assert "one run of zhang_greedy" in text and "fig4" not in text
 
 
-def test_csato2002_experiments_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=csato2002_kl", "size=small")
+def test_csato2002_experiments_reduced(tmp_path, run_cli):
+    path = run_experiment(run_cli, tmp_path, "experiment=csato2002_kl", "size=small")
     ds = load(path).load()
     assert ds.sizes["step"] == 120
     kl = ds["kl_forward"].squeeze()
@@ -79,7 +81,7 @@ def test_csato2002_experiments_reduced(tmp_path):
     report = render(path)
     assert next(report.parent.glob("fig1_kl_forward.png")).stat().st_size > 5000
 
-    path = run_experiment(tmp_path, "experiment=csato2002_omission", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=csato2002_omission", "size=small")
     ds = load(path).load()
     rate = ds["final_omission_rate"].squeeze()
     assert np.isnan(rate.sel({"algorithm.max_basis": "none"})).all()  # no removals
@@ -110,8 +112,8 @@ def test_csato2002_comparison_reduced_drops_options_an_algorithm_does_not_take(t
     assert render(proc.stdout.strip().splitlines()[-1].removeprefix("results: ")).exists()
 
 
-def test_ferrari1999_learning_curves_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=ferrari1999_learning_curves", "size=small")
+def test_ferrari1999_learning_curves_reduced(tmp_path, run_cli):
+    path = run_experiment(run_cli, tmp_path, "experiment=ferrari1999_learning_curves", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     err = ds["xbar_error"].squeeze()
@@ -134,8 +136,8 @@ def test_ferrari1999_learning_curves_reduced(tmp_path):
         assert (report.parent / fig).stat().st_size > 5000
 
 
-def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path):
-    path = run_experiment(tmp_path, "experiment=ferrari1999_pbr_gap", "size=small")
+def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path, run_cli):
+    path = run_experiment(run_cli, tmp_path, "experiment=ferrari1999_pbr_gap", "size=small")
     ds = load(path).load()
     err, gap = ds["xbar_error"].squeeze(), ds["xbar_error_minus_baseline"].squeeze()
     # the pbr job's paired difference is the difference of the two jobs' curves: same x̄
@@ -148,8 +150,8 @@ def test_ferrari1999_pbr_gap_reduced_pairs_across_jobs(tmp_path):
     assert "paired over the same x̄ [target units²] at n = 5" in report.read_text()
 
 
-def test_ferrari1999_real_data_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=ferrari1999_real_data", "size=small")
+def test_ferrari1999_real_data_reduced(tmp_path, run_cli):
+    path = run_experiment(run_cli, tmp_path, "experiment=ferrari1999_real_data", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     assert set(ds["algorithm"].values) == {"exact", "sgma", "pbr", "finite_optimal",
@@ -166,10 +168,10 @@ def test_ferrari1999_real_data_reduced(tmp_path):
     assert (report.parent / "fig1_final_test_rmse.png").stat().st_size > 5000
 
 
-def test_smola2001_table1_reduced(tmp_path):
+def test_smola2001_table1_reduced(tmp_path, run_cli):
     """Table 1 at reduced size: every method's costs are recorded, the report fits slopes next
     to the paper's exponents, and exact/CG above algorithm.max_n fail with their reason."""
-    path = run_experiment(tmp_path, "experiment=smola2001_table1", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=smola2001_table1", "size=small")
     ds = load(path).load()
     ok = ds["status"] == "ok"
     for algorithm in ("incomplete_cholesky", "nystrom", "sgma"):
@@ -193,8 +195,8 @@ def test_smola2001_table1_reduced(tmp_path):
     assert next(report.parent.glob("fig*_scaling.png")).stat().st_size > 20000
 
 
-def test_toolbox_accuracy_reduced(tmp_path):
-    path = run_experiment(tmp_path, "experiment=toolbox_accuracy", "size=small")
+def test_toolbox_accuracy_reduced(tmp_path, run_cli):
+    path = run_experiment(run_cli, tmp_path, "experiment=toolbox_accuracy", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     width = ds.sgp.attrs["config"]["toolbox_width"]
@@ -215,13 +217,13 @@ def test_toolbox_accuracy_reduced(tmp_path):
         assert next(report.parent.glob(f"fig{i}_*.png")).stat().st_size > 10000
 
 
-def test_uci_frontier_reduced(tmp_path):
+def test_uci_frontier_reduced(tmp_path, run_cli):
     """Both modes: learned hyperparameters once per dataset and split shared by every method,
     each peer's own protocol from that kernel and the median start, capped by ``own``, and our
     low-rank methods' own learning by Titsias' bound at their basis size; a union of grids
     (SVGP under its own protocol only); the frontier figures and the best-per-budget table of
     each mode; the published folder."""
-    path = run_experiment(tmp_path, "experiment=uci_frontier", "size=small", workers=2)
+    path = run_experiment(run_cli, tmp_path, "experiment=uci_frontier", "size=small", workers=2)
     ds = load(path).load()
     assert set(ds["algorithm"].values) == {"exact", "cg", "nystrom", "incomplete_cholesky", "sgma",
                                            "zhang_kappa_greedy", "sklearn_nystroem",
@@ -320,10 +322,10 @@ def test_uci_frontier_reduced(tmp_path):
     assert "| shared, own | abalone | cg |" in text and "--reference exact,cg --out" in text
 
 
-def test_pcg_exact_reduced(tmp_path):
+def test_pcg_exact_reduced(tmp_path, run_cli):
     """PCG with its defaults against the exact GP at the learned kernels: the same test RMSE
     to 0.1 %, well within 100 iterations, the preconditioner's rank and trace reported."""
-    path = run_experiment(tmp_path, "experiment=pcg_exact", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=pcg_exact", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     rmse = ds["final_test_rmse"]
@@ -335,10 +337,10 @@ def test_pcg_exact_reduced(tmp_path):
     assert "rank of the pivoted-Cholesky preconditioner" in text and "| pol |" in text
 
 
-def test_reference_kernel_reduced(tmp_path):
+def test_reference_kernel_reduced(tmp_path, run_cli):
     """The exact GP with its kernel learned on a subset or on every training row: each job
     learned on the rows it says, the fit on every row, and the report tabulates both."""
-    path = run_experiment(tmp_path, "experiment=reference_kernel", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=reference_kernel", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     rows = ds["final_hyper_n_subset"]
@@ -351,13 +353,13 @@ def test_reference_kernel_reduced(tmp_path):
     assert "training rows the marginal likelihood was learned on" in text and "| pol |" in text
 
 
-def test_own_pilot_reduced(tmp_path):
+def test_own_pilot_reduced(tmp_path, run_cli):
     """The split-0 pilot of the own protocols at small size (two sets, 300 rows, m = 16, the
     peers capped short): every job finishes, each method's own learning records whether it
     converged, and publish counts the caps it hit in its table's `converged` column."""
     from pipeline.publish import publish
 
-    path = run_experiment(tmp_path, "experiment=own_pilot", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=own_pilot", "size=small")
     ds = load(path).load()
     assert set(ds["status"].values.ravel()) == {"ok"}
     peers = ds.sel(algorithm=["gpytorch_sgpr", "gpytorch_svgp"])
@@ -369,11 +371,11 @@ def test_own_pilot_reduced(tmp_path):
     assert (~capped["converged"].astype(bool)).sum() >= 1  # the short caps are hit
 
 
-def test_smola2001_classification_reduced(tmp_path):
+def test_smola2001_classification_reduced(tmp_path, run_cli):
     """Full and low-rank Laplace, RVM classification and scikit-learn's GPC on breast_cancer
     (2 seeds = 2 splits, m = 8, 64): one Dataset, the error against basis size figures and
     the best method per basis-size budget."""
-    path = run_experiment(tmp_path, "experiment=smola2001_classification", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=smola2001_classification", "size=small")
     ds = load(path).load()
     assert set(np.unique(ds["status"].values)) == {"ok"}
     err = ds["final_test_error_rate"].squeeze("dataset", drop=True)
@@ -396,10 +398,10 @@ def test_smola2001_classification_reduced(tmp_path):
         assert (report.parent / f"fig{i}_frontier_{metric}.png").stat().st_size > 20000
 
 
-def test_smola2001_sparsity_reduced(tmp_path):
+def test_smola2001_sparsity_reduced(tmp_path, run_cli):
     """RVM, Laplacian process, SGMA and the exact GP on abalone (300 training rows, 2
     splits): the sparse methods end with fewer basis functions than n at comparable RMSE."""
-    path = run_experiment(tmp_path, "experiment=smola2001_sparsity", "size=small")
+    path = run_experiment(run_cli, tmp_path, "experiment=smola2001_sparsity", "size=small")
     ds = load(path).load()
     assert set(np.unique(ds["status"].values)) == {"ok"}
     basis = ds["final_n_basis"].mean("dataset.split").squeeze()
@@ -454,10 +456,10 @@ def test_every_experiment_has_a_small_variant(name):
     assert set(small.hydra.sweeper.params or {}) <= set(full.hydra.sweeper.params or {})
 
 
-def run_small(cwd: Path, name: str, figures: int):
+def run_small(run_cli, cwd: Path, name: str, figures: int):
     """Run ``experiment=<name> size=small``: every point ok, and its report draws ``figures``
     figures; returns the results and the report's text."""
-    path = run_experiment(cwd, f"experiment={name}", "size=small")
+    path = run_experiment(run_cli, cwd, f"experiment={name}", "size=small")
     ds = load(path).load()
     assert ds.attrs["sweep"] == f"{name}_small"
     assert set(np.unique(ds["status"].values)) == {"ok"}, name
@@ -469,11 +471,11 @@ def run_small(cwd: Path, name: str, figures: int):
 
 
 @pytest.mark.slow
-def test_smola2000_basis_small(tmp_path):
+def test_smola2000_basis_small(tmp_path, run_cli):
     """Smola & Bartlett (2000) at small size, Table 2's first row: SGMA runs to eps, and
     standardised rings need more basis functions (one test per experiment: pytest-xdist
     spreads them over its workers)."""
-    ds, text = run_small(tmp_path, "smola2000_basis", 3)
+    ds, text = run_small(run_cli, tmp_path, "smola2000_basis", 3)
     assert float(ds["final_gap"].max()) < 0.025  # SGMA ran to eps
     basis = ds["final_n_basis"].squeeze()
     assert bool((basis.sel({"dataset.standardize_y": "True"})  # more for standardised rings
@@ -482,10 +484,10 @@ def test_smola2000_basis_small(tmp_path):
 
 
 @pytest.mark.slow
-def test_smola2000_convergence_small(tmp_path):
+def test_smola2000_convergence_small(tmp_path, run_cli):
     """Fig. 1 at small size: larger candidate subsets converge faster, and the certificate
     bounds the true suboptimality."""
-    ds, text = run_small(tmp_path, "smola2000_convergence", 3)
+    ds, text = run_small(run_cli, tmp_path, "smola2000_convergence", 3)
     gap = ds["final_gap"].squeeze().mean("seed")
     assert bool((gap.sel(kappa=59) < gap.sel(kappa=1)).all())  # larger subsets converge faster
     assert (ds["final_gap_certified"] >= ds["primal_subopt"].sel(step=50) - 1e-12).all()
@@ -494,9 +496,9 @@ def test_smola2000_convergence_small(tmp_path):
 
 
 @pytest.mark.slow
-def test_smola2000_errorbars_small(tmp_path):
+def test_smola2000_errorbars_small(tmp_path, run_cli):
     """Table 2's second row at small size: wider kernels need fewer basis functions."""
-    ds, text = run_small(tmp_path, "smola2000_errorbars", 0)
+    ds, text = run_small(run_cli, tmp_path, "smola2000_errorbars", 0)
     means = ds["final_error_bar_basis_mean"].squeeze()
     assert np.all(np.diff(means.values) < 0)  # wider kernels need fewer basis functions
     assert 5 < means.sel({"kernel.width": 10.0}) < 40  # paper: 17 ± 16
@@ -504,9 +506,9 @@ def test_smola2000_errorbars_small(tmp_path):
 
 
 @pytest.mark.slow
-def test_smola2000_generalisation_small(tmp_path):
+def test_smola2000_generalisation_small(tmp_path, run_cli):
     """§5's splits at small size: SGMA's test RMSE is the exact GP's, with paired t-tests."""
-    ds, text = run_small(tmp_path, "smola2000_generalisation", 0)
+    ds, text = run_small(run_cli, tmp_path, "smola2000_generalisation", 0)
     rmse = ds["final_test_rmse"].squeeze()
     assert np.all(np.abs(rmse.sel(algorithm="sgma") - rmse.sel(algorithm="exact")) < 0.05)
     rmse = rmse.mean("dataset.split_seed")
@@ -519,23 +521,23 @@ def test_smola2000_generalisation_small(tmp_path):
 
 
 @pytest.mark.slow
-def test_smola2000_synthetic_small(tmp_path):
+def test_smola2000_synthetic_small(tmp_path, run_cli):
     """The synthetic data at small size: 200 bumps kept, SGMA within its gap."""
-    ds, text = run_small(tmp_path, "smola2000_synthetic", 1)
+    ds, text = run_small(run_cli, tmp_path, "smola2000_synthetic", 1)
     assert int(ds["final_n_basis"].max()) == 200 and float(ds["final_gap"].max()) < 0.05
 
 
 @pytest.mark.slow
-def test_zhang2001_abalone_small(tmp_path):
-    ds, text = run_small(tmp_path, "zhang2001_abalone", 3)
+def test_zhang2001_abalone_small(tmp_path, run_cli):
+    ds, text = run_small(run_cli, tmp_path, "zhang2001_abalone", 3)
     delta = ds["delta_R"].squeeze()
     assert bool((delta <= ds["bound"].squeeze() + 1e-12).where(np.isfinite(delta), True).all())
     assert "R(w^k) − R(ŵ) [standardised target units²] at step 10" in text
 
 
 @pytest.mark.slow
-def test_kin40k_target_small(tmp_path):
-    ds, text = run_small(tmp_path, "kin40k_target", 2)
+def test_kin40k_target_small(tmp_path, run_cli):
+    ds, text = run_small(run_cli, tmp_path, "kin40k_target", 2)
     lam = ds["final_hyper_lam"].values
     assert np.allclose(lam, lam.ravel()[0])  # one learning, shared by every job
     assert "Best test root mean squared error [standardised target units] within a budget" in text

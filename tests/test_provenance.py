@@ -23,9 +23,9 @@ BASE = ("algorithm=sgma", "dataset=sine1d", "dataset.n_train=40", "dataset.n_tes
         "sweep=p", "cluster.n_workers=1", "cluster.dashboard_address=null")
 
 
-def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "-m", *args, *BASE], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+def sweep(run_cli, cwd: Path, *args: str):
+    """``python -m pipeline -m <args>`` with BASE, run in this process (``run_cli``)."""
+    return run_cli(cwd, "-m", *args, *BASE)
 
 
 def _entry(lam: float, h: str, invocation: int | None) -> dict:
@@ -99,13 +99,13 @@ def test_each_commands_overhead_is_from_its_own_jobs():
                                "times 0.50 s") and "wall / ideal = 4.00" in lines[1]
 
 
-def test_merges_keep_every_command_and_may_add_a_swept_key(tmp_path):
-    first = sweep(tmp_path, "lam=0.1,1")
+def test_merges_keep_every_command_and_may_add_a_swept_key(tmp_path, run_cli):
+    first = sweep(run_cli, tmp_path, "lam=0.1,1")
     assert first.returncode == 0, first.stderr[-3000:]
-    one = sweep(tmp_path, "lam=0.5", "merge=true")  # a one-point merge
+    one = sweep(run_cli, tmp_path, "lam=0.5", "merge=true")  # a one-point merge
     assert one.returncode == 0, one.stderr[-3000:]
     # a new swept key: the old points are at the default width (10.0), run again by none
-    wider = sweep(tmp_path, "lam=0.1,1", "kernel.width=10.0,2", "merge=true")
+    wider = sweep(run_cli, tmp_path, "lam=0.1,1", "kernel.width=10.0,2", "merge=true")
     assert wider.returncode == 0, wider.stderr[-3000:]
     assert "4 sweep points, 4 distinct jobs: 2 already finished, 2 run" in wider.stdout
     sweep_dir = tmp_path / "outputs" / "p"
@@ -145,7 +145,7 @@ def test_merges_keep_every_command_and_may_add_a_swept_key(tmp_path):
     # a job result lost: a refused grid names the merge that resumes it, not the first sweep
     h = ds["job_hash"].sel(lam=0.5, **{"kernel.width": 10.0}).item()
     (sweep_dir / "jobs" / h / "result.nc").unlink()
-    refused = sweep(tmp_path, "lam=0.7")
+    refused = sweep(run_cli, tmp_path, "lam=0.7")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert ("1 of its 5 points are unfinished: rerun "
             f"{command_text([*commands[1]])} to resume it") in refused.stderr

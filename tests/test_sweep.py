@@ -22,12 +22,13 @@ GRID = ["algorithm=exact,sgma", "dataset=sine1d", "lam=0.01,0.1", "kappa=5,10", 
         "kernel.width=0.1,0.5", "cluster.n_workers=1", "cluster.dashboard_address=:0"]
 
 
-def sweep(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "-m", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+def sweep(run_cli, cwd: Path, *args: str):
+    """``python -m pipeline -m <args>`` run in this process (``run_cli``: the same ``main``,
+    its process state put back after; a subprocess adds ~2 s of start-up and imports)."""
+    return run_cli(cwd, "-m", *args)
 
 
-def results_path(proc: subprocess.CompletedProcess) -> Path:
+def results_path(proc) -> Path:
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("results: "), proc.stdout[-2000:] + proc.stderr[-2000:]
     return Path(last.removeprefix("results: "))
@@ -38,8 +39,8 @@ def run_ids(sweep_dir: Path) -> dict[str, str]:
             for p in (sweep_dir / "jobs").glob("*/result.nc")}
 
 
-def test_grid_sweep_resume_and_report(tmp_path, in_process):
-    first = sweep(tmp_path, *GRID)
+def test_grid_sweep_resume_and_report(tmp_path, in_process, run_cli):
+    first = sweep(run_cli, tmp_path, *GRID)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "dask dashboard: http" in first.stdout and "jobs: 20/20 (100%)" in first.stdout
     assert "\r" not in first.stdout  # not a terminal: plain progress lines (sweep.progress)
@@ -96,7 +97,7 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     assert refused.stderr.count("\n") == 1 and "merge=true" in refused.stderr
     assert (path.parent / "manifest.json").read_bytes() == manifest
     # ... unless merged: only the new points run, and the report beside the results is redone
-    changed = sweep(tmp_path, *other, "merge=true")
+    changed = sweep(run_cli, tmp_path, *other, "merge=true")
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert "20 distinct jobs: 10 already finished, 10 run, 0 failed" in changed.stdout
     now = run_ids(path.parent)
@@ -108,9 +109,9 @@ def test_grid_sweep_resume_and_report(tmp_path, in_process):
     assert "σ² = 0.2" in report.read_text()
 
 
-def test_failed_job_is_recorded_and_the_rest_complete(tmp_path):
+def test_failed_job_is_recorded_and_the_rest_complete(tmp_path, run_cli):
     # at lam=3e-16 the exact GP's Cholesky breaks down: that job fails when it runs
-    proc = sweep(tmp_path, "algorithm=exact", "dataset=sine1d", "lam=3e-16,0.1",
+    proc = sweep(run_cli, tmp_path, "algorithm=exact", "dataset=sine1d", "lam=3e-16,0.1",
                  "cluster.n_workers=2", "cluster.dashboard_address=null")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "2 distinct jobs: 0 already finished, 2 run, 1 failed" in proc.stdout
@@ -146,11 +147,14 @@ def test_bad_value_in_a_sweep_stops_it_before_any_job(tmp_path, in_process):
     assert not list((tmp_path / "outputs").glob("**/manifest.json"))
 
 
-def test_experiment_file_sweeper_params_and_ranges(tmp_path):
+def test_experiment_file_sweeper_params_and_ranges(tmp_path, run_cli):
     started = time.perf_counter()
-    proc = sweep(tmp_path, "experiment=bench_sweep_overhead",
-                 "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2", "cluster.n_workers=1",
-                 "cluster.dashboard_address=null")
+    # a process of its own: its start-up is timed from the interpreter's start
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "-m",
+                           "experiment=bench_sweep_overhead",
+                           "hydra.sweeper.params.seed='range(0,3)'", "lam=0.1,0.2",
+                           "cluster.n_workers=1", "cluster.dashboard_address=null"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "6 sweep points, 6 distinct jobs" in proc.stdout
@@ -164,8 +168,9 @@ def test_experiment_file_sweeper_params_and_ranges(tmp_path):
     assert timings["startup_seconds"] + timings["wall_seconds"] <= elapsed
     assert "whole process so far:" in proc.stdout
     assert "whole process from its start to the end of the jobs" in overhead_line(ds)
-    ranged = sweep(tmp_path, "algorithm=sgma", "dataset=sine1d", "seed=range(0,2)", "kappa=3",
-                   "sweep=ranged", "cluster.n_workers=1", "cluster.dashboard_address=null")
+    ranged = sweep(run_cli, tmp_path, "algorithm=sgma", "dataset=sine1d", "seed=range(0,2)",
+                   "kappa=3", "sweep=ranged", "cluster.n_workers=1",
+                   "cluster.dashboard_address=null")
     assert ranged.returncode == 0, ranged.stderr[-3000:]
     assert load(results_path(ranged))["seed"].values.tolist() == [0, 1]
 
@@ -180,9 +185,9 @@ def test_batch_cluster_dry_run_prints_job_script(tmp_path, kind, marker, in_proc
     assert not list((tmp_path / "outputs").glob("**/results.zarr"))
 
 
-def test_sweep_runs_on_an_existing_scheduler(tmp_path, dask_processes):
+def test_sweep_runs_on_an_existing_scheduler(tmp_path, dask_processes, run_cli):
     address = dask_processes.scheduler.address
-    proc = sweep(tmp_path, "cluster=address", f"scheduler={address}", "algorithm=sgma",
+    proc = sweep(run_cli, tmp_path, "cluster=address", f"scheduler={address}", "algorithm=sgma",
                  "dataset=sine1d", "kappa=5", "seed=range(0,6)")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ds = load(results_path(proc))
