@@ -96,9 +96,10 @@ def dask_processes(tmp_path):
 # contract, the scikit-learn estimator checks, the CLI's bad-input tables (one error line)
 CONTRACT_FILES = re.compile(r"test_(contract|estimators|bad_input_\w+)\.py")
 # what a test (or a helper or fixture of its file) does to start another process, a Dask
-# cluster or SLURM: it is e2e
+# cluster or SLURM (a sweep run in this process, ``run_cli(cwd, "-m", …)``, starts its
+# LocalCluster's workers): it is e2e
 STARTS_PROCESSES = re.compile(r"\bsubprocess\.|\bPopen\(|\bLocalCluster\(|\brun_sweep\(|"
-                              r"\bmake_seed_dir\(|\bdask_processes\b")
+                              r"\bmake_seed_dir\(|\bdask_processes\b|\brun_cli\(\w+, \"-m\"")
 PYRAMID = ("unit", "contract", "e2e")
 
 

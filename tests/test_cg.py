@@ -236,3 +236,26 @@ def test_pcg_variance_equals_cholesky_on_a_real_set_at_default_options():
     assert np.all(lower <= var * (1 + 1e-12)) and np.all(var <= upper * (1 + 1e-12))
     for key in ("test_nlpd", "test_rmse"):
         assert fit.summary[key] == pytest.approx(exact.summary[key], rel=1e-6), key
+
+
+def test_the_peer_cg_benchmark_writes_its_figures_at_small_size(tmp_path, monkeypatch):
+    """python -m pipeline.bench.cg_peer size=small: our PCG and GPyTorch's CG solve the same
+    system (their test means agree to the tolerance's order), each timed, their ratio
+    recorded, GPyTorch's non-convergence warnings kept, the figure drawn."""
+    import json
+
+    from pipeline.bench.cg_peer import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["size=small"]) == 0
+    out = tmp_path / "outputs" / "bench_cg_peer_small"
+    figures = json.loads((out / "figures.json").read_text())
+    assert [row["n"] for row in figures["rows"]] == [1000, 2000]
+    for row in figures["rows"]:
+        assert row["ours_seconds"][0] > 0 and row["gpytorch_seconds"][0] > 0
+        assert row["ratio"] == min(row["ours_seconds"]) / min(row["gpytorch_seconds"])
+        assert row["residual_true"] <= 1e-6 and row["iterations"] >= 1
+        assert row["mean_difference"] < 1e-4  # the same solve, each to 1e-6
+        assert isinstance(row["gpytorch_warnings"], list)
+    assert (out / "cg_peer.png").stat().st_size > 10000
+    assert main(["size=huge"]) == 2

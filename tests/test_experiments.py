@@ -420,10 +420,12 @@ def test_only_the_single_run_benchmarks_declare_no_sweep():
 
     names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
     assert [n for n in names if not declares_sweep([f"experiment={n}"])] == [
-        "bench_contention", "bench_exact", "bench_learning", "bench_sgma_flops", "bench_small_n"]
+        "bench_cg_peer", "bench_contention", "bench_exact", "bench_learning", "bench_sgma_flops",
+        "bench_small_n"]
 
 
-@pytest.mark.parametrize("name,module", [("bench_contention", "pipeline.bench.contention"),
+@pytest.mark.parametrize("name,module", [("bench_cg_peer", "pipeline.bench.cg_peer"),
+                                         ("bench_contention", "pipeline.bench.contention"),
                                          ("bench_exact", "pipeline.bench.exact"),
                                          ("bench_learning", "pipeline.bench.learning"),
                                          ("bench_sgma_flops", "pipeline.bench"),
