@@ -122,6 +122,7 @@ from algorithms.peers import (
     library_warnings,
     start_points,
     torch_linalg_errors,
+    torch_threads,
 )
 
 ADAM_WINDOW = 10  # Adam steps over which the bound's change is measured (module docstring)
@@ -216,7 +217,7 @@ def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         X_new = np.asarray(X_new, dtype=np.float64)
         var = np.empty(len(X_new))
-        with library_warnings([]), torch.no_grad(), setting():
+        with library_warnings([]), torch_threads(torch), torch.no_grad(), setting():
             for lo in range(0, len(X_new), batch):
                 x = torch.as_tensor(X_new[lo: lo + batch], dtype=torch.float64)
                 var[lo: lo + batch] = likelihood(model(x)).variance.numpy()
@@ -321,7 +322,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     caught: list[str] = []
     settings = SgprSettings(steps, optimizer_name, lr, elbo_tol, grad_tol, owner)
     clock = Clock(recorder)
-    with library_warnings(caught):
+    with library_warnings(caught), torch_threads(torch):
         runs = [_train_sgpr(torch, gpytorch, X, tX, ty, kernel, noise, m, inducing_init, rng,
                             recorder, label, index, settings)
                 for index, (label, kernel, noise) in enumerate(
@@ -333,7 +334,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
         model.eval()
         likelihood.eval()
         setting = gpytorch.settings.sgpr_diagonal_correction(diagonal_correction)
-        with torch.no_grad(), setting:
+        with torch_threads(torch), torch.no_grad(), setting:
             likelihood(model(tX[:1]))  # builds GPyTorch's prediction caches
             inducing = model.covar_module
             a = model.prediction_strategy.mean_cache  # (Q + Λ)⁻¹ y
@@ -526,7 +527,7 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     caught: list[str] = []
     clock = Clock(recorder)
     points = start_points(starts, blocks.kernel, lam, X[fit_rows], y[fit_rows], rng)
-    with library_warnings(caught):
+    with library_warnings(caught), torch_threads(torch):
         runs = [_train_svgp(torch, gpytorch, X, tX, ty, fit_rows, held_rows, kernel, noise, m,
                             inducing_init, rng, recorder, label, index, s)
                 for index, (label, kernel, noise) in enumerate(points)]
@@ -536,7 +537,7 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
         model, likelihood, base = kept.model, kept.likelihood, kept.base
         model.eval()
         likelihood.eval()
-        with torch.no_grad():
+        with torch_threads(torch), torch.no_grad():
             strategy = model.variational_strategy
             Z = strategy.inducing_points
             # GPyTorch predicts k(x, Z) L⁻ᵀ m with L L^T = K_ZZ + jitter·I (whitened q(u))

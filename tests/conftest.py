@@ -175,7 +175,7 @@ def _starts_processes(item, function, starting: set[str]) -> bool:
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_blas_thread_per_xdist_worker():
-    """Under pytest-xdist (``-n 2``) each worker process computes on one BLAS thread: two
+    """Under pytest-xdist (``-n 3``) each worker process computes on one BLAS thread: two
     processes with the BLAS library's default count each oversubscribe the cores (idle BLAS
     threads spin). A job run in-process still sets its own count (``threads=auto``)."""
     if "PYTEST_XDIST_WORKER" not in os.environ:

@@ -457,3 +457,18 @@ def test_exact_limit_of_sgpr_is_the_exact_gp(data):
     report("gpytorch_sgpr m=n var vs exact", fit.predict_var(X_test), exact.predict_var(X_test))
     np.testing.assert_array_equal(fit.basis, np.arange(len(y)))
     assert sla.norm(fit.coef - exact.coef) <= 1e-6 * sla.norm(exact.coef)
+
+
+def test_gpytorch_computes_on_the_callers_kernel_threads_and_puts_torch_back():
+    """torch's intra-op threads follow the job's thread count (the kernel threads of the
+    calling context) while a GPyTorch peer computes, and are put back afterwards."""
+    import torch
+
+    from algorithms.kernel_threads import use_kernel_threads
+    from algorithms.peers import torch_threads
+
+    before = torch.get_num_threads()
+    for count in (1, 2):
+        with use_kernel_threads(count), torch_threads(torch):
+            assert torch.get_num_threads() == count
+        assert torch.get_num_threads() == before
