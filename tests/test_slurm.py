@@ -160,8 +160,11 @@ def test_an_adaptive_sweep_grows_to_its_maximum_and_releases_its_workers(slurm, 
     assert max(counts) == 2  # grown to the maximum, never past it
     ds = load(tmp_path / "outputs" / "adapt" / "results.zarr")
     assert set(ds["status"].values.ravel()) == {"ok"} and ds.sizes["seed"] == 12
+    # every job ran on a batch job's worker; whether the second one took any depends on how
+    # soon SLURM starts it on a loaded machine (CI at -n 3 once saw all 12 jobs done first):
+    # the growth itself is the trace's second batch job, requested while the sweep ran
     workers = {str(w) for w in ds["worker"].values.ravel()}
-    assert len(workers) >= 2 and all(w.startswith("SLURMCluster-") for w in workers)
+    assert workers and all(w.startswith("SLURMCluster-") for w in workers)
     assert slurm.wait_until_empty(30) == []
     assert len(ours(slurm, comment)) >= 2
     assert np.isfinite(ds["final_objective"].values).all()
