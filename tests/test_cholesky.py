@@ -3,9 +3,12 @@ where OpenBLAS's own multithreaded dpotrf crashes on this project's hosts; the b
 factorisation with inverse (factor_and_invert) against numpy's, and the in-place BLAS calls
 it makes (algorithms/blas_inplace.py) on strided views."""
 
+import os
+
 import numpy as np
 import pytest
 import scipy.linalg as sla
+from threadpoolctl import threadpool_limits
 
 from algorithms import blas_inplace
 from algorithms.cholesky import cholesky_in_place, factor_and_invert
@@ -57,13 +60,16 @@ def test_blocked_cholesky_survives_where_openblas_potrf_crashes():
     """n = 16 500 with the default threads: LAPACK's potrf on the whole matrix dies with SIGSEGV
     here from n ≈ 16 400 for any SPD matrix (OpenBLAS 0.3.30/0.3.31, AVX-512); the blocked
     factorisation completes and its factor reproduces A = ZZᵀ/64 + I (a GEMM: cheap to build;
-    checked on 200 rows: ‖(LLᵀ − A)[rows]‖ / ‖A‖)."""
+    checked on 200 rows: ‖(LLᵀ − A)[rows]‖ / ‖A‖). The default threads are every core: under
+    pytest-xdist each worker computes on one BLAS thread (tests/conftest.py), where potrf does
+    not crash, so the factorisation is given every core again here."""
     n = 16_500
     Z = np.random.default_rng(0).standard_normal((n, 64))
     A = (Z @ Z.T).T  # symmetric: its transpose is the Fortran-ordered matrix, no copy
     A /= 64.0
     A.flat[:: n + 1] += 1.0
-    cholesky_in_place(A)
+    with threadpool_limits(limits=os.cpu_count() or 1, user_api="blas"):
+        cholesky_in_place(A)
     # the factor is A's lower triangle (its upper one still holds A): (LLᵀ)[rows] = L[rows]Lᵀ,
     # formed by row blocks of L (no second n×n array)
     rows = np.sort(np.random.default_rng(1).choice(n, 200, replace=False))
