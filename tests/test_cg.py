@@ -252,8 +252,9 @@ def test_the_peer_cg_benchmark_writes_its_figures_at_small_size(tmp_path, monkey
     figures = json.loads((out / "figures.json").read_text())
     assert [row["n"] for row in figures["rows"]] == [1000, 2000]
     for row in figures["rows"]:
-        assert row["ours_seconds"][0] > 0 and row["gpytorch_seconds"][0] > 0
-        assert row["ratio"] == min(row["ours_seconds"]) / min(row["gpytorch_seconds"])
+        # one timed run of each (repeats: 1), their ratio recorded; never a bound on a time
+        assert len(row["ours_seconds"]) == len(row["gpytorch_seconds"]) == 1
+        assert np.isfinite(row["ratio"])
         assert row["residual_true"] <= 1e-6 and row["iterations"] >= 1
         assert row["mean_difference"] < 1e-4  # the same solve, each to 1e-6
         assert isinstance(row["gpytorch_warnings"], list) and row["gpytorch_products"] >= 2

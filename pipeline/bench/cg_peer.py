@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -41,6 +40,7 @@ import algorithms  # noqa: E402
 from algorithms.kernel_blocks import ArrayKernelBlocks  # noqa: E402
 from algorithms.kernel_threads import kernel_threads, use_kernel_threads  # noqa: E402
 from algorithms.kernels import Kernel  # noqa: E402
+from algorithms.peers import library_warnings, torch_threads  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
     save_figure,
     single_run_finish,
@@ -97,29 +97,29 @@ def gpytorch_cg(X: np.ndarray, y: np.ndarray, X_test: np.ndarray,
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
                                                              self.covar_module(x))
 
-    torch.set_num_threads(kernel_threads())
-    start = time.perf_counter()
-    tX, ty, tT = (torch.from_numpy(np.ascontiguousarray(a)) for a in (X, y, X_test))
-    likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
-    model = Exact(tX, ty, likelihood).double()
-    # exp(−‖x − x'‖²/(2ℓ²)) = exp(−‖x − x'‖²/width): ℓ² = width/2
-    model.covar_module.lengthscale = float(np.sqrt(cfg["width"] / 2.0))
-    likelihood.noise = cfg["lam"]
-    model.eval()
-    likelihood.eval()
-    operator_utils.linear_cg = counted_cg  # LinearOperator._solve looks it up at each call
-    with warnings.catch_warnings(record=True) as caught, torch.no_grad(), \
-            gpytorch.settings.cg_tolerance(cfg["tol"]), \
-            gpytorch.settings.eval_cg_tolerance(cfg["tol"]), \
-            gpytorch.settings.max_cg_iterations(cfg["max_iter"]), \
-            gpytorch.settings.skip_posterior_variances(True):
-        warnings.simplefilter("always")
+    caught: list[str] = []
+    with torch_threads(torch):  # our kernel-thread count, as a GPyTorch peer in a job
+        start = time.perf_counter()
+        tX, ty, tT = (torch.from_numpy(np.ascontiguousarray(a)) for a in (X, y, X_test))
+        likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
+        model = Exact(tX, ty, likelihood).double()
+        # exp(−‖x − x'‖²/(2ℓ²)) = exp(−‖x − x'‖²/width): ℓ² = width/2
+        model.covar_module.lengthscale = float(np.sqrt(cfg["width"] / 2.0))
+        likelihood.noise = cfg["lam"]
+        model.eval()
+        likelihood.eval()
+        operator_utils.linear_cg = counted_cg  # LinearOperator._solve looks it up at each call
         try:
-            mean = model(tT).mean.numpy()
+            with library_warnings(caught), torch.no_grad(), \
+                    gpytorch.settings.cg_tolerance(cfg["tol"]), \
+                    gpytorch.settings.eval_cg_tolerance(cfg["tol"]), \
+                    gpytorch.settings.max_cg_iterations(cfg["max_iter"]), \
+                    gpytorch.settings.skip_posterior_variances(True):
+                mean = model(tT).mean.numpy()
         finally:
             operator_utils.linear_cg = linear_cg
-    seconds = time.perf_counter() - start
-    return seconds, mean, sorted({str(w.message).splitlines()[0] for w in caught}), products[0]
+        seconds = time.perf_counter() - start
+    return seconds, mean, sorted(set(caught)), products[0]
 
 
 def measure(n: int, arrays: tuple[np.ndarray, ...], cfg: dict) -> dict:
