@@ -3,7 +3,10 @@ recorded with the CPU model; the count is not part of what a job computes (its h
 
 import json
 import os
+import threading
+from pathlib import Path
 
+import numpy as np
 import pytest
 import xarray as xr
 
@@ -57,6 +60,39 @@ def test_runnable_others_reads_this_instants_count():
 
     others = runnable_others(samples=3, interval=0.0)
     assert others is None or 0 <= others < 10_000
+
+
+def test_this_process_own_busy_threads_are_not_others(monkeypatch, tmp_path):
+    """The job's own process's runnable threads (a BLAS pool still spinning after the job
+    before) are not other work: only the rest of /proc/loadavg's runnable count is."""
+    from pipeline.cluster import threads
+
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc/self/task: the OS does not list a process's threads")
+    busy, stop = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        busy.set()
+        while not stop.is_set():
+            np.dot(np.ones(200_000), np.ones(200_000))  # releases the GIL: stays runnable
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        busy.wait()
+        assert max(threads.own_runnable() for _ in range(50)) >= 2  # this thread and spin
+        loadavg = tmp_path / "loadavg"
+        loadavg.write_text("0.50 0.40 0.30 5/300 12345\n")
+        real_path = threads.Path
+        monkeypatch.setattr(threads, "Path", lambda p: loadavg if p == "/proc/loadavg"
+                            else real_path(p))
+        monkeypatch.setattr(threads, "own_runnable", lambda: 2)
+        assert threads.runnable_others(samples=3, interval=0.0) == 3
+        monkeypatch.setattr(threads, "own_runnable", lambda: 0)  # the OS does not tell
+        assert threads.runnable_others(samples=3, interval=0.0) == 4  # this thread only
+    finally:
+        stop.set()
+        worker.join()
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])

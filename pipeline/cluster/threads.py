@@ -48,18 +48,38 @@ def usable_cores() -> int:
 
 def runnable_others(samples: int = 7, interval: float = 0.003) -> int | None:
     """Threads of other processes runnable now: the kernel's count of runnable threads
-    (``/proc/loadavg``'s fourth field, this reading thread included) less one, the median of
-    ``samples`` readings ``interval`` seconds apart (a count of this instant, unlike the load
-    average's minute-long mean); None where the OS does not tell."""
+    (``/proc/loadavg``'s fourth field) less this process's own runnable threads (this reading
+    thread, and e.g. the BLAS threads of the job before, which spin a while after their last
+    call: counted as others, they once gave a sweep's next job one thread of two), the median
+    of ``samples`` readings ``interval`` seconds apart (a count of this instant, unlike the
+    load average's minute-long mean); None where the OS does not tell."""
     counts = []
     for k in range(samples):
         try:
-            counts.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]))
+            runnable = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
         except (OSError, IndexError, ValueError):
             return None
+        counts.append(runnable - max(1, own_runnable()))
         if k + 1 < samples:
             time.sleep(interval)
-    return max(0, int(statistics.median(counts)) - 1)
+    return max(0, int(statistics.median(counts)))
+
+
+def own_runnable() -> int:
+    """This process's threads in the running state (``/proc/self/task/*/stat``; 0 where the OS
+    does not tell)."""
+    running = 0
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        running += stat[stat.rindex(")") + 2: stat.rindex(")") + 3] == "R"
+    return running
 
 
 def cpu_model() -> str:
