@@ -3,10 +3,12 @@
 Gibbs & MacKay's "efficient implementation of Gaussian processes" solves the GP's linear system
 by (preconditioned) conjugate gradients instead of a Cholesky factorisation; 004 (Table 1,
 column 2, reference [18]) lists it between the exact solution and the sparse methods. Table 1
-stores K (memory O(m²) for m training points); here K is never formed: every product K·V, for
-V of shape (n,) or (n, b), is computed over row blocks K[lo:hi, :] of about ``block_bytes`` of
-kernel values (:func:`kernel_matmul`), so memory is O(n·block) and each iteration costs one pass
-over the n² kernel values (recomputed, as a matrix-free method must), O(n²·(d + b)) time.
+stores K (memory O(m²) for m training points); here K is stored only where it fits
+(``hold_kernel=auto``: its n²·8 bytes within half the memory available; the first product forms
+it, every later one streams it, O(n²·b) time). Otherwise K is never formed: every product K·V,
+for V of shape (n,) or (n, b), is computed over row blocks K[lo:hi, :] of about ``block_bytes``
+of kernel values (:func:`kernel_matmul`), so memory is O(n·block) and each iteration costs one
+pass over the n² kernel values (recomputed, as a matrix-free method must), O(n²·(d + b)) time.
 
 Iteration (preconditioned CG; ``preconditioner=none`` is the plain CG of Table 1), from α = 0:
     r = y, z = M⁻¹r, p = z;  repeat: a = rᵀz / pᵀ(K+σ²I)p, α += a·p, r −= a·(K+σ²I)p,
@@ -56,6 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import psutil
 import scipy.linalg as sla
 
 from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
@@ -65,6 +68,8 @@ from algorithms.objectives import dual_objective, primal_objective, relative_gap
 from algorithms.options import BYTES_MAX, Option
 
 PRECONDITIONERS = ("none", "jacobi", "pivoted_cholesky")
+HOLD_KERNEL = ("auto", "never")
+HOLD_SHARE = 0.5  # of the memory available at the fit's start that a held K may take
 NO_VARIANCE = ("algorithm.error_bars=false: each test point needs its own CG solve; set "
                "algorithm.error_bars=true")
 
@@ -275,8 +280,8 @@ def error_bar_bounds(blocks: KernelBlocks, X_new: np.ndarray, lam: float,
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
         recorder: Recorder, tol: float, max_iter: int, preconditioner: str,
-        precond_rank: int, precond_tol: float, block_bytes: int, error_bars: bool,
-        var_tol: float, var_batch: int, max_n: int) -> Solution:
+        precond_rank: int, precond_tol: float, block_bytes: int, hold_kernel: str,
+        error_bars: bool, var_tol: float, var_batch: int, max_n: int) -> Solution:
     """Conjugate gradient on (K + σ²I)α = y with σ² = ``lam`` (Gibbs & MacKay 1997; 004
     Table 1, column 2), matrix-free over kernel row blocks. Deterministic: ``rng`` is unused.
 
@@ -294,6 +299,10 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     precond_tol : its pivots stop once the residual trace tr(K − FFᵀ) ≤ precond_tol·n·σ²
         (0: exactly ``precond_rank`` greedy pivots); :func:`make_preconditioner`.
     block_bytes : bytes of kernel values per row block.
+    hold_kernel : ``auto``: the first product forms K and later ones multiply by it when its
+        n²·8 bytes fit in :data:`HOLD_SHARE` of the memory available at the fit's start
+        (:meth:`~algorithms.kernel_blocks.ArrayKernelBlocks.hold`; a product then streams n²
+        numbers instead of computing n² kernel values); ``never``: matrix-free always.
     error_bars : give the predictive variance as the Theorem 2 bounds of the batched CG
         (module docstring); otherwise the fit has no variance.
     var_tol : a test point's CG stops once its variance bracket is narrower than var_tol
@@ -305,6 +314,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     """
     n = blocks.n
     precond = make_preconditioner(preconditioner, blocks, lam, precond_rank, precond_tol)
+    held = hold_kernel == "auto" and blocks.hold(HOLD_SHARE * psutil.virtual_memory().available)
     cg = BatchedPCG(blocks, y[:, None], lam, precond, tol, block_bytes)
     y_norm = float(cg.b_norm[0])
     start = recorder.elapsed()
@@ -335,6 +345,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         stop_reason = f"max_iter = {max_iter} reached with residual {residual:.3g} > tol = {tol:g}"
     iterations = cg.iterations
     true_r = y - kernel_matmul(blocks, alpha, block_bytes) - lam * alpha
+    if not error_bars:  # the error bars' solves multiply by K after the fit
+        blocks.release()
     summary = {
         "n_basis": n, "objective": L, "dual_objective": L_dual, "gap": gap,
         "objective_lower_bound": -0.5 * y_norm ** 2 - lam * L_dual,  # 004 eq. 80
@@ -343,7 +355,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         "residual_true": float(np.linalg.norm(true_r)) / y_norm if y_norm else 0.0,
         "stop_reason": stop_reason, "jitter": 0.0,
         "preconditioner": precond.name, "precond_rank": precond.rank,
-        "precond_seconds": precond.seconds,
+        "precond_seconds": precond.seconds, "kernel_held_bytes": 8.0 * n * n * held,
         "precond_trace": precond.trace[-1][1] if precond.trace else math.nan,
         "iteration_seconds": solve_seconds / max(1, iterations),
     }
@@ -382,6 +394,10 @@ SPECS = [AlgorithmSpec(
                               lo=0.0),
         "block_bytes": Option(2**25, "int", "bytes of kernel values per row block of K", lo=1,
                               hi=BYTES_MAX),
+        "hold_kernel": Option("auto", "choice", "auto: form K once and multiply by it when its "
+                              "n²·8 bytes fit in half the memory available; never: recompute "
+                              "its tiles every product (memory O(n·block))",
+                              choices=HOLD_KERNEL, example="never"),
         "eval_every": Option(10, "int", "trace test metrics every this many iterations", lo=1),
         "error_bars": Option(False, "bool", "predictive variance bounds by a batched CG per "
                              "chunk of test points"),
@@ -393,7 +409,7 @@ SPECS = [AlgorithmSpec(
                             "8·n·var_batch float64; one kernel pass per iteration per batch)",
                             lo=1),
         "max_n": Option(100000, "int", "refuse larger n: a guard on time only (every "
-                        "iteration computes n² kernel values; memory is O(n·block)); the "
+                        "iteration computes n² kernel values, or streams a held K); the "
                         "default covers every shipped set (keggundirected: 57 248 training "
                         "rows)", lo=1),
     },

@@ -72,7 +72,14 @@ class KernelBlocks(Protocol):
 
     def matmul(self, V: np.ndarray, block_bytes: int) -> np.ndarray:
         """K·V for V of shape (n,) or (n, b), in row blocks of about ``block_bytes`` of kernel
-        values (K is never formed)."""
+        values (K is not formed unless :meth:`hold` said it would be)."""
+
+    def hold(self, max_bytes: float) -> bool:
+        """Whether later :meth:`matmul` calls will form K once and multiply by it (when it fits
+        in ``max_bytes``; a provider that cannot returns False and stays matrix-free)."""
+
+    def release(self) -> None:
+        """Drop what :meth:`hold` kept."""
 
     def columns(self, first: np.ndarray, capacity: int):
         """An n × p matrix [first, K[:, i₁], …] held by the provider, to which kernel columns

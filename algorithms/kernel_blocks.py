@@ -99,15 +99,17 @@ def row_block_matmul(kernel: Kernel, X_rows: np.ndarray, X: np.ndarray, V: np.nd
 class ArrayKernelBlocks:
     """Kernel blocks over training inputs held in memory (numpy, or anything np.asarray takes).
 
-    Blocks are computed on demand; nothing of size n×n is stored. ``X`` may be a lazy array
-    (e.g. dask over zarr): it is materialised once, on first use, as an (n, d) float64 array,
-    which costs n·d·8 bytes, not n²·8.
+    Blocks are computed on demand; nothing of size n×n is stored unless an iterative solver asks
+    for it (:meth:`hold`). ``X`` may be a lazy array (e.g. dask over zarr): it is materialised
+    once, on first use, as an (n, d) float64 array, which costs n·d·8 bytes, not n²·8.
     """
 
     def __init__(self, X, kernel: Kernel) -> None:
         self._source = X
         self._X: np.ndarray | None = None
         self._rows: np.ndarray | None = None
+        self._hold = False
+        self._K: np.ndarray | None = None
         self.kernel = kernel
         if len(X.shape) != 2:
             raise InputError(f"X has shape {tuple(X.shape)}; it must be (n, d)")
@@ -137,18 +139,43 @@ class ArrayKernelBlocks:
     def diag(self) -> np.ndarray:
         return self.kernel.diag(self.X)
 
+    def hold(self, max_bytes: float) -> bool:
+        """From the next :meth:`matmul` on, form K once (its n²·8 bytes) and multiply by it,
+        when those bytes are at most ``max_bytes``; returns whether it will. A product by a held
+        K is one BLAS product streaming n² numbers from memory instead of recomputing n² kernel
+        values: measured at n = 10 000, d = 8 (kin40k), 2 threads, a product of K by one vector
+        took 0.029 s held and 0.12–0.14 s by the tiles, and forming K once 0.4–1.1 s (its pages
+        are taken as it is written). The held product sums a row in one pass, not by blocks of
+        columns: it equals the tiles' to round-off. :meth:`release` drops K."""
+        self._hold = self.n * self.n * 8 <= max_bytes
+        if not self._hold:
+            self._K = None
+        return self._hold
+
+    def release(self) -> None:
+        """Drop a held K (:meth:`hold`); later products compute its tiles again."""
+        self._hold, self._K = False, None
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the held K (0 while none is held)."""
+        return 0 if self._K is None else self._K.nbytes
+
     def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
-        """K·V for V of shape (n,) or (n, b) (K is never formed): CG's product, on
-        :func:`kernel_threads` threads. For a narrow V (at most :data:`MATMUL_NARROW` columns)
-        each tile of K, :data:`MATMUL_COLS` columns by the rows that fill
-        :data:`MATMUL_TILE_BYTES`, is computed, multiplied into its rows of the output while in
-        cache and dropped (:meth:`_narrow_matmul`). For a wide V (the error bars' batched CG)
-        row tiles fill a block of about ``block_bytes`` of K's rows per thread, multiplied by V
-        in one GEMM: a product of a few rows by V streams all of V from memory for little
-        arithmetic (measured at n = 8000, b = 256, 2 threads on a loaded machine: 8.8 s a pass
-        with 8-row tiles, 3.7 s with 524-row blocks, 2.3 s for the same product with a dense
-        K)."""
+        """K·V for V of shape (n,) or (n, b): CG's product. By a held K after :meth:`hold`, else
+        without forming K, on :func:`kernel_threads` threads. For a narrow V (at most
+        :data:`MATMUL_NARROW` columns) each tile of K, :data:`MATMUL_COLS` columns by the rows that
+        fill :data:`MATMUL_TILE_BYTES`, is computed, multiplied into its rows of the output while in
+        cache and dropped (:meth:`_narrow_matmul`). For a wide V (the error bars' batched CG) row
+        tiles fill a block of about ``block_bytes`` of K's rows per thread, multiplied by V in one
+        GEMM: a product of a few rows by V streams all of V from memory for little arithmetic
+        (measured at n = 8000, b = 256, 2 threads on a loaded machine: 8.8 s a pass with 8-row
+        tiles, 3.7 s with 524-row blocks, 2.3 s for the same product with a dense K)."""
         W = np.asarray(V, dtype=np.float64).reshape(self.n, -1)
+        if self._hold:
+            if self._K is None:
+                self._K = self.kernel.block(self.kernel_rows, self.kernel.cols(self.X))
+            return (self._K @ W).reshape(V.shape)
         if W.shape[1] <= MATMUL_NARROW:
             return self._narrow_matmul(W).reshape(V.shape)
         kernel, A = self.kernel, self.kernel_rows

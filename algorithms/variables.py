@@ -60,6 +60,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "preconditioner": ("preconditioner", "1"),
     "precond_rank": ("rank of the pivoted-Cholesky preconditioner", "1"),
     "precond_seconds": ("time to build the preconditioner", "s"),
+    "kernel_held_bytes": ("bytes of K held in memory for CG's products (0: matrix-free)",
+                          "bytes"),
     "precond_trace": ("residual trace of the preconditioner tr(K − FFᵀ)/(n·σ²)", "1"),
     "iteration_seconds": ("time per iteration", "s"),
     "flops": ("floating-point operations (FLOP) of the step (BLAS work counted)", "1"),

@@ -83,9 +83,55 @@ def test_matrix_free_never_forms_n_by_n():
     CountingBlocks.largest = 0
     fit = run("cg", blocks, y, lam=0.1, block_bytes=8 * blocks.n * rows, error_bars=True,
               var_batch=8, preconditioner="pivoted_cholesky", precond_rank=10,
-              test=(X_test, y_test))
+              hold_kernel="never", test=(X_test, y_test))
     assert fit.summary["stop_reason"] == "residual ≤ tol = 1e-06"
     assert 0 < CountingBlocks.largest <= rows * blocks.n
+    assert fit.summary["kernel_held_bytes"] == 0
+
+
+@pytest.mark.parametrize("error_bars", [False, True])
+def test_a_held_kernel_gives_the_matrix_free_fit(error_bars):
+    """``hold_kernel=auto`` (the default, K fits) forms K at the first product and multiplies
+    by it after: the same iterations, objectives and solution as the matrix-free products to
+    round-off, and the same error bars; K is dropped at the end unless the error bars need it.
+    The two products differ by round-off (a held row is summed in one pass, a tile's by blocks of
+    columns), which CG's path amplifies: here the objectives part by up to 2e-6 mid-way and
+    meet again at the solution, as two runs of any Krylov method on perturbed products do."""
+    base, y, X_test, y_test = make_problem(n=400, d=3)
+    X = base.inputs(slice(None))
+    options = {"lam": 1.0, "tol": 1e-9, "error_bars": error_bars, "var_tol": 1e-9,
+               "precond_rank": 20, "test": (X_test, y_test)}
+    free = run("cg", ArrayKernelBlocks(X, base.kernel), y, hold_kernel="never", **options)
+    blocks = ArrayKernelBlocks(X, base.kernel)
+    held = run("cg", blocks, y, **options)
+    assert held.summary["kernel_held_bytes"] == 8 * 400 * 400
+    assert blocks.held_bytes == (8 * 400 * 400 if error_bars else 0)
+    assert held.summary["iterations"] == free.summary["iterations"] > 5
+    assert held.summary["residual_true"] < 2e-9 and free.summary["residual_true"] < 2e-9
+    for key in ("objective", "dual_objective"):  # quadratic: the iterates' error squared
+        assert held.summary[key] == pytest.approx(free.summary[key], rel=1e-12)
+    assert held.summary["test_rmse"] == pytest.approx(free.summary["test_rmse"], rel=1e-9)
+    np.testing.assert_allclose(held.coef, free.coef, rtol=0, atol=1e-9 * np.abs(free.coef).max())
+    if error_bars:
+        for a, b in zip(held.variance_bounds(X_test), free.variance_bounds(X_test), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10)
+
+
+def test_a_kernel_is_held_only_within_its_budget():
+    base, _, _, _ = make_problem(n=300, d=3)
+    blocks = ArrayKernelBlocks(base.inputs(slice(None)), base.kernel)
+    V = np.random.default_rng(0).standard_normal((300, 3))
+    free = blocks.matmul(V)
+    assert not blocks.hold(8 * 300 * 300 - 1)
+    np.testing.assert_array_equal(blocks.matmul(V), free)
+    assert blocks.held_bytes == 0
+    assert blocks.hold(8 * 300 * 300)
+    np.testing.assert_allclose(blocks.matmul(V), free, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(blocks.matmul(V[:, 0]), free[:, 0], rtol=1e-13, atol=1e-13)
+    assert blocks.held_bytes == 8 * 300 * 300
+    blocks.release()
+    assert blocks.held_bytes == 0
+    np.testing.assert_array_equal(blocks.matmul(V), free)
 
 
 @pytest.mark.parametrize("var_tol", [1e-1, 1e-3])

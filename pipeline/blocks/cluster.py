@@ -289,6 +289,14 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         parts = self._run(shard_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
 
+    def hold(self, max_bytes: float) -> bool:
+        """False: the shards compute their rows of K for every product (a shard holding its
+        rows k(X_B, X) is not built yet)."""
+        return False
+
+    def release(self) -> None:
+        """Nothing is held (:meth:`hold`)."""
+
     def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
         """K·V as the shards' rows k(X_B, X)·V (V goes to every worker; the result's rows
         come back: n·b numbers each way, against the n²·b of the product)."""
