@@ -7,8 +7,8 @@ For each n of ``sizes`` (the first n training rows of ``dataset``), the GP mean'
 (K + σ²I)α = y to a relative residual ``tol`` is run
 
 - by ours: ``algorithm=cg`` with its defaults (the pivoted-Cholesky preconditioner, its rank
-  grown until tr(K − FFᵀ) ≤ 2·n·σ², K·V in cache-sized tiles, K never formed), then the test
-  mean k(X*, X)α;
+  grown until tr(K − FFᵀ) ≤ 2·n·σ², K held where it fits and formed by the first product,
+  ``hold_kernel=auto``), then the test mean k(X*, X)α;
 - by GPyTorch as its users run it: an ``ExactGP`` (zero mean, the same RBF kernel and noise
   σ², float64) in eval mode; ``model(X*).mean`` solves by its CG (``max_cholesky_size`` 800 <
   n) with its default pivoted-Cholesky preconditioner (rank
