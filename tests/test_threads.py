@@ -63,8 +63,9 @@ def test_runnable_others_reads_this_instants_count():
 
 
 def test_this_process_own_busy_threads_are_not_others(monkeypatch, tmp_path):
-    """The job's own process's runnable threads (a BLAS pool still spinning after the job
-    before) are not other work: only the rest of /proc/loadavg's runnable count is."""
+    """The sweep's own runnable threads — this process's (a BLAS pool still spinning after the
+    job before) and its parents' (a local sweep's scheduler) — are not other work: only the
+    rest of /proc/loadavg's runnable count is."""
     from pipeline.cluster import threads
 
     if not Path("/proc/self/task").is_dir():
@@ -81,14 +82,15 @@ def test_this_process_own_busy_threads_are_not_others(monkeypatch, tmp_path):
     try:
         busy.wait()
         assert max(threads.own_runnable() for _ in range(50)) >= 2  # this thread and spin
+        assert os.getppid() in threads.ancestors() or os.getppid() == 1
         loadavg = tmp_path / "loadavg"
         loadavg.write_text("0.50 0.40 0.30 5/300 12345\n")
         real_path = threads.Path
         monkeypatch.setattr(threads, "Path", lambda p: loadavg if p == "/proc/loadavg"
                             else real_path(p))
-        monkeypatch.setattr(threads, "own_runnable", lambda: 2)
+        monkeypatch.setattr(threads, "own_runnable", lambda pids: 2)
         assert threads.runnable_others(samples=3, interval=0.0) == 3
-        monkeypatch.setattr(threads, "own_runnable", lambda: 0)  # the OS does not tell
+        monkeypatch.setattr(threads, "own_runnable", lambda pids: 0)  # the OS does not tell
         assert threads.runnable_others(samples=3, interval=0.0) == 4  # this thread only
     finally:
         stop.set()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from threadpoolctl import ThreadpoolController
 
 
@@ -48,37 +49,48 @@ def usable_cores() -> int:
 
 def runnable_others(samples: int = 7, interval: float = 0.003) -> int | None:
     """Threads of other processes runnable now: the kernel's count of runnable threads
-    (``/proc/loadavg``'s fourth field) less this process's own runnable threads (this reading
-    thread, and e.g. the BLAS threads of the job before, which spin a while after their last
-    call: counted as others, they once gave a sweep's next job one thread of two), the median
-    of ``samples`` readings ``interval`` seconds apart (a count of this instant, unlike the
-    load average's minute-long mean); None where the OS does not tell."""
+    (``/proc/loadavg``'s fourth field) less the sweep's own (:func:`own_runnable`: this
+    process's, e.g. the BLAS threads of the job before, which spin a while after their last
+    call, and its parents', e.g. a local sweep's scheduler filing the job before: counted as
+    others, they gave a sweep's next job one thread of two), the median of ``samples`` readings
+    ``interval`` seconds apart (a count of this instant, unlike the load average's minute-long
+    mean); None where the OS does not tell."""
+    pids = [os.getpid(), *ancestors()]
     counts = []
     for k in range(samples):
         try:
             runnable = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
         except (OSError, IndexError, ValueError):
             return None
-        counts.append(runnable - max(1, own_runnable()))
+        counts.append(runnable - max(1, own_runnable(pids)))
         if k + 1 < samples:
             time.sleep(interval)
     return max(0, int(statistics.median(counts)))
 
 
-def own_runnable() -> int:
-    """This process's threads in the running state (``/proc/self/task/*/stat``; 0 where the OS
-    does not tell)."""
-    running = 0
+def ancestors() -> list[int]:
+    """The process ids of this process's parents up to init (none where psutil cannot say)."""
     try:
-        tasks = list(Path("/proc/self/task").iterdir())
-    except OSError:
-        return 0
-    for task in tasks:
+        return [p.pid for p in psutil.Process().parents() if p.pid > 1]
+    except psutil.Error:
+        return []
+
+
+def own_runnable(pids: list[int] | None = None) -> int:
+    """Threads in the running state of the processes ``pids`` (this one by default), from
+    ``/proc/<pid>/task/*/stat``; 0 where the OS does not tell."""
+    running = 0
+    for pid in [os.getpid()] if pids is None else pids:
         try:
-            stat = (task / "stat").read_text()
-        except OSError:  # the thread ended meanwhile
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:  # gone, or not ours to read
             continue
-        running += stat[stat.rindex(")") + 2: stat.rindex(")") + 3] == "R"
+        for task in tasks:
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # the thread ended meanwhile
+                continue
+            running += stat[stat.rindex(")") + 2: stat.rindex(")") + 3] == "R"
     return running
 
 
