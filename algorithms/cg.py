@@ -58,7 +58,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import psutil
 import scipy.linalg as sla
 
 from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
@@ -302,7 +301,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     hold_kernel : ``auto``: the first product forms K and later ones multiply by it when its
         n²·8 bytes fit in :data:`HOLD_SHARE` of the memory available at the fit's start
         (:meth:`~algorithms.kernel_blocks.ArrayKernelBlocks.hold`; a product then streams n²
-        numbers instead of computing n² kernel values); ``never``: matrix-free always.
+        numbers instead of computing n² kernel values; on a cluster each worker holds its rows
+        of K within that share of its own memory); ``never``: matrix-free always.
     error_bars : give the predictive variance as the Theorem 2 bounds of the batched CG
         (module docstring); otherwise the fit has no variance.
     var_tol : a test point's CG stops once its variance bracket is narrower than var_tol
@@ -314,7 +314,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     """
     n = blocks.n
     precond = make_preconditioner(preconditioner, blocks, lam, precond_rank, precond_tol)
-    held = hold_kernel == "auto" and blocks.hold(HOLD_SHARE * psutil.virtual_memory().available)
+    held = blocks.hold(HOLD_SHARE) if hold_kernel == "auto" else 0
     cg = BatchedPCG(blocks, y[:, None], lam, precond, tol, block_bytes)
     y_norm = float(cg.b_norm[0])
     start = recorder.elapsed()
@@ -355,7 +355,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         "residual_true": float(np.linalg.norm(true_r)) / y_norm if y_norm else 0.0,
         "stop_reason": stop_reason, "jitter": 0.0,
         "preconditioner": precond.name, "precond_rank": precond.rank,
-        "precond_seconds": precond.seconds, "kernel_held_bytes": 8.0 * n * n * held,
+        "precond_seconds": precond.seconds, "kernel_held_bytes": float(held),
         "precond_trace": precond.trace[-1][1] if precond.trace else math.nan,
         "iteration_seconds": solve_seconds / max(1, iterations),
     }

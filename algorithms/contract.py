@@ -74,9 +74,10 @@ class KernelBlocks(Protocol):
         """K·V for V of shape (n,) or (n, b), in row blocks of about ``block_bytes`` of kernel
         values (K is not formed unless :meth:`hold` said it would be)."""
 
-    def hold(self, max_bytes: float) -> bool:
-        """Whether later :meth:`matmul` calls will form K once and multiply by it (when it fits
-        in ``max_bytes``; a provider that cannot returns False and stays matrix-free)."""
+    def hold(self, share: float) -> int:
+        """Let later :meth:`matmul` calls form K (or the rows of it a worker multiplies) once
+        and multiply by it where it takes at most ``share`` of the memory available there;
+        returns the bytes held (0: matrix-free)."""
 
     def release(self) -> None:
         """Drop what :meth:`hold` kept."""

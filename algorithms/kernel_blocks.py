@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import psutil
 
 from algorithms.errors import InputError
 from algorithms.factor_columns import CholeskyColumns
@@ -139,18 +140,20 @@ class ArrayKernelBlocks:
     def diag(self) -> np.ndarray:
         return self.kernel.diag(self.X)
 
-    def hold(self, max_bytes: float) -> bool:
+    def hold(self, share: float) -> int:
         """From the next :meth:`matmul` on, form K once (its n²·8 bytes) and multiply by it,
-        when those bytes are at most ``max_bytes``; returns whether it will. A product by a held
-        K is one BLAS product streaming n² numbers from memory instead of recomputing n² kernel
-        values: measured at n = 10 000, d = 8 (kin40k), 2 threads, a product of K by one vector
-        took 0.029 s held and 0.12–0.14 s by the tiles, and forming K once 0.4–1.1 s (its pages
-        are taken as it is written). The held product sums a row in one pass, not by blocks of
-        columns: it equals the tiles' to round-off. :meth:`release` drops K."""
-        self._hold = self.n * self.n * 8 <= max_bytes
+        when those bytes are at most ``share`` of the memory available now
+        (:func:`available_memory`); returns the bytes it will hold (0: matrix-free). A product
+        by a held K is one BLAS product streaming n² numbers from memory instead of recomputing
+        n² kernel values: measured at n = 10 000, d = 8 (kin40k), 2 threads, a product of K by
+        one vector took 0.029 s held and 0.12–0.14 s by the tiles, and forming K once 0.4–1.1
+        s (its pages are taken as it is written). The held product sums a row in one pass, not
+        by blocks of columns: it equals the tiles' to round-off. :meth:`release` drops K."""
+        need = self.n * self.n * 8
+        self._hold = need <= share * available_memory()
         if not self._hold:
             self._K = None
-        return self._hold
+        return need if self._hold else 0
 
     def release(self) -> None:
         """Drop a held K (:meth:`hold`); later products compute its tiles again."""
@@ -254,6 +257,11 @@ class ArrayKernelBlocks:
 
     def cross(self, X_new: np.ndarray, cols) -> np.ndarray:
         return self.kernel(X_new, self.X[cols])
+
+
+def available_memory() -> int:
+    """The memory this process could take now, in bytes (psutil's ``available``)."""
+    return int(psutil.virtual_memory().available)
 
 
 def _memory() -> int:

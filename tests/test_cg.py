@@ -117,15 +117,19 @@ def test_a_held_kernel_gives_the_matrix_free_fit(error_bars):
             np.testing.assert_allclose(a, b, rtol=1e-10)
 
 
-def test_a_kernel_is_held_only_within_its_budget():
+def test_a_kernel_is_held_only_within_its_budget(monkeypatch):
+    import algorithms.kernel_blocks as kernel_blocks
+
     base, _, _, _ = make_problem(n=300, d=3)
     blocks = ArrayKernelBlocks(base.inputs(slice(None)), base.kernel)
     V = np.random.default_rng(0).standard_normal((300, 3))
     free = blocks.matmul(V)
-    assert not blocks.hold(8 * 300 * 300 - 1)
+    monkeypatch.setattr(kernel_blocks, "available_memory", lambda: 2 * 8 * 300 * 300 - 2)
+    assert blocks.hold(0.5) == 0  # K's bytes are one more than half of what is available
     np.testing.assert_array_equal(blocks.matmul(V), free)
     assert blocks.held_bytes == 0
-    assert blocks.hold(8 * 300 * 300)
+    monkeypatch.setattr(kernel_blocks, "available_memory", lambda: 2 * 8 * 300 * 300)
+    assert blocks.hold(0.5) == 8 * 300 * 300
     np.testing.assert_allclose(blocks.matmul(V), free, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(blocks.matmul(V[:, 0]), free[:, 0], rtol=1e-13, atol=1e-13)
     assert blocks.held_bytes == 8 * 300 * 300

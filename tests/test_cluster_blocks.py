@@ -246,14 +246,14 @@ def test_the_cluster_benchmark_runs_at_small_size(tmp_path, in_process):
 @pytest.mark.parametrize("preconditioner", ["jacobi", "pivoted_cholesky"])
 def test_cg_on_cluster_blocks_equals_the_in_memory_fit(client, store, preconditioner):
     """CG's products K·V run as the shards' rows k(X_B, X)·V: the same iterations, the same
-    solution, mean and error bars (the error bars are CG solves too) as the in-memory tiles.
-    The shards hold nothing of K (its held in-memory product differs by round-off, which CG's
-    path amplifies: tests/test_cg.py compares that one)."""
+    solution, mean and error bars (the error bars are CG solves too) as the in-memory tiles,
+    both matrix-free (``hold_kernel=never``: the rows are computed by the same tiles)."""
     X, y, X_test, y_test = load_arrays(store)
     kernel = Kernel("rbf", {"width": 10.0})
     options = {"tol": 1e-8, "max_iter": 80, "preconditioner": preconditioner,
-               "error_bars": True, "var_tol": 1e-10}  # both brackets 1e-10 wide: equal
-    ref = run("cg", ArrayKernelBlocks(X, kernel), y, lam=0.1, rng=0, hold_kernel="never",
+               "error_bars": True, "var_tol": 1e-10,  # both brackets 1e-10 wide: equal
+               "hold_kernel": "never"}
+    ref = run("cg", ArrayKernelBlocks(X, kernel), y, lam=0.1, rng=0,
               test=(X_test[:10], y_test[:10]), **options)
     with ClusterKernelBlocks(client, store, kernel) as blocks:
         fit = run("cg", blocks, y, lam=0.1, rng=0, test=(X_test[:10], y_test[:10]), **options)
@@ -266,6 +266,34 @@ def test_cg_on_cluster_blocks_equals_the_in_memory_fit(client, store, preconditi
     for got, want in zip(bounds, ref.solution.variance_bounds(X_test[:5]), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-8)
     assert all(b >= 4000 * 10 * 8 for b in held)  # each worker read every row for K·V
+
+
+def test_cg_on_cluster_blocks_holds_each_workers_rows_of_k(client, store):
+    """``hold_kernel=auto`` (the default) on a cluster: each worker holds its rows k(X_B, X),
+    formed by the first product (all of K's n²·8 bytes, spread over the workers), kept for
+    the error bars and dropped with the fit; the fit equals the in-memory fit with K held to
+    the solver's tolerance (their products differ by round-off)."""
+    X, y, X_test, y_test = load_arrays(store)
+    n = len(X)
+    kernel = Kernel("rbf", {"width": 10.0})
+    options = {"lam": 1.0, "rng": 0, "tol": 1e-9, "error_bars": True, "var_tol": 1e-9,
+               "test": (X_test[:10], y_test[:10])}
+    ref = run("cg", ArrayKernelBlocks(X, kernel), y, **options)
+    with ClusterKernelBlocks(client, store, kernel) as blocks:
+        fit = run("cg", blocks, y, **options)
+        bounds = fit.solution.variance_bounds(X_test[:5])
+        held = blocks.shard_nbytes()
+        ranges = blocks.ranges
+    assert ref.summary["kernel_held_bytes"] == fit.summary["kernel_held_bytes"] == 8 * n * n
+    assert len(ranges) >= 2
+    for b, (lo, hi) in zip(held, ranges, strict=True):
+        assert b >= (hi - lo) * n * 8  # its rows of K, beside X
+    assert fit.summary["iterations"] == ref.summary["iterations"]
+    for key in ("objective", "dual_objective"):
+        assert fit.summary[key] == pytest.approx(ref.summary[key], rel=1e-12)
+    np.testing.assert_allclose(fit.coef, ref.coef, rtol=0, atol=1e-8 * np.abs(ref.coef).max())
+    for got, want in zip(bounds, ref.solution.variance_bounds(X_test[:5]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8)
 
 
 @pytest.mark.parametrize(("name", "options"), [

@@ -61,11 +61,13 @@ from pipeline.blocks.shards import (
     shard_factor_rows,
     shard_factor_rows_all,
     shard_factor_top,
+    shard_hold,
     shard_matmul,
     shard_new_columns,
     shard_new_factor,
     shard_peak_rss,
     shard_project,
+    shard_release,
     worker_status,
     worker_threads,
 )
@@ -289,13 +291,17 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         parts = self._run(shard_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
 
-    def hold(self, max_bytes: float) -> bool:
-        """False: the shards compute their rows of K for every product (a shard holding its
-        rows k(X_B, X) is not built yet)."""
-        return False
+    def hold(self, share: float) -> int:
+        """Each worker holds its rows of K, k(X_B, X), formed by the next product, where they
+        take at most ``share`` of the memory it could take (its Dask memory limit counted:
+        :func:`~pipeline.blocks.shards.worker_available`); the bytes held on all workers (0:
+        every shard computes its rows each product). K's n²·8 bytes are thus spread over the
+        workers' memory."""
+        return int(sum(self._run(shard_hold, lambda b: (self.n, share))))
 
     def release(self) -> None:
-        """Nothing is held (:meth:`hold`)."""
+        """Drop the workers' rows of K (:meth:`hold`)."""
+        self._run(shard_release, lambda b: ())
 
     def matmul(self, V: np.ndarray, block_bytes: int = 2**25) -> np.ndarray:
         """K·V as the shards' rows k(X_B, X)·V (V goes to every worker; the result's rows

@@ -5,14 +5,22 @@ Dask actor per worker (:class:`ShardHost`) answers on it.
 
 from __future__ import annotations
 
+import contextlib
 import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import psutil
+from distributed import get_worker
 
 from algorithms.factor_columns import CholeskyColumns
-from algorithms.kernel_blocks import ArrayKernelBlocks, KernelColumns, row_block_matmul
+from algorithms.kernel_blocks import (
+    ArrayKernelBlocks,
+    KernelColumns,
+    available_memory,
+    row_block_matmul,
+)
 from algorithms.kernel_threads import use_kernel_threads
 from algorithms.kernels import Kernel
 from pipeline.blocks.store import open_dataset_cached
@@ -28,6 +36,8 @@ class _Shard:
     blocks: ArrayKernelBlocks
     columns: dict[str, KernelColumns | CholeskyColumns] = field(default_factory=dict)
     X_all: np.ndarray | None = None  # every training row, for K·V (read on first use)
+    hold: bool = False  # K·V by the shard's rows of K, formed by the first product
+    K_rows: np.ndarray | None = None  # k(X_B, X), once formed
 
 
 class ShardHost:
@@ -97,13 +107,49 @@ def shard_project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
 
 def shard_matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
     """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
-    (n·d values on each worker: a product with K needs all of them)."""
+    (n·d values on each worker: a product with K needs all of them); by the shard's held rows
+    of K after :func:`shard_hold` (formed by the first product)."""
     shard = _shard(key)
     if shard.X_all is None:
         shard.X_all = np.ascontiguousarray(open_dataset_cached(store, verify=False)["X_train"][...],
                                            dtype=np.float64)
     blocks = shard.blocks
-    return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
+    if not shard.hold:
+        return row_block_matmul(blocks.kernel, blocks.X, shard.X_all, V, block_bytes)
+    if shard.K_rows is None:
+        kernel = blocks.kernel
+        shard.K_rows = kernel.block(blocks.kernel_rows, kernel.cols(shard.X_all))
+    V = np.asarray(V, dtype=np.float64)
+    return (shard.K_rows @ V.reshape(len(shard.X_all), -1)).reshape(blocks.n, *V.shape[1:])
+
+
+def shard_hold(key: str, n: int, share: float) -> int:
+    """Let the shard's products multiply by its rows of K, k(X_B, X) (formed by the next
+    product), when their (hi − lo)·n·8 bytes are at most ``share`` of the memory this worker
+    could take now (:func:`worker_available`); the bytes it will hold (0: none)."""
+    shard = _shard(key)
+    need = (shard.hi - shard.lo) * n * 8
+    shard.hold = need <= share * worker_available()
+    if not shard.hold:
+        shard.K_rows = None
+    return need if shard.hold else 0
+
+
+def shard_release(key: str) -> None:
+    """Drop the shard's rows of K (:func:`shard_hold`)."""
+    shard = _shard(key)
+    shard.hold, shard.K_rows = False, None
+
+
+def worker_available() -> int:
+    """The bytes this worker could take now: the machine's available memory (psutil), and
+    under a Dask memory limit what is left of it beside this process's resident memory."""
+    available = available_memory()
+    with contextlib.suppress(ValueError):  # not in a worker: the machine's memory only
+        limit = get_worker().memory_manager.memory_limit
+        if limit:
+            available = min(available, limit - psutil.Process().memory_info().rss)
+    return max(0, available)
 
 
 def shard_new_factor(key: str, name: str, targets: np.ndarray | None, capacity: int,
@@ -162,6 +208,7 @@ def shard_peak_rss(key: str) -> int:
 def held_bytes(key: str) -> int:
     shard = _shard(key)
     held = shard.blocks.X.nbytes + sum(c.nbytes for c in shard.columns.values())
+    held += shard.K_rows.nbytes if shard.K_rows is not None else 0
     return held + (shard.X_all.nbytes if shard.X_all is not None else 0)
 
 
