@@ -86,7 +86,7 @@ def test_a_cancelled_batch_job_loses_no_job_and_refits_none(slurm, tmp_path):
     victim = running[0]["JobId"]
     slurm.run("scancel", victim)
     out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 0, (out[-3000:], err[-3000:])  # a failed job: stdout says which
     ds = load(tmp_path / "outputs" / "preempt" / "results.zarr")
     assert set(ds["status"].values.ravel()) == {"ok"}
     results = list(jobs_dir.glob("*/result.nc"))
