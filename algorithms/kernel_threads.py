@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +30,25 @@ PARALLEL_ENTRIES = 1 << 17
 _THREADS: contextvars.ContextVar[int] = contextvars.ContextVar("kernel_threads", default=1)
 _pools: dict[int, ThreadPoolExecutor] = {}  # one per thread count in use, never shut down
 _pools_lock = threading.Lock()
-_blas = ThreadpoolController()
+# Modules that load a BLAS of their own: numpy's and scipy's OpenBLAS are two libraries, and a
+# scan made before ``scipy.linalg`` is imported does not hold scipy's (a limit then leaves its
+# LAPACK and triangular solves multithreaded: SGMA's steps on README's default job took 0.47 s
+# against 0.37 s, its CPU 0.89 s against 0.59 s, with a scan made at this module's import).
+BLAS_MODULES = ("scipy.linalg", "sklearn", "torch")
+
+
+def blas_controller() -> ThreadpoolController:
+    """The BLAS libraries of this process (threadpoolctl), scanned again only when a module
+    of :data:`BLAS_MODULES` has been imported since (a scan costs ~3 ms: a sweep's worker runs
+    thousands of jobs)."""
+    import scipy.linalg  # noqa: F401  (its OpenBLAS loaded: every job's numerics use it)
+
+    return _controller(tuple(name in sys.modules for name in BLAS_MODULES))
+
+
+@functools.cache
+def _controller(loaded: tuple[bool, ...]) -> ThreadpoolController:
+    return ThreadpoolController()
 
 
 @contextlib.contextmanager
@@ -75,7 +95,7 @@ def tiles_own_the_cores():
     against 5.9 s with 1 (two kernel threads) and 9.8 s on one thread; SGMA n = 4000, d = 8,
     κ = 59, 244 basis functions on one kernel thread, 3.14 s with 2 BLAS threads against 0.85 s
     with 1 (n = 2000, d = 2, 100 basis functions: 1.02 s against 0.10 s)."""
-    return _blas.limit(limits=1, user_api="blas")
+    return blas_controller().limit(limits=1, user_api="blas")
 
 
 SMALL_FACTOR = 4096  # small_blas: a t × t factor up to this t is worked on one BLAS thread
@@ -90,7 +110,9 @@ def small_blas(t: int):
     for the cores the other library's threads hold. Measured on 2 cores, Nyström n = 4000,
     m = 256: its 12 Cholesky factors of blocks of at most 128 pivots took 0.23 s (19 ms each;
     0.17 ms alone), and its 280 triangular solves 0.08 s."""
-    return _blas.limit(limits=1, user_api="blas") if t <= SMALL_FACTOR else contextlib.nullcontext()
+    if t > SMALL_FACTOR:
+        return contextlib.nullcontext()
+    return blas_controller().limit(limits=1, user_api="blas")
 
 
 def l2_bytes(default: int = 1 << 20) -> int:
@@ -122,5 +144,5 @@ def on_threads(work: Callable[[range], Any], starts: range, entries: int) -> lis
         return [work(starts)]
     runs = [starts[i::threads] for i in range(threads)]
     contexts = [contextvars.copy_context() for _ in runs]  # the caller's context variables
-    with _blas.limit(limits=1, user_api="blas"):
+    with blas_controller().limit(limits=1, user_api="blas"):
         return list(_pool(threads).map(lambda ctx, run: ctx.run(work, run), contexts, runs))

@@ -155,3 +155,37 @@ def test_a_jobs_thread_count_reaches_scipys_blas_loaded_after_the_first_scan():
     assert out.returncode == 0, out.stderr[-2000:]
     counts, recorded = out.stdout.strip().rsplit(" ", 1)
     assert set(json.loads(counts)) == {2} and int(recorded) == 2
+
+
+def test_single_threaded_blas_contexts_reach_scipys_blas_imported_after_them():
+    """SGMA's and Zhang's loops (tiles_own_the_cores) and the small factors (small_blas) run
+    every BLAS on one thread, scipy's OpenBLAS included, though algorithms.kernel_threads was
+    imported before scipy.linalg (a controller scanned at its import missed scipy's: its
+    solves then ran on every core and spun beside the tiles, README's default job 0.47 s
+    against 0.37 s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy\n"
+        "import algorithms.kernel_threads as kt\n"
+        "assert 'scipy.linalg' not in sys.modules\n"
+        "import scipy.linalg\n"
+        "from threadpoolctl import threadpool_info, threadpool_limits\n"
+        "def counts():\n"
+        "    return sorted(i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas')\n"
+        "with threadpool_limits(limits=2, user_api='blas'):\n"
+        "    outer = counts()\n"
+        "    with kt.tiles_own_the_cores():\n"
+        "        tiles = counts()\n"
+        "    with kt.small_blas(10):\n"
+        "        small = counts()\n"
+        "print(outer, tiles, small, sep=';')\n")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    outer, tiles, small = (json.loads(part) for part in out.stdout.strip().split(";"))
+    assert len(outer) >= 2 and set(outer) == {2}  # numpy's and scipy's, both raised to 2 first
+    assert set(tiles) == {1} and set(small) == {1}

@@ -4,17 +4,16 @@ and the jobs running on it at once, and what the BLAS of this process uses now.
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
-from threadpoolctl import ThreadpoolController
+
+from algorithms.kernel_threads import blas_controller
 
 
 def resolve_threads(threads: Any, jobs_at_once: int = 1) -> int | str | None:
@@ -103,26 +102,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
-
-
-# Modules that load a BLAS of their own: numpy's and scipy's OpenBLAS are two libraries, and a
-# scan made before ``scipy.linalg`` is imported does not hold scipy's (its LAPACK then keeps the
-# thread count a Dask worker's environment set, one, whatever a job asks for).
-BLAS_MODULES = ("scipy.linalg", "sklearn", "torch")
-
-
-def blas_controller() -> ThreadpoolController:
-    """The BLAS libraries of this process (threadpoolctl), scanned again only when a module
-    of :data:`BLAS_MODULES` has been imported since (a scan costs ~3 ms: a sweep's worker runs
-    thousands of jobs)."""
-    import scipy.linalg  # noqa: F401  (its OpenBLAS loaded: every job's numerics use it)
-
-    return _controller(tuple(name in sys.modules for name in BLAS_MODULES))
-
-
-@functools.cache
-def _controller(loaded: tuple[bool, ...]) -> ThreadpoolController:
-    return ThreadpoolController()
 
 
 def blas_threads() -> int:
