@@ -84,12 +84,15 @@ def _coord_key(value, coord: np.ndarray):
     return value if coord.dtype.kind in "iuf" else str(value)
 
 
-def consolidate(sweep_dir: str | os.PathLike) -> Path:
+def consolidate(sweep_dir: str | os.PathLike, statuses: dict | None = None) -> Path:
     """Build ``<sweep_dir>/results.zarr`` from the manifest and the per-job files.
 
     Idempotent: the same job files always give the same Dataset (it is rewritten atomically).
     Jobs shared by several sweep points (κ for algorithms that ignore it, the seed for
     deterministic ones) are repeated along those dims. Traces are NaN-padded along ``step``.
+    ``statuses``, where given, is filled with each job's status as read here (``ok`` or
+    ``failed``; None for a job with no file or a damaged one, left out of the store), by
+    hash: the sweep's report of its jobs without reading and verifying every file again.
     """
     sweep_dir = Path(sweep_dir)
     manifest = _manifest(sweep_dir)
@@ -97,6 +100,9 @@ def consolidate(sweep_dir: str | os.PathLike) -> Path:
     dims = list(FIXED_DIMS) + list(manifest["extra_dims"])
     coords = {d: _coordinate([e["coords"][d] for e in entries]) for d in dims}
     jobs, summaries, damaged = _read_jobs(sweep_dir, entries)
+    if statuses is not None:
+        statuses.update({h: None if job is None else job.attrs["status"]
+                         for h, job in jobs.items()})
     data_vars, padded = _variables(entries, dims, coords, jobs, summaries, damaged)
     ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded},
                                      attrs=_attrs(manifest, entries)))

@@ -138,7 +138,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             t_consolidate = time.perf_counter()
             from pipeline.results.consolidate import consolidate  # xarray: not for planning
 
-            results_path = consolidate(sweep_dir)
+            statuses: dict[str, str | None] = {}
+            results_path = consolidate(sweep_dir, statuses)
             if startup is not None:
                 print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "
                       f"launcher {timings['wall_seconds']:.1f} s, consolidation "
@@ -148,7 +149,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
 
                 print(f"report: {render(results_path, results_path.parent / 'report')}",
                       flush=True)
-        return _returns(master, jobs, cached, records, sweep_dir, results_path)
+        return _returns(master, jobs, cached, records, sweep_dir, results_path, statuses)
     finally:
         cluster.close()
 
@@ -174,16 +175,21 @@ def _add_points(master: DictConfig, hydra_context: HydraContext, jobs: list[Plan
 
 
 def _returns(master: DictConfig, jobs: list[PlannedJob], cached: set, records: dict,
-             sweep_dir: Path, results_path: Path) -> list[JobReturn]:
+             sweep_dir: Path, results_path: Path, statuses: dict) -> list[JobReturn]:
     """One JobReturn a point, COMPLETED even for a failed job: the failure is recorded, and
     Hydra's sweeper would raise on the first FAILED return before the others are reported.
     No per-point cfg (a DictConfig costs ~2 ms a point): the record names the job, whose
-    config is in its result file and in the consolidated store."""
+    config is in its result file and in the consolidated store. ``statuses``: each job's
+    result file as consolidation read and verified it (a job it did not read is read here)."""
     returns = []
     for job in jobs:
         record = {"status": "cached", "error": ""} if job.hash in cached else records[job.hash]
-        status = job_status(job_path(sweep_dir, job.hash))
-        if record["status"] == "ok" and (status is None or status[0] != "ok"):
+        if job.hash in statuses:
+            status = statuses[job.hash]
+        else:
+            found = job_status(job_path(sweep_dir, job.hash))
+            status = None if found is None else found[0]
+        if record["status"] == "ok" and status != "ok":
             record = {"status": "failed", "error": "no result file"}
         record = {**record, "config_hash": job.hash, "results": str(results_path)}
         returns.append(JobReturn(overrides=job.overrides, cfg=None,
