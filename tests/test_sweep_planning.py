@@ -181,6 +181,13 @@ def test_the_sweep_overhead_benchmark_writes_its_figures(tmp_path, in_process):
             s["whole_process_seconds"] - s["phases"]["jobs_seconds"])
         assert s["per_job_ms"] == pytest.approx(
             1e3 * (s["phases"]["jobs_seconds"] - s["ideal_seconds"]) / s["jobs"])
+    # the line through the two cold sweeps' overheads (whole process less the ideal)
+    line, (small, large) = figures["fitted"], figures["sweeps"][:2]
+    assert line["jobs"] == [10, 20]
+    for s in (small, large):
+        assert line["fixed_seconds"] + 1e-3 * line["per_job_ms"] * s["jobs"] == pytest.approx(
+            s["whole_process_seconds"] - s["ideal_seconds"])
+    assert "overhead beyond the ideal as a line through the 10- and 20-job" in proc.stdout
     assert figures["plan"]["points"] == 1000 and figures["plan"]["peak_memory_mib"] > 0
     assert (out / "sweep_overhead.png").stat().st_size > 10000
     # the experiment's own results and report (experiment=bench_sweep_overhead size=small)
@@ -240,3 +247,26 @@ def test_an_integer_for_a_declared_float_is_the_same_job_and_point(tmp_path, run
     assert isinstance(floats["seed"], int)
     assert config["lam"] == 1 and isinstance(config["lam"], int)  # the input is not modified
     assert config_hash(config, write_data=False) == config_hash(floats, write_data=False)
+
+
+def test_a_sweeps_returns_take_consolidations_statuses_and_read_what_it_did_not(tmp_path):
+    """The sweep's per-point report uses the statuses consolidation read and verified (no
+    second read of every file); a job consolidation left out (no file, or a damaged one) that
+    its worker reported ok is reported failed, and a job consolidation did not read is read."""
+    from types import SimpleNamespace
+
+    from pipeline.results.job_file import job_path
+    from pipeline.sweep.launch import _returns
+
+    master = SimpleNamespace(hydra=SimpleNamespace(job=SimpleNamespace(name="t")))
+    jobs = [SimpleNamespace(hash=h, overrides=[f"seed={i}"]) for i, h in
+            enumerate(["a" * 16, "b" * 16, "c" * 16, "d" * 16])]
+    records = {h: {"status": "ok", "error": ""} for h in ("a" * 16, "b" * 16, "d" * 16)}
+    statuses = {"a" * 16: "ok", "b" * 16: None, "c" * 16: "ok"}  # d: not read
+    returns = _returns(master, jobs, {"c" * 16}, records, tmp_path, tmp_path / "results.zarr",
+                       statuses)
+    got = {r.return_value["config_hash"]: (r.return_value["status"], r.return_value["error"])
+           for r in returns}
+    assert got == {"a" * 16: ("ok", ""), "b" * 16: ("failed", "no result file"),
+                   "c" * 16: ("cached", ""), "d" * 16: ("failed", "no result file")}
+    assert not job_path(tmp_path, "d" * 16).exists()

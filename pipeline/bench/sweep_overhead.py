@@ -15,6 +15,10 @@ start to its exit:
     python -m pipeline.bench.sweep_overhead              # 200 and 1000 jobs, a 10 000-point plan
     python -m pipeline.bench.sweep_overhead size=small   # their small variants (10, 20, 1000)
 
+Prints each sweep's fixed seconds (everything but its jobs' phase) and milliseconds a job, and the
+overhead of the two cold sweeps (whole process less the ideal) as a line in their job counts:
+fixed seconds (its intercept) + milliseconds a job (its slope, consolidation's reading included).
+
 Writes ``outputs/bench_sweeps[_small]/figures.json`` and ``sweep_overhead.png``.
 """
 
@@ -126,6 +130,18 @@ def measure_plan(size: str, cwd: Path) -> dict:
             "goal_seconds": PLAN_GOAL_SECONDS, "peak_memory_mib": peak, "printed": line}
 
 
+def fitted(sweeps: list[dict]) -> dict:
+    """The overhead (whole process less the ideal) of the two cold sweeps as a line in their job
+    counts: its intercept, the fixed seconds that do not grow with the jobs, and its slope, the
+    milliseconds each job adds wherever they are spent (the jobs' phase, and consolidation,
+    which reads every job's file: in the phases' split it counts as fixed)."""
+    small, large = sweeps[0], sweeps[1]
+    over = [s["whole_process_seconds"] - s["ideal_seconds"] for s in (small, large)]
+    slope = (over[1] - over[0]) / max(1, large["jobs"] - small["jobs"])
+    return {"fixed_seconds": over[0] - slope * small["jobs"], "per_job_ms": 1e3 * slope,
+            "jobs": [small["jobs"], large["jobs"]]}
+
+
 def figure(sweeps: list[dict], plan: dict, path: Path) -> None:
     """Each sweep's whole process by phase, in units of its ideal (Σ job seconds / workers),
     with its fixed seconds and milliseconds a job against their budgets."""
@@ -218,8 +234,9 @@ def main(argv: list[str]) -> int:
     sweeps.append(measure_warm(SWEEPS[0], size, cwd))
     out_dir = cwd / "outputs" / ("bench_sweeps" if size == "full" else f"bench_sweeps_{size}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / "figures.json", json.dumps({"sweeps": sweeps, "plan": plan},
-                                                     indent=2))
+    line = fitted(sweeps)
+    write_text(out_dir / "figures.json", json.dumps({"sweeps": sweeps, "plan": plan,
+                                                      "fitted": line}, indent=2))
     figure(sweeps, plan, out_dir / "sweep_overhead.png")
     for s in sweeps:
         print(f"{s['experiment']}: {s['jobs']} jobs"
@@ -229,6 +246,10 @@ def main(argv: list[str]) -> int:
               f"{s['ratio']:.2f}×; fixed {s['fixed_seconds']:.1f} s (budget "
               f"{FIXED_BUDGET_SECONDS:g} s), {s['per_job_ms']:.1f} ms a job beyond the ideal "
               f"(budget {PER_JOB_BUDGET_MS:g} ms at 1000 jobs)")
+    print(f"overhead beyond the ideal as a line through the {line['jobs'][0]}- and "
+          f"{line['jobs'][1]}-job sweeps: fixed {line['fixed_seconds']:.1f} s (budget "
+          f"{FIXED_BUDGET_SECONDS:g} s) + {line['per_job_ms']:.1f} ms a job (budget "
+          f"{PER_JOB_BUDGET_MS:g} ms)")
     print(f"{plan['experiment']}: {plan['points']} points planned, whole process "
           f"{plan['whole_process_seconds']:.1f} s (budget {PLAN_GOAL_SECONDS:g} s), peak memory "
           f"{plan['peak_memory_mib']:.0f} MiB")
