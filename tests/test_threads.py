@@ -190,3 +190,51 @@ def test_single_threaded_blas_contexts_reach_scipys_blas_imported_after_them():
     outer, tiles, small = (json.loads(part) for part in out.stdout.strip().split(";"))
     assert len(outer) >= 2 and set(outer) == {2}  # numpy's and scipy's, both raised to 2 first
     assert set(tiles) == {1} and set(small) == {1}
+
+
+def test_lead_blas_puts_the_other_packages_own_blas_on_one_thread():
+    """lead_blas("numpy") leaves numpy's BLAS at its threads and runs the copy scipy's wheel
+    ships on one (PCG: two OpenBLAS copies with threads each spin against each other), and
+    lead_blas("scipy") the reverse; a library both packages share is left alone; anything
+    else is refused."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy, scipy.linalg\n"
+        "from pathlib import Path\n"
+        "from threadpoolctl import threadpool_info, threadpool_limits\n"
+        "from algorithms.kernel_threads import lead_blas\n"
+        "def counts():\n"
+        "    out = {}\n"
+        "    for i in threadpool_info():\n"
+        "        if i['user_api'] == 'blas':\n"
+        "            home = Path(i['filepath']).resolve().parent.name\n"
+        "            out[home] = i['num_threads']\n"
+        "    return out\n"
+        "with threadpool_limits(limits=2, user_api='blas'):\n"
+        "    with lead_blas('numpy'):\n"
+        "        a = counts()\n"
+        "    with lead_blas('scipy'):\n"
+        "        b = counts()\n"
+        "    c = counts()\n"
+        "print(a, b, c, sep=';')\n")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import ast
+
+    lead_numpy, lead_scipy, after = (ast.literal_eval(part)
+                                     for part in out.stdout.strip().split(";"))
+    assert set(after.values()) == {2}  # restored
+    if set(after) == {"numpy.libs", "scipy.libs"}:  # wheels: a copy each
+        assert lead_numpy == {"numpy.libs": 2, "scipy.libs": 1}
+        assert lead_scipy == {"numpy.libs": 1, "scipy.libs": 2}
+    else:  # one library both use (a system or conda BLAS): nothing to put on one thread
+        assert lead_numpy == lead_scipy == after
+    from algorithms.kernel_threads import lead_blas
+
+    with pytest.raises(ValueError, match="package='torch': pass one of numpy, scipy"):
+        lead_blas("torch")
