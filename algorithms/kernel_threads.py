@@ -59,19 +59,39 @@ def lead_blas(package: str):
     """A context for a loop whose heavy BLAS calls are ``package``'s (``numpy``: its matmul;
     ``scipy``: scipy.linalg and its BLAS wrappers) and whose calls into the other's BLAS are
     small: the other package's own BLAS (a wheel's copy beside this one's) runs single-threaded
-    meanwhile; a BLAS both share (one system or conda library) is left as it is. Two OpenBLAS
-    copies with threads each take turns in such a loop, and each one's workers spin after
-    its call and take the cores from the other's: PCG at n = 2500 on 2 cores, both with 2
-    threads, 2.74 ms an iteration and 35 ms its preconditioner, against 1.37 ms with scipy's
-    on one thread (its only call is the r × r solve) and 19 ms with numpy's on one thread
-    (the factor's updates are scipy's); at n = 10 000, 138 against 86 ms."""
+    meanwhile, and ``package``'s own at the most threads any BLAS has now (the job's count,
+    also where an enclosing lead put it on one); a BLAS both share (one system or conda
+    library) is left as it is. Two OpenBLAS copies with threads each take turns in such a
+    loop, and each one's workers spin after its call and take the cores from the other's: PCG
+    at n = 2500 on 2 cores, both with 2 threads, 2.74 ms an iteration against 1.37 ms with
+    scipy's on one (its only call there is the r × r solve)."""
     if package not in BLAS_OWNERS:
         raise ValueError(f"package={package!r}: pass one of {', '.join(BLAS_OWNERS)}")
+    loaded = tuple(name in sys.modules for name in BLAS_MODULES)
+    own = _owned_blas(package, loaded)
     others = [path for owner in BLAS_OWNERS if owner != package
-              for path in _owned_blas(owner, tuple(name in sys.modules for name in BLAS_MODULES))]
+              for path in _owned_blas(owner, loaded)]
     if not others:
         return contextlib.nullcontext()
-    return blas_controller().select(filepath=others).limit(limits=1, user_api="blas")
+    controller = blas_controller()
+    threads = max((lib.num_threads for lib in controller.lib_controllers
+                   if lib.user_api == "blas"), default=1)
+    limits = {**{path: threads for path in own}, **{path: 1 for path in others}}
+    return _limits_by_path(controller, limits)
+
+
+@contextlib.contextmanager
+def _limits_by_path(controller: ThreadpoolController, limits: dict[str, int]) -> Iterator[None]:
+    """Each library of ``limits`` (by file path) at its thread count, restored after."""
+    libs = [lib for lib in controller.lib_controllers if lib.filepath in limits]
+    before = [lib.num_threads for lib in libs]
+    try:
+        for lib in libs:
+            lib.set_num_threads(limits[lib.filepath])
+        yield
+    finally:
+        for lib, count in zip(libs, before, strict=True):
+            lib.set_num_threads(count)
 
 
 @functools.cache
