@@ -326,22 +326,6 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         iteration; memory 8·n·var_batch float64).
     max_n : checked before the fit (:func:`algorithms.evaluation.check_size`).
     """
-    # scipy's BLAS single-threaded throughout (lead_blas): the iterations' K·v is numpy's and
-    # their one scipy call the r × r solve; the factor's updates (scipy's) lose less on one
-    # thread than scipy's workers, spinning after them, cost the iterations (2 cores: n = 2500
-    # 129 → 72 ms, n = 10 000 1.06 → 1.02 s)
-    with lead_blas("numpy"):
-        return _fit(blocks, y, lam=lam, recorder=recorder, tol=tol, max_iter=max_iter,
-                    preconditioner=preconditioner, precond_rank=precond_rank,
-                    precond_tol=precond_tol, block_bytes=block_bytes, hold_kernel=hold_kernel,
-                    error_bars=error_bars, var_tol=var_tol, var_batch=var_batch)
-
-
-def _fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, recorder: Recorder, tol: float,
-         max_iter: int, preconditioner: str, precond_rank: int, precond_tol: float,
-         block_bytes: int, hold_kernel: str, error_bars: bool, var_tol: float,
-         var_batch: int) -> Solution:
-    """:func:`fit` with scipy's BLAS on one thread."""
     n = blocks.n
     precond = make_preconditioner(preconditioner, blocks, lam, precond_rank, precond_tol)
     held = blocks.hold(HOLD_SHARE) if hold_kernel == "auto" else 0
@@ -447,4 +431,7 @@ SPECS = [AlgorithmSpec(
     exact_limit=ExactLimit({"tol": 1e-12, "error_bars": True}, variance=True),
     check_options={"error_bars": True, "max_iter": 60},
     cluster_blocks=True,
+    # the iterations' K·v is numpy's and their one scipy call the r × r solve; the factor is
+    # built with scipy's threads only where its updates are large (THREADED_UPDATE_FLOPS)
+    blas_lead="numpy",
 )]

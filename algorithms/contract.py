@@ -476,6 +476,11 @@ class AlgorithmSpec:
     learning, or the method's own training where ``own_protocol`` is set).
     ``too_large``: what to run instead when :func:`~algorithms.evaluation.check_size` refuses
     a fit as too large, named first in its one-line error (None: a sparse algorithm).
+    ``blas_lead``: the package whose BLAS carries the fit's heavy work (``scipy``: its
+    factorisations and solves, most fits; ``numpy``: its matmul, as CG's K·v); the evaluator
+    runs the fit with the other package's own BLAS on one thread
+    (:func:`~algorithms.kernel_threads.lead_blas`: two OpenBLAS copies with threads each spin
+    against each other).
     """
 
     name: str
@@ -496,6 +501,7 @@ class AlgorithmSpec:
     own_protocol: Mapping[str, Any] | None = None
     own_hyper: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     too_large: str | None = None
+    blas_lead: str = "scipy"
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -47,6 +47,7 @@ from algorithms.contract import (
     trace_keys,
 )
 from algorithms.errors import InputError, TooLarge
+from algorithms.kernel_threads import lead_blas
 from algorithms.kernels import Kernel
 from algorithms.options import clip_to_n, validate
 from algorithms.registry import get
@@ -397,6 +398,7 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     recorder = Recorder(test, **{k: opts.pop(k) for k in EVALUATOR_OPTIONS if k in opts},
                         task=spec.task)
     with numerical_guard(spec.owner, blocks.kernel, lam, blocks.diag, spec.task), \
+            lead_blas(spec.blas_lead), \
             (MemoryProfile() if profile_memory else nullcontext()) as memory:
         solution = spec.fit(blocks, y, lam=lam, rng=rng, recorder=recorder, **opts)
         fit = recorder.finish(spec.name, solution, memory)

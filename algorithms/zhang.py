@@ -399,7 +399,7 @@ _CHECK = {"max_basis": 8}
 SPECS = [
     AlgorithmSpec("zhang_greedy", fit_greedy, "Zhang's Algorithm 1, full greedy",
                   _options(greedy=True), seed_free=True, check_options=_CHECK,
-                  own_hyper=lowrank_own_hyper),
+                  own_hyper=lowrank_own_hyper, blas_lead="numpy"),
     AlgorithmSpec("zhang_kappa_greedy", fit_kappa_greedy, "Zhang's Algorithm 3, κ-greedy",
                   _options(greedy=True), uses_kappa=True, check_options=_CHECK,
                   own_hyper=lowrank_own_hyper),

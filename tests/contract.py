@@ -219,7 +219,15 @@ def check_defaults_fit_a_tiny_dataset(spec: AlgorithmSpec, problem: Problem,
                              "n_train=12" for key in clipped)
 
 
-CHECKS = [check_yaml_matches_spec, check_result_schema, check_deterministic,
+def check_blas_lead(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
+    """The evaluator runs the fit under :func:`~algorithms.kernel_threads.lead_blas` of the
+    spec's ``blas_lead``: a package that ships a BLAS of its own."""
+    from algorithms.kernel_threads import BLAS_OWNERS
+
+    assert spec.blas_lead in BLAS_OWNERS, (spec.name, spec.blas_lead)
+
+
+CHECKS = [check_yaml_matches_spec, check_blas_lead, check_result_schema, check_deterministic,
           check_store_blocks_equal_memory_blocks, check_exact_limit, check_bad_options,
           check_learning_curve, check_extreme_lam, check_variables_described,
           check_defaults_fit_a_tiny_dataset]
