@@ -55,7 +55,7 @@ def _controller(loaded: tuple[bool, ...]) -> ThreadpoolController:
 BLAS_OWNERS = ("numpy", "scipy")
 
 
-def lead_blas(package: str):
+def lead_blas(package: str) -> contextlib.AbstractContextManager:
     """A context for a loop whose heavy BLAS calls are ``package``'s (``numpy``: its matmul;
     ``scipy``: scipy.linalg and its BLAS wrappers) and whose calls into the other's BLAS are
     small: the other package's own BLAS (a wheel's copy beside this one's) runs single-threaded

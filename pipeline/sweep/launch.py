@@ -136,10 +136,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             write_manifest(sweep_dir, master, jobs, kept, dims, timings, n_workers, old,
                            ran=[h for h in records if h not in refused])
             t_consolidate = time.perf_counter()
-            from pipeline.results.consolidate import consolidate  # xarray: not for planning
-
-            statuses: dict[str, str | None] = {}
-            results_path = consolidate(sweep_dir, statuses)
+            results_path, statuses = _consolidate(sweep_dir)
             if startup is not None:
                 print(f"whole process so far: {startup_seconds():.1f} s (start-up {startup:.1f} s, "
                       f"launcher {timings['wall_seconds']:.1f} s, consolidation "
@@ -152,6 +149,15 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
         return _returns(master, jobs, cached, records, sweep_dir, results_path, statuses)
     finally:
         cluster.close()
+
+
+def _consolidate(sweep_dir: Path) -> tuple[Path, dict[str, str | None]]:
+    """The sweep's results.zarr, and each job's status as consolidation read and verified it
+    (xarray is imported here, not for planning)."""
+    from pipeline.results.consolidate import consolidate
+
+    statuses: dict[str, str | None] = {}
+    return consolidate(sweep_dir, statuses), statuses
 
 
 def _add_points(master: DictConfig, hydra_context: HydraContext, jobs: list[PlannedJob],
