@@ -587,3 +587,9 @@ def test_bench_sgma_flops_small(tmp_path):
     for key in ("gemm_flops_per_s", "flops_per_s", "step_seconds_at_t_max",
                 "ratio_to_gemm", "ratio_to_gemm_at_t_max"):
         assert np.isfinite(figures[key]) and figures[key] > 0, key
+    # the steps' parts, not the evaluator's clocks since the start (cpu_seconds was one, with
+    # its bookkeeping below −300 × the step)
+    parts = figures["step_breakdown_fraction"]
+    assert set(parts) == {"project", "block_sm", "solve", "scores", "dual", "bookkeeping"}
+    assert sum(parts.values()) == pytest.approx(1.0)
+    assert all(value > -0.01 for value in parts.values()), parts
