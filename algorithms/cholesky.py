@@ -38,6 +38,7 @@ import numpy as np
 from scipy.linalg import blas, cho_solve, lapack
 
 from algorithms import blas_inplace as bi
+from algorithms.kernel_threads import lead_blas
 
 # the widest block column: potrf and trsm on blocks this wide run near GEMM's rate, far
 # below the size at which the whole-matrix potrf crashes (≈ 16 000)
@@ -99,20 +100,24 @@ def cholesky_in_place(A: np.ndarray, block: int = BLOCK, direct: int = DIRECT,
         j1 = min(j0 + nb, n)
         left = A[j0:j1, :j0]  # L_jk for k < j: the factored columns of block row j
         if j0:  # A_jj −= L_jk L_jkᵀ on and below its diagonal, a tile of columns at a time
-            for c0 in range(j0, j1, tile):
-                c1 = min(c0 + tile, j1)
-                A[c0:j1, c0:c1] -= A[c0:j1, :j0] @ A[c0:c1, :j0].T
-        diagonal = _potrf(A[j0:j1, j0:j1], j0)  # a copy (the block is strided): nb² values
+            with lead_blas("numpy"):
+                for c0 in range(j0, j1, tile):
+                    c1 = min(c0 + tile, j1)
+                    A[c0:j1, c0:c1] -= A[c0:j1, :j0] @ A[c0:c1, :j0].T
+        with lead_blas("scipy"):
+            diagonal = _potrf(A[j0:j1, j0:j1], j0)  # a copy (the block is strided): nb²
         A[j0:j1, j0:j1] = diagonal  # its strict upper triangle zero (clean=1)
         if j1 == n:
             break
         chunks = [(r0, min(r0 + rows, n)) for r0 in range(j1, n, rows)]
         if j0:  # A_ij −= L_ik L_jkᵀ for the rows below
-            for r0, r1 in chunks:
-                A[r0:r1, j0:j1] -= A[r0:r1, :j0] @ left.T
-        for r0, r1 in chunks:  # L_ij = A_ij L_jj⁻ᵀ
-            A[r0:r1, j0:j1] = blas.dtrsm(1.0, diagonal, A[r0:r1, j0:j1], side=1, lower=1,
-                                         trans_a=1)
+            with lead_blas("numpy"):
+                for r0, r1 in chunks:
+                    A[r0:r1, j0:j1] -= A[r0:r1, :j0] @ left.T
+        with lead_blas("scipy"):
+            for r0, r1 in chunks:  # L_ij = A_ij L_jj⁻ᵀ
+                A[r0:r1, j0:j1] = blas.dtrsm(1.0, diagonal, A[r0:r1, j0:j1], side=1,
+                                             lower=1, trans_a=1)
     return A
 
 

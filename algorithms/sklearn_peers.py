@@ -252,6 +252,7 @@ SPECS = [
                                      lo=1, clip_to_n=True)},
         has_variance=False, exact_limit=ExactLimit({"max_basis": "n"}),
         check_options={"max_basis": 20}, requires=(SKLEARN,),
+        blas_lead="numpy",  # its features' products (n = 8000: 0.046 s against 0.059 s)
     ),
     AlgorithmSpec(
         "sklearn_gpc", fit_gpc,
