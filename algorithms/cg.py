@@ -146,7 +146,10 @@ def make_preconditioner(name: str, blocks: KernelBlocks, lam: float, rank: int,
                 break
             chol.add(pivots)  # the ones it drops leave the admissible set: the loop moves on
             trace.append((chol.t, chol.residual_trace() / unit))
-        F = np.array(chol.factor(), order="F")  # n × t, without the rest of its capacity
+        # n × t, a view: its columns are the first t of a Fortran-ordered n × rank buffer
+        # whose other columns were never written (never resident), so no n·t·8-byte copy
+        # (1.1 GB at kin40k's rank 3904, twice that at its peak)
+        F = chol.factor()
         del chol
         t = F.shape[1]
         # σ²I + FᵀF by one SYRK (its lower triangle: half a GEMM's arithmetic), then its
