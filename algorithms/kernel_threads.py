@@ -43,7 +43,12 @@ def blas_controller() -> ThreadpoolController:
     thousands of jobs)."""
     import scipy.linalg  # noqa: F401  (its OpenBLAS loaded: every job's numerics use it)
 
-    return _controller(tuple(name in sys.modules for name in BLAS_MODULES))
+    return _controller(_loaded())
+
+
+def _loaded() -> tuple[bool, ...]:
+    """Which of :data:`BLAS_MODULES` are imported now (the key of a scan)."""
+    return tuple(name in sys.modules for name in BLAS_MODULES)
 
 
 @functools.cache
@@ -67,7 +72,7 @@ def lead_blas(package: str) -> contextlib.AbstractContextManager:
     scipy's on one (its only call there is the r × r solve)."""
     if package not in BLAS_OWNERS:
         raise ValueError(f"package={package!r}: pass one of {', '.join(BLAS_OWNERS)}")
-    loaded = tuple(name in sys.modules for name in BLAS_MODULES)
+    loaded = _loaded()
     own = _owned_blas(package, loaded)
     others = [path for owner in BLAS_OWNERS if owner != package
               for path in _owned_blas(owner, loaded)]

@@ -131,13 +131,29 @@ def test_the_contention_benchmark_writes_its_figures_at_small_size(tmp_path, mon
     assert main(["size=huge"]) == 2
 
 
+def _python_output(code: str, env: dict[str, str]) -> str:
+    """The stdout of ``code`` run by a fresh interpreter with ``env`` (its BLAS libraries loaded
+    in the order the code imports them); fails the test with its stderr if it fails."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def _unpinned_env() -> dict[str, str]:
+    """This environment without the variables that pin BLAS threads (pytest-xdist's workers
+    have them): a fresh interpreter's BLAS then starts with a thread per core."""
+    return {key: value for key, value in os.environ.items()
+            if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
 def test_a_jobs_thread_count_reaches_scipys_blas_loaded_after_the_first_scan():
     """A Dask worker starts with OPENBLAS_NUM_THREADS=1 and scans its BLAS before any job has
     imported scipy.linalg: the threads a job then sets must reach scipy's OpenBLAS (its
     Cholesky) too, not numpy's alone — every library at the count, and the count recorded."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, numpy\n"
         "assert 'scipy.linalg' not in sys.modules\n"
@@ -149,11 +165,8 @@ def test_a_jobs_thread_count_reaches_scipys_blas_loaded_after_the_first_scan():
         "    counts = sorted(i['num_threads'] for i in threadpool_info()\n"
         "                    if i['user_api'] == 'blas')\n"
         "    print(counts, blas_threads())\n")
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    counts, recorded = out.stdout.strip().rsplit(" ", 1)
+    out = _python_output(code, {**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    counts, recorded = out.rsplit(" ", 1)
     assert set(json.loads(counts)) == {2} and int(recorded) == 2
 
 
@@ -163,9 +176,6 @@ def test_single_threaded_blas_contexts_reach_scipys_blas_imported_after_them():
     imported before scipy.linalg (a controller scanned at its import missed scipy's: its
     solves then ran on every core and spun beside the tiles, README's default job 0.47 s
     against 0.37 s)."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, numpy\n"
         "import algorithms.kernel_threads as kt\n"
@@ -182,12 +192,8 @@ def test_single_threaded_blas_contexts_reach_scipys_blas_imported_after_them():
         "    with kt.small_blas(10):\n"
         "        small = counts()\n"
         "print(outer, tiles, small, sep=';')\n")
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    outer, tiles, small = (json.loads(part) for part in out.stdout.strip().split(";"))
+    out = _python_output(code, _unpinned_env())
+    outer, tiles, small = (json.loads(part) for part in out.split(";"))
     assert len(outer) >= 2 and set(outer) == {2}  # numpy's and scipy's, both raised to 2 first
     assert set(tiles) == {1} and set(small) == {1}
 
@@ -197,9 +203,6 @@ def test_lead_blas_puts_the_other_packages_own_blas_on_one_thread():
     ships on one (PCG: two OpenBLAS copies with threads each spin against each other), and
     lead_blas("scipy") the reverse; a library both packages share is left alone; anything
     else is refused."""
-    import subprocess
-    import sys
-
     code = (
         "import numpy, scipy.linalg\n"
         "from pathlib import Path\n"
@@ -219,15 +222,11 @@ def test_lead_blas_puts_the_other_packages_own_blas_on_one_thread():
         "        b = counts()\n"
         "    c = counts()\n"
         "print(a, b, c, sep=';')\n")
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = _python_output(code, _unpinned_env())
     import ast
 
     lead_numpy, lead_scipy, after = (ast.literal_eval(part)
-                                     for part in out.stdout.strip().split(";"))
+                                     for part in out.split(";"))
     assert set(after.values()) == {2}  # restored
     if set(after) == {"numpy.libs", "scipy.libs"}:  # wheels: a copy each
         assert lead_numpy == {"numpy.libs": 2, "scipy.libs": 1}
