@@ -335,25 +335,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     cg = BatchedPCG(blocks, y[:, None], lam, precond, tol, block_bytes)
     y_norm = float(cg.b_norm[0])
     start = recorder.elapsed()
-
-    def record() -> tuple[float, float, float, float]:
-        alpha, r = cg.X[:, 0], cg.R[:, 0]
-        K_alpha = y - r - lam * alpha  # no kernel pass: the recursive residual r
-        L = primal_objective(K_alpha, alpha, y, lam)
-        L_dual = dual_objective(K_alpha, alpha, y, lam)
-        gap = relative_gap(L, L_dual, y, lam)
-        residual = float(cg.r_norm[0]) / y_norm if y_norm else 0.0
-        coef = alpha.copy()
-        recorder.step(lambda X_new: Prediction(_mean(blocks, X_new, coef, block_bytes)),
-                      n_basis=n, iteration=cg.iterations, residual=residual, objective=L,
-                      dual_objective=L_dual, gap=gap)
-        return L, L_dual, gap, residual
-
-    if cg.done:  # y = 0 (or tol large enough): α = 0 already solves it; one row, iteration 0
-        L, L_dual, gap, residual = record()
-    while not cg.done and cg.iterations < max_iter:
-        cg.step()
-        L, L_dual, gap, residual = record()
+    L, L_dual, gap, residual = _iterate(cg, blocks, y, lam, recorder, max_iter, block_bytes)
     solve_seconds = recorder.elapsed() - start
     alpha = cg.X[:, 0].copy()
     if cg.done:
@@ -378,22 +360,57 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     }
     X = blocks.inputs(slice(None))
     kernel = blocks.kernel
-    variance_bounds = None
-    reasons = {}
-    if error_bars:
-        def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
-            X_new = np.asarray(X_new, dtype=np.float64)
-            q_lo, q_hi = error_bar_bounds(blocks, X_new, lam, precond, var_tol, max_iter,
-                                          block_bytes, var_batch)
-            prior = kernel.diag(X_new) + lam
-            # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
-            return np.maximum(prior - q_hi, lam), prior - q_lo
-    else:
-        reasons["variance"] = NO_VARIANCE
+    variance_bounds = (_variance_bounds(blocks, lam, precond, var_tol, max_iter, block_bytes,
+                                        var_batch) if error_bars else None)
+    reasons = {} if error_bars else {"variance": NO_VARIANCE}
     return Solution(np.arange(n), alpha, X, kernel, lam, summary, variance_bounds,
                     not_applicable=reasons)
 
+
+
+def _iterate(cg: BatchedPCG, blocks: KernelBlocks, y: np.ndarray, lam: float,
+             recorder: Recorder, max_iter: int, block_bytes: int
+             ) -> tuple[float, float, float, float]:
+    """CG's iterations until its tolerance or ``max_iter``, each traced (the primal and dual
+    objectives and the gap from the recursive residual: no kernel pass); the last
+    (L, L*, gap, relative residual)."""
+    y_norm = float(cg.b_norm[0])
+
+    def record() -> tuple[float, float, float, float]:
+        alpha, r = cg.X[:, 0], cg.R[:, 0]
+        K_alpha = y - r - lam * alpha  # no kernel pass: the recursive residual r
+        L = primal_objective(K_alpha, alpha, y, lam)
+        L_dual = dual_objective(K_alpha, alpha, y, lam)
+        gap = relative_gap(L, L_dual, y, lam)
+        residual = float(cg.r_norm[0]) / y_norm if y_norm else 0.0
+        coef = alpha.copy()
+        recorder.step(lambda X_new: Prediction(_mean(blocks, X_new, coef, block_bytes)),
+                      n_basis=len(y), iteration=cg.iterations, residual=residual, objective=L,
+                      dual_objective=L_dual, gap=gap)
+        return L, L_dual, gap, residual
+
+    last = record() if cg.done else None  # y = 0 (or a large tol): α = 0 solves it; iteration 0
+    while not cg.done and cg.iterations < max_iter:
+        cg.step()
+        last = record()
+    return last
+
+
+def _variance_bounds(blocks: KernelBlocks, lam: float, precond, var_tol: float,
+                     max_iter: int, block_bytes: int, var_batch: int):
+    """The error bars' bracket: (lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each
+    row of X_new, by a batched CG per chunk of test points (:func:`error_bar_bounds`)."""
+    kernel = blocks.kernel
+
+    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        X_new = np.asarray(X_new, dtype=np.float64)
+        q_lo, q_hi = error_bar_bounds(blocks, X_new, lam, precond, var_tol, max_iter,
+                                      block_bytes, var_batch)
+        prior = kernel.diag(X_new) + lam
+        # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
+        return np.maximum(prior - q_hi, lam), prior - q_lo
+
+    return variance_bounds
 
 SPECS = [AlgorithmSpec(
     "cg", fit,

@@ -388,10 +388,7 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
                          torch.tensor(Z0, dtype=torch.float64)).double()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     params = list(model.parameters())
-    if s.optimizer == "adam":
-        optimizer = torch.optim.Adam(params, lr=s.lr)
-    else:  # one L-BFGS iteration (with its strong-Wolfe line search) per step
-        optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=1, line_search_fn="strong_wolfe")
+    optimizer = _optimizer(torch, params, s)
     pending: list = []  # the loss at the current point: the L-BFGS step's first evaluation
 
     def closure():
@@ -452,8 +449,23 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
             optimizer.step(closure)
     run = len(bounds) - 1
     stop = stop or ("cap" if s.steps else "untrained")
+    text = _stop_text(stop, run, measure, last_gradient, s)
+    return Trained(label, kernel, noise, model, likelihood, base, rows, note, bound, run, stop,
+                   f"{text}; start {label}, {note}", restarts, last_gradient)
+
+
+def _optimizer(torch, params: list, s: SgprSettings):
+    """Adam at ``s.lr``, or one L-BFGS iteration (with its strong-Wolfe line search) a step."""
+    if s.optimizer == "adam":
+        return torch.optim.Adam(params, lr=s.lr)
+    return torch.optim.LBFGS(params, lr=1.0, max_iter=1, line_search_fn="strong_wolfe")
+
+
+def _stop_text(stop: str, run: int, measure: float, last_gradient: float,
+               s: SgprSettings) -> str:
+    """Why the training of one start ended, in words, after ``run`` steps."""
     how = "L-BFGS iterations" if s.optimizer == "lbfgs" else f"Adam steps (lr={s.lr:g})"
-    text = {
+    return {
         "untrained": "no training (steps = 0): the start's kernel and lam, the inducing rows",
         "stalled": (f"converged (stalled): L-BFGS's line search found no decrease after {run} "
                     "iterations, from its restart along the gradient too (largest gradient "
@@ -464,8 +476,6 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
                      f"grad_tol={s.grad_tol:g} after {run} {how}"),
         "cap": f"steps = {s.steps} {how} reached (the cap) on Titsias's bound",
     }[stop]
-    return Trained(label, kernel, noise, model, likelihood, base, rows, note, bound, run, stop,
-                   f"{text}; start {label}, {note}", restarts, last_gradient)
 
 
 def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,

@@ -219,6 +219,32 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
     if method == "subset" and n > subset:
         rows = np.sort(rng.choice(n, size=subset, replace=False))
         X, y = X[rows], y[rows]
+    starts = _starts(params, X, y, kernel, lam, rng, init, extra_starts,
+                     restarts if max_iter else 0)
+    runs = _Runs(X, y, params, method, basis, bound, starts)
+    for run in range(len(starts)):
+        runs.optimise(run, max_iter)
+    if runs.best is None:
+        raise InputError(f"hyper=ml: the marginal likelihood could not be evaluated from kernel "
+                         f"{kernel}, lam={lam} (K + σ²I not positive definite at every start); "
+                         "pass a larger lam or another kernel scale")
+    value, theta, best_run = runs.best
+    learned, learned_lam = params.kernel(theta)
+    n_basis, jitter = runs.basis_of_run[best_run]  # method=lowrank: the best run's basis
+    trace = {"run": np.array(runs.rows_run, dtype=np.int64),
+             "log_marginal_likelihood": np.array(runs.rows_value),
+             "theta": np.array(runs.rows_theta)}
+    return Learned(learned, learned_lam, value, len(y), time.perf_counter() - start,
+                   params.names(), trace, runs.runs, y_offset, at_bound(theta, params.names()),
+                   method, n_basis, jitter, time.process_time() - cpu_start)
+
+
+def _starts(params: Parameters, X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float,
+            rng: np.random.Generator, init: str, extra_starts: Sequence[tuple[Kernel, float]],
+            restarts: int) -> list[np.ndarray]:
+    """The runs' starting θ: the first start (``init``), the given ones, then ``restarts``
+    log-uniform random ones over the bounds box."""
+    d = X.shape[1]
     log_bounds = np.log(BOUNDS)
     given = [np.clip(params.theta(k, s2, d), *log_bounds) for k, s2 in extra_starts]
     if init == "shared":  # no start of its own: the given ones (another learning's optimum)
@@ -231,68 +257,71 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
         own = [median_theta(params, X, y, lam, rng) if init == "median"
                else np.clip(params.theta(kernel, lam, d), *log_bounds)]
     starts = own + given
-    starts += [rng.uniform(*log_bounds, size=len(starts[0]))
-               for _ in range(restarts if max_iter else 0)]
-    objectives: dict[int, LowRankObjective] = {}
+    return starts + [rng.uniform(*log_bounds, size=len(starts[0])) for _ in range(restarts)]
 
-    def objective_at(run: int):
+
+class _Runs:
+    """The L-BFGS-B runs of :func:`learn`, one per start: every evaluation traced, the best
+    optimum kept, and with ``method=lowrank`` each run's basis (chosen at its start)."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, params: Parameters, method: str,
+                 basis: int, bound: str, starts: list[np.ndarray]) -> None:
+        self.X, self.y, self.params, self.method = X, y, params, method
+        self.basis, self.bound, self.starts = basis, bound, starts
+        self.objectives: dict[int, LowRankObjective] = {}
+        self.rows_run: list[int] = []
+        self.rows_value: list[float] = []
+        self.rows_theta: list[np.ndarray] = []
+        self.runs: list[dict] = []
+        self.best: tuple[float, np.ndarray, int] | None = None
+        self.basis_of_run: dict[int, tuple[int, float]] = {}
+
+    def objective_at(self, run: int):
         """The run's objective: with method=lowrank, Titsias' bound on a basis chosen by
         pivoted Cholesky at the run's start (then fixed), else the dense likelihood."""
-        if method != "lowrank":
-            return functools.partial(log_marginal_likelihood, X, y, params)
-        if run not in objectives:
-            chosen = pivoted_basis(X, params.kernel(starts[run])[0], basis)
-            objectives[run] = LowRankObjective(X, y, X[chosen], params, bound)
-        return objectives[run]
+        if self.method != "lowrank":
+            return functools.partial(log_marginal_likelihood, self.X, self.y, self.params)
+        if run not in self.objectives:
+            kernel = self.params.kernel(self.starts[run])[0]
+            chosen = pivoted_basis(self.X, kernel, self.basis)
+            self.objectives[run] = LowRankObjective(self.X, self.y, self.X[chosen],
+                                                    self.params, self.bound)
+        return self.objectives[run]
 
-    rows_run: list[int] = []
-    rows_value: list[float] = []
-    rows_theta: list[np.ndarray] = []
-    runs = []
-
-    def objective(theta: np.ndarray, run: int) -> tuple[float, np.ndarray]:
+    def objective(self, theta: np.ndarray, run: int) -> tuple[float, np.ndarray]:
+        """(−log likelihood, its gradient) for L-BFGS-B; traced."""
         try:
-            value, grad = objective_at(run)(theta)
+            value, grad = self.objective_at(run)(theta)
         except np.linalg.LinAlgError:  # K_y not positive definite: a step too far
             value, grad = -math.inf, np.zeros(len(theta))
-        rows_run.append(run)
-        rows_value.append(value)
-        rows_theta.append(theta.copy())
+        self.rows_run.append(run)
+        self.rows_value.append(value)
+        self.rows_theta.append(theta.copy())
         return (-value if math.isfinite(value) else 1e300), -grad
 
-    best = None
-    basis_of_run: dict[int, tuple[int, float]] = {}
-    for run, theta in enumerate(starts):
+    def optimise(self, run: int, max_iter: int) -> None:
+        """Run ``run`` from its start (evaluated only, with max_iter = 0) and keep its
+        optimum if it is the best so far."""
+        theta = self.starts[run]
         if not max_iter:  # the first start, evaluated, not optimised
-            value = -objective(theta, run)[0]
-            runs.append({"run": run, "log_marginal_likelihood": value, "iterations": 0,
-                         "converged": False, "message": "not optimised (max_iter = 0)"})
-            if math.isfinite(value) and value > -1e299 and (best is None or value > best[0]):
-                best = (value, theta, run)
-            basis_of_run[run] = _basis_of(objectives.pop(run, None))
-            continue
-        from scipy.optimize import minimize  # here: ~0.13 s of import a fixed-kernel job skips
+            value = -self.objective(theta, run)[0]
+            self.runs.append({"run": run, "log_marginal_likelihood": value, "iterations": 0,
+                              "converged": False, "message": "not optimised (max_iter = 0)"})
+        else:
+            from scipy.optimize import minimize  # here: ~0.13 s of import a fixed-kernel job skips
 
-        res = minimize(objective, theta, args=(run,), jac=True, method="L-BFGS-B",
-                       bounds=[tuple(log_bounds)] * len(theta), options={"maxiter": max_iter})
-        value = -float(res.fun)
-        runs.append({"run": run, "log_marginal_likelihood": value, "iterations": int(res.nit),
-                     "converged": bool(res.success), "message": str(res.message)})
-        if math.isfinite(value) and value > -1e299 and (best is None or value > best[0]):
-            best = (value, res.x, run)
-        basis_of_run[run] = _basis_of(objectives.pop(run, None))  # one run's arrays at a time
-    if best is None:
-        raise InputError(f"hyper=ml: the marginal likelihood could not be evaluated from kernel "
-                         f"{kernel}, lam={lam} (K + σ²I not positive definite at every start); "
-                         "pass a larger lam or another kernel scale")
-    learned, learned_lam = params.kernel(best[1])
-    n_basis, jitter = basis_of_run[best[2]]  # method=lowrank: the best run's basis
-    trace = {"run": np.array(rows_run, dtype=np.int64),
-             "log_marginal_likelihood": np.array(rows_value),
-             "theta": np.array(rows_theta)}
-    return Learned(learned, learned_lam, best[0], len(y), time.perf_counter() - start,
-                   params.names(), trace, runs, y_offset, at_bound(best[1], params.names()),
-                   method, n_basis, jitter, time.process_time() - cpu_start)
+            log_bounds = tuple(np.log(BOUNDS))
+            res = minimize(self.objective, theta, args=(run,), jac=True, method="L-BFGS-B",
+                           bounds=[log_bounds] * len(theta), options={"maxiter": max_iter})
+            value, theta = -float(res.fun), res.x
+            self.runs.append({"run": run, "log_marginal_likelihood": value,
+                              "iterations": int(res.nit), "converged": bool(res.success),
+                              "message": str(res.message)})
+        if math.isfinite(value) and value > -1e299 and (self.best is None
+                                                         or value > self.best[0]):
+            self.best = (value, theta, run)
+        # one run's arrays at a time
+        self.basis_of_run[run] = _basis_of(self.objectives.pop(run, None))
 
 
 def _basis_of(objective: LowRankObjective | None) -> tuple[int, float]:

@@ -182,98 +182,128 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     - ``trace_kl``: trace ``kl_forward`` KL(GP_t‖GP_{t+1}) and ``kl_backward`` KL(GP_{t+1}‖GP_t)
       between successive GPs (Fig. 3.2), both on the union of their BV sets.
     """
-    sigma2 = lam
     n = blocks.n
     if n_points is not None and not 1 <= n_points <= n:
         raise InputError(f"algorithm.n_points={n_points} must be between 1 and n_train={n}; "
                          f"pass e.g. algorithm.n_points={n}")
     max_basis = _resolve_max_basis(max_basis, n_points or n)
-    diag = blocks.diag()
-    kernel = blocks.kernel
-    compared, differ = 0, 0
-    BV: list[int] = []
-    post = _Posterior(min(max_basis, n_points or n) + 1)
-    removals = 0
-
-    def predict(X_new: np.ndarray) -> Prediction:
-        Kx = blocks.cross(X_new, BV)
-        return Prediction(Kx @ post.alpha, _variance(kernel, X_new, Kx, post.C, sigma2))
-
+    gp = _OnlineGP(blocks, y, lam, tol, max_basis, score, compare_scores,
+                   _Posterior(min(max_basis, n_points or n) + 1))
     for _ in range(passes):
         order = rng.permutation(n)[:n_points]
         for lo in range(0, len(order), chunk_rows):
-            chunk = order[lo: lo + chunk_rows]
-            # k(x, BV) for the whole chunk in one block, in a buffer whose columns follow BV
-            K_chunk = np.zeros((len(chunk), post.capacity))
-            K_chunk[:, : len(BV)] = blocks.block(chunk, BV) if BV else 0.0
-            # k(x, x') within the chunk: the column of a point that joins BV (most do) is
-            # already here, one block per chunk instead of a kernel call per added point (up
-            # to SELF_BLOCK_ROWS rows: chunk_rows² values; a longer chunk computes columns)
-            K_self = blocks.block(chunk, chunk) if len(chunk) <= SELF_BLOCK_ROWS else None
-            for row, j in enumerate(chunk):
-                previous = (list(BV), post.alpha.copy(), post.C.copy()) if trace_kl else None
-                t = len(BV)
-                k = K_chunk[row, :t]
-                Ck = post.C @ k
-                denom = sigma2 + diag[j] + k @ Ck
-                q, r = (y[j] - post.alpha @ k) / denom, -1.0 / denom
-                e_hat = post.Q @ k
-                gamma = diag[j] - k @ e_hat
-                if gamma < tol:
-                    post.update(Ck + e_hat, q, r)
-                else:
-                    post.add(Ck, e_hat, gamma, q, r)
-                    BV.append(int(j))
-                    if post.capacity > K_chunk.shape[1]:  # the state grew (see _Posterior.add)
-                        K_chunk = np.pad(K_chunk, ((0, 0), (0, post.capacity - K_chunk.shape[1])))
-                    K_chunk[:, t] = (K_self[:, row] if K_self is not None
-                                     else blocks.block(chunk, [j])[:, 0])
-                    if len(BV) > max_basis:
-                        alpha, C, Q = post.alpha, post.C, post.Q
-                        K_BV = blocks.block(BV, BV) if score == "exact" or compare_scores else None
-                        worst = int(np.argmin(scores(alpha, C, Q, K_BV, score)))
-                        if compare_scores:
-                            other = "exact" if score == "approx" else "approx"
-                            compared += 1
-                            differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
-                        last = post.remove(worst)  # the last BV moves into slot ``worst``
-                        BV[worst] = BV[last]
-                        del BV[last]
-                        K_chunk[:, worst] = K_chunk[:, last]
-                        removals += 1
-                kl = {}
-                if trace_kl:
-                    forward, backward = _successive_kl(blocks, previous,
-                                                       (BV, post.alpha, post.C))
-                    kl = {"kl_forward": forward, "kl_backward": backward}
-                recorder.step(predict, n_basis=len(BV), removals=removals, **kl)
-    alpha, C, Q = post.alpha.copy(), post.C.copy(), post.Q.copy()
-    if not np.all(np.isfinite(alpha)):
-        raise FloatingPointError("sparse online GP produced non-finite coefficients; raise lam "
-                                 "or tol")
-    basis = np.asarray(BV, dtype=np.int64)
-    X_basis = blocks.inputs(basis)
+            gp.run_chunk(order[lo: lo + chunk_rows], recorder, trace_kl)
+    return gp.solution(f"{passes} pass(es) over {n_points or n} points")
 
-    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        var = _variance(kernel, X_new, kernel(X_new, X_basis), C, sigma2)
-        return var, var
 
-    summary: dict = {"n_basis": len(BV), "removals": removals, "gap": math.nan,
-                     "objective": math.nan,
-                     "stop_reason": f"{passes} pass(es) over {n_points or n} points",
-                     "jitter": 0.0}
-    reasons = {"gap": "the sparse online GP has no dual problem, hence no duality gap",
-               "objective": "L(α) is not tracked online (the certificate computes the final one)"}
-    if compare_scores:
-        summary["omission_rate"] = differ / compared if compared else math.nan
-        summary["n_removals_compared"] = compared
-        if len(BV) > 1:
-            K_BV = blocks.block(BV, BV)
-            summary["end_omission"] = float(
-                np.argmin(scores(alpha, C, Q, K_BV, "approx"))
-                != np.argmin(scores(alpha, C, Q, K_BV, "exact")))
-    return Solution(basis, alpha, X_basis, kernel, sigma2, summary, variance_bounds,
-                    extras={"C": C, "Q": Q}, not_applicable=reasons)
+class _OnlineGP:
+    """The state of 001's sparse online GP over the points seen so far: the BV set, its
+    posterior (:class:`_Posterior`) and the removal counts."""
+
+    def __init__(self, blocks: KernelBlocks, y: np.ndarray, sigma2: float, tol: float,
+                 max_basis: int, score: str, compare_scores: bool, post: _Posterior) -> None:
+        self.blocks, self.y, self.sigma2, self.tol = blocks, y, sigma2, tol
+        self.max_basis, self.score, self.compare_scores = max_basis, score, compare_scores
+        self.diag, self.kernel = blocks.diag(), blocks.kernel
+        self.post = post
+        self.BV: list[int] = []
+        self.removals = self.compared = self.differ = 0
+
+    def predict(self, X_new: np.ndarray) -> Prediction:
+        Kx = self.blocks.cross(X_new, self.BV)
+        return Prediction(Kx @ self.post.alpha,
+                          _variance(self.kernel, X_new, Kx, self.post.C, self.sigma2))
+
+    def run_chunk(self, chunk: np.ndarray, recorder: Recorder, trace_kl: bool) -> None:
+        """Process the points ``chunk`` in order, one traced step each."""
+        blocks, post, BV = self.blocks, self.post, self.BV
+        # k(x, BV) for the whole chunk in one block, in a buffer whose columns follow BV
+        K_chunk = np.zeros((len(chunk), post.capacity))
+        K_chunk[:, : len(BV)] = blocks.block(chunk, BV) if BV else 0.0
+        # k(x, x') within the chunk: the column of a point that joins BV (most do) is already
+        # here, one block per chunk instead of a kernel call per added point (up to
+        # SELF_BLOCK_ROWS rows: chunk_rows² values; a longer chunk computes columns)
+        K_self = blocks.block(chunk, chunk) if len(chunk) <= SELF_BLOCK_ROWS else None
+        for row, j in enumerate(chunk):
+            previous = (list(BV), post.alpha.copy(), post.C.copy()) if trace_kl else None
+            t = len(BV)
+            if self._absorb(int(j), K_chunk[row, :t]):
+                if post.capacity > K_chunk.shape[1]:  # the state grew (see _Posterior.add)
+                    K_chunk = np.pad(K_chunk, ((0, 0), (0, post.capacity - K_chunk.shape[1])))
+                K_chunk[:, t] = (K_self[:, row] if K_self is not None
+                                 else blocks.block(chunk, [j])[:, 0])
+                if len(BV) > self.max_basis:
+                    self._remove_one(K_chunk)
+            kl = {}
+            if trace_kl:
+                forward, backward = _successive_kl(blocks, previous, (BV, post.alpha, post.C))
+                kl = {"kl_forward": forward, "kl_backward": backward}
+            recorder.step(self.predict, n_basis=len(BV), removals=self.removals, **kl)
+
+    def _absorb(self, j: int, k: np.ndarray) -> bool:
+        """The update by point j with k = k(x_j, BV) (the module docstring's q, r, ê, γ):
+        whether j joined BV (γ ≥ tol) or only updated the posterior (the sparse update)."""
+        post, diag = self.post, self.diag
+        Ck = post.C @ k
+        denom = self.sigma2 + diag[j] + k @ Ck
+        q, r = (self.y[j] - post.alpha @ k) / denom, -1.0 / denom
+        e_hat = post.Q @ k
+        gamma = diag[j] - k @ e_hat
+        if gamma < self.tol:
+            post.update(Ck + e_hat, q, r)
+            return False
+        post.add(Ck, e_hat, gamma, q, r)
+        self.BV.append(j)
+        return True
+
+    def _remove_one(self, K_chunk: np.ndarray) -> None:
+        """Remove the BV element of least score (eq. 85, or the exact KL of eq. 83); the last
+        element moves into its slot, in BV and in ``K_chunk``'s columns."""
+        post, BV = self.post, self.BV
+        alpha, C, Q = post.alpha, post.C, post.Q
+        exact = self.score == "exact" or self.compare_scores
+        K_BV = self.blocks.block(BV, BV) if exact else None
+        worst = int(np.argmin(scores(alpha, C, Q, K_BV, self.score)))
+        if self.compare_scores:
+            other = "exact" if self.score == "approx" else "approx"
+            self.compared += 1
+            self.differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
+        last = post.remove(worst)  # the last BV moves into slot ``worst``
+        BV[worst] = BV[last]
+        del BV[last]
+        K_chunk[:, worst] = K_chunk[:, last]
+        self.removals += 1
+
+    def solution(self, stop_reason: str) -> Solution:
+        """The final posterior as the fit's Solution."""
+        alpha, C, Q = self.post.alpha.copy(), self.post.C.copy(), self.post.Q.copy()
+        if not np.all(np.isfinite(alpha)):
+            raise FloatingPointError("sparse online GP produced non-finite coefficients; raise "
+                                     "lam or tol")
+        BV, kernel, sigma2 = self.BV, self.kernel, self.sigma2
+        basis = np.asarray(BV, dtype=np.int64)
+        X_basis = self.blocks.inputs(basis)
+
+        def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            var = _variance(kernel, X_new, kernel(X_new, X_basis), C, sigma2)
+            return var, var
+
+        summary: dict = {"n_basis": len(BV), "removals": self.removals, "gap": math.nan,
+                         "objective": math.nan, "stop_reason": stop_reason, "jitter": 0.0}
+        reasons = {"gap": "the sparse online GP has no dual problem, hence no duality gap",
+                   "objective": "L(α) is not tracked online (the certificate computes the "
+                                "final one)"}
+        if self.compare_scores:
+            summary["omission_rate"] = (self.differ / self.compared if self.compared
+                                        else math.nan)
+            summary["n_removals_compared"] = self.compared
+            if len(BV) > 1:
+                K_BV = self.blocks.block(BV, BV)
+                summary["end_omission"] = float(
+                    np.argmin(scores(alpha, C, Q, K_BV, "approx"))
+                    != np.argmin(scores(alpha, C, Q, K_BV, "exact")))
+        return Solution(basis, alpha, X_basis, kernel, sigma2, summary, variance_bounds,
+                        extras={"C": C, "Q": Q}, not_applicable=reasons)
 
 
 def _variance(kernel, X_new: np.ndarray, Kx: np.ndarray, C: np.ndarray,

@@ -19,6 +19,8 @@ predictive variance k(x,x) + σ² − q is bracketed from both sides.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from time import perf_counter
 
 import numpy as np
@@ -77,57 +79,103 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
     primal_min = -half_yy - lam * dual_min  # L_min (Theorem 1)
     primal_rng, dual_rng = rng.spawn(2)
     primal = PrimalGreedy(blocks, y, lam, primal_rng, t_max, chunk_bytes)
-    diag = primal.diag
-    dual = DualGreedy(blocks, y, lam, dual_rng, diag, chunk_bytes)
-    gaps: list[float] = []
-    stop_reason = "max_basis"
+    dual = DualGreedy(blocks, y, lam, dual_rng, primal.diag, chunk_bytes)
     with tiles_own_the_cores():  # the projections' tiles use the cores, not BLAS
-        while True:
-            if primal.t >= t_max:
-                stop_reason = "max_basis"
-                break
-            # Once every remaining column is numerically in span(K_{:S}) the primal is at its
-            # minimum; the dual goes on alone so that the gap can still close, but never past
-            # max_basis (with eps = 0 it would otherwise grow towards n at O(t²) per step).
-            before = (primal.t, dual.t)
-            spent = dict(primal.seconds)
-            flops = primal.step(kappa) or 0.0
-            t0 = perf_counter()
-            if dual.t < t_max:
-                flops += dual.step(kappa) or 0.0
-            parts = {f"{k}_seconds": v - spent[k] for k, v in primal.seconds.items()}
-            parts["dual_seconds"] = perf_counter() - t0
-            if (primal.t, dual.t) == before:
-                stop_reason = ("no admissible candidate left" if dual.t < t_max else
-                               f"numerical rank: no admissible primal candidate after "
-                               f"{primal.t} basis functions, dual at max_basis")
-                break
-            gap = relative_gap(primal.objective, dual.objective, y, lam)
-            gaps.append(gap)
-            recorder.step(primal.predict, n_basis=primal.t, n_basis_dual=dual.t,
-                          objective=primal.objective, dual_objective=dual.objective, gap=gap,
-                          primal_subopt=(primal.objective - primal_min) / abs(primal_min),
-                          dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops,
-                          **parts)
-            if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
-                raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
-                                         "check the kernel parameters and lam")
-            if criterion == "gap":
-                converged = gap < eps
-            else:
-                q_lo = -2.0 * dual.objective
-                q_hi = (2.0 * half_yy + 2.0 * primal.objective) / lam
-                converged = q_hi - q_lo < eps * 0.5 * (q_hi + q_lo)
-            if converged:
-                stop_reason = f"{criterion} < eps={eps}"
-                break
+        gaps, stop_reason = _iterate(primal, dual, y, lam, kappa, t_max, recorder,
+                                     _Stop(criterion, eps, half_yy, lam),
+                                     (primal_min, dual_min))
 
+    summary: dict = {
+        "n_basis": int(primal.t),
+        "n_basis_dual": int(dual.t),
+        "objective": primal.objective,
+        "dual_objective": dual.objective,
+        "gap": gaps[-1] if gaps else np.nan,
+        "stop_reason": stop_reason,
+        "n_degenerate_candidates": primal.n_degenerate,
+        "jitter": 0.0,
+        "objective_lower_bound": -half_yy - lam * dual.objective,  # Theorem 1
+    }
+    reasons = {} if gaps else {"gap": "no step was taken", "objective": "no step was taken"}
+    X_test = recorder.test_inputs
+    if error_bar_eps is not None and X_test is not None and primal.t:
+        sizes, by_gap = error_bar_basis_sizes(blocks, X_test, lam, kappa, rng, error_bar_eps)
+        for label, counts in (("", sizes), ("_by_gap", by_gap)):
+            summary[f"error_bar_basis{label}_mean"] = float(counts.mean())
+            summary[f"error_bar_basis{label}_sd"] = float(counts.std(ddof=1))
+        summary["error_bar_basis_median"] = float(np.median(sizes))
     basis = np.asarray(primal.S, dtype=np.int64)
-    coef = primal.coef()
+    return Solution(basis, primal.coef(), blocks.inputs(basis), blocks.kernel, lam, summary,
+                    _variance_bounds(blocks, primal, dual, lam, chunk_bytes) if primal.t
+                    else None,
+                    extras={"basis_dual": np.asarray(dual.S, dtype=np.int64),
+                            "coef_dual": dual.chol.coef()},
+                    not_applicable=reasons)
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """The stopping rule: ``gap`` < eps (002 §3), or the Theorem 1 ``bracket`` on
+    q = yᵀ(K+σ²I)⁻¹y, q_lo = −2L*(α*) ≤ q ≤ q_hi = (‖y‖² + 2L(α))/σ², narrower than eps
+    relative (002 eqs. 8, 10)."""
+
+    criterion: str
+    eps: float
+    half_yy: float
+    lam: float
+
+    def met(self, gap: float, primal: float, dual: float) -> bool:
+        if self.criterion == "gap":
+            return gap < self.eps
+        q_lo, q_hi = -2.0 * dual, (2.0 * self.half_yy + 2.0 * primal) / self.lam
+        return q_hi - q_lo < self.eps * 0.5 * (q_hi + q_lo)
+
+
+def _iterate(primal: PrimalGreedy, dual: DualGreedy, y: np.ndarray, lam: float, kappa: int,
+             t_max: int, recorder: Recorder, stop: _Stop, minima: tuple[float, float]
+             ) -> tuple[list[float], str]:
+    """002 Algorithm 1's loop: a primal and a dual step per iteration, each traced, until the
+    stopping rule, ``t_max`` or no admissible candidate; (the gaps, why it stopped)."""
+    primal_min, dual_min = minima
+    gaps: list[float] = []
+    while primal.t < t_max:
+        # Once every remaining column is numerically in span(K_{:S}) the primal is at its
+        # minimum; the dual goes on alone so that the gap can still close, but never past
+        # max_basis (with eps = 0 it would otherwise grow towards n at O(t²) per step).
+        before = (primal.t, dual.t)
+        spent = dict(primal.seconds)
+        flops = primal.step(kappa) or 0.0
+        t0 = perf_counter()
+        if dual.t < t_max:
+            flops += dual.step(kappa) or 0.0
+        parts = {f"{k}_seconds": v - spent[k] for k, v in primal.seconds.items()}
+        parts["dual_seconds"] = perf_counter() - t0
+        if (primal.t, dual.t) == before:
+            return gaps, ("no admissible candidate left" if dual.t < t_max else
+                          f"numerical rank: no admissible primal candidate after "
+                          f"{primal.t} basis functions, dual at max_basis")
+        gap = relative_gap(primal.objective, dual.objective, y, lam)
+        gaps.append(gap)
+        recorder.step(primal.predict, n_basis=primal.t, n_basis_dual=dual.t,
+                      objective=primal.objective, dual_objective=dual.objective, gap=gap,
+                      primal_subopt=(primal.objective - primal_min) / abs(primal_min),
+                      dual_subopt=(dual.objective - dual_min) / abs(dual_min), flops=flops,
+                      **parts)
+        if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
+            raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
+                                     "check the kernel parameters and lam")
+        if stop.met(gap, primal.objective, dual.objective):
+            return gaps, f"{stop.criterion} < eps={stop.eps}"
+    return gaps, "max_basis"
+
+
+def _variance_bounds(blocks: KernelBlocks, primal: PrimalGreedy, dual: DualGreedy, lam: float,
+                     chunk_bytes: int) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The predictive variance's bracket of the module docstring (004 eq. 83, 002 eqs. 8/10)
+    from the primal and dual supports."""
+    n, kernel = blocks.n, blocks.kernel
+    basis, basis_dual = np.asarray(primal.S, dtype=np.int64), np.asarray(dual.S, dtype=np.int64)
     R, R_dual = primal.chol.factor(), dual.chol.factor()
-    basis_dual = np.asarray(dual.S, dtype=np.int64)
-    coef_dual = dual.chol.coef()
-    kernel = blocks.kernel
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
@@ -155,29 +203,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
         # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
         return np.maximum(prior - np.concatenate(q_hi), lam), prior - np.concatenate(q_lo)
 
-    summary: dict = {
-        "n_basis": int(primal.t),
-        "n_basis_dual": int(dual.t),
-        "objective": primal.objective,
-        "dual_objective": dual.objective,
-        "gap": gaps[-1] if gaps else np.nan,
-        "stop_reason": stop_reason,
-        "n_degenerate_candidates": primal.n_degenerate,
-        "jitter": 0.0,
-        "objective_lower_bound": -half_yy - lam * dual.objective,  # Theorem 1
-    }
-    reasons = {} if gaps else {"gap": "no step was taken", "objective": "no step was taken"}
-    X_test = recorder.test_inputs
-    if error_bar_eps is not None and X_test is not None and primal.t:
-        sizes, by_gap = error_bar_basis_sizes(blocks, X_test, lam, kappa, rng, error_bar_eps)
-        for label, counts in (("", sizes), ("_by_gap", by_gap)):
-            summary[f"error_bar_basis{label}_mean"] = float(counts.mean())
-            summary[f"error_bar_basis{label}_sd"] = float(counts.std(ddof=1))
-        summary["error_bar_basis_median"] = float(np.median(sizes))
-    return Solution(basis, coef, blocks.inputs(basis), kernel, lam, summary,
-                    variance_bounds if primal.t else None,
-                    extras={"basis_dual": basis_dual, "coef_dual": coef_dual},
-                    not_applicable=reasons)
+    return variance_bounds
 
 
 def error_bar_basis_sizes(blocks: KernelBlocks, X_new: np.ndarray, lam: float, kappa: int,
