@@ -104,7 +104,7 @@ def test_valid_forms_are_accepted():
 def test_auto_memory_shares_the_machine_among_the_workers_not_the_cores():
     from distributed.system import MEMORY_LIMIT
 
-    from pipeline.cluster.options import worker_memory_limit
+    from pipeline.cluster.memory import worker_memory_limit
 
     one = check(yaml_config("local", n_workers=1))
     assert worker_memory_limit(one) == MEMORY_LIMIT  # the one worker may use all of it
@@ -216,11 +216,11 @@ def test_importing_dask_jobqueue_keeps_the_ctrl_c_handler(monkeypatch):
     sweep's Ctrl-C would exit 0 in silence. The pipeline imports it with the handler kept."""
     import signal
 
-    from pipeline.cluster.connect import _import_jobqueue
+    from pipeline.cluster.kinds.jobqueue import import_jobqueue
 
     for name in [m for m in sys.modules if m.split(".")[0] == "dask_jobqueue"]:
         monkeypatch.delitem(sys.modules, name)  # imported afresh here (put back afterwards)
     before = signal.getsignal(signal.SIGINT)
-    _import_jobqueue()
+    import_jobqueue()
     assert "dask_jobqueue.runner" in sys.modules  # the module that sets the handler ran
     assert signal.getsignal(signal.SIGINT) is before

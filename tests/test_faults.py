@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline import codeversion
-from pipeline.cluster.options import ALLOWED_FAILURES
+from pipeline.cluster.starting import ALLOWED_FAILURES
 from pipeline.job.claims import count_fits
 from pipeline.job.identity import config_hash
 from pipeline.results.consolidate import load

@@ -12,6 +12,7 @@ import sys
 import time
 from types import SimpleNamespace
 
+import distributed
 import pytest
 from distributed.comm.core import CommClosedError
 
@@ -19,6 +20,7 @@ from algorithms.errors import InputError
 from pipeline.cluster import connect as connect_module
 from pipeline.cluster import liveness
 from pipeline.cluster.deaths import WorkerDeaths
+from pipeline.cluster.kinds.local import local_cluster
 from pipeline.cluster.liveness import ClusterLost, Liveness
 from pipeline.results.job_file import job_status, load_job_result
 from pipeline.sweep import deadlines
@@ -196,11 +198,10 @@ def test_a_local_cluster_that_cannot_start_is_retried_once_then_named(monkeypatc
         calls.append(kwargs)
         raise RuntimeError("Cluster failed to start: Nanny failed to start.")
 
-    monkeypatch.setattr(connect_module, "LocalCluster", fails)
+    monkeypatch.setattr(distributed, "LocalCluster", fails)
     with pytest.raises(InputError) as err:
-        connect_module._local_cluster({**LOCAL, "n_workers": 2, "threads_per_worker": 1,
-                                       "memory_limit": "1GB", "start_timeout": "60s"},
-                                      False, 60.0)
+        local_cluster({**LOCAL, "n_workers": 2, "threads_per_worker": 1,
+                       "memory_limit": "1GB", "start_timeout": "60s"}, False, 60.0)
     assert len(calls) == 2 and calls[0]["death_timeout"] == 60.0
     assert str(err.value).startswith(
         "cluster local could not start its 2 workers, twice (Cluster failed to start: Nanny "
@@ -210,10 +211,10 @@ def test_a_local_cluster_that_cannot_start_is_retried_once_then_named(monkeypatc
 
     calls.clear()
     started = object()
-    monkeypatch.setattr(connect_module, "LocalCluster",
+    monkeypatch.setattr(distributed, "LocalCluster",
                         lambda **kw: started if calls.append(kw) or len(calls) > 1 else fails())
-    assert connect_module._local_cluster({**LOCAL, "threads_per_worker": 1, "memory_limit":
-                                          "1GB", "start_timeout": "60s"}, False, 60.0) is started
+    assert local_cluster({**LOCAL, "threads_per_worker": 1, "memory_limit": "1GB",
+                          "start_timeout": "60s"}, False, 60.0) is started
 
 
 def test_a_worker_dying_while_a_plugin_is_sent_is_not_fatal():

@@ -9,7 +9,7 @@ run (:mod:`pipeline.sweep.schedule`):
   fitted again). A worker busy in a long native call that holds the GIL misses heartbeats too
   but uses CPU time: it is left alone (Dask's worker-ttl, which cannot tell the two apart, is
   off on a local cluster: :mod:`pipeline.cluster.connect`). Workers on other machines are
-  removed by their scheduler after :data:`~pipeline.cluster.options.WORKER_TTL` without a
+  removed by their scheduler after :data:`~pipeline.cluster.starting.WORKER_TTL` without a
   heartbeat (set on the slurm and pbs clusters a sweep starts; an ``address`` cluster's
   scheduler keeps its own setting, Dask's default being the same 5 minutes).
 - **A cluster without workers stops the sweep.** No worker for :attr:`Liveness.no_worker_seconds`
@@ -36,7 +36,9 @@ import psutil
 from algorithms.errors import InputError
 from pipeline.cluster.deaths import WorkerDeaths
 from pipeline.cluster.kinds import kind_of
-from pipeline.cluster.options import ALLOWED_FAILURES, check, seconds
+from pipeline.cluster.option_forms import seconds
+from pipeline.cluster.options import check
+from pipeline.cluster.starting import ALLOWED_FAILURES
 
 POLL_SECONDS = 2.0
 FROZEN_SECONDS = 30.0

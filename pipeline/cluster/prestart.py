@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.cluster.kinds import runs_here
+from pipeline.cluster.worker_settings import WORKER_SETTINGS, mark_started, started
 from pipeline.config import CONF_DIR, default_choice, job_defaults
 
 # what a worker runs: the task function and its imports (the command line's module is
@@ -37,25 +38,6 @@ from pipeline.config import CONF_DIR, default_choice, job_defaults
 # to keep a worker with a small memory_limit paused (tests/test_faults.py, 400 MB)
 PRELOAD = ("distributed", "numpy", "scipy.linalg", "algorithms", "pipeline.job.run",
            "pipeline.blocks.store", "pipeline.sweep.launch", "pipeline.app", "pipeline.cli")
-
-_started = False
-
-# Dask settings for the local workers this package starts (the fork server's environment
-# and :func:`pipeline.cluster.connect.connect`). Measured on one worker, one 80 ms SGMA job of
-# bench_sweep_overhead (2 cores, median of 25):
-WORKER_SETTINGS: dict[str, object] = {
-    # Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its workers' environment. Setting it also
-    # fixes glibc's mmap threshold at 128 KiB, so every larger numpy array is mapped and
-    # unmapped afresh (page faults at every allocation): the job took 138 ms instead of 89.
-    # Unset, the workers have glibc's own adaptive thresholds, as a job run from the command
-    # line has. (Where the variable reaches a worker all the same, from the user's shell or
-    # another nanny, a worker plugin resets the thresholds: cluster.connect.UnpinMalloc.)
-    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-    # the worker's profiler samples every thread's stack each 10 ms by default: 89 → 81 ms
-    # at 100 ms, and the dashboard's profile still fills
-    "distributed.worker.profile.interval": "100ms",
-}
-
 
 # the resident memory the kernel tiles' compiled code adds to a process (numba and LLVM)
 WARM_UP_BYTES = 128 << 20
@@ -84,11 +66,6 @@ def dask_setup(worker) -> None:
             pass
 
     threading.Thread(target=warm, name="kernel-warm-up", daemon=True).start()
-
-
-def started() -> bool:
-    """Whether this process started a fork server for its local workers."""
-    return _started
 
 
 def wants_local_workers(argv: Sequence[str]) -> bool:
@@ -143,9 +120,8 @@ def prestart(argv: Sequence[str]) -> bool:
     """Start the fork server for local workers when ``argv`` runs a local sweep; returns
     whether it did. Call before anything starts a thread (the environment is set around
     the start)."""
-    global _started
-    if _started or not wants_local_workers(argv):
-        return _started
+    if started() or not wants_local_workers(argv):
+        return started()
     environ = _pre_spawn_environ()
     saved = {k: os.environ.get(k) for k in environ}
     os.environ.update(environ)
@@ -165,5 +141,5 @@ def prestart(argv: Sequence[str]) -> bool:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    _started = True
+    mark_started()
     return True

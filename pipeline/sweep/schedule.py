@@ -26,7 +26,8 @@ from pipeline.cluster.connect import connect, register_plugin
 from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
 from pipeline.cluster.kinds import kind_of
 from pipeline.cluster.liveness import POLL_SECONDS, ClusterLost, Liveness
-from pipeline.cluster.options import ALLOWED_FAILURES, memory_hint
+from pipeline.cluster.options import memory_hint
+from pipeline.cluster.starting import ALLOWED_FAILURES
 from pipeline.datasets.spec import train_shape
 from pipeline.job.claims import FITS_FILE
 from pipeline.job.hyper import cache_key, hyper_options, shared_config
