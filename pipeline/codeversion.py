@@ -50,6 +50,7 @@ NUMERICS = ("algorithms",)  # the packages whose code computes a job's numbers
 NUMERIC_PIPELINE = (
     "pipeline.job.run",  # how config and data reach the fit: λ, the seed, the learned kernel
     # and target offset, the certificate's settings, the baseline's metrics
+    "pipeline.job.spec",  # a job's config completed, its protocol applied, made a JobSpec
     "pipeline.job.validate",  # the kernel, λ and options built from a job's config
     "pipeline.job.protocol",  # protocol=own: the options a method trains with
     "pipeline.job.hyper",  # hyper=ml: the learning's starts and seed, the record a fit uses

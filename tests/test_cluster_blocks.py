@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -31,8 +32,15 @@ def compose(overrides: list[str]):
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      processes=True) as cluster, Client(cluster, set_as_default=False) as c:
+    # without a dashboard the scheduler still serves its health routes over HTTP, on port 8787
+    # by default: a cluster of a test running beside this one may hold it (Dask then warns and
+    # takes another port)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                category=UserWarning)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                               processes=True)
+    with cluster, Client(cluster, set_as_default=False) as c:
         yield c
 
 

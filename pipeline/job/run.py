@@ -1,6 +1,6 @@
-"""One job, start to end: config → dataset store → kernel blocks → fit → evaluate → certify →
-result file. The CLI (:mod:`pipeline.app`) and the sweep launcher run jobs only through here
-(:func:`pipeline.job.task.run_task`).
+"""One job, start to end: its :class:`~pipeline.job.spec.JobSpec` → dataset store → kernel
+blocks → fit → evaluate → certify → result file (:func:`run`). The CLI (:mod:`pipeline.app`)
+and the sweep launcher run jobs only through here (:func:`pipeline.job.task.run_task`).
 
 A job is named by :func:`config_hash`, the hash of what determines its result: its config
 without where it runs (without κ for algorithms that ignore it and without the seed for
@@ -33,7 +33,9 @@ import numpy as np
 from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
-from algorithms.evaluation import mean_predictor_metrics, options_of, run
+from algorithms.errors import TooLarge
+from algorithms.evaluation import mean_predictor_metrics, options_of
+from algorithms.evaluation import run as evaluate
 from algorithms.kernel_threads import kernel_threads, use_kernel_threads
 from algorithms.kernels import Kernel, fit_tails
 from pipeline.blocks.store import open_blocks
@@ -45,13 +47,11 @@ from pipeline.cluster.threads import (
     usable_cores,
 )
 from pipeline.codeversion import pipeline_version
-from pipeline.config import complete
 from pipeline.datasets import ingest
 from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
-from pipeline.job.protocol import apply_protocol
-from pipeline.job.validate import check_config
+from pipeline.job.spec import JobSpec
 from pipeline.job.warmup import warm_up
 from pipeline.results.job_file import write_job_result
 from pipeline.watch import announce
@@ -128,22 +128,29 @@ class JobOutcome:
     attrs: dict  # the result file's job attrs (n_train, n_test, d, worker, …)
 
 
-def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = None
-            ) -> JobOutcome:
-    """Validate a resolved job config, ingest its dataset, fit (or measure a learning curve),
-    certify, and write ``result_path``. ``attrs`` are extra attributes for the result file
-    (e.g. the worker that ran the job). A hand-built config is completed from
-    ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
+def run(job: JobSpec, result_path: str | Path, attrs: Mapping | None = None) -> JobOutcome:
+    """Run one job: ingest its dataset, fit (or measure a learning curve), certify, and write
+    ``result_path``: the one function that runs a job, for a single job and a sweep's worker
+    alike (:func:`pipeline.job.task.run_task`). ``attrs`` are extra attributes for the result
+    file (e.g. the worker that ran the job). A job too large for this machine (``max_n``, its
+    declared memory) is refused with its one line (:class:`~algorithms.errors.TooLarge`)."""
     clock = JobClock(time.perf_counter(), load_average())
-    config = complete(config)
-    apply_protocol(config)  # protocol=own: the method's own training options (idempotent)
-    spec, lam, kernel, options = check_config(config)
-    threads = free_threads(config["threads"])  # validated by check_config
+    if job.too_large is not None:
+        raise TooLarge(job.too_large)
+    threads = free_threads(job.threads)  # validated by JobSpec.from_config
     limit = (blas_controller().limit(limits=threads, user_api="blas") if threads is not None
              else contextlib.nullcontext())
     # the kernel blocks' tiles use as many threads as BLAS (null: every core), for this job only
     with limit, use_kernel_threads(threads):
-        return _run_job(config, result_path, attrs, clock, spec, lam, kernel, options)
+        return _run_job(job.config(), result_path, attrs, clock, job.spec, job.lam, job.kernel,
+                        dict(job.options))
+
+
+def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = None
+            ) -> JobOutcome:
+    """:func:`run` of the job a resolved config describes (:meth:`JobSpec.from_config`: a
+    hand-built config is completed from ``conf/config.yaml`` first), for a Python caller."""
+    return run(JobSpec.from_config(config), result_path, attrs)
 
 
 def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, clock: JobClock,
@@ -201,9 +208,9 @@ def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: K
                      X_test: np.ndarray, y_test: np.ndarray, what: str) -> Result:
     if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
         return run_curve(config, spec, kernel, blocks, options)
-    result = run(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
-                 rng=np.random.default_rng(seed), test=(X_test, y_test),
-                 profile_memory=config["profile_memory"], **options)
+    result = evaluate(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
+                      rng=np.random.default_rng(seed), test=(X_test, y_test),
+                      profile_memory=config["profile_memory"], **options)
     result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
                                  kernel_threads=kernel_threads(),
                                  **getattr(blocks, "summary", dict)())

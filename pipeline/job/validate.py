@@ -44,13 +44,14 @@ def blocks_in_memory_unless_declared(config: dict) -> bool:
     return True
 
 
-def check_config(config: Mapping, available: float | None = None
+def check_config(config: Mapping, available: float | None = None, sized: bool = True
                  ) -> tuple[AlgorithmSpec, float, Kernel, dict]:
     """Validate a resolved job config without building its data: the algorithm and its
     options, ``lam``, ``kappa``, ``seed``, the kernel, the ``hyper`` block, the dataset spec,
     the certificate, and
     whether the fit fits (``max_n``, and the algorithm's declared memory against ``available``
-    bytes, default what this machine has free). Returns (spec, lam, kernel, options); raises
+    bytes, default what this machine has free; not with ``sized=False``: :class:`pipeline.job.
+    spec.JobSpec` records it instead). Returns (spec, lam, kernel, options); raises
     InputError naming the first bad value. A hand-built config is completed from
     ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
     config = complete(config)
@@ -69,7 +70,7 @@ def check_config(config: Mapping, available: float | None = None
     # every other top-level key with a check of its own (pipeline.config.keys)
     check_keys(config, tuple(k for k in TOP_LEVEL if k not in ("lam", "kappa", "seed")))
     check_blocks(config["blocks"], spec)
-    if shape is not None and not config["learning_curve"]:
+    if sized and shape is not None and not config["learning_curve"]:
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
         check_size(spec, *shape, options, available)
     return spec, lam, kernel, options

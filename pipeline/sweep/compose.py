@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import GROUPS, lookup
 from pipeline.job.identity import job_config
+from pipeline.job.spec import JobSpec
 
 
 @dataclass
@@ -235,10 +236,18 @@ def compose_jobs(master: DictConfig, config_loader,
 
 @dataclass
 class PlannedJob:
+    """A sweep point planned: its job (:class:`~pipeline.job.spec.JobSpec`, what a worker
+    runs), its name, its coordinates in the sweep's Dataset and Hydra's job number."""
+
     overrides: list[str]
     composed: ComposedJob  # the full config Hydra's run_job receives
-    config: dict      # the resolved job config
+    spec: JobSpec
     hash: str
     coords: dict
     setting: str      # hash of the job's settings (its identity without data and code)
     num: int          # Hydra's job number
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The job's resolved config (read it; ``spec.config()`` gives a copy to change)."""
+        return self.spec.resolved

@@ -24,7 +24,6 @@ from pipeline.datasets import ingest
 from pipeline.job.claims import claim_job, record_fit
 from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
-from pipeline.job.identity import config_hash
 from pipeline.job.task import run_task
 from pipeline.results.job_file import (
     JOB_FILE,
@@ -58,7 +57,7 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
     ``run_job``'s config copies."""
     out_dir = sweep_dir / "jobs" / job.hash
     try:
-        here = config_hash(job.config)
+        here = job.spec.identity()
     except InputError as err:  # its data cannot be had here (a damaged source, no store root)
         return {"status": "failed", "config_hash": job.hash, "error": str(err)}
     if here != job.hash:  # the job would be filed under a name the client never looks up
@@ -79,7 +78,7 @@ def execute(task_function: TaskFunction, hydra_context: HydraContext, job: Plann
                 # what run_job would do for this job, without its config copies (job_files)
                 try:
                     hydra_records.write(job, sweep_dir)
-                    return run_task(job.config, out_dir, False)
+                    return run_task(job.spec, out_dir, False)
                 except Exception as err:
                     return _record_failure(job, out_dir, err, start)
             with one_hydra_job():  # Hydra's job context is process-global

@@ -21,15 +21,9 @@ from algorithms.errors import InputError, TooLarge
 from algorithms.registry import get
 from pipeline.cluster.kinds import kind_of
 from pipeline.cluster.options import check, local_worker_bytes, memory_hint
-from pipeline.cluster.threads import resolve_threads
-from pipeline.job.identity import config_hash, job_config, planning, setting_hash
+from pipeline.job.identity import job_config, planning, setting_hash
 from pipeline.job.numbers import declared_floats
-from pipeline.job.protocol import apply_protocol
-from pipeline.job.validate import (
-    blocks_in_memory_unless_declared,
-    check_config,
-    drop_inapplicable_options,
-)
+from pipeline.job.spec import JobSpec
 from pipeline.lines import note
 from pipeline.outputs import OPT_OUT, check_store_root
 from pipeline.results.job_file import (
@@ -167,7 +161,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     jobs: list[PlannedJob] = []
     ignored: dict[str, set[str]] = {}
     in_memory: set[str] = set()  # algorithms whose blocks=cluster jobs run in memory
-    checked: dict[str, str | None] = {}  # config → why it is too large (None: it is not)
+    specs: dict[str, JobSpec] = {}  # config → its job (the same config checked once)
     too_large: dict[str, str] = {}
     here, worker_bytes = _fit_memory(cluster_cfg)
     jobs_at_once = _jobs_at_once(cluster_cfg)
@@ -177,31 +171,26 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
             progress()
             config = point.config()  # as typed: a bad value is named as the user gave it
             coords = _coordinates(config, (*FIXED_DIMS, *dims))
-            dropped = drop_inapplicable_options(config)
-            apply_protocol(config)  # protocol=own: the method's own training, or the shared job
-            ignored.setdefault(config["algorithm"]["name"], set()).update(dropped)
-            if blocks_in_memory_unless_declared(config):
-                in_memory.add(config["algorithm"]["name"])
             config["store_root"] = _store_root(config, roots)
-            config["threads"] = resolve_threads(config["threads"], jobs_at_once)
             key = json.dumps(config, sort_keys=True, default=str)
-            if key not in checked:  # bad input stops the sweep before any data is read
-                try:
-                    check_config(config, available=here)
-                    checked[key] = None
-                except TooLarge as err:
-                    limited = here == worker_bytes and "is available" in str(err)
-                    checked[key] = str(err) + (f" ({memory_hint(cluster_cfg)})" if limited else "")
+            if key not in specs:  # bad input stops the sweep before any data is read
+                specs[key] = JobSpec.from_config(config, here, jobs_at_once)
+            spec = specs[key]
+            ignored.setdefault(spec.algorithm, set()).update(spec.dropped)
+            if spec.blocks_moved:
+                in_memory.add(spec.algorithm)
             # a dry run writes nothing: a dataset not ingested yet is built in memory
-            h = config_hash(config, write_data=not dry_run)
-            if checked[key] is not None:
-                too_large[h] = checked[key]
-            jobs.append(PlannedJob(point.overrides, point, config, h, coords,
-                                   setting_hash(config), initial_job_idx + idx))
+            h = spec.identity(write_data=not dry_run)
+            if spec.too_large is not None:
+                limited = here == worker_bytes and "is available" in spec.too_large
+                too_large[h] = spec.too_large + (f" ({memory_hint(cluster_cfg)})" if limited
+                                                 else "")
+            jobs.append(PlannedJob(point.overrides, point, spec, h, coords,
+                                   setting_hash(spec.resolved), initial_job_idx + idx))
     _check_options_taken(ignored)
     _say_what_changed(ignored, in_memory)
     _check_distinct_coordinates(jobs)
-    if checked and all(why is not None for why in checked.values()):
+    if specs and all(spec.too_large is not None for spec in specs.values()):
         raise TooLarge(next(iter(too_large.values())))
     return cluster_cfg, jobs, dims, too_large
 
