@@ -29,3 +29,16 @@ def test_store_blocks_refuse_a_kernel_that_overflows(tmp_path):
         with pytest.raises(InputError, match=r"kernel polynomial\(c=1\.0, degree=800\) is "
                                              r"NaN/inf for \d+ of \d+ values"):
             compute()
+
+
+def test_every_blocks_choice_has_a_provider_module_and_no_more():
+    """pipeline.blocks' registry and the ``blocks`` key's check name the same providers, and
+    each registered module provides its blocks (``provide``)."""
+    import importlib
+
+    from pipeline.blocks import PROVIDERS
+    from pipeline.config.keys import BLOCKS
+
+    assert set(PROVIDERS) == set(BLOCKS)
+    for module in PROVIDERS.values():
+        assert callable(importlib.import_module(module).provide)

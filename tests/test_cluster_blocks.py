@@ -345,7 +345,7 @@ def test_a_cluster_fit_on_an_existing_scheduler_equals_the_in_memory_one(tmp_pat
 
     from distributed import Lock
 
-    from pipeline.job.run import CLUSTER_FIT_LOCK
+    from pipeline.blocks.cluster import CLUSTER_FIT_LOCK
 
     address = dask_processes.scheduler.address
     base = [sys.executable, "-m", "pipeline", "algorithm=sgma", "dataset=friedman1",

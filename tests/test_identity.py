@@ -86,7 +86,8 @@ NOT_NUMERIC = {
     "pipeline.job.identity": "the identity's own machinery",
     "pipeline.lines": "one-line texts and note: lines",
     "pipeline.job.numbers": "an integer given for a declared float made that float (type only)",
-    "pipeline.job.hydra_job": "Hydra's job context",
+    "pipeline.cluster.hydra_job": "Hydra's job context",
+    "pipeline.blocks": "picks the provider the blocks key names (each provider is numeric)",
     "pipeline.job.warmup": "an untimed warm-up fit whose result is thrown away",
     "pipeline.checksum": "file checksums",
     "pipeline.results.netcdf3": "writes result.nc as xarray would (the same bytes); every value "

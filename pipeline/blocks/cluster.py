@@ -40,7 +40,7 @@ import time
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import CancelledError
 from pathlib import Path
 
@@ -433,3 +433,46 @@ def _gone(err: BaseException) -> str:
     return (f"the Dask scheduler of this blocks=cluster fit stopped answering "
             f"({type(err).__name__}); rerun the job when the cluster is back")
 
+
+CLUSTER_FIT_LOCK = "sgp-bench-cluster-blocks"  # a Dask Lock: one blocks=cluster fit at a time
+
+
+@contextlib.contextmanager
+def provide(config: Mapping, store: Path, kernel: Kernel):
+    """``blocks=cluster`` (:mod:`pipeline.blocks`): the kernel blocks over the store's rows
+    spread over a Dask cluster's workers: the sweep's own cluster when the job runs on one of
+    its workers (its thread leaves the worker's pool while it waits, and one such fit runs at
+    a time), else the cluster ``config["cluster"]`` describes, started for this job."""
+    from distributed import Lock, get_worker, worker_client
+
+    from pipeline.cluster.connect import connect
+    from pipeline.cluster.hydra_job import released_while_seceded
+
+    try:
+        on_worker = get_worker() is not None
+    except ValueError:  # not in a Dask task: a job of its own
+        on_worker = False
+    if on_worker:
+        # out of the worker's pool while it waits: the worker's next task may run meanwhile
+        with released_while_seceded(), worker_client() as client, Lock(CLUSTER_FIT_LOCK), \
+                ClusterKernelBlocks(client, store, kernel) as blocks:
+            yield blocks
+    else:
+        with connect(config["cluster"]) as client, _one_fit_at_a_time(Lock(
+                CLUSTER_FIT_LOCK, scheduler_rpc=client.scheduler, loop=client.loop)), \
+                ClusterKernelBlocks(client, store, kernel) as blocks:
+            yield blocks
+
+
+@contextlib.contextmanager
+def _one_fit_at_a_time(lock):
+    """Hold the cluster's fit lock (a fit uses every worker): other command lines' and sweeps'
+    ``blocks=cluster`` fits on the same scheduler wait, and this one says so if it waits."""
+    if not lock.acquire(blocking=False):
+        print("note: another blocks=cluster fit is running on this cluster; this one starts "
+              "when it ends", flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

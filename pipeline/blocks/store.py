@@ -9,7 +9,9 @@ whole K as a lazy dask array for methods that want to stream over it in row bloc
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +77,14 @@ class ZarrKernelBlocks(ArrayKernelBlocks):
             return kernel(block, X_all)
 
         return X.map_blocks(kernel_rows, chunks=(X.chunks[0], (self.n,)), dtype=np.float64)
+
+
+@contextlib.contextmanager
+def provide(config: Mapping, store: Path, kernel: Kernel) -> Iterator[ZarrKernelBlocks]:
+    """``blocks=memory`` (:mod:`pipeline.blocks`): the kernel blocks over the store's training
+    rows in this process (the store verified by :func:`~pipeline.datasets.ingest` just
+    before)."""
+    yield open_blocks(store, kernel, verify=False)
 
 
 def open_blocks(store: str | PathLike, kernel: Kernel, *, verify: bool = True

@@ -38,7 +38,7 @@ from algorithms.evaluation import mean_predictor_metrics, options_of
 from algorithms.evaluation import run as evaluate
 from algorithms.kernel_threads import kernel_threads, use_kernel_threads
 from algorithms.kernels import Kernel, fit_tails
-from pipeline.blocks.store import open_blocks
+from pipeline.blocks import kernel_blocks
 from pipeline.cluster.threads import (
     blas_controller,
     blas_threads,
@@ -48,59 +48,12 @@ from pipeline.cluster.threads import (
 )
 from pipeline.codeversion import pipeline_version
 from pipeline.datasets import ingest
-from pipeline.job.hydra_job import released_while_seceded
 from pipeline.job.hyper import hyper_options, learned
 from pipeline.job.identity import algorithm_version, config_hash
 from pipeline.job.spec import JobSpec
 from pipeline.job.warmup import warm_up
 from pipeline.results.job_file import write_job_result
 from pipeline.watch import announce
-
-CLUSTER_FIT_LOCK = "sgp-bench-cluster-blocks"  # a Dask Lock: one blocks=cluster fit at a time
-
-
-@contextlib.contextmanager
-def kernel_blocks(config: Mapping, store: Path, kernel: Kernel):
-    """The job's kernel-block provider: in memory, or spread over the Dask cluster
-    (``blocks=cluster``): the sweep's own cluster when the job runs on one of its workers
-    (its thread leaves the worker's pool while it waits, and one such fit runs at a time),
-    else the cluster ``config["cluster"]`` describes, started for this job."""
-    if config["blocks"] != "cluster":
-        yield open_blocks(store, kernel, verify=False)
-        return
-    from distributed import Lock, get_worker, worker_client
-
-    from pipeline.blocks.cluster import ClusterKernelBlocks
-    from pipeline.cluster.connect import connect
-
-    try:
-        on_worker = get_worker() is not None
-    except ValueError:  # not in a Dask task: a job of its own
-        on_worker = False
-    if on_worker:
-        # out of the worker's pool while it waits: the worker's next task may run meanwhile
-        with released_while_seceded(), worker_client() as client, Lock(CLUSTER_FIT_LOCK), \
-                ClusterKernelBlocks(client, store, kernel) as blocks:
-            yield blocks
-    else:
-        with connect(config["cluster"]) as client, _one_fit_at_a_time(Lock(
-                CLUSTER_FIT_LOCK, scheduler_rpc=client.scheduler, loop=client.loop)), \
-                ClusterKernelBlocks(client, store, kernel) as blocks:
-            yield blocks
-
-
-@contextlib.contextmanager
-def _one_fit_at_a_time(lock):
-    """Hold the cluster's fit lock (a fit uses every worker): other command lines' and sweeps'
-    ``blocks=cluster`` fits on the same scheduler wait, and this one says so if it waits."""
-    if not lock.acquire(blocking=False):
-        print("note: another blocks=cluster fit is running on this cluster; this one starts "
-              "when it ends", flush=True)
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def load_average() -> float:
@@ -166,7 +119,7 @@ def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, cl
         hyper = learned(config, store)
     if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.job.hyper)
         kernel, lam = hyper.kernel, hyper.lam
-    with kernel_blocks(config, store, kernel) as blocks:
+    with kernel_blocks(config, store, kernel) as blocks:  # pipeline.blocks: its provider
         return _fit_and_write(config, result_path, attrs, clock, spec, lam, kernel, options,
                               seed, store, hyper, blocks)
 

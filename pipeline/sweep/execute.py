@@ -19,10 +19,10 @@ from omegaconf import DictConfig, open_dict
 
 from algorithms.errors import InputError
 from pipeline.cluster.here import worker_name
+from pipeline.cluster.hydra_job import one_hydra_job
 from pipeline.config.keys import planned_keys
 from pipeline.datasets import ingest
 from pipeline.job.claims import claim_job, record_fit
-from pipeline.job.hydra_job import one_hydra_job
 from pipeline.job.hyper import learned
 from pipeline.job.task import run_task
 from pipeline.results.job_file import (
