@@ -1,8 +1,8 @@
 """The one-line texts the product prints: a value or an error on one line, and a ``note:`` line.
 
 Every failure a user sees is one ``error: …`` line and every recovered problem one
-``note: …`` line (README, "Bad input"); a message that carries another library's text is put
-on one line here first.
+``note: …`` line (docs/getting-started/first-job.md, "Bad input"); a message that carries
+another library's text is put on one line here first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""README's run-time table states how many sweep points and jobs each experiment has at full
-size and how many jobs it runs at ``size=small``: every such count is checked against the
-sweep's own dry-run plan (``dry_run=true``), so the table cannot drift from the configs (it
-said 18 jobs for ``smola2000_convergence``, which runs 12, and 1608 points for
+"""The run-time table of the docs' paper-experiments page states how many sweep points and
+jobs each experiment has at full size and how many jobs it runs at ``size=small``: every such
+count is checked against the sweep's own dry-run plan (``dry_run=true``), so the table cannot
+drift from the configs (it said 18 jobs for ``smola2000_convergence``, which runs 12, and 1608 points for
 ``uci_frontier`` after its grid had grown to 4968).
 
 The plan is made in this process with the job's data left out of its hash (the settings'
@@ -34,9 +34,9 @@ def stated_counts() -> list[tuple[str, int, str]]:
 
 
 def _table() -> str:
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("### Run times"):]
-    return table[:table.index("\n### ", 1)]
+    text = (ROOT / "docs" / "how-to" / "paper-experiments.md").read_text()
+    table = text[text.index("## Run times"):]
+    return table[:table.index("\n## ", 1)]
 
 
 def stated_full_counts() -> list[tuple[str, int, int | None]]:
@@ -47,7 +47,7 @@ def stated_full_counts() -> list[tuple[str, int, int | None]]:
 
 
 def _plan(name: str, run_cli, tmp_path, monkeypatch, *args: str) -> tuple[int, int]:
-    monkeypatch.setattr("pipeline.sweep.plan.config_hash",
+    monkeypatch.setattr("pipeline.job.spec.config_hash",
                         lambda config, write_data=True: setting_hash(config))
     ran = run_cli(tmp_path, f"experiment={name}", *args, "dry_run=true")
     assert ran.returncode == 0, ran.stderr[-2000:]

@@ -18,7 +18,7 @@ a larger sweep is refused in one line that says how to raise the limit. Planning
 point (its overrides and resolved config, ~6 KB) in memory: measured dry runs
 (``experiment=bench_sweep_plan``, a loaded 2-core host) peaked at 230 MiB for 10 000 points and
 745 MiB for 100 000 (530 s), so the default keeps planning under 1 GiB; 10⁶ points would take
-~6 GiB and over an hour before the first job (``README.md``, "Thousands of small jobs").
+~6 GiB and over an hour before the first job (``docs/how-to/sweeps.md``, "Thousands of small jobs").
 
 It is built on Hydra's public plugin interface (``hydra.plugins.sweeper.Sweeper``, Hydra's
 override parser and ``Plugins.instantiate_launcher``), not on Hydra's internal ``BasicSweeper``.

@@ -68,4 +68,4 @@ def check_main_guard(what: str = "a local Dask cluster") -> None:
         raise InputError(
             f"{name} line {frame.f_lineno} starts {what} outside `if __name__ == "
             f"\"__main__\":`; its worker processes import {name} again and would run it once "
-            "more each: put the call under that guard (README, \"Python API\")")
+            "more each: put the call under that guard (docs/getting-started/python-api.md)")
