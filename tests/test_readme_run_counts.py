@@ -1,8 +1,8 @@
 """The run-time table of the docs' paper-experiments page states how many sweep points and
 jobs each experiment has at full size and how many jobs it runs at ``size=small``: every such
 count is checked against the sweep's own dry-run plan (``dry_run=true``), so the table cannot
-drift from the configs (it said 18 jobs for ``smola2000_convergence``, which runs 12, and 1608 points for
-``uci_frontier`` after its grid had grown to 4968).
+drift from the configs (it said 18 jobs for ``smola2000_convergence``, which runs 12, and 1608
+points for ``uci_frontier`` after its grid had grown to 4968).
 
 The plan is made in this process with the job's data left out of its hash (the settings'
 hash, :func:`pipeline.job.identity.setting_hash`): jobs with equal settings read equal data,
