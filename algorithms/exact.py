@@ -13,7 +13,7 @@ the objectives is y − σ²α. The test variance, the predictive mean
 :data:`~algorithms.contract.BLOCK_BYTES` = 32 MiB. Measured with tracemalloc (friedman1, rbf, d
 = 10, 1000 test points): the fit with its test evaluation (:func:`algorithms.evaluation.run`)
 peaks at n²·8 + 17 MiB at n = 2000 (1.56·n²·8, 48 MiB) and n²·8 + 34 MiB at n = 4000 (1.28·n²·8,
-156 MiB); the whole pipeline job with its certificate (:func:`pipeline.job.run_job`) at n²·8 +
+156 MiB); the whole pipeline job with its certificate (:func:`pipeline.job.run.run`) at n²·8 +
 35 MiB (2.14·n²·8) and n²·8 + 37 MiB (1.30·n²·8). The excess is one block of kernel values and
 its finiteness mask, whatever n: at kin40k's n = 36000 it is 0.4 % of the 9.7 GiB of L. The
 process RSS grew by n²·8 + 25 and 51 MiB (fit), + 41 and 53 MiB (job). Before, three n×n

@@ -18,9 +18,9 @@ in eq. 133) is
 
     γ_i = 1 − s_iΞ_ii,   s_i ← γ_i / μ_i²,   σ² ← ‖y − K_Rμ‖² / (n − Σ_{i∈R} γ_i).
 
-The σ² update is Tipping's form. 004 eq. 135 (and docs/algorithms.md) write the denominator as
-Σ_i s_iΞ_ii over all m basis functions. With m = n (one per training point, as here) and
-s_iΞ_ii → 1 for a pruned basis function (Ξ_ii → s_i⁻¹ as s_i → ∞) that sum is
+The σ² update is Tipping's form. 004 eq. 135 (and the papers' summary we work from) write the
+denominator as Σ_i s_iΞ_ii over all m basis functions. With m = n (one per training point, as
+here) and s_iΞ_ii → 1 for a pruned basis function (Ξ_ii → s_i⁻¹ as s_i → ∞) that sum is
 (n − |R|) + Σ_{i∈R}(1 − γ_i) = n − Σ_{i∈R} γ_i, the same number; but read over the remaining
 set only (where the computation runs) it is |R| − Σγ_i, which is wrong, and with a bias column
 (m = n + 1) it is off by one. n − Σγ_i (n data points minus the number of well-determined

@@ -7,8 +7,8 @@ site builds, so that no table of keys, options or result variables is kept by ha
   (:data:`algorithms.registry.REGISTRY`, each spec's :class:`~algorithms.options.Option` table);
 - ``reference/clusters.md``: every cluster kind with its options
   (:data:`pipeline.cluster.options.OPTIONS`);
-- ``reference/variables.md``: every trace and summary variable a result holds, with its units
-  (:data:`algorithms.variables.DESCRIPTIONS`).
+- ``reference/variables.md``: every variable a result holds, with its units
+  (:data:`algorithms.variables.DESCRIPTIONS` and :data:`pipeline.results.variables.PIPELINE`).
 
 The pages are written under ``docs/reference/generated/`` (not kept in git) before Sphinx
 reads the sources.
@@ -88,13 +88,19 @@ def clusters_page() -> str:
 
 def variables_page() -> str:
     from algorithms.variables import DESCRIPTIONS
+    from pipeline.results.variables import PIPELINE
 
     lines = ["# Result variables", "",
-             "What every trace and summary variable of a result means, with its units "
-             "(written as CF `long_name` and `units` attributes), generated from "
-             "`algorithms/variables.py`.", "", "| variable | meaning | units |", "|---|---|---|"]
-    for name, (long_name, units) in sorted(DESCRIPTIONS.items()):
-        lines.append(f"| `{name}` | {_text(long_name)} | {_text(units)} |")
+             "What every variable of a result means, with its units (written as CF "
+             "`long_name` and `units` attributes), generated from the declarations the "
+             "result files are written from."]
+    for title, source, table in (
+            ("A fit's trace and summary", "algorithms/variables.py", DESCRIPTIONS),
+            ("What the pipeline adds", "pipeline/results/variables.py", PIPELINE)):
+        lines += ["", f"## {title}", "", f"Declared in `{source}`.", "",
+                  "| variable | meaning | units |", "|---|---|---|"]
+        for name, (long_name, units) in sorted(table.items()):
+            lines.append(f"| `{name}` | {_text(long_name)} | {_text(units)} |")
     return "\n".join(lines) + "\n"
 
 

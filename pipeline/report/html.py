@@ -1,6 +1,6 @@
 """One self-contained ``report.html`` beside a sweep's ``report.md``.
 
-The page is built from the text of ``report.md`` (:func:`pipeline.report._write_report`), so
+The page is built from the text of ``report.md`` (:func:`pipeline.report.build._write_report`), so
 the two never diverge: markdown-it-py converts it (CommonMark with pipe tables; raw HTML in the
 text is escaped), its ``![stem](file)`` figure lines embedded as base64 ``data:`` URIs (Pillow
 reads their sizes). After the report's

@@ -55,7 +55,8 @@ PIPELINE: dict[str, tuple[str, str]] = {
                                     "(blocks=cluster)", "bytes"),
     "cluster_worker_peak_rss_min": ("smallest peak resident memory of a worker holding rows "
                                     "(blocks=cluster)", "bytes"),
-    # the training-mean predictor on the job's test rows (pipeline.job.baseline)
+    # the training-mean predictor on the job's test rows
+    # (algorithms.evaluation.mean_predictor_metrics)
     "baseline_test_rmse": ("test root mean squared error of the training mean", TARGET),
     "baseline_test_nlpd": ("test negative log predictive density of N(training mean, training "
                            "variance) (mean over points)", "nats"),
@@ -153,7 +154,7 @@ def describe(name: str) -> tuple[str, str]:
     if "." in name:
         group, _, option = name.partition(".")
         return f"{group} option {option}", "1"
-    raise KeyError(f"{name} has no description: add it to pipeline/variables.py or "
+    raise KeyError(f"{name} has no description: add it to pipeline/results/variables.py or "
                    "algorithms/variables.py")
 
 

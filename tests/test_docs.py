@@ -1,0 +1,54 @@
+"""The documentation names only what exists: every repository path (``pipeline/…``,
+``algorithms/…``, ``conf/…``, ``docs/…``) and every module or object named in backticks or a
+Sphinx role (``pipeline.x.y``) in the docs, README, CONTRIBUTING, the code's docstrings and
+messages, and the configs' comments is there (issue 55: README named ``pipeline/datasets.py``
+after the module had moved, an error named ``pipeline/variables.py``)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("pipeline/**/*.py"),
+           *ROOT.glob("pipeline/data/README.md"), *ROOT.glob("algorithms/**/*.py"),
+           *ROOT.glob("hydra_plugins/**/*.py"), *ROOT.glob("conf/**/*.yaml")]
+SOURCES = [p for p in SOURCES if not {"_build", "generated"} & set(p.parts)]
+PATH = re.compile(r"(?<![\w/.\-])((?:pipeline|algorithms|conf|docs|tests|hydra_plugins|scripts)"
+                  r"/[\w/.\-]*\w)")
+# a dotted name in backticks or a role: ``pipeline.x.y``, `pipeline.x`, :func:`~pipeline.x.f`
+DOTTED = re.compile(r"`~?((?:pipeline|algorithms)(?:\.\w+)+)")
+
+
+def _missing_path(path: str) -> bool:
+    if path.endswith(("_", ".log")):  # a prefix (conf/experiment/ferrari1999_*) or a log file
+        return False
+    return not (ROOT / path).exists()
+
+
+def _missing_object(name: str) -> bool:
+    if name.endswith(".log"):  # a job's log file, pipeline.log
+        return False
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for attr in parts[k:]:
+            if not hasattr(obj, attr):
+                return True
+            obj = getattr(obj, attr)
+        return False
+    return True
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_and_module_named_exists(path):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    missing = sorted({p for p in PATH.findall(text) if _missing_path(p)}
+                     | {n for n in DOTTED.findall(text) if _missing_object(n)})
+    assert not missing, f"{path.relative_to(ROOT)} names what does not exist: {missing}"
