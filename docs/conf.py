@@ -34,3 +34,5 @@ autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]

@@ -7,6 +7,7 @@ site builds, so that no table of keys, options or result variables is kept by ha
   (:data:`algorithms.registry.REGISTRY`, each spec's :class:`~algorithms.options.Option` table);
 - ``reference/clusters.md``: every cluster kind with its options
   (:data:`pipeline.cluster.options.OPTIONS`);
+- ``reference/methods.md``: each algorithm module's docstring (its paper and equations);
 - ``reference/variables.md``: every variable a result holds, with its units
   (:data:`algorithms.variables.DESCRIPTIONS` and :data:`pipeline.results.variables.PIPELINE`).
 
@@ -104,7 +105,36 @@ def variables_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-PAGES = {"keys.md": keys_page, "algorithms.md": algorithms_page, "clusters.md": clusters_page,
+def _reflowed(doc: str) -> str:
+    """A docstring's prose paragraphs each on one line (the page wraps them to its width);
+    a paragraph with an indented or list line (equations, lists, tables) kept as written."""
+    paragraphs = doc.split("\n\n")
+    kept = [p if any(line[:1] in (" ", "-", "|", "*") for line in p.splitlines())
+            else " ".join(p.split()) for p in paragraphs]
+    return "\n\n".join(kept)
+
+
+def methods_page() -> str:
+    import importlib
+
+    from algorithms.registry import REGISTRY
+
+    modules: dict[str, list[str]] = {}
+    for name in sorted(REGISTRY):
+        modules.setdefault(REGISTRY[name].fit.__module__, []).append(name)
+    lines = ["# The algorithms, with their papers' equations", "",
+             "Each algorithm module's own account of its method (the paper, the equations it "
+             "implements, numbered as in the paper, and its limit cases), its docstring shown "
+             "as written, so that it cannot drift from the code. The options are in "
+             "[Algorithms and their options](algorithms.md).", ""]
+    for module, names in modules.items():
+        doc = _reflowed((importlib.import_module(module).__doc__ or "").strip())
+        lines += [f"## `{module}`: " + ", ".join(f"`{n}`" for n in names), "",
+                  "````text", doc.replace("````", "` ` ` `"), "````", ""]
+    return "\n".join(lines)
+
+
+PAGES = {"keys.md": keys_page, "methods.md": methods_page, "algorithms.md": algorithms_page, "clusters.md": clusters_page,
          "variables.md": variables_page}
 
 
