@@ -134,8 +134,8 @@ def methods_page() -> str:
     return "\n".join(lines)
 
 
-PAGES = {"keys.md": keys_page, "methods.md": methods_page, "algorithms.md": algorithms_page, "clusters.md": clusters_page,
-         "variables.md": variables_page}
+PAGES = {"keys.md": keys_page, "algorithms.md": algorithms_page, "methods.md": methods_page,
+         "clusters.md": clusters_page, "variables.md": variables_page}
 
 
 def write_pages(app=None) -> None:
