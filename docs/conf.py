@@ -20,6 +20,7 @@ extensions = [
     "sphinx.ext.napoleon",  # the docstrings' numpydoc sections (Parameters, Returns)
     "sphinx.ext.mathjax",
     "schema_pages",  # the reference pages generated from the specs (docs/_ext)
+    "run_examples",  # every Python example runs when the site builds (docs/_ext)
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["dollarmath", "colon_fence"]

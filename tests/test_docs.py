@@ -52,3 +52,26 @@ def test_every_path_and_module_named_exists(path):
     missing = sorted({p for p in PATH.findall(text) if _missing_path(p)}
                      | {n for n in DOTTED.findall(text) if _missing_object(n)})
     assert not missing, f"{path.relative_to(ROOT)} names what does not exist: {missing}"
+
+
+def test_a_broken_example_fails_the_site_build(tmp_path, monkeypatch):
+    """docs/_ext/run_examples.py runs each Python block of a page (after its hidden setup
+    command); one that fails stops the build with the page and the block's first line."""
+    import sys
+
+    from sphinx.errors import ExtensionError
+
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "_ext"))
+    sys.modules.pop("run_examples", None)
+    import run_examples
+
+    monkeypatch.setattr(run_examples, "DOCS", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text("<!-- example-setup: python -c \"open('made', 'w').write('1')\" -->\n"
+                    "```python\nprint(open('made').read())\n```\n\n"
+                    "```python\nraise SystemExit('broken example')\n```\n")
+    assert [setup for setup, _ in run_examples.examples(page)][0].startswith("python -c")
+    with pytest.raises(ExtensionError, match=r"page.md, example 2 \(raise SystemExit"):
+        run_examples.run_page(page)
+    page.write_text("```python\nprint('fine')\n```\n")
+    assert run_examples.run_page(page) == 1
