@@ -1,6 +1,6 @@
 """Covariance functions, chosen from a table: :data:`KERNELS` and :class:`Kernel`.
 
-Kernels (algorithms.md "Kernels"): Gaussian RBF exp(−‖x−x'‖²/(2ω²)) with the width given as
+Kernels: Gaussian RBF exp(−‖x−x'‖²/(2ω²)) with the width given as
 2ω² like the papers, Laplacian exp(−‖x−x'‖/ω), Matérn-3/2 (1+h)e^{−h} with h = ‖x−x'‖/μ,
 linear ⟨x,x'⟩ and polynomial (⟨x,x'⟩+c)^p with an integer p ≥ 1. Every kernel is multiplied by
 a signal variance ``variance`` (default 1, the papers' unit amplitude). The stationary kernels

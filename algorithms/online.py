@@ -3,7 +3,7 @@
 One pass (or ``passes``) over the data in an order drawn from the seed, keeping at most
 ``max_basis`` basis vectors (BV). State after t BVs: α (t), C (t×t), Q = K_BV⁻¹ (t×t); the
 posterior has mean μ(x) = k_BV(x)ᵀα and covariance k(x,x') + k_BV(x)ᵀ C k_BV(x'). With Gaussian
-noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,x) (algorithms.md):
+noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,x) (001 §3):
 
     σ_x² = k* + kᵀCk,  q = (y − αᵀk)/(σ₀² + σ_x²),  r = −1/(σ₀² + σ_x²),
     ê = Qk,  γ = k* − kᵀê   (squared distance of φ(x) from span(BV)).
@@ -15,7 +15,8 @@ noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,
   projection (a* = α_i, c* = C_ii, q* = Q_ii; C*, Q* the i-th columns without row i):
   α ← α − a* Q*/q*;  C ← C + c* Q*Q*ᵀ/q*² − (Q*C*ᵀ + C*Q*ᵀ)/q*;  Q ← Q − Q*Q*ᵀ/q*.
   Scores: ``approx`` ε_i = α_i²/(Q_ii + C_ii) (eq. 85); ``exact`` the KL divergence between the
-  GP and its projection without i (eq. 83), computed with the two-GP formula of algorithms.md.
+  GP and its projection without i (eq. 83), computed as the KL of two GPs on one BV set
+  (:func:`kl_same_basis`).
 
 Time O(n t²) per pass with O(t²) state; kernel values come from the block provider in row
 chunks: k(X_chunk, X_BV) and k(X_chunk, X_chunk) once per ``chunk_rows`` points, the second
@@ -48,12 +49,13 @@ def remove(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, i: int):
 
 def kl_same_basis(K: np.ndarray, alpha1: np.ndarray, C1: np.ndarray, alpha2: np.ndarray,
                   C2: np.ndarray) -> float:
-    """KL(GP₁‖GP₂) for two GPs on the same BV set (K = K_BV), the formula of algorithms.md:
+    """KL(GP₁‖GP₂) for two GPs on the same BV set (K = K_BV): the KL of two Gaussians, in the
+    BV set's coordinates:
     2KL = Δαᵀ K (I + C₂K)⁻¹ Δα + tr(KC₁) − tr(W₂K(I + C₁K)) + log|I + C₂K| − log|I + C₁K|,
     W₂ = C₂(I + KC₂)⁻¹, Δα = α₂ − α₁."""
     eye = np.eye(len(alpha1))
     d_alpha = alpha2 - alpha1
-    W2 = C2 @ np.linalg.inv(eye + K @ C2)
+    W2 = np.linalg.solve((eye + K @ C2).T, C2.T).T  # C₂(I + KC₂)⁻¹ by a solve, no inverse
     quad = d_alpha @ K @ np.linalg.solve(eye + C2 @ K, d_alpha)
     logdet2 = np.linalg.slogdet(eye + C2 @ K)[1]
     logdet1 = np.linalg.slogdet(eye + C1 @ K)[1]
