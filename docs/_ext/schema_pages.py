@@ -24,8 +24,14 @@ GENERATED = Path(__file__).resolve().parents[1] / "reference" / "generated"
 
 
 def _cell(value: Any) -> str:
-    text = "`null`" if value is None else f"`{value}`" if value != "" else ""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A default as a user writes it on the command line (YAML: null, true, {a: 1})."""
+    import yaml
+
+    if value == "":
+        return ""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    text = text.removesuffix("\n...").removesuffix("...").strip()
+    return f"`{text}`".replace("|", "\\|")
 
 
 def _text(text: str) -> str:
