@@ -26,6 +26,8 @@ DOTTED = re.compile(r"`~?((?:pipeline|algorithms)(?:\.\w+)+)")
 def _missing_path(path: str) -> bool:
     if path.endswith(("_", ".log")):  # a prefix (conf/experiment/ferrari1999_*) or a log file
         return False
+    if path.startswith(("docs/_build", "docs/reference/generated")):  # what a build writes
+        return False
     return not (ROOT / path).exists()
 
 
@@ -75,3 +77,29 @@ def test_a_broken_example_fails_the_site_build(tmp_path, monkeypatch):
         run_examples.run_page(page)
     page.write_text("```python\nprint('fine')\n```\n")
     assert run_examples.run_page(page) == 1
+
+
+def test_a_command_of_the_site_is_checked_as_a_job_or_a_sweep_plan(tmp_path, monkeypatch):
+    """A shell block's ``python -m pipeline`` line is checked when the site builds: a job by
+    ``--cfg job`` (the job's own checks), a sweep by ``dry_run=true``; a bad value fails the
+    build naming the page and the command. Templates (``<name>``) are left alone."""
+    import sys
+
+    from sphinx.errors import ExtensionError
+
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "_ext"))
+    sys.modules.pop("run_examples", None)
+    import run_examples
+
+    monkeypatch.setattr(run_examples, "DOCS", tmp_path)
+    assert run_examples.checked("python -m pipeline -m seed=0,1")[-1] == "dry_run=true"
+    assert run_examples.checked("sgp-bench algorithm=sgma")[-2:] == ["--cfg", "job"]
+    assert run_examples.checked("python -m pipeline.bench.exact size=small") is None
+    page = tmp_path / "page.md"
+    page.write_text("```bash\npython -m pipeline algorithm=<name>\n"
+                    "python -m pipeline algorithm=sgma dataset=sine1d lam=-1\n```\n")
+    assert run_examples.commands(page) == ["python -m pipeline algorithm=sgma dataset=sine1d "
+                                           "lam=-1"]
+    with pytest.raises(ExtensionError, match=r"page.md, the command `python -m pipeline "
+                                             r"algorithm=sgma dataset=sine1d lam=-1`.*lam"):
+        run_examples.check_commands([page])
