@@ -69,6 +69,18 @@ def job_defaults() -> dict:
     return out
 
 
+def plain_copy(value):
+    """A deep copy of plain containers (what ``OmegaConf.to_container`` gives: dicts, lists,
+    scalars), ~5× faster than :func:`copy.deepcopy`; anything else by deepcopy."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if type(value) is dict:
+        return {k: plain_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [plain_copy(v) for v in value]
+    return copy.deepcopy(value)
+
+
 def complete(config: Mapping[str, Any]) -> dict:
     """A job config with every top-level key ``conf/config.yaml`` declares: those ``config``
     leaves out (a Python caller's hand-built config) take the yaml's value, and so does each
@@ -78,7 +90,7 @@ def complete(config: Mapping[str, Any]) -> dict:
             not isinstance(config["certificate"], Mapping)
             or defaults["certificate"].keys() <= config["certificate"].keys()):
         return dict(config)  # composed by Hydra: complete already
-    out = {**copy.deepcopy(defaults), **config}
+    out = {**plain_copy(defaults), **config}
     if isinstance(config.get("certificate"), Mapping):
         out["certificate"] = {**defaults["certificate"], **config["certificate"]}
     return out

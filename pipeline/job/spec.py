@@ -13,7 +13,6 @@ spec holds is read through its typed fields, its ``resolved`` config and :meth:`
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -25,7 +24,7 @@ from algorithms.evaluation import check_size
 from algorithms.kernels import Kernel
 from algorithms.registry import get
 from pipeline.cluster.threads import resolve_threads
-from pipeline.config import complete
+from pipeline.config import complete, plain_copy
 from pipeline.config.keys import check_job_timeout
 from pipeline.datasets import train_shape
 from pipeline.job.identity import config_hash
@@ -82,7 +81,7 @@ class JobSpec:
         ``blocks_moved``), and ``threads=auto`` becomes the job's share of the cores
         (:func:`pipeline.cluster.threads.resolve_threads`); a single job with such an option
         or such blocks is an error, and resolves ``auto`` when it starts."""
-        config = copy.deepcopy(complete(config))
+        config = plain_copy(complete(config))
         dropped, moved = (), False
         if jobs_at_once is not None:
             dropped = tuple(drop_inapplicable_options(config))
@@ -105,7 +104,7 @@ class JobSpec:
 
     def config(self) -> dict:
         """The job's resolved config, as a result file records it (a copy)."""
-        return copy.deepcopy(dict(self.resolved))
+        return plain_copy(dict(self.resolved))
 
     def __reduce__(self):
         """Pickled (to a sweep's workers) with its read-only mappings as dicts."""
