@@ -20,13 +20,11 @@ from typing import Any
 
 from algorithms.contract import AlgorithmSpec
 from algorithms.errors import TooLarge
-from algorithms.evaluation import check_size
 from algorithms.kernels import Kernel
 from algorithms.registry import get
 from pipeline.cluster.threads import resolve_threads
 from pipeline.config import complete, plain_copy
 from pipeline.config.keys import check_job_timeout
-from pipeline.datasets import train_shape
 from pipeline.job.identity import config_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.validate import (
@@ -89,13 +87,18 @@ class JobSpec:
         if jobs_at_once is not None:
             moved = blocks_in_memory_unless_declared(config)
             config["threads"] = resolve_threads(config["threads"], jobs_at_once)
-        spec, lam, kernel, options = check_config(config, sized=False)
+        try:
+            spec, lam, kernel, options = check_config(config, available)
+            too_large = None
+        except TooLarge as err:  # the size is checked last: every other value passed
+            too_large = str(err)
+            spec, lam, kernel, options = check_config(config, sized=False)
         return cls(spec.name, MappingProxyType(options), MappingProxyType(config["dataset"]),
                    kernel, lam, config["kappa"], config["seed"], config["protocol"],
                    config["threads"], config["blocks"],
                    check_job_timeout(config["job_timeout"]), config["store_root"],
                    bool(config["learning_curve"]),
-                   _too_large(spec, config, options, available), dropped, moved, config)
+                   too_large, dropped, moved, config)
 
     @property
     def spec(self) -> AlgorithmSpec:
@@ -121,17 +124,3 @@ class JobSpec:
 def _unpickled(values: dict[str, Any]) -> JobSpec:
     return JobSpec(**{**values, "options": MappingProxyType(values["options"]),
                       "dataset": MappingProxyType(values["dataset"])})
-
-
-def _too_large(spec: AlgorithmSpec, config: Mapping, options: Mapping,
-               available: float | None) -> str | None:
-    """Why a fit of ``spec`` on the config's data does not fit (``max_n``, or its declared
-    memory against ``available``), or None; a learning curve draws its own sizes."""
-    shape = train_shape(config["dataset"])
-    if shape is None or config["learning_curve"]:
-        return None
-    try:
-        check_size(spec, *shape, options, available)
-    except TooLarge as err:
-        return str(err)
-    return None
