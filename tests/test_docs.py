@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
+from sphinx.errors import ExtensionError
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("pipeline/**/*.py"),
@@ -56,18 +58,21 @@ def test_every_path_and_module_named_exists(path):
     assert not missing, f"{path.relative_to(ROOT)} names what does not exist: {missing}"
 
 
-def test_a_broken_example_fails_the_site_build(tmp_path, monkeypatch):
-    """docs/_ext/run_examples.py runs each Python block of a page (after its hidden setup
-    command); one that fails stops the build with the page and the block's first line."""
-    import sys
-
-    from sphinx.errors import ExtensionError
-
+@pytest.fixture
+def run_examples(tmp_path, monkeypatch):
+    """The site's example runner (docs/_ext/run_examples.py), imported afresh, its pages
+    under ``tmp_path``."""
     monkeypatch.syspath_prepend(str(ROOT / "docs" / "_ext"))
-    sys.modules.pop("run_examples", None)
+    monkeypatch.delitem(sys.modules, "run_examples", raising=False)
     import run_examples
 
     monkeypatch.setattr(run_examples, "DOCS", tmp_path)
+    return run_examples
+
+
+def test_a_broken_example_fails_the_site_build(tmp_path, run_examples):
+    """docs/_ext/run_examples.py runs each Python block of a page (after its hidden setup
+    command); one that fails stops the build with the page and the block's first line."""
     page = tmp_path / "page.md"
     page.write_text("<!-- example-setup: python -c \"open('made', 'w').write('1')\" -->\n"
                     "```python\nprint(open('made').read())\n```\n\n"
@@ -79,19 +84,10 @@ def test_a_broken_example_fails_the_site_build(tmp_path, monkeypatch):
     assert run_examples.run_page(page) == 1
 
 
-def test_a_command_of_the_site_is_checked_as_a_job_or_a_sweep_plan(tmp_path, monkeypatch):
+def test_a_command_of_the_site_is_checked_as_a_job_or_a_sweep_plan(tmp_path, run_examples):
     """A shell block's ``python -m pipeline`` line is checked when the site builds: a job by
     ``--cfg job`` (the job's own checks), a sweep by ``dry_run=true``; a bad value fails the
     build naming the page and the command. Templates (``<name>``) are left alone."""
-    import sys
-
-    from sphinx.errors import ExtensionError
-
-    monkeypatch.syspath_prepend(str(ROOT / "docs" / "_ext"))
-    sys.modules.pop("run_examples", None)
-    import run_examples
-
-    monkeypatch.setattr(run_examples, "DOCS", tmp_path)
     assert run_examples.checked("python -m pipeline -m seed=0,1")[-1] == "dry_run=true"
     assert run_examples.checked("sgp-bench algorithm=sgma")[-2:] == ["--cfg", "job"]
     assert run_examples.checked("python -m pipeline.bench.exact size=small") is None
