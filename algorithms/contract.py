@@ -39,6 +39,18 @@ def block_rows(n_cols: int, block_bytes: int = BLOCK_BYTES) -> int:
     return max(1, block_bytes // (8 * max(n_cols, 1)))
 
 
+def distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, inverse, counts) of the rows of X: the index of each distinct row's first
+    occurrence, in the order they first occur; for every row of X the position of its distinct
+    row in ``first``; and how many rows of X each distinct row stands for. O(n·d·log n)."""
+    _, first, inverse, counts = np.unique(X, axis=0, return_index=True, return_inverse=True,
+                                          return_counts=True)
+    order = np.argsort(first, kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    return first[order], position[np.ravel(inverse)], counts[order]
+
+
 def fill_kernel(blocks: KernelBlocks, out: np.ndarray) -> np.ndarray:
     """out = K (an n×n array or view), filled in blocks of ≈ BLOCK_BYTES of kernel rows so
     that no kernel's temporaries are n×n; returns ``out``."""
@@ -476,6 +488,9 @@ class AlgorithmSpec:
     learning, or the method's own training where ``own_protocol`` is set).
     ``too_large``: what to run instead when :func:`~algorithms.evaluation.check_size` refuses
     a fit as too large, named first in its one-line error (None: a sparse algorithm).
+    ``distinct_inputs``: the fit merges training rows with equal inputs into one (an exact
+    reduction, as the exact GP's: :func:`distinct_rows`), so ``memory_bytes`` and ``max_n`` are
+    of the number of distinct inputs, not of n.
     ``blas_lead``: the package whose BLAS carries the fit's heavy work (``scipy``: its
     factorisations and solves, most fits; ``numpy``: its matmul, as CG's K·v); the evaluator
     runs the fit with the other package's own BLAS on one thread
@@ -501,6 +516,7 @@ class AlgorithmSpec:
     own_protocol: Mapping[str, Any] | None = None
     own_hyper: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     too_large: str | None = None
+    distinct_inputs: bool = False
     blas_lead: str = "scipy"
 
     def __post_init__(self) -> None:

@@ -43,6 +43,7 @@ from algorithms.contract import (
     check_lam,
     check_targets,
     check_test,
+    distinct_rows,
     summary_keys,
     trace_keys,
 )
@@ -391,7 +392,9 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
             check_labels(test[1], "y_test")
     opts, clipped = clip_to_n(spec.options, options_of(spec, options), blocks.n,
                               prefix="algorithm.")
-    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts)
+    distinct = (len(distinct_rows(blocks.inputs(slice(None)))[0]) if spec.distinct_inputs
+                else None)
+    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts, distinct=distinct)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)
@@ -415,26 +418,30 @@ def check_labels(y: np.ndarray, name: str) -> None:
 
 
 def check_size(spec: AlgorithmSpec, n: int, d: int, options: Mapping[str, Any],
-               available: float | None = None) -> None:
+               available: float | None = None, distinct: int | None = None) -> None:
     """Refuse a fit on n training points of dimension d that is too large: n above the spec's
     :data:`~algorithms.contract.SIZE_OPTION` (``max_n``), or a declared memory need
     (``spec.memory_bytes``) above the ``available`` bytes (default: the memory the OS can give
     now, psutil's ``virtual_memory().available``), in one line naming ``spec.too_large`` (what
-    to run instead) first. Needs only n and d, so the pipeline calls it before ingesting the
-    data; :func:`run` calls it too."""
-    need = None if spec.memory_bytes is None else float(spec.memory_bytes(n, d, options))
+    to run instead) first. For a spec that merges equal inputs (``spec.distinct_inputs``) both
+    are of ``distinct``, the number of distinct training inputs, where it is known. Needs only
+    n, d (and that number), so the pipeline calls it before ingesting the data; :func:`run`
+    calls it too."""
+    rows = distinct if spec.distinct_inputs and distinct is not None else n
+    what = f"n_train={n}" if rows == n else f"n_train={n} ({rows} distinct inputs)"
+    need = None if spec.memory_bytes is None else float(spec.memory_bytes(rows, d, options))
     needs = "" if need is None else f" (a fit needs {_size(need)} of memory)"
     instead = f"{spec.too_large}, a sparse algorithm" if spec.too_large else "a sparse algorithm"
     limit = options.get(SIZE_OPTION)
-    if limit is not None and n > limit:
-        raise TooLarge(f"{spec.owner}: n_train={n} exceeds algorithm.{SIZE_OPTION}={limit}"
+    if limit is not None and rows > limit:
+        raise TooLarge(f"{spec.owner}: {what} exceeds algorithm.{SIZE_OPTION}={limit}"
                          f"{needs}; use {instead}, fewer training points "
                          f"(dataset.n_train) or raise algorithm.{SIZE_OPTION}")
     if need is None:
         return
     available = psutil.virtual_memory().available if available is None else available
     if need > available:
-        raise TooLarge(f"{spec.owner}: a fit on n_train={n} needs {_size(need)} of memory but "
+        raise TooLarge(f"{spec.owner}: a fit on {what} needs {_size(need)} of memory but "
                          f"{_size(available)} is available; use {instead} or fewer "
                          "training points (dataset.n_train)")
 

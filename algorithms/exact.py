@@ -3,7 +3,15 @@
 α = (K+σ²I)⁻¹y with K+σ²I = LLᵀ; mean k(x)ᵀα; variance k(x,x) + σ² − ‖L⁻¹k(x)‖²;
 log marginal likelihood −½yᵀα − Σ log L_ii − (n/2) log 2π.
 
-O(n³) time and one n×n float64 matrix: K + σ²I is written into a single array in blocks of rows
+Training rows with equal inputs are merged first (:func:`algorithms.contract.distinct_rows`):
+c rows at one input x with independent noise σ² are, for the posterior of f, one row at x with
+their mean target ȳ and noise σ²/c. With P the n×m indicator of each row's distinct input (X =
+PX_d, K = PK_dPᵀ, C = PᵀP the counts), push-through gives (K + σ²I)⁻¹P = P(K_dC + σ²I)⁻¹, so
+k(x)ᵀ(K + σ²I)⁻¹y = k_d(x)ᵀ(K_d + σ²C⁻¹)⁻¹ȳ and the variance alike: an exact reduction to the m
+distinct inputs (keggdirected's 43 945 training rows hold 14 575 distinct inputs,
+keggundirected's 57 248 hold 17 053: split 0). Without repeats (m = n) nothing changes.
+
+O(m³) time and one m×m float64 matrix: K + σ²I is written into a single array in blocks of rows
 and the blocked Cholesky (:func:`algorithms.cholesky.cholesky_in_place`) overwrites it with L
 (the factorisation and every solve work on its Fortran-ordered transpose, so nothing is copied;
 the factorisation's workspace is one diagonal block and two row chunks, 0.5 GB at most). Kα for
@@ -43,6 +51,7 @@ from algorithms.contract import (
     KernelBlocks,
     Solution,
     block_rows,
+    distinct_rows,
 )
 from algorithms.evaluation import Recorder
 from algorithms.learning_curves import gp_xbar_error
@@ -52,7 +61,7 @@ from algorithms.options import Option
 MEMORY_FACTOR = 1  # n×n float64 matrices alive at the peak of a fit (module docstring)
 WORKING_BYTES = 2 * BLOCK_BYTES  # one streamed block with its temporaries (37 MiB measured)
 # what a fit too large for memory is pointed to: the same posterior by PCG, matrix-free
-# (keggundirected's 57 247 training rows need one n×n matrix of 26.2 GB = 24.4 GiB)
+# (protein's 41 157 training rows, 39 721 of them distinct, need one m×m matrix of 11.8 GiB)
 TOO_LARGE = ("algorithm=cg (PCG: the same GP by conjugate gradients in O(n·block) memory; "
              "algorithm.error_bars=true for its variances)")
 
@@ -72,34 +81,72 @@ def _block_rows(n: int) -> int:
     return max(1, min(block_rows(n), n // 16))
 
 
+def _distinct(X: np.ndarray, y: np.ndarray, lam: float
+              ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(index, inverse, counts, ȳ, noise) of the training rows merged by input (module
+    docstring): index the rows of the m distinct inputs (None: all n distinct, nothing merged),
+    inverse each row's distinct input, counts c, ȳ the mean target of each and noise σ²/c."""
+    first, inverse, counts = distinct_rows(X)
+    if len(first) == len(y):
+        return None, inverse, counts, y, np.full(len(y), lam)
+    y_mean = np.bincount(inverse, weights=y, minlength=len(first)) / counts
+    return first, inverse, counts, y_mean, lam / counts
+
+
+def _factor(blocks: KernelBlocks, index: np.ndarray | None, noise: np.ndarray) -> np.ndarray:
+    """L with K_d + diag(noise) = LLᵀ for the distinct inputs ``index`` (None: every row),
+    factored in place in one m×m array (module docstring)."""
+    m = len(noise)
+    # K_d + diag(noise) in the one m×m array A, upper triangle only (all that the
+    # factorisation reads), in blocks of rows so that no kernel's temporaries are m×m; the
+    # rest of A stays zero
+    A = np.zeros((m, m))
+    rows = _block_rows(m)
+    for lo in range(0, m, rows):
+        if index is None:
+            A[lo: lo + rows, lo:] = blocks.block(slice(lo, lo + rows), slice(lo, None))
+        else:
+            A[lo: lo + rows, lo:] = blocks.block(index[lo: lo + rows], index[lo:])
+    A.flat[:: m + 1] += noise
+    # A is C-ordered and symmetric, so A.T is a Fortran-ordered view holding it in its lower
+    # triangle, factored there in place by the blocked Cholesky (LAPACK's potrf on the whole
+    # matrix crashes in OpenBLAS from n ≈ 16 400: algorithms/cholesky.py). A LinAlgError
+    # (numerically singular) becomes the evaluator's one-line error.
+    return cholesky_in_place(A.T)
+
+
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
         recorder: Recorder, max_n: int | None) -> Solution:
     """Exact GP posterior with noise variance ``lam`` = σ² (004 §3.4 eqs. 47-48).
 
-    The trace has one step (the full basis). ``summary`` holds the log marginal likelihood and
-    the primal/dual objectives L(α), L*(α) of Smola & Bartlett (002 eqs. 5-6). They use
-    Kα = y − σ²α (K itself is overwritten), so their gap is 0 up to the round-off of the two
-    forms and does not measure how accurately α solves (K + σ²I)α = y; the pipeline's
-    certificate (:func:`algorithms.certificate.primal_value`) recomputes L(α) from K.
-    ``max_n`` is checked with :func:`memory_bytes` before the fit (evaluation.check_size).
-    One n×n array is allocated: K + σ²I is written into it and factored in place.
+    Training rows with equal inputs are merged first (module docstring): with the m distinct
+    inputs X_d, their counts C and mean targets ȳ, α_d = (K_d + σ²C⁻¹)⁻¹ȳ gives the same
+    posterior as all n rows; the α of all n rows, α = PC⁻¹α_d + r/σ² (r = y − Pȳ, the
+    deviations from each input's mean), and the log marginal likelihood of all n rows are
+    recovered exactly. The trace has one step. ``summary`` holds the log marginal likelihood,
+    ``merged_rows`` (n − m) and the primal/dual objectives L(α), L*(α) of Smola & Bartlett
+    (002 eqs. 5-6) at the α of all n rows. They use Kα = y − σ²α, so their gap is 0 up to
+    the round-off of the two forms and does not measure how accurately α solves
+    (K + σ²I)α = y; the pipeline's certificate (:func:`algorithms.certificate.primal_value`)
+    recomputes L(α) from K. ``max_n`` is checked with :func:`memory_bytes` of m before the fit
+    (evaluation.check_size).
     """
     n = blocks.n
-    # K + σ²I in the one n×n array A, upper triangle only (all that the factorisation reads),
-    # in blocks of rows so that no kernel's temporaries are n×n; the rest of A stays zero
-    A = np.zeros((n, n))
-    rows = _block_rows(n)
-    for lo in range(0, n, rows):
-        A[lo: lo + rows, lo:] = blocks.block(slice(lo, lo + rows), slice(lo, None))
-    A.flat[:: n + 1] += lam
-    # A is C-ordered and K + σ²I symmetric, so A.T is a Fortran-ordered view holding K + σ²I in
-    # its lower triangle, factored there in place by the blocked Cholesky (LAPACK's potrf on
-    # the whole matrix crashes in OpenBLAS from n ≈ 16 400: algorithms/cholesky.py): L = A.T
-    # from here on, K + σ²I = LLᵀ in its lower triangle. A LinAlgError (K + σ²I numerically
-    # singular) becomes the evaluator's one-line error.
-    L = cholesky_in_place(A.T)
-    alpha = sla.cho_solve((L, True), y, check_finite=False)  # (K+σ²I)α = y (eq. 47)
-    log_ml = float(-0.5 * y @ alpha - np.log(np.diag(L)).sum()
+    X = blocks.inputs(slice(None))
+    index, inverse, counts, y_mean, noise = _distinct(X, y, lam)
+    m = len(y_mean)
+    L = _factor(blocks, index, noise)
+    alpha_d = sla.cho_solve((L, True), y_mean, check_finite=False)  # eq. 47 on X_d
+    if index is None:
+        alpha, resid = alpha_d, 0.0
+    else:
+        deviation = y - y_mean[inverse]
+        alpha = alpha_d[inverse] / counts[inverse] + deviation / lam
+        resid = float(deviation @ deviation) / lam
+    # log det(K + σ²I) = log det(K_d + σ²C⁻¹) + (n − m) log σ² + Σ log c, and
+    # yᵀ(K + σ²I)⁻¹y = ȳᵀα_d + ‖r‖²/σ² (the deviations r lie in the noise's eigenspace)
+    log_ml = float(-0.5 * (y_mean @ alpha_d + resid) - np.log(np.diag(L)).sum()
+                   - 0.5 * (n - m) * math.log(lam) - 0.5 * np.log(counts).sum()
                    - 0.5 * n * math.log(2 * math.pi))
     if not (np.isfinite(alpha).all() and math.isfinite(log_ml)):
         raise FloatingPointError("exact GP produced non-finite coefficients; check the kernel "
@@ -109,26 +156,32 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     L_primal = primal_objective(Kalpha, alpha, y, lam)
     L_dual = dual_objective(Kalpha, alpha, y, lam)
     gap = relative_gap(L_primal, L_dual, y, lam)
-    recorder.step(n_basis=n, objective=L_primal, dual_objective=L_dual, gap=gap)
-    X_basis = blocks.inputs(slice(None))
-    kernel = blocks.kernel
+    recorder.step(n_basis=m, objective=L_primal, dual_objective=L_dual, gap=gap)
+    X_basis = X if index is None else X[index]
+    summary = {"n_basis": m, "objective": L_primal, "dual_objective": L_dual, "gap": gap,
+               "log_marginal_likelihood": log_ml, "merged_rows": n - m, "jitter": 0.0,
+               "stop_reason": "exact"}
+    return Solution(np.arange(n) if index is None else index, alpha_d, X_basis, blocks.kernel,
+                    lam, summary, _variance(L, X_basis, blocks.kernel, lam))
+
+
+def _variance(L: np.ndarray, X_basis: np.ndarray, kernel, lam: float):
+    """k(x,x) + σ² − ‖L⁻¹k(X_d, x)‖² (eq. 48), in blocks of test rows: O(m·block) beyond L."""
+    rows = _block_rows(len(X_basis))
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """k(x,x) + σ² − ‖L⁻¹k(x)‖² (eq. 48), in blocks of test rows: O(n·block) beyond L."""
         X_new = np.asarray(X_new, dtype=np.float64)
         var = kernel.diag(X_new) + lam
         for lo in range(0, len(X_new), rows):
-            # V = L⁻¹ k(X, x) for the block, solved in place in the Fortran-ordered transpose
-            # of its (block, n) kernel rows (L is Fortran-ordered too: no copies)
+            # V = L⁻¹ k(X_d, x) for the block, solved in place in the Fortran-ordered transpose
+            # of its (block, m) kernel rows (L is Fortran-ordered too: no copies)
             V = sla.solve_triangular(L, kernel(X_new[lo: lo + rows], X_basis).T, lower=True,
                                      overwrite_b=True, check_finite=False)
             var[lo: lo + rows] -= np.einsum("ij,ij->j", V, V)
             del V  # freed before the next block's kernel rows exist
         return var, var
 
-    summary = {"n_basis": n, "objective": L_primal, "dual_objective": L_dual, "gap": gap,
-               "log_marginal_likelihood": log_ml, "jitter": 0.0, "stop_reason": "exact"}
-    return Solution(np.arange(n), alpha, X_basis, kernel, lam, summary, variance_bounds)
+    return variance_bounds
 
 
 SPECS = [AlgorithmSpec(
@@ -137,6 +190,7 @@ SPECS = [AlgorithmSpec(
                              "n²·8 bytes exceed the memory available (memory_bytes)", lo=1,
                              none_ok=True, example=20000)},
     seed_free=True, has_variance=True, memory_bytes=memory_bytes, too_large=TOO_LARGE,
+    distinct_inputs=True,
     learning_curve=CurveModel(lambda kernel, density, basis, X, sigma2:
                               gp_xbar_error(kernel, density, X, sigma2), needs_basis=False),
     exact_limit=ExactLimit({}, variance=True),

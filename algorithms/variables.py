@@ -26,6 +26,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "clipped_options": ("options above n_train, clipped to it (algorithms.options.clip_to_n)",
                         "1"),
     "jitter": ("diagonal jitter added to a Cholesky factor", "1"),
+    "merged_rows": ("training rows merged into an earlier row with the same input (an exact "
+                    "reduction: algorithms.exact)", "1"),
     # test metrics (algorithms.contract.TASK_METRICS)
     "test_rmse": ("test root mean squared error", TARGET),
     "test_nlpd": ("test negative log predictive density (mean over points)", "nats"),

@@ -90,20 +90,25 @@ def test_a_job_too_large_for_exact_is_refused_before_its_data_are_ingested(tmp_p
     assert not (tmp_path / "stores").exists() and not (tmp_path / "result.nc").exists()
 
 
-def test_keggundirected_is_refused_in_one_line_naming_pcg(tmp_path, monkeypatch):
-    """keggundirected's 57 247 training rows (split 0) need one 26.2 GB matrix: on a machine
-    with 24 GiB available (this one's total) the job is refused before its data are read or
-    anything big is allocated, in one line that points to PCG; PCG itself is not refused."""
+def test_keggundirected_is_sized_by_its_distinct_inputs_before_its_ingest(tmp_path,
+                                                                           monkeypatch):
+    """keggundirected's 57 248 training rows (split 0) would need one 24.9 GiB matrix, but they
+    hold 17 053 distinct inputs, which the exact GP merges (2.6 GiB): the job passes its check
+    where 24 GiB is available, and where only 2 GiB is it is refused before its data are
+    ingested or anything big is allocated, in one line that points to PCG."""
     import tracemalloc
 
     import psutil
 
-    real = psutil.virtual_memory()
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=24 * 2**30))
+    from pipeline.job.validate import check_config
+
     config = {"algorithm": {"name": "exact"},
               "dataset": {"name": "keggundirected", "split": 0},
               "kernel": {"name": "rbf", "width": 10.0}, "lam": 0.1, "kappa": 5, "seed": 0,
               "store_root": str(tmp_path / "stores")}
+    check_config(config, available=24 * 2**30)
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=2 * 2**30))
     tracemalloc.start()
     try:
         with pytest.raises(InputError) as err:
@@ -111,11 +116,79 @@ def test_keggundirected_is_refused_in_one_line_naming_pcg(tmp_path, monkeypatch)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    msg = str(err.value)
-    assert msg == ("algorithm exact: a fit on n_train=57248 needs 24.9 GiB of memory but "
-                   "24.0 GiB is available; use algorithm=cg (PCG: the same GP by conjugate "
-                   "gradients in O(n·block) memory; algorithm.error_bars=true for its "
-                   "variances), a sparse algorithm or fewer training points (dataset.n_train)")
-    assert peak < 64 * 2**20  # nothing n×n, not even the 63 608 × 28 data (14 MB as float64)
+    assert str(err.value) == (
+        "algorithm exact: a fit on n_train=57248 (17053 distinct inputs) needs 2.6 GiB of "
+        "memory but 2.0 GiB is available; use algorithm=cg (PCG: the same GP by conjugate "
+        "gradients in O(n·block) memory; algorithm.error_bars=true for its variances), a "
+        "sparse algorithm or fewer training points (dataset.n_train)")
+    assert peak < 64 * 2**20  # nothing n×n: the 63 608 × 28 data read to count the inputs
     assert not (tmp_path / "stores").exists() and not (tmp_path / "result.nc").exists()
     check_size(REGISTRY["cg"], 57248, 27, {"max_n": REGISTRY["cg"].options["max_n"].default})
+
+
+def _with_repeats(seed: int, n_distinct: int = 60, n: int = 150):
+    """Inputs drawn with replacement from n_distinct points (every count from 1 up), targets
+    with independent noise: the case the exact GP merges (algorithms/exact.py)."""
+    rng = np.random.default_rng(seed)
+    X_d = rng.normal(size=(n_distinct, 3))
+    rows = np.concatenate([np.arange(n_distinct), rng.integers(0, n_distinct, n - n_distinct)])
+    rng.shuffle(rows)
+    X = X_d[rows]
+    y = np.sin(X.sum(axis=1)) + 0.3 * rng.normal(size=n)
+    return X, y, rng.normal(size=(40, 3))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("lam", [0.01, 0.5])
+def test_repeated_inputs_merged_equal_the_full_row_cholesky(seed, lam):
+    X, y, X_test = _with_repeats(seed)
+    kernel = Kernel("rbf", {"width": 2.0})
+    fit = run("exact", ArrayKernelBlocks(X, kernel), y, lam=lam)
+    # the dense closed form on all n rows, repeats and all
+    K = kernel(X, X)
+    L = np.linalg.cholesky(K + lam * np.eye(len(y)))
+    alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
+    K_star = kernel(X_test, X)
+    V = np.linalg.solve(L, K_star.T)
+    log_ml = -0.5 * y @ alpha - np.log(np.diag(L)).sum() - 0.5 * len(y) * np.log(2 * np.pi)
+    n_distinct = len(np.unique(X, axis=0))
+    assert fit.summary["merged_rows"] == len(y) - n_distinct > 0
+    assert fit.summary["n_basis"] == len(fit.basis) == n_distinct
+    np.testing.assert_array_equal(X[fit.basis], np.unique(X, axis=0)[
+        np.argsort(np.unique(X, axis=0, return_index=True)[1])])  # first occurrences, in order
+    np.testing.assert_allclose(fit.predict(X_test), K_star @ alpha, rtol=1e-9, atol=1e-10)
+    var_lo, var_hi = fit.variance_bounds(X_test)
+    np.testing.assert_allclose(var_hi, 1.0 + lam - (V * V).sum(axis=0), rtol=1e-9, atol=1e-10)
+    np.testing.assert_array_equal(var_lo, var_hi)
+    assert fit.summary["log_marginal_likelihood"] == pytest.approx(log_ml, rel=1e-10)
+    Kalpha = K @ alpha  # the objectives are those of the α of all n rows
+    primal = -y @ Kalpha + 0.5 * (lam * alpha @ Kalpha + Kalpha @ Kalpha)
+    dual = -y @ alpha + 0.5 * (lam * alpha @ alpha + alpha @ Kalpha)
+    assert fit.summary["objective"] == pytest.approx(primal, rel=1e-9)
+    assert fit.summary["dual_objective"] == pytest.approx(dual, rel=1e-9)
+
+
+def test_without_repeats_nothing_is_merged():
+    blocks, y, X_test, _ = make_problem(n=80, d=4, seed=0)
+    fit = run("exact", blocks, y, lam=0.1)
+    assert fit.summary["merged_rows"] == 0
+    np.testing.assert_array_equal(fit.basis, np.arange(80))
+
+
+def test_memory_and_max_n_are_of_the_distinct_inputs():
+    spec = REGISTRY["exact"]
+    assert spec.distinct_inputs
+    # 57 248 rows need 24.9 GiB, their 17 053 distinct inputs 2.6 GiB
+    check_size(spec, 57248, 27, {"max_n": None}, available=4 * 2**30, distinct=17053)
+    with pytest.raises(InputError, match=r"^algorithm exact: a fit on n_train=57248 \(17053 "
+                                         r"distinct inputs\) needs 2\.6 GiB of memory but "
+                                         r"1\.0 GiB is available; use algorithm=cg"):
+        check_size(spec, 57248, 27, {"max_n": None}, available=2**30, distinct=17053)
+    with pytest.raises(InputError, match=r"^algorithm exact: a fit on n_train=57248 needs"):
+        check_size(spec, 57248, 27, {"max_n": None}, available=4 * 2**30)  # not known: n
+    X, y, _ = _with_repeats(0)  # 150 rows, 60 distinct inputs: refused by max_n of those
+    blocks = ArrayKernelBlocks(X, Kernel("rbf", {"width": 2.0}))
+    run("exact", blocks, y, lam=0.1, max_n=60)
+    with pytest.raises(InputError, match=r"n_train=150 \(60 distinct inputs\) exceeds "
+                                         r"algorithm\.max_n=59"):
+        run("exact", blocks, y, lam=0.1, max_n=59)

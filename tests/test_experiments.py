@@ -226,8 +226,9 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
     path = run_experiment(run_cli, tmp_path, "experiment=uci_frontier", "size=small", workers=2)
     ds = load(path).load()
     assert set(ds["algorithm"].values) == {"exact", "cg", "nystrom", "incomplete_cholesky", "sgma",
-                                           "zhang_kappa_greedy", "sklearn_nystroem",
-                                           "gpytorch_sgpr", "gpytorch_svgp", "sklearn_gpr"}
+                                           "zhang_kappa_greedy", "sparse_online",
+                                           "sklearn_nystroem", "gpytorch_sgpr", "gpytorch_svgp",
+                                           "sklearn_gpr"}
     # every point of the grids ran; SVGP at the shared kernel is in none of them
     svgp_shared = (ds["algorithm"] == "gpytorch_svgp") & (ds["protocol"] == "shared")
     assert ((ds["status"] == "missing") == svgp_shared).all()
@@ -248,7 +249,7 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
     assert "hyper_log_lengthscale" in ds  # one length scale (ARD in the full run)
     # the reference and scikit-learn's Nystroem learn nothing themselves: their own-protocol
     # jobs are the shared ones
-    same = ["exact", "cg", "sklearn_nystroem"]
+    same = ["exact", "cg", "sparse_online", "sklearn_nystroem"]
     assert (shared["job_hash"].sel(algorithm=same) == own["job_hash"].sel(algorithm=same)).all()
     # our low-rank methods learn by Titsias' bound at their own basis size
     lowrank = ["nystrom", "incomplete_cholesky", "sgma", "zhang_kappa_greedy"]
@@ -296,13 +297,13 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
         "## The grid")
     # the grid as the run recorded it: the union of grids and the caps of `own`
     grid = text[text.index("## The grid"):text.index("## The table")]
-    assert "- algorithm: gpytorch_sgpr,gpytorch_svgp\n  protocol: own" in grid
+    assert "- algorithm: sklearn_gpr,gpytorch_sgpr,gpytorch_svgp\n  protocol: own" in grid
     assert "own:\n  sklearn_gpr:\n    n_restarts: 0\n  gpytorch_sgpr:\n    steps: 10" in grid
     table = pd.read_csv(out / "uci_frontier_small.csv")
     assert table.columns.tolist() == list(COLUMNS)
-    # per set: 5 methods at 2 basis sizes + exact, cg and scikit-learn's GPR in each mode, and
+    # per set: 6 methods at 2 basis sizes + exact, cg and scikit-learn's GPR in each mode, and
     # SGPR (both modes) and SVGP (its own protocol) at 2 basis sizes: no row for SVGP shared
-    assert len(table) == 2 * (2 * (5 * 2 + 3) + 3 * 2)
+    assert len(table) == 2 * (2 * (6 * 2 + 3) + 3 * 2)
     assert not ((table["algorithm"] == "gpytorch_svgp") & (table["mode"] == "shared")).any()
     assert set(table["status"]) == {"ok"} and set(table["split"]) == {0}
     for column in ("test_rmse", "fit_seconds", "learning_seconds", "threads", "cpu_model"):

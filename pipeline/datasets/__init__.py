@@ -18,6 +18,7 @@ from pipeline.datasets.spec import (
     build,
     check_buildable,
     dataset_names,
+    distinct_train,
     normalise_spec,
     spec_hash,
     task_of,
@@ -37,7 +38,8 @@ from pipeline.datasets.store import (
 from pipeline.datasets.synthetic import friedman1_mean, gaussian_bumps_mean
 
 __all__ = ["DATASETS", "FORMAT_VERSION", "REQUIRED_ATTRS", "VARIABLES", "DatasetSpec",
-           "StoreError", "attrs_digest", "build", "content_digest", "dataset_names", "fingerprint",
-           "friedman1_mean", "gaussian_bumps_mean", "ingest", "load_arrays", "normalise_spec",
+           "StoreError", "attrs_digest", "build", "content_digest", "dataset_names",
+           "distinct_train", "fingerprint", "friedman1_mean", "gaussian_bumps_mean", "ingest",
+           "load_arrays", "normalise_spec",
            "open_store", "read_store", "spec_hash", "store_path", "task_of", "train_shape",
            "check_buildable"]

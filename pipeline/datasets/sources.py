@@ -297,6 +297,19 @@ def _uci_shape(spec: Mapping[str, Any]) -> tuple[int, int]:
     return (n if spec["n_train"] is None else min(n, spec["n_train"])), d
 
 
+@functools.lru_cache(maxsize=32)
+def _uci_distinct_rows(name: str, split: int, n_train: int | None) -> int:
+    data, mask = _load_uci(name)
+    train = data[np.flatnonzero(~mask[:, split])[:n_train], :-1]
+    return len(np.unique(train, axis=0))
+
+
+def _uci_distinct(spec: Mapping[str, Any]) -> int:
+    """Distinct training inputs of a UCI split (the raw inputs: standardising each column is
+    one-to-one)."""
+    return _uci_distinct_rows(spec["name"], spec["split"], spec["n_train"])
+
+
 _UCI_OPTIONS = {
     "split": Option(0, "int", lo=0, hi=9),
     "n_train": Option(None, "int", lo=1, none_ok=True, example=2000),
@@ -304,7 +317,7 @@ _UCI_OPTIONS = {
     "standardize_y": Option(True, "bool"),
 }
 for _name in UCI_NAMES:
-    register(_name, _UCI_OPTIONS, train_shape=_uci_shape)(_uci)
+    register(_name, _UCI_OPTIONS, train_shape=_uci_shape, distinct_train=_uci_distinct)(_uci)
 
 
 def _csv_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:

@@ -32,6 +32,7 @@ _MISSING = "???"  # OmegaConf's marker for a mandatory value
 Arrays = dict[str, np.ndarray]
 Builder = Callable[[Mapping[str, Any]], tuple[Arrays, dict[str, Any]]]
 Shape = Callable[[Mapping[str, Any]], tuple[int, int] | None]
+Count = Callable[[Mapping[str, Any]], int]
 
 
 class StoreError(InputError):
@@ -46,13 +47,16 @@ class DatasetSpec:
     building; None where that is not possible), which lets a job refuse a fit that is too large
     before the dataset is ingested. ``task``: ``regression`` (real targets) or
     ``classification`` (binary labels y ∈ {−1, +1}), matched against the algorithm's task
-    before anything is read (:func:`task_of`)."""
+    before anything is read (:func:`task_of`). ``distinct_train`` (optional): the number of
+    distinct training inputs, for an algorithm that merges equal inputs
+    (``AlgorithmSpec.distinct_inputs``) to be sized before the ingest."""
 
     name: str
     build: Builder
     options: Mapping[str, Option]
     train_shape: Shape | None = None
     task: str = "regression"
+    distinct_train: Count | None = None
 
     def source_files(self, norm: Mapping[str, Any]) -> list[Path]:
         """The user files this spec reads (its ``path`` options): hashed into the spec hash."""
@@ -63,11 +67,13 @@ DATASETS: dict[str, DatasetSpec] = {}
 
 
 def register(name: str, options: Mapping[str, Option], train_shape: Shape | None = None,
-             task: str = "regression") -> Callable[[Builder], Builder]:
+             task: str = "regression", distinct_train: Count | None = None
+             ) -> Callable[[Builder], Builder]:
     """Decorator: register ``builder`` as dataset ``name`` with ``options`` (and, optionally,
-    its cheap ``train_shape`` and its ``task``; see :class:`DatasetSpec`)."""
+    its cheap ``train_shape``, its ``task`` and its ``distinct_train``; see
+    :class:`DatasetSpec`)."""
     def deco(fn: Builder) -> Builder:
-        DATASETS[name] = DatasetSpec(name, fn, options, train_shape, task)
+        DATASETS[name] = DatasetSpec(name, fn, options, train_shape, task, distinct_train)
         return fn
 
     return deco
@@ -84,6 +90,14 @@ def train_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
     norm = normalise_spec(spec)
     shape = DATASETS[norm["name"]].train_shape
     return None if shape is None else shape(norm)
+
+
+def distinct_train(spec: Mapping[str, Any]) -> int | None:
+    """The number of distinct training inputs of the dataset ``spec`` names, where the dataset
+    declares a way to tell before its ingest (None where it does not)."""
+    norm = normalise_spec(spec)
+    count = DATASETS[norm["name"]].distinct_train
+    return None if count is None else int(count(norm))
 
 
 def dataset_names() -> list[str]:

@@ -15,7 +15,7 @@ from algorithms.options import validate
 from algorithms.registry import REGISTRY, get
 from pipeline.config import complete
 from pipeline.config.keys import CERTIFICATE_OPTIONS, TOP_LEVEL, check_keys
-from pipeline.datasets import DATASETS, check_buildable, task_of, train_shape
+from pipeline.datasets import DATASETS, check_buildable, distinct_train, task_of, train_shape
 from pipeline.job.hyper import check_hyper
 from pipeline.job.identity import spec_or_none
 
@@ -72,7 +72,8 @@ def check_config(config: Mapping, available: float | None = None, sized: bool = 
     check_blocks(config["blocks"], spec)
     if sized and shape is not None and not config["learning_curve"]:
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
-        check_size(spec, *shape, options, available)
+        distinct = distinct_train(config["dataset"]) if spec.distinct_inputs else None
+        check_size(spec, *shape, options, available, distinct=distinct)
     return spec, lam, kernel, options
 
 
