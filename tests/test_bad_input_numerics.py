@@ -185,20 +185,21 @@ def test_bad_input(case, seed_dir, tmp_path, capfd, monkeypatch):
 
 KEGG = Case("exact-keggundirected-points-to-pcg",
             ("pipeline", "algorithm=exact", "dataset=keggundirected"),
-            ("algorithm exact: a fit on n_train=57248 needs 24.9 GiB of memory but 24.0 GiB is "
-             "available; use algorithm=cg (PCG: the same GP by conjugate gradients in "
-             "O(n·block) memory",))
+            ("algorithm exact: a fit on n_train=57248 (17053 distinct inputs) needs 2.6 GiB of "
+             "memory but 2.0 GiB is available; use algorithm=cg (PCG: the same GP by conjugate "
+             "gradients in O(n·block) memory",))
 
 
 @pytest.mark.parametrize("case", params([KEGG]))
 def test_exact_too_large_for_memory_points_to_pcg(case, seed_dir, tmp_path, capfd, monkeypatch):
-    """keggundirected's 57 248 training rows (split 0) need one 26.2 GB matrix; with 24 GiB
-    available (this machine's total, made so wherever the test runs) the job stops before its
-    data are ingested (no store written), in one line naming PCG as the way."""
+    """keggundirected's 57 248 training rows (split 0) hold 17 053 distinct inputs, which the
+    exact GP merges (one 2.6 GiB matrix); with 2 GiB available (made so wherever the test runs)
+    the job stops before its data are ingested (no store written), in one line naming PCG as
+    the way."""
     import psutil
 
     real = psutil.virtual_memory()
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=24 * 2**30))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=2 * 2**30))
     run_case(case, seed_dir, tmp_path / "work", capfd, monkeypatch)
 
 

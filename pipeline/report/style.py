@@ -99,15 +99,17 @@ def markevery_for(n_points: int, i: int, n_series: int):
     return (int(i * every / max(n_series, 1)) % every, every)
 
 
-# One colour (tab10's index) and marker per method, the same in every figure of every report
-# and of docs/results: the ten methods of the published comparison each have a colour of their
-# own; a method that no shipped experiment draws beside another of its colour shares that
-# colour, told apart by its marker (tests/test_report_figures.py checks both).
-def method_styles() -> dict[str, tuple[int, str]]:
-    """conf/method_styles.yaml: each method's (tab10 index, marker), one for every figure."""
+# One colour (tab10's index, or a colour name) and marker per method, the same in every figure
+# of every report and of docs/results: the eleven methods of the published comparison each have
+# a colour of their own (tab10's ten and black); a method that no shipped experiment draws
+# beside another of its colour shares that colour, told apart by its marker
+# (tests/test_report_figures.py checks both).
+def method_styles() -> dict[str, tuple[int | str, str]]:
+    """conf/method_styles.yaml: each method's (tab10 index or a matplotlib colour name,
+    marker), one for every figure."""
     from pipeline.config import CONF_DIR, read_yaml
 
-    return {str(k): (int(v[0]), str(v[1])) for k, v in
+    return {str(k): (v[0] if isinstance(v[0], str) else int(v[0]), str(v[1])) for k, v in
             read_yaml(CONF_DIR / "method_styles.yaml").items()}
 
 
@@ -120,6 +122,8 @@ def method_style(name: str) -> tuple[tuple, str]:
     listed there a pair chosen by a stable hash of its name (the same in every run)."""
     index, marker = method_styles().get(name) or (
         lambda h: (h % 10, MARKERS[(h // 10) % len(MARKERS)]))(zlib.crc32(name.encode()))
+    if isinstance(index, str):  # a colour of its own beyond tab10's ten
+        return matplotlib.colors.to_rgba(index), marker
     return plt.get_cmap("tab10")(index), marker
 
 
