@@ -8,6 +8,9 @@ results are written with ``--out docs/results``, a directory given explicitly):
 
 - ``uci_frontier.csv`` (the sweep's name): one row per job and mode, :data:`COLUMNS`
   (:func:`job_table`; missing baselines and the ``trivial``/``contended`` flags: :func:`complete`);
+- ``uci_frontier_settings.csv``: one row per setting (mode, data set, method, basis size):
+  each metric's mean over the splits with the bounds of its 95 % t interval, the seconds, the
+  flags' counts and whether it is ranked (:func:`pipeline.report.comparison.settings_table`);
 - ``uci_frontier.run.yaml``: the run's command, code version, grid, modes, budgets, figures;
 - frontier figures drawn from the CSV (per mode, metric, and fit-only or learning + fit
   seconds; only ranked settings: :mod:`pipeline.report.table_frontier`) and a
@@ -349,6 +352,7 @@ def _notes_text(notes: str | Path | None) -> str | None:
 
 
 RUN_SUFFIX = ".run.yaml"  # beside the CSV: what the README needs of the run besides the table
+SETTINGS_SUFFIX = "_settings.csv"  # beside the CSV: one row per setting, with CI bounds
 
 
 def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
@@ -375,6 +379,8 @@ def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, referenc
     with atomic_path(out / f"{sweep}.csv") as tmp:
         table.to_csv(tmp, index=False)
     table = read_table(out / f"{sweep}.csv")
+    with atomic_path(out / f"{sweep}{SETTINGS_SUFFIX}") as tmp:
+        comparison.settings_table(table).to_csv(tmp, index=False)
     order = run.get("mode_order") or []
     figures = frontier_figures(table, out, run.get("budgets") or BUDGETS, order,
                                run.get("mode_labels"), run.get("standardize_y", True))

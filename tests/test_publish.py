@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 
 from pipeline.publish import COLUMNS, budget_tables, job_table, main, readme
+from pipeline.report.comparison import SETTING_COLUMNS
 
 
 def _sweep() -> xr.Dataset:
@@ -260,6 +261,19 @@ def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path,
     # two methods: no Friedman test, and said so; the CSV is rewritten in today's columns
     assert "the Friedman test needs at least 3 methods" in text
     assert pd.read_csv(tmp_path / "s.csv").columns.tolist() == list(COLUMNS)
+    # the settings: each mean with its 95 % t interval's bounds; a at m = 64, shared: RMSE 0.3
+    # and 0.5, 0.4 ± 12.71 · 0.1414/√2; b, which ignores the basis size, has none
+    settings = pd.read_csv(tmp_path / "s_settings.csv")
+    assert settings.columns.tolist() == list(SETTING_COLUMNS)
+    assert "## The settings: `s_settings.csv`" in text and "| `rmse_ci_low` |" in text
+    a64 = settings[(settings["mode"] == "shared") & (settings["algorithm"] == "a")
+                   & (settings["basis_size"] == 64)].iloc[0]
+    half = 12.706204736174698 * np.std([0.3, 0.5], ddof=1) / np.sqrt(2)
+    assert a64["rmse_mean"] == pytest.approx(0.4)
+    assert (a64["rmse_ci_low"], a64["rmse_ci_high"]) == pytest.approx((0.4 - half, 0.4 + half))
+    assert a64["splits"] == 2 and a64["learning_fit_seconds"] == pytest.approx(21)
+    assert settings[settings["algorithm"] == "b"]["basis_size"].isna().all()
+    assert settings["ranked"].all()
     assert not list(tmp_path.glob("cd_*.png"))
     # the frontier figures are drawn from the table: per mode, metric, and fit-only or
     # learning + fit seconds, each in the README with its caption and listed in the record

@@ -97,6 +97,50 @@ def settings(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# The published per-setting table (``<sweep>_settings.csv``): column → meaning
+SETTING_COLUMNS: dict[str, str] = {
+    "mode": "the protocol (as in the per-job table)",
+    "dataset": "the data set",
+    "algorithm": "the method",
+    "basis_size": "basis functions / inducing points (empty: the method has none)",
+    "splits": "splits finished",
+    "seeds": "the most seeds a split ran (a split's value is the mean over its seeds)",
+    **{f"{metric}_{part}": f"{what}: {meaning}" for metric, (_, what) in METRICS.items()
+       for part, meaning in (
+           ("mean", "mean over the splits"),
+           ("ci_low", "lower bound of the mean's 95 % t interval over the splits (empty: "
+                      "fewer than 2 splits)"),
+           ("ci_high", "upper bound of that interval"),
+           ("seed_sd", "mean over the splits of the sd over the seeds (empty: one seed)"))},
+    "fit_seconds": "mean over the splits of the fit's seconds",
+    "learning_fit_seconds": "mean over the splits of the seconds of learning + fit",
+    "trivial_splits": "splits on which the setting is a trivial predictor",
+    "contended_splits": "splits whose job was flagged contended",
+    "ranked": "whether the tables and figures rank the setting (every split finished, none "
+              "trivial)",
+}
+
+
+def settings_table(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`settings` as the published per-setting table, :data:`SETTING_COLUMNS`: each
+    metric's mean with the bounds of its 95 % t interval over the splits."""
+    rows = settings(table)
+    out = pd.DataFrame({"mode": rows["mode"], "dataset": rows["dataset"],
+                        "algorithm": rows["algorithm"],
+                        "basis_size": rows["basis"].where(rows["basis"] != NO_BASIS).astype(
+                            "Int64"),
+                        "splits": rows["splits"], "seeds": rows["seeds"]})
+    for metric in METRICS:
+        out[f"{metric}_mean"] = rows[metric]
+        out[f"{metric}_ci_low"] = rows[metric] - rows[f"{metric}_ci"]
+        out[f"{metric}_ci_high"] = rows[metric] + rows[f"{metric}_ci"]
+        out[f"{metric}_seed_sd"] = rows[f"{metric}_seed_sd"]
+    out["fit_seconds"], out["learning_fit_seconds"] = rows["fit"], rows["cost"]
+    out["trivial_splits"], out["contended_splits"] = rows["trivial"], rows["contended"]
+    out["ranked"] = rows["ranked"]
+    return out[list(SETTING_COLUMNS)]
+
+
 def label(row) -> str:
     """``algorithm (m = size)``, or the algorithm alone for a method without a basis."""
     size = row["basis"]
