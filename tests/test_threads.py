@@ -237,3 +237,22 @@ def test_lead_blas_puts_the_other_packages_own_blas_on_one_thread():
 
     with pytest.raises(ValueError, match="package='torch': pass one of numpy, scipy"):
         lead_blas("torch")
+
+
+def test_a_sweeps_learning_task_learns_on_the_jobs_threads(monkeypatch):
+    """A Dask nanny starts its worker with one BLAS thread; a job's fit raises that to its
+    ``threads``, and so does the learning task its jobs wait for (it ran on one core of two:
+    421 s of wall time for 430 s of CPU on pumadyn32nm's 7373 rows)."""
+    from threadpoolctl import threadpool_limits
+
+    from algorithms.kernel_threads import kernel_threads
+    from pipeline.cluster.threads import blas_threads
+    from pipeline.sweep import execute
+
+    seen = []
+    monkeypatch.setattr(execute, "learned",
+                        lambda config, store: seen.append((blas_threads(), kernel_threads())))
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert execute.learn_task({"threads": 2}, "store") == "store"
+        assert blas_threads() == 1  # as it was, after the task
+    assert seen == [(2, 2)]

@@ -4,6 +4,7 @@ and the jobs running on it at once, and what the BLAS of this process uses now.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
@@ -13,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from algorithms.kernel_threads import blas_controller
+from algorithms.kernel_threads import blas_controller, use_kernel_threads
 
 
 def resolve_threads(threads: Any, jobs_at_once: int = 1) -> int | str | None:
@@ -36,6 +37,19 @@ def free_threads(threads: Any) -> int | None:
     cores = usable_cores()
     others = runnable_others()
     return cores if others is None else max(1, min(cores, cores - others))
+
+
+@contextlib.contextmanager
+def numeric_threads(threads: Any):
+    """Run the block with ``threads`` (:func:`free_threads`: ``auto`` resolved now) for the
+    BLAS (threadpoolctl) and the kernel blocks' tiles, as a job's fit runs
+    (:func:`pipeline.job.run.run`): a sweep's learning task, on a Dask worker whose nanny
+    started it with one BLAS thread, learns on the job's cores too (None: as the process is)."""
+    threads = free_threads(threads)
+    limit = (blas_controller().limit(limits=threads, user_api="blas") if threads is not None
+             else contextlib.nullcontext())
+    with limit, use_kernel_threads(threads):
+        yield threads
 
 
 def usable_cores() -> int:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, open_dict
 from algorithms.errors import InputError
 from pipeline.cluster.here import worker_name
 from pipeline.cluster.hydra_job import one_hydra_job
+from pipeline.cluster.threads import numeric_threads
 from pipeline.config.keys import planned_keys
 from pipeline.datasets import ingest
 from pipeline.job.claims import claim_job, record_fit
@@ -170,8 +171,10 @@ def ingest_task(spec: Mapping, store_root: str) -> Path:
 
 
 def learn_task(config: Mapping, store: str) -> str:
-    """A sweep's hyperparameter-learning task: learn (or find cached) and return the store."""
-    with dask.config.set(scheduler="synchronous"):
+    """A sweep's hyperparameter-learning task: learn (or find cached) and return the store,
+    on the threads the job's fit would use (``threads``: every core of a worker that runs one
+    job at a time)."""
+    with dask.config.set(scheduler="synchronous"), numeric_threads(config.get("threads")):
         learned(config, store)
     return store
 
