@@ -8,9 +8,8 @@ results are written with ``--out docs/results``, a directory given explicitly):
 
 - ``uci_frontier.csv`` (the sweep's name): one row per job and mode, :data:`COLUMNS`
   (:func:`job_table`; missing baselines and the ``trivial``/``contended`` flags: :func:`complete`);
-- ``uci_frontier_settings.csv``: one row per setting (mode, data set, method, basis size):
-  each metric's mean over the splits with the bounds of its 95 % t interval, the seconds, the
-  flags' counts and whether it is ranked (:func:`pipeline.report.comparison.settings_table`);
+- ``uci_frontier_settings.csv``: one row per setting, each mean with its 95 % t interval's
+  bounds over the splits (:func:`pipeline.report.comparison.settings_table`);
 - ``uci_frontier.run.yaml``: the run's command, code version, grid, modes, budgets, figures;
 - frontier figures drawn from the CSV (per mode, metric, and fit-only or learning + fit
   seconds; only ranked settings: :mod:`pipeline.report.table_frontier`) and a
@@ -22,7 +21,6 @@ results are written with ``--out docs/results``, a directory given explicitly):
 
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
 CSV in the current columns and draws every figure and the README again from it.
-Running it again on the same input rewrites the same files.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from pipeline.oserrors import write_failure
 from pipeline.report import comparison
 from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
     BUDGETS,
+    as_floats,
     budget_tables,
     check_reference,
     reference_table,
@@ -122,11 +121,6 @@ PUBLISHED_DIMS = ("algorithm", "dataset", "dataset.split", "algorithm.max_basis"
                   "seed")
 
 
-def _num(column: pd.Series) -> pd.Series:
-    """A column as floats, NaN where empty."""
-    return pd.to_numeric(column, errors="coerce").astype(float)
-
-
 def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
     """One row per job of a results Dataset and mode, the :data:`COLUMNS` in order, sorted by
     mode, dataset, algorithm, basis size, split and seed. A key the run fixed rather than
@@ -160,7 +154,7 @@ def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
 def _column(jobs: pd.DataFrame, name: str, source: str):
     """Column ``name`` of the job table from the tidy ``jobs``."""
     if name in DERIVED:
-        terms = [(_num(jobs[var]) * sign) for var, sign in DERIVED[name] if var in jobs]
+        terms = [(as_floats(jobs[var]) * sign) for var, sign in DERIVED[name] if var in jobs]
         if not terms:
             return pd.NA
         total = sum(t.fillna(0.0) for t in terms)
@@ -214,15 +208,15 @@ def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.Dat
                                           for d, s in table.loc[missing, ["dataset", "split"]]
                                           .itertuples(index=False)]
     ok = (table["status"] == "ok").to_numpy()
-    flag = stats.trivial(*(_num(table[c]) for c in
+    flag = stats.trivial(*(as_floats(table[c]) for c in
                            ("test_rmse", "test_nlpd", "baseline_rmse", "baseline_nlpd")))
     known = table["baseline_rmse"].notna().to_numpy() & ok
     table["trivial"] = pd.array([bool(f) if k else pd.NA for f, k in zip(flag, known,
                                                                            strict=True)],
                                 dtype="boolean")
-    timing = [stats.contended(_num(table[wall]), _num(table[cpu]),
-                              _num(table["load_start"]), _num(table["load_end"]),
-                              _num(table["cores"]))
+    timing = [stats.contended(as_floats(table[wall]), as_floats(table[cpu]),
+                              as_floats(table["load_start"]), as_floats(table["load_end"]),
+                              as_floats(table["cores"]))
               for wall, cpu in (("fit_seconds", "fit_cpu_seconds"),
                                 ("learning_seconds", "learning_cpu_seconds"))]
     both = np.fmax(timing[0], timing[1])  # either part busy; NaN only if neither is known

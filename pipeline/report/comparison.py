@@ -34,7 +34,7 @@ TIE_WORDS = ("A setting is *tied* with the best when a paired t-test on their pe
              "p-value is 2/2⁵ = 0.0625, so it could never call a difference at 5 %.")
 
 
-def _num(column: pd.Series) -> pd.Series:
+def as_floats(column: pd.Series) -> pd.Series:
     """A column as floats, NaN where empty."""
     return pd.to_numeric(column, errors="coerce").astype(float)
 
@@ -48,12 +48,12 @@ def per_split(table: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame({
         "mode": ok["mode"].astype(object), "dataset": ok["dataset"],
         "algorithm": ok["algorithm"],
-        "basis": _num(ok["basis_size"]).fillna(NO_BASIS),
-        "split": _num(ok["split"]),
-        "seed": _num(ok["seed"]) if "seed" in ok else np.nan,
-        "rmse": _num(ok["test_rmse"]), "nlpd": _num(ok["test_nlpd"]),
-        "fit": _num(ok["fit_seconds"]),
-        "cost": _num(ok["fit_seconds"]) + _num(ok["learning_seconds"])
+        "basis": as_floats(ok["basis_size"]).fillna(NO_BASIS),
+        "split": as_floats(ok["split"]),
+        "seed": as_floats(ok["seed"]) if "seed" in ok else np.nan,
+        "rmse": as_floats(ok["test_rmse"]), "nlpd": as_floats(ok["test_nlpd"]),
+        "fit": as_floats(ok["fit_seconds"]),
+        "cost": as_floats(ok["fit_seconds"]) + as_floats(ok["learning_seconds"])
         .fillna(0.0),
         "trivial": _flag(ok, "trivial"), "contended": _flag(ok, "contended")})
     grouped = frame.groupby([*KEYS, "split"], dropna=False, sort=True)
