@@ -271,6 +271,8 @@ def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path,
     half = 12.706204736174698 * np.std([0.3, 0.5], ddof=1) / np.sqrt(2)
     assert a64["rmse_mean"] == pytest.approx(0.4)
     assert (a64["rmse_ci_low"], a64["rmse_ci_high"]) == pytest.approx((0.4 - half, 0.4 + half))
+    # the fixture's recorded seconds carried over (fit 10 and 30 s, learning 1 s each), not a
+    # time measured by the test
     assert a64["splits"] == 2 and a64["learning_fit_seconds"] == pytest.approx(21)
     assert settings[settings["algorithm"] == "b"]["basis_size"].isna().all()
     assert settings["ranked"].all()
