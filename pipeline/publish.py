@@ -21,6 +21,14 @@ results are written with ``--out docs/results``, a directory given explicitly):
 
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
 CSV in the current columns and draws every figure and the README again from it.
+
+A run longer than the life of the machine that holds its ``outputs/`` is published from its
+legs (:mod:`pipeline.report.legs`): after each leg, ``--legs <folder>`` keeps every finished
+(data set, split) of the store as a small verified record; the folder, given in place of the
+store, publishes their union, checked to be one protocol and one code version::
+
+    python -m pipeline.publish outputs/uci_frontier/results.zarr --legs docs/results/legs
+    python -m pipeline.publish docs/results/legs --reference <algorithm> --out docs/results
 """
 
 from __future__ import annotations
@@ -31,14 +39,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from algorithms.errors import InputError
 from pipeline.atomic import atomic_path, write_text
 from pipeline.command import OneLineParser, fail
 from pipeline.oserrors import write_failure
-from pipeline.report import comparison
+from pipeline.report import comparison, legs
 from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
     BUDGETS,
     as_floats,
@@ -47,213 +54,24 @@ from pipeline.report.comparison import (  # noqa: F401  (the published tables, r
     reference_table,
     references_of,
 )
+from pipeline.report.job_table import (  # noqa: F401  (the published table, re-exported)
+    COLUMNS,
+    DERIVED,
+    FLAGS,
+    INTEGERS,
+    PUBLISHED_DIMS,
+    baselines,
+    complete,
+    job_table,
+    read_table,
+    typed,
+)
 
-USAGE = ("python -m pipeline.publish <results.zarr | published.csv> --reference "
-         "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]")
+USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv> --reference "
+         "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]; or "
+         "python -m pipeline.publish <results.zarr> --legs <folder>")
 DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
-
-# The published table: column → (where it comes from: the store's per-job variable or sweep
-# dim, or ``=`` and how it is derived; meaning).
-COLUMNS: dict[str, tuple[str, str]] = {
-    "dataset": ("dataset", "the data set"),
-    "split": ("dataset.split", "the train/test split"),
-    "seed": ("seed", "the seed of the method's random choices (empty: the job does not depend "
-             "on it, or it was not recorded)"),
-    "algorithm": ("algorithm", "the method"),
-    "mode": ("protocol", "shared: one learned kernel for all; own: each peer learns its own "
-             "(a job the mode does not change, e.g. of a method that learns nothing itself, is "
-             "listed under each mode)"),
-    "basis_size": ("algorithm.max_basis", "basis functions / inducing points (empty: the "
-                   "method has none)"),
-    "status": ("status", "ok, failed (the error is in the run's results), or missing"),
-    "test_rmse": ("final_test_rmse", "test root mean squared error (standardised targets)"),
-    "test_nlpd": ("final_test_nlpd", "test negative log predictive density, nats per point"),
-    "coverage_2sd": ("final_test_coverage_2sd", "fraction of test targets within ±2 sd"),
-    "fit_seconds": ("= final_seconds − final_own_learning_seconds", "wall seconds of the fit "
-                    "alone: a method's own learning of its hyperparameters is not in it (where "
-                    "the run recorded it apart; the first edition did not)"),
-    "learning_seconds": ("= final_hyper_seconds + final_hyper_start_seconds + "
-                         "final_own_learning_seconds", "wall seconds of learning the "
-                         "hyperparameters: the shared kernel's (or a method's own learning by "
-                         "hyper=ml and the shared learning it starts from), and a method's "
-                         "own learning inside its fit"),
-    "certificate_gap": ("final_gap", "the method's relative duality gap (empty: it has none)"),
-    "threads": ("final_blas_threads", "BLAS threads of the job"),
-    "cpu_model": ("final_cpu_model", "the machine's CPU"),
-    "fit_cpu_seconds": ("= final_cpu_seconds − final_own_learning_cpu_seconds", "process CPU "
-                        "seconds (all threads) of the fit alone"),
-    "learning_cpu_seconds": ("= final_hyper_cpu_seconds + final_hyper_start_cpu_seconds + "
-                             "final_own_learning_cpu_seconds",
-                             "process CPU seconds of learning the hyperparameters"),
-    "load_start": ("final_load_start", "the machine's 1-minute load average at the job's start"),
-    "load_end": ("final_load_end", "… and at its end"),
-    "cores": ("final_cores", "the CPUs the job's process could run on"),
-    "contended": ("= stats.contended", "whether the job's seconds were measured on a busy "
-                  "machine (the rule is in the README; empty: not recorded)"),
-    "baseline_rmse": ("final_baseline_test_rmse", "test RMSE of the training-mean predictor "
-                      "on the job's test rows (from the data where the run did not record it)"),
-    "baseline_nlpd": ("final_baseline_test_nlpd", "test NLPD of the mean predictor's Gaussian "
-                      "N(ȳ_train, var(y_train))"),
-    "trivial": ("= stats.trivial", "whether the job's predictor is no better than the "
-                "training mean (the rule is in the README); a trivial job's setting is never "
-                "ranked"),
-    "converged": ("final_own_converged", "whether a method's own learning met its stopping "
-                  "rule (empty: it learns nothing itself, or not recorded)"),
-}
-
-# what a derived column is made of: column → (store variable, sign) terms, summed; a missing
-# term counts as 0 unless every term is missing
-DERIVED = {
-    "fit_seconds": (("final_seconds", 1), ("final_own_learning_seconds", -1)),
-    "learning_seconds": (("final_hyper_seconds", 1), ("final_hyper_start_seconds", 1),
-                         ("final_own_learning_seconds", 1)),
-    "fit_cpu_seconds": (("final_cpu_seconds", 1), ("final_own_learning_cpu_seconds", -1)),
-    "learning_cpu_seconds": (("final_hyper_cpu_seconds", 1), ("final_hyper_start_cpu_seconds", 1),
-                             ("final_own_learning_cpu_seconds", 1)),
-}
-INTEGERS = ("split", "seed", "basis_size", "threads", "cores")
-FLAGS = ("contended", "trivial", "converged")
-
-# the sweep dims a published table may have: each is a column (any other swept key would be
-# averaged away unseen)
-PUBLISHED_DIMS = ("algorithm", "dataset", "dataset.split", "algorithm.max_basis", "protocol",
-                  "seed")
-
-
-def job_table(ds, dataset_options: dict | None = None) -> pd.DataFrame:
-    """One row per job of a results Dataset and mode, the :data:`COLUMNS` in order, sorted by
-    mode, dataset, algorithm, basis size, split and seed. A key the run fixed rather than
-    swept (one split, one mode) is filled from its config; a column the store does not have is
-    empty; the flags and missing baselines are filled by :func:`complete`. A job that does not
-    depend on the swept seed (the same hash for every seed) is one row with an empty seed. Raises
-    :class:`InputError` for a run that swept another key."""
-    from pipeline.config import lookup
-    from pipeline.results.access import decoded_attrs, tidy
-
-    other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
-    if other:
-        raise InputError(f"the run sweeps {', '.join(other)} besides {', '.join(PUBLISHED_DIMS)}"
-                         "; the table would average over it: publish a run that fixes it, or "
-                         "select one value with python -m pipeline.report --select")
-    jobs = tidy(ds, per="job")
-    mode_dim = COLUMNS["mode"][0]
-    if mode_dim in ds.dims:  # a job that does not depend on the mode: one row under each
-        shared = jobs[mode_dim].isna()
-        jobs = pd.concat([jobs[~shared]] + [jobs[shared].assign(**{mode_dim: mode})
-                                            for mode in ds[mode_dim].values.tolist()])
-    for source in PUBLISHED_DIMS:
-        if source not in jobs:  # fixed by the run: every job has its config's value
-            value = lookup(decoded_attrs(ds)["config"], source)
-            jobs[source] = pd.NA if value is None else value
-    table = pd.DataFrame({name: _column(jobs, name, source)
-                          for name, (source, _) in COLUMNS.items()})
-    return complete(_typed(table), dataset_options)
-
-
-def _column(jobs: pd.DataFrame, name: str, source: str):
-    """Column ``name`` of the job table from the tidy ``jobs``."""
-    if name in DERIVED:
-        terms = [(as_floats(jobs[var]) * sign) for var, sign in DERIVED[name] if var in jobs]
-        if not terms:
-            return pd.NA
-        total = sum(t.fillna(0.0) for t in terms)
-        return total.where(~pd.concat(terms, axis=1).isna().all(axis=1))
-    if source.startswith("="):
-        return pd.NA  # computed by complete()
-    return jobs[source] if source in jobs else pd.NA
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A published table (:func:`job_table` written as CSV) read back with its types: what
-    the README is rendered from, so that the committed CSV alone re-renders it. A column the
-    CSV lacks (an earlier edition's) is empty."""
-    table = pd.read_csv(path, dtype={"cpu_model": str, "status": str})
-    return _typed(table.reindex(columns=list(COLUMNS)))
-
-
-def _typed(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with its integer columns (split, seed, basis size, threads, cores) as
-    nullable integers and its flags as nullable booleans (empty where a job has none), sorted
-    by mode, dataset, algorithm, basis size, split and seed."""
-    for name in INTEGERS:
-        table[name] = pd.array(pd.to_numeric(table[name]), dtype="Int64")
-    for name in FLAGS:
-        table[name] = pd.array([_flag_value(v) for v in table[name]], dtype="boolean")
-    return table.sort_values(["mode", "dataset", "algorithm", "basis_size", "split", "seed"],
-                             na_position="first", kind="stable").reset_index(drop=True)
-
-
-def _flag_value(value):
-    if isinstance(value, str):
-        return {"true": True, "false": False, "1": True, "0": False, "1.0": True,
-                "0.0": False}.get(value.strip().lower(), pd.NA)
-    return pd.NA if pd.isna(value) else bool(value)
-
-
-def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.DataFrame:
-    """``table`` with the baselines the run did not record computed from the shipped data
-    (:func:`baselines`), and its ``trivial`` and ``contended`` flags computed by their rules
-    (:func:`pipeline.report.stats.trivial`, :func:`pipeline.report.stats.contended`)."""
-    from pipeline.report import stats
-
-    table = table.copy()
-    missing = table["baseline_rmse"].isna() & table["split"].notna()
-    if missing.any():
-        pairs = table.loc[missing, ["dataset", "split"]].drop_duplicates()
-        known = baselines([(d, int(s)) for d, s in pairs.itertuples(index=False)],
-                          dataset_options)
-        for column, i in (("baseline_rmse", 0), ("baseline_nlpd", 1)):
-            table.loc[missing, column] = [known.get((d, int(s)), (np.nan, np.nan))[i]
-                                          for d, s in table.loc[missing, ["dataset", "split"]]
-                                          .itertuples(index=False)]
-    ok = (table["status"] == "ok").to_numpy()
-    flag = stats.trivial(*(as_floats(table[c]) for c in
-                           ("test_rmse", "test_nlpd", "baseline_rmse", "baseline_nlpd")))
-    known = table["baseline_rmse"].notna().to_numpy() & ok
-    table["trivial"] = pd.array([bool(f) if k else pd.NA for f, k in zip(flag, known,
-                                                                           strict=True)],
-                                dtype="boolean")
-    timing = [stats.contended(as_floats(table[wall]), as_floats(table[cpu]),
-                              as_floats(table["load_start"]), as_floats(table["load_end"]),
-                              as_floats(table["cores"]))
-              for wall, cpu in (("fit_seconds", "fit_cpu_seconds"),
-                                ("learning_seconds", "learning_cpu_seconds"))]
-    both = np.fmax(timing[0], timing[1])  # either part busy; NaN only if neither is known
-    table["contended"] = pd.array([pd.NA if np.isnan(v) or not o else bool(v)
-                                   for v, o in zip(both, ok, strict=True)], dtype="boolean")
-    return table
-
-
-_BASELINES: dict[tuple, tuple[float, float]] = {}
-
-
-def baselines(pairs: list[tuple[str, int]], dataset_options: dict | None = None
-              ) -> dict[tuple[str, int], tuple[float, float]]:
-    """(test RMSE, test NLPD) of the training-mean predictor per (dataset, split): the data
-    set built as the run built it (:func:`pipeline.datasets.build`, in memory: split k, the
-    targets standardised with the training rows' mean and sd unless ``dataset_options`` say
-    otherwise), predicting ȳ_train with variance var(y_train) on the test rows. Cached per
-    (dataset, split, options); a data set that cannot be built here (not shipped, or no
-    ``split`` option) is left out."""
-    from algorithms.evaluation import gaussian_nlpd, rmse
-    from pipeline.datasets import StoreError, build
-
-    options = {"standardize_y": True, **(dataset_options or {})}
-    out = {}
-    for dataset, split in pairs:
-        key = (dataset, split, tuple(sorted(options.items())))
-        if key not in _BASELINES:
-            try:
-                arrays, _ = build({"name": dataset, "split": split, **options})
-            except (InputError, StoreError, KeyError, ValueError):
-                continue
-            y, test = arrays["y_train"], arrays["y_test"]
-            mean = np.full_like(test, y.mean())
-            _BASELINES[key] = (rmse(test, mean), gaussian_nlpd(test, mean,
-                                                                np.full_like(test, y.var())))
-        out[(dataset, split)] = _BASELINES[key]
-    return out
 
 
 def _hydra_record(results: Path):
@@ -391,7 +209,8 @@ def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, referenc
                                                        allow_unicode=True))
     cd = cd_figures(table, out, order)
     commands = [run["command"],
-                f"python -m pipeline.publish outputs/{sweep}/results.zarr "
+                f"python -m pipeline.publish "
+                f"{run.get('published_from') or f'outputs/{sweep}/results.zarr'} "
                 f"--reference {','.join(names)} --out {out}"
                 + (f" --notes {notes}" if notes is not None else ""),
                 f"# or, from the published table and {sweep}{RUN_SUFFIX} alone:",
@@ -415,33 +234,85 @@ def _plain_name(name: str, what: str, suffix: str = "") -> str:
     return name
 
 
-def publish(results: str | Path, out: str | Path, reference: str,
-            notes: str | Path | None = None) -> Path:
-    """Write the folder (module docstring) for ``results`` (a results store, or a published
-    CSV with its ``.run.yaml`` beside it) into ``out``, with the markdown file ``notes`` in
-    its README; returns the README."""
-    if str(results).endswith(".csv"):
-        return publish_table(results, out, reference, notes)
+def _run_record(ds, results: Path) -> dict:
+    """What the README needs of the run besides its table: the commands, the code version, the
+    modes, budgets and grid (from the store's attrs and Hydra's record beside it)."""
     from pipeline.config import lookup
+
+    standardize = lookup(config := ds.sgp.attrs["config"], "dataset.standardize_y")
+    spec = (config.get("report") or {}).get("frontier") or {}
+    record = _hydra_record(results)
+    modes = spec.get("modes") or {}
+    return {"command": _run_command(record, str(ds.attrs["sweep"]), ds.attrs.get("invocations")),
+            "code_version": f"git {ds.attrs['git_sha']}",
+            "mode_order": list(modes.get("order") or []),
+            "mode_labels": {str(k): str(v) for k, v in (modes.get("labels") or {}).items()},
+            "standardize_y": standardize is None or bool(standardize),
+            "budgets": list(spec.get("budgets") or BUDGETS), "grid": _grid(record)}
+
+
+def _store(results: str | Path):
+    """The verified store, its sweep's plain name and its job table's dataset options."""
     from pipeline.results.consolidate import load
 
-    out = Path(out)
     ds = load(results).load()
     sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
-    standardize = lookup(config := ds.sgp.attrs["config"], "dataset.standardize_y")
-    table = job_table(ds, None if standardize is None else {"standardize_y": standardize})
+    standardize = ds.sgp.attrs["config"].get("dataset", {}).get("standardize_y")
+    return ds, sweep, None if standardize is None else {"standardize_y": standardize}
+
+
+def publish(results: str | Path, out: str | Path, reference: str,
+            notes: str | Path | None = None) -> Path:
+    """Write the folder (module docstring) for ``results`` (a results store, a folder of a
+    run's legs, or a published CSV with its ``.run.yaml`` beside it) into ``out``, with the
+    markdown file ``notes`` in its README; returns the README."""
+    if str(results).endswith(".csv"):
+        return publish_table(results, out, reference, notes)
+    if Path(results).is_dir() and any(Path(results).glob(f"*{legs.LEG_SUFFIX}")):
+        sweep, table, run = legs.read_legs(results)
+        table = complete(typed(table))
+        run["published_from"] = str(results)
+    else:
+        ds, sweep, options = _store(results)
+        table = job_table(ds, options)
+        run = _run_record(ds, Path(results))
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
-    spec = (config.get("report") or {}).get("frontier") or {}
-    record = _hydra_record(Path(results))
-    modes = spec.get("modes") or {}
-    run = {"command": _run_command(record, sweep, ds.attrs.get("invocations")),
-           "code_version": f"git {ds.attrs['git_sha']}",
-           "mode_order": list(modes.get("order") or []),
-           "mode_labels": {str(k): str(v) for k, v in (modes.get("labels") or {}).items()},
-           "standardize_y": standardize is None or bool(standardize),
-           "budgets": list(spec.get("budgets") or BUDGETS), "grid": _grid(record)}
-    return _write(out, sweep, table, run, reference, notes)
+    return _write(Path(out), sweep, table, run, reference, notes)
+
+
+def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list]:
+    """Keep each finished (data set, split) unit of ``results`` as a leg in ``folder``
+    (:mod:`pipeline.report.legs`); returns the units (saved, already there, unfinished)."""
+    from pipeline.results.job_file import job_path, load_job_attrs
+
+    ds, sweep, options = _store(results)
+    table = job_table(ds, options, extra=("job_hash", "job_seconds"))
+    versions = {}
+    for name in table["job_hash"].dropna().unique().tolist():
+        try:
+            attrs = load_job_attrs(path := job_path(Path(results).parent, str(name)))
+        except FileNotFoundError:
+            raise InputError(f"{path} is missing: a leg is saved from a sweep's own "
+                             "results.zarr, its jobs/ beside it; run the sweep again") from None
+        versions[name] = (attrs.get("code_version"), attrs.get("pipeline_code_version"))
+    table["code_version"] = [versions.get(h, (None, None))[0] for h in table["job_hash"]]
+    table["pipeline_code_version"] = [versions.get(h, (None, None))[1]
+                                      for h in table["job_hash"]]
+    run = _run_record(ds, Path(results))
+    invocations = json.loads(ds.attrs.get("invocations") or "[]")
+    done, unfinished = legs.finished_units(table)
+    saved, there = [], []
+    for unit in done:
+        rows = table[(table["dataset"] == unit[0]) & (table["split"] == unit[1])]
+        seconds = float(rows.drop_duplicates("job_hash")["job_seconds"].astype(float).sum())
+        ran = [i for i in invocations if set(i.get("ran") or ()) & set(rows["job_hash"])]
+        leg = {"commit": str(ds.attrs["git_sha"]), "job_seconds": round(seconds, 1),
+               "last_run": max((str(i.get("last_run", "")) for i in ran), default=None)}
+        unit_run = {**run, "command": _run_command(None, sweep, json.dumps(ran))}
+        written = legs.write_unit(Path(folder), sweep, unit, rows, unit_run, leg)
+        (saved if written else there).append(unit)
+    return saved, there, unfinished
 
 
 def publish_table(csv: str | Path, out: str | Path, reference: str,
@@ -471,9 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     """The command line; every failure is one ``error: …`` line on stderr and exit code 2."""
     parser = OneLineParser(prog="python -m pipeline.publish", description=__doc__,
                            usage_line=USAGE)
-    parser.add_argument("results", help="a finished sweep's results.zarr, or a published "
-                                        "table (<sweep>.csv, its <sweep>.run.yaml beside it)")
-    parser.add_argument("--reference", required=True,
+    parser.add_argument("results", help="a finished sweep's results.zarr, a folder of a run's "
+                                        "legs, or a published table (<sweep>.csv, its "
+                                        "<sweep>.run.yaml beside it)")
+    parser.add_argument("--reference",
                         help="the algorithm whose jobs are the run's reference (the full GP), "
                              "or several, comma-separated: the factored full GP, then PCG")
     parser.add_argument("--out", default=DEFAULT_OUT,
@@ -482,8 +354,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", default=None,
                         help="a markdown file written for the run (its design, the time it "
                              "took, comparisons), put in the README after the figures")
+    parser.add_argument("--legs", default=None,
+                        help="instead of publishing: keep each finished (data set, split) of "
+                             "the store as a leg in this folder (pipeline.report.legs)")
     try:
         args = parser.parse_args(argv)
+        if args.legs is not None:
+            return _print_legs(args.legs, *save_legs(args.results, args.legs))
+        if args.reference is None:
+            raise InputError("--reference is missing: name the run's reference algorithm(s), "
+                             "the full GP's (or pass --legs <folder> to keep legs)")
         path = publish(args.results, args.out, args.reference, args.notes)
     except InputError as err:
         return fail(err)
@@ -493,6 +373,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{type(err).__name__}: {err}; check that the run finished the reference's jobs on "
             "every data set (python -m pipeline.report <results.zarr>), else report this line"))
     print(f"published: {path}")
+    return 0
+
+
+def _print_legs(folder: str, saved: list, there: list, unfinished: list) -> int:
+    def units(pairs: list) -> str:
+        return ", ".join(f"{d} split {s}" for d, s in pairs) or "none"
+
+    print(f"legs in {folder}: saved {units(saved)}; already there (left as they are): "
+          f"{units(there)}; unfinished (jobs missing; not saved): {units(unfinished)}")
     return 0
 
 

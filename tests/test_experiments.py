@@ -321,6 +321,16 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
     assert text.index("**shared**") < text.index("**own**")
     # the reference: the same jobs in both modes, one row for the two
     assert "| shared, own | abalone | cg |" in text and "--reference exact,cg --out" in text
+    # the same run kept as legs (one record per data set and split) publishes the same table
+    from pipeline.publish import save_legs
+
+    legs = tmp_path / "legs"
+    assert save_legs(path, legs) == ([("abalone", 0), ("pol", 0)], [], [])
+    assert save_legs(path, legs) == ([], [("abalone", 0), ("pol", 0)], [])  # kept, not rewritten
+    text = publish(legs, tmp_path / "from_legs", "exact,cg", notes=notes).read_text()
+    again = pd.read_csv(tmp_path / "from_legs" / "uci_frontier_small.csv")
+    pd.testing.assert_frame_equal(again, table)
+    assert f"python -m pipeline.publish {legs} --reference exact,cg" in text
 
 
 def test_pcg_exact_reduced(tmp_path, run_cli):

@@ -131,7 +131,8 @@ def test_a_budget_whose_settings_have_no_finite_rmse_is_a_dash():
 
 @pytest.mark.parametrize("argv, fragment", [
     (["missing.zarr", "--reference", "exact"], "missing.zarr does not exist"),
-    (["missing.zarr"], "the following arguments are required: --reference"),
+    (["missing.zarr"], "--reference is missing: name the run's reference algorithm(s)"),
+    (["missing.zarr", "--legs", "legs"], "missing.zarr does not exist"),
 ])
 def test_bad_arguments_are_one_line_errors(argv, fragment, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

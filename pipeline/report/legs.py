@@ -1,0 +1,168 @@
+"""A long run kept in legs: each (data set, split) unit's finished jobs as a small verified
+record, published together when the run is done.
+
+A published benchmark of tens of hours outlives the machine (a session, an allocation) whose
+``outputs/`` holds it. Each leg keeps what it finished, and the last publishes the union::
+
+    python -m pipeline.publish outputs/<sweep>/results.zarr --legs docs/results/<sweep>_legs
+    python -m pipeline.publish docs/results/<sweep>_legs --reference <algorithm> --out docs/results
+
+The first (:func:`write_unit`, called by :func:`pipeline.publish.save_legs`) writes one record
+for each (data set, split) whose jobs have all finished (ok or failed, none missing) and that
+the folder does not hold yet: ``<dataset>-<split>.csv``, the published table's rows of those
+jobs (:data:`pipeline.report.job_table.COLUMNS`) with each job's name and code versions
+(:data:`JOB_COLUMNS`), and ``<dataset>-<split>.leg.json``, sealed (:mod:`pipeline.checksum`):
+the CSV's sha256, the run's record (command, grid, modes, budgets), the commit, the number of
+jobs and their seconds, when the jobs last ran and when the record was written. A unit is
+kept whole: its jobs share the kernel learned once for its data set and split.
+
+The second (:func:`read_legs`) verifies every record (its seal, its CSV's sha256, that every
+row belongs to its unit) and that all were made under one protocol (modes, labels, budgets,
+targets) and, job by job, by one code version (each algorithm's, and the numeric pipeline's:
+:mod:`pipeline.codeversion`), then gives the union to :func:`pipeline.publish.publish` as one
+table. Nothing here overwrites: a unit already in the folder is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from algorithms.errors import InputError
+from pipeline.atomic import atomic_path, write_text
+from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
+from pipeline.report.job_table import COLUMNS, read_table
+
+LEG_SUFFIX = ".leg.json"
+FORMAT = 1
+JOB_COLUMNS = ("job_hash", "code_version", "pipeline_code_version")
+# what every leg of one published run must share (the run record's keys)
+SAME_PROTOCOL = ("mode_order", "mode_labels", "standardize_y", "budgets")
+
+
+def unit_name(dataset: str, split: int) -> str:
+    """The file stem of a unit's record: ``<dataset>-<split>`` (a plain name, or InputError)."""
+    name = f"{dataset}-{int(split)}"
+    if not re.fullmatch(r"[A-Za-z0-9_][\w.\-]*", name):
+        raise InputError(f"data set {dataset!r} does not make a plain file name; legs keep "
+                         "data sets whose names are letters, digits, '.', '-' and '_'")
+    return name
+
+
+def finished_units(table: pd.DataFrame) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(complete, incomplete) (data set, split) units of a job table: complete where no job is
+    missing (each job ok or failed)."""
+    done, partial = [], []
+    for (dataset, split), rows in table.groupby(["dataset", "split"], sort=True):
+        (partial if rows["status"].eq("missing").any() else done).append((str(dataset),
+                                                                           int(split)))
+    return done, partial
+
+
+def write_unit(folder: Path, sweep: str, unit: tuple[str, int], rows: pd.DataFrame,
+               run: Mapping, leg: Mapping) -> Path | None:
+    """Write the record of ``unit`` (its ``rows``: :data:`COLUMNS` and :data:`JOB_COLUMNS`)
+    into ``folder``; None, writing nothing, where the folder holds the unit already."""
+    stem = unit_name(*unit)
+    csv, record = folder / f"{stem}.csv", folder / f"{stem}{LEG_SUFFIX}"
+    if csv.exists() or record.exists():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(csv) as tmp:
+        rows[[*COLUMNS, *JOB_COLUMNS]].to_csv(tmp, index=False)
+    doc = {"format": FORMAT, "sweep": sweep, "dataset": unit[0], "split": int(unit[1]),
+           "csv": csv.name, "csv_sha256": hashlib.sha256(csv.read_bytes()).hexdigest(),
+           "run": dict(run), "jobs": int(rows["job_hash"].nunique()),
+           "saved": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **leg}
+    write_text(record, seal_json(doc, indent=1).decode() + "\n")
+    return record
+
+
+def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:
+    """A unit's verified record and its rows (InputError naming the file otherwise)."""
+    try:
+        doc = open_sealed_json(path.read_bytes())
+    except DamagedFile as err:
+        raise InputError(f"{path} {err}: the leg's record is damaged; save the unit again from "
+                         "its results, or leave it out of the folder") from None
+    stem = path.name.removesuffix(LEG_SUFFIX)
+    if doc.get("format") != FORMAT or doc.get("csv") != f"{stem}.csv" or not isinstance(
+            doc.get("run"), dict) or stem != unit_name(doc.get("dataset", ""),
+                                                       doc.get("split", -1)):
+        raise InputError(f"{path} is not a leg record of this version (format {FORMAT}, csv "
+                         f"{stem}.csv); save the unit again with python -m pipeline.publish "
+                         "<results.zarr> --legs <folder>")
+    csv = path.with_name(doc["csv"])
+    if not csv.exists() or hashlib.sha256(csv.read_bytes()).hexdigest() != doc["csv_sha256"]:
+        raise InputError(f"{csv} is missing or differs from what its record {path.name} "
+                         "sealed; restore it, or save the unit again from its results")
+    rows = read_table(csv)
+    extra = pd.read_csv(csv, usecols=list(JOB_COLUMNS), dtype=str)
+    rows[list(JOB_COLUMNS)] = extra[list(JOB_COLUMNS)].to_numpy()
+    if not (rows["dataset"].eq(doc["dataset"]).all() and rows["split"].eq(doc["split"]).all()):
+        raise InputError(f"{csv} holds rows of another data set or split than its record's "
+                         f"({doc['dataset']}, split {doc['split']}); save the unit again")
+    return doc, rows
+
+
+def _one_code_version(rows: pd.DataFrame) -> None:
+    """InputError naming the algorithm and two units where the legs' jobs of one algorithm ran
+    on two code versions (a failed job records none: it has no numbers)."""
+    versions = rows.dropna(subset=["code_version"]).drop_duplicates(  # failed: none recorded
+        ["algorithm", "code_version", "pipeline_code_version"])
+    for algorithm, group in versions.groupby("algorithm"):
+        if len(group) > 1:
+            a, b = group.iloc[0], group.iloc[1]
+            raise InputError(
+                f"{algorithm} ran on two code versions in these legs: {a['dataset']} split "
+                f"{a['split']} ({a['code_version']}/{a['pipeline_code_version']}) and "
+                f"{b['dataset']} split {b['split']} ({b['code_version']}/"
+                f"{b['pipeline_code_version']}); a published run is one code version: run the "
+                "other units again on it, or publish them apart")
+
+
+def _grid(docs: list[dict]) -> str | None:
+    """The run's grid: the one every leg recorded, else each grid with the units run under it."""
+    grids: dict[str | None, list[str]] = {}
+    for doc in docs:
+        grids.setdefault(doc["run"].get("grid"), []).append(f"{doc['dataset']}-{doc['split']}")
+    if len(grids) == 1:
+        return next(iter(grids))
+    return "\n".join(f"# units {', '.join(units)}:\n{grid}" for grid, units in grids.items())
+
+
+def read_legs(folder: str | Path) -> tuple[str, pd.DataFrame, dict]:
+    """(sweep, table, run) of the legs in ``folder``: every record verified, one protocol and
+    one code version checked, the rows' union (:data:`COLUMNS`), and the run's record with the
+    grid, the commands and commits of its legs and a ``legs`` list (unit, commit, jobs, job
+    seconds, last run, saved)."""
+    folder = Path(folder)
+    paths = sorted(folder.glob(f"*{LEG_SUFFIX}"))
+    if not paths:
+        raise InputError(f"{folder} holds no leg ({LEG_SUFFIX}); save them with python -m "
+                         "pipeline.publish <results.zarr> --legs <folder>")
+    docs, tables = zip(*(_open_record(p) for p in paths), strict=True)
+    first = docs[0]
+    for doc, path in zip(docs, paths, strict=True):
+        if doc["sweep"] != first["sweep"]:
+            raise InputError(f"{path} is a leg of sweep {doc['sweep']!r}, {paths[0].name} of "
+                             f"{first['sweep']!r}; keep one run's legs in a folder")
+        for key in SAME_PROTOCOL:
+            if doc["run"].get(key) != first["run"].get(key):
+                raise InputError(f"{path.name} and {paths[0].name} differ in {key}: legs of one "
+                                 "published run share its protocol; publish them apart")
+    rows = pd.concat(tables, ignore_index=True)
+    _one_code_version(rows)
+    run = {key: first["run"].get(key) for key in SAME_PROTOCOL}
+    run["command"] = "; then ".join(dict.fromkeys(d["run"]["command"] for d in docs))
+    run["code_version"] = ", ".join(dict.fromkeys(d["run"]["code_version"] for d in docs))
+    run["grid"] = _grid(list(docs))
+    run["legs"] = [{k: d.get(k) for k in ("dataset", "split", "commit", "jobs", "job_seconds",
+                                           "last_run", "saved")} for d in docs]
+    table = rows[list(COLUMNS)].copy()
+    return str(first["sweep"]), table, run

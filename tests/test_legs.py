@@ -1,0 +1,119 @@
+"""A long run kept in legs (pipeline.report.legs): each (data set, split) unit's rows as a
+sealed record, verified and checked for one protocol and one code version when the legs are
+published together. The end-to-end path (a real sweep saved as legs and published, equal to
+publishing its store) is in tests/test_experiments.py::test_uci_frontier_reduced."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from algorithms.errors import InputError
+from pipeline.publish import COLUMNS, job_table, main, read_table
+from pipeline.report import legs
+from tests.test_publish import _sweep
+
+RUN = {"command": "python -m pipeline -m experiment=x", "code_version": "git abc",
+       "mode_order": ["shared", "own"], "mode_labels": {}, "standardize_y": True,
+       "budgets": [10, 60], "grid": "params:\n  algorithm: a,b"}
+
+
+def _rows() -> pd.DataFrame:
+    table = job_table(_sweep(), extra=("job_hash",))
+    table["code_version"] = "v1"
+    table["pipeline_code_version"] = "p1"
+    return table
+
+
+def _save(folder, rows=None, run=None, commit="abc") -> list:
+    rows = _rows() if rows is None else rows
+    return [legs.write_unit(folder, "x", (d, int(s)), group, run or RUN,
+                            {"commit": commit, "job_seconds": 1.0, "last_run": None})
+            for (d, s), group in rows.groupby(["dataset", "split"])]
+
+
+def test_legs_publish_the_union_of_their_units(tmp_path):
+    written = _save(tmp_path)
+    assert [p.name for p in written] == ["d-0.leg.json", "d-1.leg.json"]
+    sweep, table, run = legs.read_legs(tmp_path)
+    assert sweep == "x" and table.columns.tolist() == list(COLUMNS)
+    job_table(_sweep()).to_csv(tmp_path / "all.csv", index=False)
+    expected = read_table(tmp_path / "all.csv")  # the table as published, read back
+    pd.testing.assert_frame_equal(
+        table.sort_values(["mode", "algorithm", "basis_size", "split"]).reset_index(drop=True),
+        expected.sort_values(["mode", "algorithm", "basis_size", "split"]).reset_index(drop=True),
+        check_dtype=False)
+    assert run["grid"] == RUN["grid"] and run["budgets"] == [10, 60]
+    assert [(leg["dataset"], leg["split"], leg["jobs"]) for leg in run["legs"]] == [
+        ("d", 0, 5), ("d", 1, 5)]  # split 0: a1, a3 (shared), c1, c3 (own), b1 (both)
+
+
+def test_a_unit_already_kept_is_left_as_it_is(tmp_path):
+    _save(tmp_path)
+    before = (tmp_path / "d-0.csv").read_bytes()
+    rows = _rows()
+    rows["test_rmse"] = 9.0
+    assert _save(tmp_path, rows) == [None, None]
+    assert (tmp_path / "d-0.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize("damage,fragment", [
+    (lambda f: (f / "d-0.csv").write_text((f / "d-0.csv").read_text().replace("0.5", "0.4")),
+     "differs from what its record d-0.leg.json sealed"),
+    (lambda f: (f / "d-1.csv").unlink(), "d-1.csv is missing"),
+    (lambda f: (f / "d-0.leg.json").write_text(
+        (f / "d-0.leg.json").read_text().replace('"jobs": 5', '"jobs": 6')),
+     "the leg's record is damaged"),
+])
+def test_a_damaged_leg_is_refused_in_one_line(tmp_path, damage, fragment):
+    _save(tmp_path)
+    damage(tmp_path)
+    with pytest.raises(InputError, match=fragment):
+        legs.read_legs(tmp_path)
+
+
+def test_rows_of_another_unit_are_refused(tmp_path):
+    rows = _rows()
+    legs.write_unit(tmp_path, "x", ("d", 0), rows, RUN, {"commit": "abc"})  # both splits
+    with pytest.raises(InputError, match="rows of another data set or split"):
+        legs.read_legs(tmp_path)
+
+
+def test_legs_of_two_code_versions_are_refused(tmp_path):
+    rows = _rows()
+    rows.loc[(rows["split"] == 1) & (rows["algorithm"] == "a"), "code_version"] = "v2"
+    _save(tmp_path, rows)
+    with pytest.raises(InputError, match=r"a ran on two code versions in these legs: d split 0 "
+                                         r"\(v1/p1\) and d split 1 \(v2/p1\)"):
+        legs.read_legs(tmp_path)
+
+
+def test_legs_of_two_protocols_are_refused_and_two_grids_are_both_recorded(tmp_path):
+    rows = _rows()
+    legs.write_unit(tmp_path, "x", ("d", 0), rows[rows["split"] == 0], RUN, {})
+    legs.write_unit(tmp_path, "x", ("d", 1), rows[rows["split"] == 1],
+                    {**RUN, "grid": "params:\n  algorithm: a", "code_version": "git def"}, {})
+    _, _, run = legs.read_legs(tmp_path)
+    assert run["grid"] == ("# units d-0:\nparams:\n  algorithm: a,b\n"
+                           "# units d-1:\nparams:\n  algorithm: a")
+    assert run["code_version"] == "git abc, git def"
+    other = tmp_path / "other"
+    legs.write_unit(other, "x", ("d", 0), rows[rows["split"] == 0], RUN, {})
+    legs.write_unit(other, "x", ("d", 1), rows[rows["split"] == 1], {**RUN, "budgets": [5]}, {})
+    with pytest.raises(InputError, match="d-1.leg.json and d-0.leg.json differ in budgets"):
+        legs.read_legs(other)
+
+
+def test_the_command_line_keeps_legs_and_asks_for_a_reference(tmp_path, capsys):
+    assert main([str(tmp_path / "results.zarr")]) == 2
+    assert "error: --reference is missing" in capsys.readouterr().err
+    assert main([str(tmp_path), "--reference", "a"]) == 2  # a folder with no leg, no store
+    assert capsys.readouterr().err.startswith("error: ")
+    _save(tmp_path / "legs")
+    record = json.loads((tmp_path / "legs" / "d-0.leg.json").read_text())
+    assert record["csv"] == "d-0.csv" and len(record["csv_sha256"]) == 64
+    assert main([str(tmp_path / "legs"), "--reference", "a", "--out",
+                 str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "x.csv").exists()
