@@ -75,6 +75,7 @@ def test_identity_follows_data_content_not_location_or_execution(tmp_path):
 # import of a numeric module must be listed here (plumbing) or join NUMERIC_PIPELINE
 NOT_NUMERIC = {
     "pipeline.cluster.connect": "starts or connects to a cluster",
+    "pipeline.cluster.busy": "measures how busy other processes kept the machine (a timing record)",
     "pipeline.cluster.here": "names the worker a job runs on",
     "pipeline.cluster.threads": "BLAS threads: an execution key (round-off only)",
     "pipeline.config": "completes a config from conf/: the completed config is in the identity",

@@ -23,6 +23,7 @@ from pipeline.results.variables import describe
 JOB = ["algorithm=nystrom", "algorithm.max_basis=20", "dataset=sine1d", "dataset.n_train=200",
        "dataset.n_test=50"]
 NEW_KEYS = ("cpu_seconds", "hyper_cpu_seconds", "load_start", "load_end", "cores",
+            "other_cores", "hyper_other_cores",
             "warmup_seconds", "warmup_error", "baseline_test_rmse", "baseline_test_nlpd")
 
 
@@ -44,7 +45,8 @@ def _job(tmp_path, run_cli, *extra: str):
 def test_a_job_records_cpu_seconds_load_cores_and_the_training_mean(tmp_path, run_cli, cold):
     ds, screen = _job(tmp_path, run_cli, "hyper=ml", "hyper.subset=100", "hyper.restarts=0")
     s = json.loads(ds.attrs["summary"])
-    for key in ("cpu_seconds", "hyper_cpu_seconds", "warmup_seconds"):
+    for key in ("cpu_seconds", "hyper_cpu_seconds", "warmup_seconds", "other_cores",
+                "hyper_other_cores"):
         assert math.isfinite(s[key]) and s[key] >= 0.0, key
     assert s["load_start"] >= 0.0 and s["load_end"] >= 0.0
     assert isinstance(s["cores"], int) and s["cores"] >= 1
@@ -184,3 +186,25 @@ def test_the_recorder_leaves_evaluation_cpu_time_out():
     total = time.process_time() - recorder.cpu_start
     assert recorder.eval_cpu_seconds >= 0.2
     assert 0.0 <= recorder.rows[0]["cpu_seconds"] <= total - recorder.eval_cpu_seconds
+
+
+def test_the_cores_others_kept_busy_are_the_machines_busy_time_less_the_processs_own():
+    """pipeline.cluster.busy: (machine busy seconds − this process's CPU seconds) / wall, from
+    /proc/stat; a child spinning beside a sleeping parent is someone else's core."""
+    import subprocess
+    import sys
+
+    from pipeline.cluster.busy import BusyMark, machine_busy_seconds, mark, other_cores
+
+    assert other_cores(BusyMark(0.0, 10.0, 1.0), BusyMark(2.0, 13.0, 2.0)) == 1.0
+    assert other_cores(BusyMark(0.0, 10.0, 1.0), BusyMark(2.0, 10.5, 2.0)) == 0.0  # grain
+    assert math.isnan(other_cores(BusyMark(0.0, math.nan, 0.0), BusyMark(1.0, 1.0, 0.0)))
+    assert math.isnan(other_cores(BusyMark(1.0, 1.0, 0.0), BusyMark(1.0, 2.0, 0.0)))
+    before = machine_busy_seconds()
+    start = mark()
+    spin = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 1.5: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)  # this process sleeps meanwhile
+    # the child held about one core (less only if the machine is busier still: then others
+    # hold the rest), this process next to none
+    assert other_cores(start) >= 0.4
+    assert machine_busy_seconds() > before

@@ -114,6 +114,12 @@ def test_the_contention_flag():
     # waited; a 0.5 s fit: too short to judge by CPU; load 2.6 on 2 cores: busy; no load
     # recorded: judged by CPU alone; nothing recorded: unknown
     assert flags[:6].tolist() == [0.0, 0.0, 1.0, 0.0, 1.0, 0.0] and np.isnan(flags[6])
+    # where a job recorded the cores others kept busy (pipeline.cluster.busy), they replace
+    # the load average: 0.1 (the sweep's own processes) is quiet whatever the load; 0.3 of a
+    # core is busy; a 0.5 s job is too short to judge; none recorded: the load as before
+    others = np.array([0.1, 0.3, 0.1, 0.9, 0.1, np.nan, 0.1])
+    flags = stats.contended(wall, cpu, start, end, cores, others)
+    assert flags.tolist() == [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 
 
 def test_the_cd_diagram_is_drawn(tmp_path):

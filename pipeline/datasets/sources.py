@@ -262,15 +262,8 @@ def _uci(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
     """A Wilson et al. UCI benchmark: last column is the target, test rows = mask[:, split]."""
     name = spec["name"]
     data, mask = _load_uci(name)
-    test = mask[:, spec["split"]]
-    train_rows = np.flatnonzero(~test)
-    if spec["n_train"] is not None:
-        if spec["n_train"] > len(train_rows):
-            raise InputError(f"dataset {name!r}: n_train={spec['n_train']} exceeds the "
-                             f"{len(train_rows)} training rows of split {spec['split']}; pass "
-                             f"n_train ≤ {len(train_rows)} or null")
-        train_rows = train_rows[: spec["n_train"]]
-    test_rows = np.flatnonzero(test)
+    train_rows = _uci_train_rows(name, mask, spec["split"], spec["n_train"])
+    test_rows = np.flatnonzero(mask[:, spec["split"]])
     arrays = {"X_train": data[train_rows, :-1], "y_train": data[train_rows, -1],
               "X_test": data[test_rows, :-1], "y_test": data[test_rows, -1]}
     files = (f"{name}.csv.gz", f"{name}_test_mask.csv.gz")
@@ -297,10 +290,21 @@ def _uci_shape(spec: Mapping[str, Any]) -> tuple[int, int]:
     return (n if spec["n_train"] is None else min(n, spec["n_train"])), d
 
 
+def _uci_train_rows(name: str, mask: np.ndarray, split: int, n_train: int | None
+                    ) -> np.ndarray:
+    """The training rows of a UCI split: those its test mask leaves out, the first ``n_train``
+    of them (every one where null); InputError for an ``n_train`` above their count."""
+    rows = np.flatnonzero(~mask[:, split])
+    if n_train is not None and n_train > len(rows):
+        raise InputError(f"dataset {name!r}: n_train={n_train} exceeds the {len(rows)} "
+                         f"training rows of split {split}; pass n_train ≤ {len(rows)} or null")
+    return rows[:n_train]
+
+
 @functools.lru_cache(maxsize=32)
 def _uci_distinct_rows(name: str, split: int, n_train: int | None) -> int:
     data, mask = _load_uci(name)
-    train = data[np.flatnonzero(~mask[:, split])[:n_train], :-1]
+    train = data[_uci_train_rows(name, mask, split, n_train), :-1]
     return len(np.unique(train, axis=0))
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import uuid
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from algorithms.hyper import BOUNDS, OPTIONS, Parameters, learn, memory_bytes
 from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
+from pipeline.cluster.busy import mark, other_cores
 from pipeline.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.claims import claim
@@ -286,8 +288,17 @@ def _read_cache(path: Path) -> LearnedRecord | None:
         return None
 
 
+def _most(values: list[float]) -> float:
+    """The largest of ``values`` that is known (NaN if none is)."""
+    known = [v for v in values if not math.isnan(v)]
+    return max(known) if known else math.nan
+
+
 def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike | None) -> dict:
-    """Learn the hyperparameters of ``config`` on its training data: the cache's payload."""
+    """Learn the hyperparameters of ``config`` on its training data: the cache's payload. Its
+    summary's ``hyper_other_cores`` is the most that other processes kept busy, on average,
+    during this learning or a learning it started from (:mod:`pipeline.cluster.busy`)."""
+    busy = mark()
     store = store if store is not None else ingest(config["dataset"], config["store_root"])
     X, y, _, _ = load_arrays(store, verify=False)
     kernel_cfg = dict(config["kernel"])
@@ -306,12 +317,15 @@ def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike
         # its seconds are part of this learning's cost, as they are of a peer's that starts there
         start = {"hyper_start_seconds": _seconds(other),
                  "hyper_start_cpu_seconds": _seconds(other, cpu=True)}
+    others = [float(other.summary.get("hyper_other_cores", math.nan))] if other else []
     result = learn(X, y, kernel, float(config["lam"]),
                    rng=np.random.default_rng([options["seed"], 7]), extra_starts=extra,
                    **settings)
     return {"kernel": {"name": result.kernel.name,
                        **{k: list(v) if isinstance(v, tuple) else v
                           for k, v in result.kernel.params.items()}},
-            "lam": result.lam, "summary": {**result.summary(), **start}, "names": result.names,
+            "lam": result.lam, "names": result.names,
+            "summary": {**result.summary(), **start,
+                        "hyper_other_cores": _most([other_cores(busy), *others])},
             "runs": result.runs,
             "trace": {k: np.asarray(v).tolist() for k, v in result.trace.items()}}

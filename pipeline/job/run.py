@@ -8,18 +8,19 @@ deterministic ones, read from the algorithm's spec), the identity of its dataset
 version of the code that computes it, this module's included (it decides how options and data
 reach the fit: :data:`pipeline.codeversion.NUMERIC_PIPELINE`).
 
-Every job's summary says how trustworthy its timings are: the machine's 1-minute load average
-at its start and end (``load_start``, ``load_end``) and the CPUs its process may use
-(``cores``); a fit's also its CPU seconds (``cpu_seconds``, :mod:`algorithms.evaluation`) and
-the untimed warm-up before the process's first fit of its algorithm (``warmup_seconds``,
-:mod:`pipeline.job.warmup`, left out of ``job_seconds`` too). A regression fit's summary has
-the training-mean predictor's test metrics beside its own (``baseline_test_rmse``,
-``baseline_test_nlpd``), on the same test rows and in the same (centred) target units.
+Every job's summary says how trustworthy its timings are: the cores that other processes and
+the hypervisor kept busy on average while it ran (``other_cores``, :mod:`pipeline.cluster.busy`),
+the machine's 1-minute load average at its start and end (``load_start``, ``load_end``) and the
+CPUs its process may use (``cores``); a fit's also its CPU seconds (``cpu_seconds``,
+:mod:`algorithms.evaluation`) and the untimed warm-up before the process's first fit of its
+algorithm (``warmup_seconds``, :mod:`pipeline.job.warmup`, left out of ``job_seconds`` too).
+A regression fit's summary has the training-mean predictor's test metrics beside its own
+(``baseline_test_rmse``, ``baseline_test_nlpd``), on the same test rows and in the same
+(centred) target units.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -36,16 +37,11 @@ from algorithms.curve_jobs import run_curve
 from algorithms.errors import TooLarge
 from algorithms.evaluation import mean_predictor_metrics, options_of
 from algorithms.evaluation import run as evaluate
-from algorithms.kernel_threads import kernel_threads, use_kernel_threads
+from algorithms.kernel_threads import kernel_threads
 from algorithms.kernels import Kernel, fit_tails
 from pipeline.blocks import kernel_blocks
-from pipeline.cluster.threads import (
-    blas_controller,
-    blas_threads,
-    cpu_model,
-    free_threads,
-    usable_cores,
-)
+from pipeline.cluster.busy import BusyMark, mark, other_cores
+from pipeline.cluster.threads import blas_threads, cpu_model, numeric_threads, usable_cores
 from pipeline.codeversion import pipeline_version
 from pipeline.datasets import ingest
 from pipeline.job.hyper import hyper_options, learned
@@ -66,10 +62,12 @@ def load_average() -> float:
 
 @dataclass(frozen=True)
 class JobClock:
-    """When the job started (``time.perf_counter``) and the load average then."""
+    """When the job started (``time.perf_counter``), the load average then, and the machine's
+    and this process's CPU seconds then (:mod:`pipeline.cluster.busy`)."""
 
     start: float
     load_start: float
+    busy: BusyMark
 
 
 @dataclass(frozen=True)
@@ -87,14 +85,12 @@ def run(job: JobSpec, result_path: str | Path, attrs: Mapping | None = None) -> 
     alike (:func:`pipeline.job.task.run_task`). ``attrs`` are extra attributes for the result
     file (e.g. the worker that ran the job). A job too large for this machine (``max_n``, its
     declared memory) is refused with its one line (:class:`~algorithms.errors.TooLarge`)."""
-    clock = JobClock(time.perf_counter(), load_average())
+    clock = JobClock(time.perf_counter(), load_average(), mark())
     if job.too_large is not None:
         raise TooLarge(job.too_large)
-    threads = free_threads(job.threads)  # validated by JobSpec.from_config
-    limit = (blas_controller().limit(limits=threads, user_api="blas") if threads is not None
-             else contextlib.nullcontext())
-    # the kernel blocks' tiles use as many threads as BLAS (null: every core), for this job only
-    with limit, use_kernel_threads(threads):
+    # BLAS and the kernel blocks' tiles on the job's threads (validated by JobSpec.from_config;
+    # null: every core), for this job only
+    with numeric_threads(job.threads):
         return _run_job(job.config(), result_path, attrs, clock, job.spec, job.lam, job.kernel,
                         dict(job.options))
 
@@ -144,7 +140,8 @@ def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | No
         result = _fit_and_certify(config, spec, lam, kernel, options, seed, blocks, hyper,
                                   y_train, X_test, y_test, what)
     result = _with_summary(result, **warm, load_start=clock.load_start,
-                           load_end=load_average(), cores=usable_cores())
+                           load_end=load_average(), cores=usable_cores(),
+                           other_cores=other_cores(clock.busy))
     job_hash = config_hash(config)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
              "pipeline_code_version": pipeline_version(), "store": store.name,

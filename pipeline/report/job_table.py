@@ -50,6 +50,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "load_start": ("final_load_start", "the machine's 1-minute load average at the job's start"),
     "load_end": ("final_load_end", "… and at its end"),
     "cores": ("final_cores", "the CPUs the job's process could run on"),
+    "other_cores": ("final_other_cores", "cores that other processes and the hypervisor (steal) "
+                    "kept busy, on average, while the job ran (pipeline.cluster.busy; empty: "
+                    "not recorded)"),
+    "learning_other_cores": ("final_hyper_other_cores", "… while its shared or low-rank "
+                             "learning ran (the most over that learning and the one it started "
+                             "from)"),
     "contended": ("= stats.contended", "whether the job's seconds were measured on a busy "
                   "machine (the rule is in the README; empty: not recorded)"),
     "baseline_rmse": ("final_baseline_test_rmse", "test RMSE of the training-mean predictor "
@@ -182,9 +188,10 @@ def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.Dat
                                 dtype="boolean")
     timing = [stats.contended(as_floats(table[wall]), as_floats(table[cpu]),
                               as_floats(table["load_start"]), as_floats(table["load_end"]),
-                              as_floats(table["cores"]))
-              for wall, cpu in (("fit_seconds", "fit_cpu_seconds"),
-                                ("learning_seconds", "learning_cpu_seconds"))]
+                              as_floats(table["cores"]), as_floats(table[others]))
+              for wall, cpu, others in (
+                  ("fit_seconds", "fit_cpu_seconds", "other_cores"),
+                  ("learning_seconds", "learning_cpu_seconds", "learning_other_cores"))]
     both = np.fmax(timing[0], timing[1])  # either part busy; NaN only if neither is known
     table["contended"] = pd.array([pd.NA if np.isnan(v) or not o else bool(v)
                                    for v, o in zip(both, ok, strict=True)], dtype="boolean")

@@ -168,10 +168,14 @@ def trivial(rmse: np.ndarray, nlpd: np.ndarray, baseline_rmse: np.ndarray,
 
 BUSY_CPU = 0.8  # a fit that got less than this share of one core waited for a core
 MIN_WALL = 1.0  # seconds: shorter fits give no reliable CPU/wall ratio
+# cores that others may keep busy while a job runs before its seconds are called contended: the
+# sweep's own client, scheduler and nanny keep 0.07–0.10 busy (pipeline.cluster.busy)
+OTHER_CORES = 0.25
 
 
 def contended(wall: np.ndarray, cpu: np.ndarray, load_start: np.ndarray,
-              load_end: np.ndarray, cores: np.ndarray) -> np.ndarray:
+              load_end: np.ndarray, cores: np.ndarray, others: np.ndarray | None = None
+              ) -> np.ndarray:
     """Whether each job's seconds were measured on a busy machine, as far as its record tells
     (NaN where it records neither CPU seconds nor load):
 
@@ -179,16 +183,22 @@ def contended(wall: np.ndarray, cpu: np.ndarray, load_start: np.ndarray,
       least :data:`MIN_WALL` s): a CPU-bound fit keeps at least one thread running, so it
       used less than 0.8 of one core only if it waited for one. A ratio between 1 and the
       job's threads is no evidence: a fit with 2 BLAS threads is partly single-threaded;
-    - or the machine's 1-minute load average at the job's start or end exceeds its cores: more
-      threads were runnable than there were cores (the job's own threads are at most its
-      cores, so the excess is someone else's).
+    - or, where the job recorded them (``others``: :mod:`pipeline.cluster.busy`), other
+      processes and the hypervisor kept more than :data:`OTHER_CORES` cores busy on average
+      while it ran (and it took at least :data:`MIN_WALL` s: the accounting's grain is 10 ms);
+    - or, for a job recorded without them (runs before 2026-12-01), the machine's 1-minute load
+      average at its start or end exceeded its cores. That rule is coarse: the load counts the
+      job's own runnable threads (more than its cores while BLAS threads spin beside its
+      kernel tiles) and the minute before the job.
 
     Returns a float array: 1.0 (contended), 0.0 (not), NaN (not recorded)."""
     wall, cpu, start, end, cores = (np.asarray(v, dtype=np.float64)
                                     for v in (wall, cpu, load_start, load_end, cores))
+    others = np.full_like(wall, np.nan) if others is None else np.asarray(others, np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         starved = (wall >= MIN_WALL) & (cpu / wall < BUSY_CPU)
-        loaded = (start > cores) | (end > cores)
-    known = np.isfinite(cpu) & np.isfinite(wall) | (
+        busy = np.where(np.isfinite(others), (wall >= MIN_WALL) & (others > OTHER_CORES),
+                        (start > cores) | (end > cores))
+    known = np.isfinite(cpu) & np.isfinite(wall) | np.isfinite(others) | (
         np.isfinite(cores) & (np.isfinite(start) | np.isfinite(end)))
-    return np.where(known, (starved | loaded).astype(np.float64), np.nan)
+    return np.where(known, (starved | busy).astype(np.float64), np.nan)

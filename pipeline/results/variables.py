@@ -40,6 +40,8 @@ PIPELINE: dict[str, tuple[str, str]] = {
                    "1"),
     "load_end": ("1-minute load average of the machine at the job's end (os.getloadavg)", "1"),
     "cores": ("CPUs the job's process may run on (sched_getaffinity)", "1"),
+    "other_cores": ("cores that other processes and the hypervisor (steal time) kept busy, on "
+                    "average, while the job ran (/proc/stat less the job's process)", "1"),
     "status": ("job status: ok, failed or missing (not run)", "1"),
     "error": ("one-line error of a failed job", "1"),
     "worker": ("Dask worker that ran the job", "1"),
@@ -74,6 +76,9 @@ PIPELINE: dict[str, tuple[str, str]] = {
                           "hyperparameters", "s"),
     "hyper_start_seconds": ("time to learn the kernel this learning started from "
                             "(hyper.shared_start; not in hyper_seconds)", "s"),
+    "hyper_other_cores": ("cores that other processes and the hypervisor kept busy, on average, "
+                          "while learning the hyperparameters (the most over this learning "
+                          "and the one it started from)", "1"),
     "hyper_start_cpu_seconds": ("CPU time of the process while learning the kernel this "
                                 "learning started from", "s"),
     "hyper_lam": ("learned noise variance σ²", TARGET2),
