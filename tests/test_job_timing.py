@@ -23,7 +23,7 @@ from pipeline.results.variables import describe
 JOB = ["algorithm=nystrom", "algorithm.max_basis=20", "dataset=sine1d", "dataset.n_train=200",
        "dataset.n_test=50"]
 NEW_KEYS = ("cpu_seconds", "hyper_cpu_seconds", "load_start", "load_end", "cores",
-            "other_cores", "hyper_other_cores",
+            "other_cores", "hyper_other_cores", "hyper_blas_threads",
             "warmup_seconds", "warmup_error", "baseline_test_rmse", "baseline_test_nlpd")
 
 
@@ -50,6 +50,7 @@ def test_a_job_records_cpu_seconds_load_cores_and_the_training_mean(tmp_path, ru
         assert math.isfinite(s[key]) and s[key] >= 0.0, key
     assert s["load_start"] >= 0.0 and s["load_end"] >= 0.0
     assert isinstance(s["cores"], int) and s["cores"] >= 1
+    assert 1 <= s["hyper_blas_threads"] <= s["cores"]
     cpu = ds["cpu_seconds"].values  # per step too, evaluation excluded as for seconds
     assert ds["cpu_seconds"].dims == ("step",) and np.isfinite(cpu).all() and (cpu >= 0).all()
     assert cpu[-1] == s["cpu_seconds"] and np.all(np.diff(cpu) >= 0)

@@ -45,6 +45,7 @@ from algorithms.kernels import Kernel
 from algorithms.options import Option, validate
 from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
 from pipeline.cluster.busy import mark, other_cores
+from pipeline.cluster.threads import blas_threads
 from pipeline.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.claims import claim
@@ -297,8 +298,9 @@ def _most(values: list[float]) -> float:
 def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike | None) -> dict:
     """Learn the hyperparameters of ``config`` on its training data: the cache's payload. Its
     summary's ``hyper_other_cores`` is the most that other processes kept busy, on average,
-    during this learning or a learning it started from (:mod:`pipeline.cluster.busy`)."""
-    busy = mark()
+    during this learning or a learning it started from (:mod:`pipeline.cluster.busy`), and its
+    ``hyper_blas_threads`` the BLAS threads it ran on."""
+    busy, threads = mark(), blas_threads()
     store = store if store is not None else ingest(config["dataset"], config["store_root"])
     X, y, _, _ = load_arrays(store, verify=False)
     kernel_cfg = dict(config["kernel"])
@@ -326,6 +328,7 @@ def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike
                           for k, v in result.kernel.params.items()}},
             "lam": result.lam, "names": result.names,
             "summary": {**result.summary(), **start,
-                        "hyper_other_cores": _most([other_cores(busy), *others])},
+                        "hyper_other_cores": _most([other_cores(busy), *others]),
+                        "hyper_blas_threads": threads},
             "runs": result.runs,
             "trace": {k: np.asarray(v).tolist() for k, v in result.trace.items()}}

@@ -79,6 +79,7 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "hyper_other_cores": ("cores that other processes and the hypervisor kept busy, on average, "
                           "while learning the hyperparameters (the most over this learning "
                           "and the one it started from)", "1"),
+    "hyper_blas_threads": ("BLAS threads the hyperparameters were learned on", "1"),
     "hyper_start_cpu_seconds": ("CPU time of the process while learning the kernel this "
                                 "learning started from", "s"),
     "hyper_lam": ("learned noise variance σ²", TARGET2),
