@@ -53,6 +53,10 @@ def test_auto_threads_are_the_cores_no_other_runnable_thread_holds(monkeypatch, 
     assert threads.resolve_threads("auto", 1) == "auto"
     assert threads.resolve_threads("auto", 2) == max(1, cores // 2)
     assert threads.resolve_threads(2, 4) == 2
+    # threads=all: every core whatever else runs (a benchmark's fixed count); shared alike
+    assert threads.free_threads("all") == cores
+    assert threads.resolve_threads("all", 1) == cores
+    assert threads.resolve_threads("all", 2) == max(1, cores // 2)
 
 
 def test_runnable_others_reads_this_instants_count():

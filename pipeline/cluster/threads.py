@@ -21,9 +21,12 @@ def resolve_threads(threads: Any, jobs_at_once: int = 1) -> int | str | None:
     """``threads=auto`` for ``jobs_at_once`` jobs on this machine: several (a sweep's
     workers), the cores this process may use (its affinity) shared among them, as a count; one
     (a single job, or a sweep that runs one job at a time), ``auto``, left to the job to
-    resolve when it starts (:func:`free_threads`). Anything else as given."""
-    if threads != "auto" or jobs_at_once <= 1:
+    resolve when it starts (:func:`free_threads`). ``all`` alike, but for one job at a time
+    every core, whatever else runs. Anything else as given."""
+    if threads not in ("auto", "all"):
         return threads
+    if jobs_at_once <= 1:
+        return usable_cores() if threads == "all" else threads
     return max(1, usable_cores() // jobs_at_once)
 
 
@@ -31,7 +34,9 @@ def free_threads(threads: Any) -> int | None:
     """The threads a job starting now uses: ``auto`` is the cores of its affinity that no
     other runnable thread holds (:func:`runnable_others`; at least 1), so that a machine busy
     with other work (CI, a neighbour's job) gets one thread rather than two that wait on each
-    other; anything else as given."""
+    other; ``all`` every core of its affinity; anything else as given."""
+    if threads == "all":
+        return usable_cores()
     if threads != "auto":
         return threads
     cores = usable_cores()

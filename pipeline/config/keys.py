@@ -73,15 +73,18 @@ def check_threads(threads: Any) -> int | str | None:
     """``threads``: the BLAS and kernel-block threads of a job: an int ≥ 1; ``auto`` (the
     default: the machine's cores shared among a sweep's jobs running on it at once, or for
     one job at a time the cores no other runnable thread holds when it starts,
-    :func:`~pipeline.cluster.threads.free_threads`); or null (the BLAS library's default,
-    every core for kernel blocks)."""
-    if threads is not None and threads != "auto" and (
+    :func:`~pipeline.cluster.threads.free_threads`); ``all`` (as ``auto``, but one job at a
+    time takes every core whatever else runs: a benchmark's fixed thread count, its
+    contention recorded as ``other_cores`` rather than taken as a thread fewer); or null (the
+    BLAS library's default, every core for kernel blocks)."""
+    if threads is not None and threads not in ("auto", "all") and (
             isinstance(threads, bool) or not isinstance(threads, int)
             or not 1 <= threads <= INT_MAX):
         raise InputError(f"threads={threads!r} must be an integer in [1, {INT_MAX}] (the BLAS "
                          "threads of each "
-                         "job), auto (the cores shared among the jobs running at once) or null "
-                         "(the BLAS library's default); pass e.g. threads=1")
+                         "job), auto (the cores shared among the jobs running at once), all "
+                         "(every core, whatever else runs) or null (the BLAS library's "
+                         "default); pass e.g. threads=1")
     return threads
 
 

@@ -91,9 +91,10 @@ def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:
         raise InputError(f"{path} {err}: the leg's record is damaged; save the unit again from "
                          "its results, or leave it out of the folder") from None
     stem = path.name.removesuffix(LEG_SUFFIX)
+    unit = (doc.get("dataset"), doc.get("split"))
     if doc.get("format") != FORMAT or doc.get("csv") != f"{stem}.csv" or not isinstance(
-            doc.get("run"), dict) or stem != unit_name(doc.get("dataset", ""),
-                                                       doc.get("split", -1)):
+            doc.get("run"), dict) or not isinstance(unit[0], str) or not isinstance(
+            unit[1], int) or stem != unit_name(*unit):
         raise InputError(f"{path} is not a leg record of this version (format {FORMAT}, csv "
                          f"{stem}.csv); save the unit again with python -m pipeline.publish "
                          "<results.zarr> --legs <folder>")
