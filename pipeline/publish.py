@@ -253,11 +253,12 @@ def _run_record(ds, results: Path) -> dict:
 
 def _store(results: str | Path):
     """The verified store, its sweep's plain name and its job table's dataset options."""
+    from pipeline.config import lookup
     from pipeline.results.consolidate import load
 
     ds = load(results).load()
     sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
-    standardize = ds.sgp.attrs["config"].get("dataset", {}).get("standardize_y")
+    standardize = lookup(ds.sgp.attrs["config"], "dataset.standardize_y")
     return ds, sweep, None if standardize is None else {"standardize_y": standardize}
 
 
