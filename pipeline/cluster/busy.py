@@ -24,11 +24,11 @@ from pathlib import Path
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user, nice, system, irq, softirq, steal (guest is in user)
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds every CPU of the machine has spent busy since boot (``/proc/stat``), steal
-    time included; NaN where the OS does not tell."""
+def machine_busy_seconds(stat: Path = Path("/proc/stat")) -> float:
+    """CPU seconds every CPU of the machine has spent busy since boot (``stat``'s first line),
+    steal time included; NaN where the OS does not tell."""
     try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        fields = stat.read_text().split("\n", 1)[0].split()
         ticks = sum(int(fields[1 + i]) for i in BUSY_FIELDS)
         return ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):

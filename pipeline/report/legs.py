@@ -36,7 +36,7 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.atomic import atomic_path, write_text
 from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
-from pipeline.report.job_table import COLUMNS, read_table
+from pipeline.report.job_table import COLUMNS, typed
 
 LEG_SUFFIX = ".leg.json"
 FORMAT = 1
@@ -102,9 +102,8 @@ def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:
     if not csv.exists() or hashlib.sha256(csv.read_bytes()).hexdigest() != doc["csv_sha256"]:
         raise InputError(f"{csv} is missing or differs from what its record {path.name} "
                          "sealed; restore it, or save the unit again from its results")
-    rows = read_table(csv)
-    extra = pd.read_csv(csv, usecols=list(JOB_COLUMNS), dtype=str)
-    rows[list(JOB_COLUMNS)] = extra[list(JOB_COLUMNS)].to_numpy()
+    text = {name: str for name in ("cpu_model", "status", *JOB_COLUMNS)}
+    rows = typed(pd.read_csv(csv, dtype=text).reindex(columns=[*COLUMNS, *JOB_COLUMNS]))
     if not (rows["dataset"].eq(doc["dataset"]).all() and rows["split"].eq(doc["split"]).all()):
         raise InputError(f"{csv} holds rows of another data set or split than its record's "
                          f"({doc['dataset']}, split {doc['split']}); save the unit again")
