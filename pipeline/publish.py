@@ -27,8 +27,10 @@ legs (:mod:`pipeline.report.legs`): after each leg, ``--legs <folder>`` keeps ev
 (data set, split) of the store as a small verified record; the folder, given in place of the
 store, publishes their union, checked to be one protocol and one code version::
 
-    python -m pipeline.publish outputs/uci_frontier/results.zarr --legs docs/results/legs
-    python -m pipeline.publish docs/results/legs --reference <algorithm> --out docs/results
+    python -m pipeline.publish outputs/uci_frontier/results.zarr \
+        --legs docs/results/uci_frontier_legs
+    python -m pipeline.publish docs/results/uci_frontier_legs --reference <algorithm> \
+        --out docs/results
 """
 
 from __future__ import annotations

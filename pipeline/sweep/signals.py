@@ -5,8 +5,10 @@ cluster torn down mid-conversation.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
+import sys
 import threading
 
 
@@ -31,6 +33,14 @@ def _interrupted(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_lost_interrupt(report, unraisable) -> None:
+    # Python reports what a finalizer raises through sys.unraisablehook ("Exception ignored
+    # in: <WeakSet._remove>" and a traceback on stderr); a KeyboardInterrupt lost there is
+    # already pending and raised again, so it is not reported; anything else is, by `report`
+    if not (issubclass(unraisable.exc_type, KeyboardInterrupt) and _PENDING.is_set()):
+        report(unraisable)
+
+
 def check_interrupt() -> None:
     """Raise KeyboardInterrupt if a Ctrl-C came within :func:`silent_on_interrupt` (its own
     KeyboardInterrupt may have been lost in a finalizer)."""
@@ -47,6 +57,8 @@ def silent_on_interrupt():
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
         _PENDING.clear()
         handler = signal.signal(signal.SIGINT, _interrupted)
+        hook = sys.unraisablehook
+        sys.unraisablehook = functools.partial(_quiet_lost_interrupt, hook)
     try:
         yield
         if handler is not None:
@@ -57,6 +69,7 @@ def silent_on_interrupt():
     finally:
         if handler is not None:
             signal.signal(signal.SIGINT, handler)
+            sys.unraisablehook = hook
             _PENDING.clear()
 
 
