@@ -141,6 +141,36 @@ def test_grids_are_a_union_of_products_each_point_once(context):
     assert launcher.batches == [[["a=3", "b=y"]]]
 
 
+def test_narrow_keeps_an_entrys_own_values_of_a_key_the_command_line_gives(context):
+    """With narrow, a run's part (split 5) is every grid's points at split 5: an entry kept
+    to splits 0, 1 adds nothing there and only its split 1 at split 1; keys an entry does not
+    set are replaced as without narrow."""
+    grids = [{}, {"m": "1024", "split": "0,1"}, {"m": "512", "split": "range(0,3)"}]
+
+    def points(*arguments, narrow=True):
+        launcher = FakeLauncher()
+        make_sweeper(context, launcher, params={"set": "a,b", "m": "128", "split": "range(0,10)"},
+                     grids=grids, narrow=narrow).sweep(list(arguments))
+        return launcher.batches[0] if launcher.batches else []
+
+    assert points("set=b", "split=5") == [["set=b", "m=128", "split=5"]]
+    assert points("set=b", "split=1") == [["set=b", "m=128", "split=1"],
+                                          ["set=b", "m=1024", "split=1"],
+                                          ["set=b", "m=512", "split=1"]]
+    assert points("set=b", "split=1,2", "m=512") == [["set=b", "m=512", "split=1"],
+                                                     ["set=b", "m=512", "split=2"]]
+    assert len(points()) == 2 * 10 + 2 * 2 + 2 * 3
+    # without narrow the command line replaces every entry's values: split 5 of each
+    assert points("set=b", "split=5", narrow=False) == [["set=b", "m=128", "split=5"],
+                                                        ["set=b", "m=1024", "split=5"],
+                                                        ["set=b", "m=512", "split=5"]]
+
+
+def test_narrow_must_be_a_boolean():
+    with pytest.raises(HydraException, match=r"hydra\.sweeper\.narrow='yes' must be true or"):
+        GroupedSweeper(narrow="yes")
+
+
 def test_grids_from_yaml_are_read_as_omegaconf_containers(context):
     grids = OmegaConf.create([{"a": "1,2"}, {"a": 5, "split": 0}])
     launcher = FakeLauncher()

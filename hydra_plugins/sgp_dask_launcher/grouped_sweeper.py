@@ -10,7 +10,12 @@ other launcher it checks the batch with that shared composition.
 ``grids`` (a list of mappings like ``params``) makes the sweep a union of grids: one per entry,
 ``params`` with that entry's keys set to its values, each the cartesian product of its keys
 then the command line's (a point in two grids runs once). A sweep whose methods need different
-sizes or caps is one command so: ``conf/experiment/uci_frontier.yaml``.
+sizes or caps is one command so: ``conf/experiment/uci_frontier.yaml``. With ``narrow: true``
+a command-line value of a key that an entry sets narrows that entry to the values both give
+(an entry left with none adds nothing) instead of replacing its values: a run's part, such as
+``dataset.split=5``, is then its own points of every grid, and an entry kept to splits 0–2
+adds nothing to split 5 (``conf/experiment/uci_frontier.yaml`` runs one data set and split
+at a time so).
 
 ``max_points`` (default :data:`MAX_POINTS`) bounds a sweep's size: the points are counted from
 the lengths of the swept values (a ``range(...)`` by arithmetic), before any point is made, and
@@ -56,7 +61,7 @@ class GroupedSweeper(Sweeper):
     def __init__(self, max_batch_size: int | None = None,
                  params: dict[str, str] | None = None,
                  grids: list[dict[str, str]] | None = None,
-                 max_points: int | None = MAX_POINTS) -> None:
+                 max_points: int | None = MAX_POINTS, narrow: bool = False) -> None:
         # zero-argument super(): Hydra's plugin scan re-executes this module, rebinding its
         # names, so nothing here refers to a class by its module-level name
         super().__init__()
@@ -77,6 +82,9 @@ class GroupedSweeper(Sweeper):
                                  "{algorithm: exact, dataset.split: 0}]")
         self.grids: list[dict[str, str]] | None = (
             None if grids is None else [{str(k): v for k, v in g.items()} for g in grids])
+        if not isinstance(narrow, bool):
+            raise HydraException(f"hydra.sweeper.narrow={narrow!r} must be true or false")
+        self.narrow = narrow
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
@@ -107,19 +115,31 @@ class GroupedSweeper(Sweeper):
         the products of ``params`` updated by each grid in turn, a point once."""
         assert self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        grids: list[list[Override]] = []
+        given = parser.parse_overrides(list(arguments))
+        grids: list[list[Override | list[str]]] = []
         for grid in self.grids if self.grids is not None else [{}]:
             texts = [f"{key}={value}" for key, value in {**self.params, **grid}.items()]
-            axes: dict[str, Override] = {}
-            for override in parser.parse_overrides(texts + list(arguments)):
+            axes: dict[str, Override | list[str]] = {}
+            for override in parser.parse_overrides(texts):
                 axes[override.get_key_element()] = override
+            for override in given:
+                key = override.get_key_element()
+                if self.narrow and key in grid:  # the entry's values that the command gives
+                    kept = set(self._override_values(override))
+                    axes[key] = [v for v in self._values(axes[key]) if v in kept]
+                else:
+                    axes[key] = override
             grids.append(list(axes.values()))
         self._check_size(sum(math.prod(_count(o) for o in grid) for grid in grids))
         jobs: dict[frozenset[str], list[str]] = {}
         for grid in grids:
-            for job in itertools.product(*(self._override_values(o) for o in grid)):
+            for job in itertools.product(*(self._values(o) for o in grid)):
                 jobs.setdefault(frozenset(job), list(job))
         return list(jobs.values())
+
+    def _values(self, axis: Override | list[str]) -> list[str]:
+        """An axis's ``key=value`` strings: an override's, or those a narrowing kept."""
+        return axis if isinstance(axis, list) else self._override_values(axis)
 
     def _check_size(self, points: int) -> None:
         """Refuse a sweep of more than ``max_points`` points before any is made."""
@@ -195,8 +215,10 @@ class GroupedSweeper(Sweeper):
         return returns
 
 
-def _count(override: Override) -> int:
+def _count(override: Override | list[str]) -> int:
     """How many values ``override`` gives its key, without listing a range's values."""
+    if isinstance(override, list):  # what a narrowing kept
+        return len(override)
     if not override.is_sweep_override():
         return 1
     if override.is_range_sweep():
