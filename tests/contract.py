@@ -129,6 +129,34 @@ def check_store_blocks_equal_memory_blocks(spec: AlgorithmSpec, problem: Problem
     _same(fit(spec, problem, blocks=problem.memory), fit(spec, problem, blocks=problem.store))
 
 
+def check_torch_blocks_equal_memory_blocks(spec: AlgorithmSpec, problem: Problem,
+                                           conf_dir: Path) -> None:
+    """An algorithm that runs on a torch device (:data:`algorithms.torch_blocks.
+    DEVICE_ALGORITHMS`) fits on the torch back end (``device=torch:cpu``) as on numpy: the
+    same basis, and coefficients and every number of its summary (objectives, residuals,
+    test metrics) to 1e-10 relative, or 1e-10 absolute for a quantity already relative (a
+    gap, a residual). Not its intermediate steps: CG's iterates amplify round-off midway (a
+    relative residual differing by 1e-5 at iteration 10 of 18 in float64) and agree again
+    at convergence."""
+    if not_applicable(check_torch_blocks_equal_memory_blocks, spec) is not None:
+        return
+    import torch
+
+    from algorithms.torch_blocks import TorchKernelBlocks
+
+    on_numpy = fit(spec, problem, blocks=problem.memory)
+    on_torch = fit(spec, problem, blocks=TorchKernelBlocks(
+        problem.memory.X, problem.memory.kernel, torch.device("cpu")))
+    np.testing.assert_array_equal(on_numpy.basis, on_torch.basis)
+    np.testing.assert_allclose(on_torch.coef, on_numpy.coef, rtol=1e-10,
+                               atol=1e-10 * np.abs(on_numpy.coef).max())
+    for key, value in on_numpy.summary.items():
+        if key.endswith("seconds") or isinstance(value, (str, bool)) or value is None:
+            continue
+        np.testing.assert_allclose(on_torch.summary[key], value, rtol=1e-10, atol=1e-10,
+                                   err_msg=key)
+
+
 def check_exact_limit(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> None:
     """With all points (spec.exact_limit), predictions equal the exact GP's."""
     if not_applicable(check_exact_limit, spec) is not None:
@@ -228,7 +256,8 @@ def check_blas_lead(spec: AlgorithmSpec, problem: Problem, conf_dir: Path) -> No
 
 
 CHECKS = [check_yaml_matches_spec, check_blas_lead, check_result_schema, check_deterministic,
-          check_store_blocks_equal_memory_blocks, check_exact_limit, check_bad_options,
+          check_store_blocks_equal_memory_blocks, check_torch_blocks_equal_memory_blocks,
+          check_exact_limit, check_bad_options,
           check_learning_curve, check_extreme_lam, check_variables_described,
           check_defaults_fit_a_tiny_dataset]
 
@@ -238,7 +267,15 @@ NOT_APPLICABLE = {
     f"{spec.name} declares no exact limit (AlgorithmSpec.exact_limit is None)",
     check_learning_curve: lambda spec: None if spec.learning_curve is not None else
     f"{spec.name} declares no learning curve (AlgorithmSpec.learning_curve is None)",
+    check_torch_blocks_equal_memory_blocks: lambda spec: None if spec.name in _device_algorithms()
+    else f"{spec.name} runs on numpy only (not in algorithms.torch_blocks.DEVICE_ALGORITHMS)",
 }
+
+
+def _device_algorithms() -> tuple[str, ...]:
+    from algorithms.torch_blocks import DEVICE_ALGORITHMS  # imports torch: on first use
+
+    return DEVICE_ALGORITHMS
 
 
 def not_applicable(check, spec: AlgorithmSpec) -> str | None:

@@ -8,7 +8,11 @@ context giving the job's :class:`~algorithms.contract.KernelBlocks` over the dat
 - ``cluster`` (:mod:`~pipeline.blocks.cluster` on the client, :mod:`~pipeline.blocks.shards`
   on the workers): the rows spread over a Dask cluster's workers.
 
-A provider's module is imported when a job chooses it (the cluster's imports distributed).
+- ``device`` (:mod:`~pipeline.blocks.device`): a job whose ``device`` is a PyTorch device
+  (``torch:cpu``, ``cuda``, ``cuda:N``) has its rows, and what its fit holds of n, there.
+
+A provider's module is imported when a job chooses it (the cluster's imports distributed, the
+device's torch).
 Adding a provider: its module with ``provide``, its line here, and its choice in the ``blocks``
 key's check (:func:`pipeline.config.keys.check_blocks`; a test holds the two equal).
 """
@@ -24,8 +28,11 @@ from algorithms.kernels import Kernel
 
 PROVIDERS: dict[str, str] = {"memory": "pipeline.blocks.store",
                              "cluster": "pipeline.blocks.cluster"}
+DEVICE_PROVIDER = "pipeline.blocks.device"
 
 
 def kernel_blocks(config: Mapping, store: Path, kernel: Kernel) -> AbstractContextManager:
-    """The job's kernel blocks from the provider its ``blocks`` key chooses (validated)."""
-    return importlib.import_module(PROVIDERS[config["blocks"]]).provide(config, store, kernel)
+    """The job's kernel blocks from the provider its ``blocks`` key chooses (validated), or
+    on its device where that is not ``cpu``."""
+    provider = PROVIDERS[config["blocks"]] if config["device"] == "cpu" else DEVICE_PROVIDER
+    return importlib.import_module(provider).provide(config, store, kernel)

@@ -106,6 +106,24 @@ def check_job_timeout(seconds: Any) -> float | None:
 BLOCKS = ("memory", "cluster")
 
 
+def check_device(device: Any) -> str:
+    """``device``: where a fit's dominant numerics run, ``cpu`` (numpy: the default) or a
+    PyTorch device (``torch:cpu``, ``cuda``, ``cuda:N``: :mod:`algorithms.device`); whether
+    it exists here is the job's to say, on the machine that runs it."""
+    from algorithms.device import check_device as check
+
+    return check(device)
+
+
+def check_precision(precision: Any) -> str:
+    """``precision``: float64 (the default) or float32, the latter on a torch device only
+    (checked with ``device`` by :func:`pipeline.blocks.device.check_device_job`)."""
+    if precision not in ("float64", "float32"):
+        raise InputError(f"precision={precision!r} must be float64 (the default) or float32 "
+                         "(on a torch device: device=cuda); pass precision=float64")
+    return precision
+
+
 def check_blocks(blocks: Any) -> str:
     """``blocks``: ``memory`` (this process) or ``cluster`` (row ranges on the Dask workers,
     :mod:`pipeline.blocks.cluster`); whether the algorithm runs so is
@@ -178,6 +196,11 @@ TOP_LEVEL: dict[str, Key] = {
                    planned=True),
     "blocks": Key("execution", "where the training rows and a fit's n-sized state live",
                   check_blocks, planned=True),
+    "device": Key("execution", "where a fit's numerics run: cpu (numpy), torch:cpu, cuda, "
+                               "cuda:N (in the identity unless cpu: pipeline.job.identity)",
+                  check_device),
+    "precision": Key("execution", "float64, or float32 on a torch device (in the identity "
+                                  "unless float64)", check_precision),
     "dry_run": Key("execution", "plan and check a sweep without running it "
                                 "(pipeline.config.flags)"),
     "job_timeout": Key("execution", "seconds after which a job is stopped and recorded failed",

@@ -39,6 +39,8 @@ NOT_IDENTITY = keys_of_role("location", "execution", "applied")
 # Modules whose code computes every result beside the algorithm's own module: the evaluator, the
 # Theorem 1 certificate and the learning-curve jobs (with what they import under algorithms/)
 SHARED_NUMERICS = ("algorithms.evaluation", "algorithms.certificate", "algorithms.curve_jobs")
+# and what a job on a torch device computes with beside them (pipeline.blocks.device)
+DEVICE_NUMERICS = ("algorithms.torch_blocks", "algorithms.device")
 
 
 def job_config(cfg: DictConfig, resolve: bool = True) -> dict:
@@ -92,6 +94,8 @@ def _identity(config: Mapping, write_data: bool) -> dict:
     spec = spec_or_none(config)
     ident["code_version"] = algorithm_version(spec) if spec is not None else None
     ident["pipeline_code"] = pipeline_version()
+    if config["device"] != "cpu" or config["precision"] != "float64":
+        ident["device"] = device_part(config)
     try:
         if hyper_options(config) is not None:  # the fit depends on the learning code too
             ident["hyper_code"] = code_version("algorithms.hyper")
@@ -129,6 +133,19 @@ def _config_part(config: Mapping) -> dict:
     if spec is not None and spec.task == "classification":
         ident["lam"] = None  # no noise variance: a classifier does not use lam
     return ident
+
+
+def device_part(config: Mapping) -> dict:
+    """A job on a torch device: the device, the precision and the version of the device's
+    code (:data:`DEVICE_NUMERICS` with what they import under ``algorithms/``), in its
+    identity, with the provider's (:mod:`pipeline.blocks.device`); a job with ``device=cpu``
+    and float64 has none, so its identity is that of
+    every job before the device existed. A GPU's sums round differently from the CPU's (to
+    ~1e-13 relative in float64) and float32 differs by far more: a device's results are its
+    own."""
+    return {"device": config["device"], "precision": config["precision"],
+            "code": code_version(*DEVICE_NUMERICS),
+            "pipeline_code": pipeline_version(("pipeline.blocks.device",))}
 
 
 def algorithm_version(spec: AlgorithmSpec) -> str:
