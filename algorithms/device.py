@@ -126,7 +126,8 @@ class TorchKernel:
     def tensor(self, a: np.ndarray):
         import torch
 
-        return torch.as_tensor(np.ascontiguousarray(a), dtype=self.dtype, device=self.device)
+        # a copy: the rows of a linear kernel are the store's read-only array itself
+        return torch.tensor(np.ascontiguousarray(a), dtype=self.dtype, device=self.device)
 
     def rows(self, A: np.ndarray):
         """The rows of a block, in the tiles' form, on the device."""

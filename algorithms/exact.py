@@ -135,8 +135,17 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     X = blocks.inputs(slice(None))
     index, inverse, counts, y_mean, noise = _distinct(X, y, lam)
     m = len(y_mean)
-    L = _factor(blocks, index, noise)
-    alpha_d = sla.cho_solve((L, True), y_mean, check_finite=False)  # eq. 47 on X_d
+    X_basis = X if index is None else X[index]
+    device_factor = getattr(blocks, "factor", None)  # on a torch device: algorithms.torch_blocks
+    if device_factor is None:
+        L = _factor(blocks, index, noise)
+        alpha_d = sla.cho_solve((L, True), y_mean, check_finite=False)  # eq. 47 on X_d
+        log_det_half = np.log(np.diag(L)).sum()
+        variance = _variance(L, X_basis, blocks.kernel, lam)
+    else:
+        L = device_factor(index, noise)
+        alpha_d, log_det_half = L.solve(y_mean), L.log_diag_sum()
+        variance = L.variance_bounds(blocks.kernel, lam)
     if index is None:
         alpha, resid = alpha_d, 0.0
     else:
@@ -145,7 +154,7 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
         resid = float(deviation @ deviation) / lam
     # log det(K + σ²I) = log det(K_d + σ²C⁻¹) + (n − m) log σ² + Σ log c, and
     # yᵀ(K + σ²I)⁻¹y = ȳᵀα_d + ‖r‖²/σ² (the deviations r lie in the noise's eigenspace)
-    log_ml = float(-0.5 * (y_mean @ alpha_d + resid) - np.log(np.diag(L)).sum()
+    log_ml = float(-0.5 * (y_mean @ alpha_d + resid) - log_det_half
                    - 0.5 * (n - m) * math.log(lam) - 0.5 * np.log(counts).sum()
                    - 0.5 * n * math.log(2 * math.pi))
     if not (np.isfinite(alpha).all() and math.isfinite(log_ml)):
@@ -157,12 +166,11 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     L_dual = dual_objective(Kalpha, alpha, y, lam)
     gap = relative_gap(L_primal, L_dual, y, lam)
     recorder.step(n_basis=m, objective=L_primal, dual_objective=L_dual, gap=gap)
-    X_basis = X if index is None else X[index]
     summary = {"n_basis": m, "objective": L_primal, "dual_objective": L_dual, "gap": gap,
                "log_marginal_likelihood": log_ml, "merged_rows": n - m, "jitter": 0.0,
                "stop_reason": "exact"}
     return Solution(np.arange(n) if index is None else index, alpha_d, X_basis, blocks.kernel,
-                    lam, summary, _variance(L, X_basis, blocks.kernel, lam))
+                    lam, summary, variance)
 
 
 def _variance(L: np.ndarray, X_basis: np.ndarray, kernel, lam: float):

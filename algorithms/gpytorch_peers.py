@@ -199,19 +199,26 @@ def _jitter(caught: list[str]) -> float:
                default=0.0)
 
 
-def _likelihood(torch, gpytorch, lam: float):
+def peer_device(blocks: KernelBlocks):
+    """The torch device of the job's kernel blocks (:mod:`algorithms.torch_blocks`: a GPU, or
+    ``torch:cpu``), where GPyTorch then trains and predicts; None on the numpy path
+    (GPyTorch's default, the CPU)."""
+    return getattr(blocks, "device", None)
+
+
+def _likelihood(torch, gpytorch, lam: float, device):
     """GPyTorch's Gaussian likelihood in float64 with noise σ² = ``lam`` (its lower bound
-    lowered below a small lam)."""
+    lowered below a small lam), on ``device``."""
     likelihood = gpytorch.likelihoods.GaussianLikelihood(
         noise_constraint=gpytorch.constraints.GreaterThan(min(NOISE_FLOOR, lam / 10))
     ).double()
     likelihood.noise = torch.tensor(lam, dtype=torch.float64)
-    return likelihood
+    return likelihood.to(device)
 
 
-def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any]):
+def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any], device):
     """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``, under
-    ``setting()`` (a GPyTorch settings context), in blocks of test rows."""
+    ``setting()`` (a GPyTorch settings context), in blocks of test rows on ``device``."""
     batch = block_rows(max(m, 1))
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,8 +226,8 @@ def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any
         var = np.empty(len(X_new))
         with library_warnings([]), torch_threads(torch), torch.no_grad(), setting():
             for lo in range(0, len(X_new), batch):
-                x = torch.as_tensor(X_new[lo: lo + batch], dtype=torch.float64)
-                var[lo: lo + batch] = likelihood(model(x)).variance.numpy()
+                x = torch.as_tensor(X_new[lo: lo + batch], dtype=torch.float64, device=device)
+                var[lo: lo + batch] = likelihood(model(x)).variance.cpu().numpy()
         if not np.isfinite(var).all():
             raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
         return var, var
@@ -315,16 +322,17 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
               elbo_tol: float, grad_tol: float, diagonal_correction: bool, inducing_init: str,
               starts: str, owner: str) -> Solution:
     torch, gpytorch = import_gpytorch()
-    f64 = torch.float64
+    f64, device = torch.float64, peer_device(blocks)
     m = min(max_basis, blocks.n)
     X = blocks.inputs(slice(None))
-    tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
+    tX, ty = (torch.tensor(X, dtype=f64, device=device),
+              torch.tensor(y, dtype=f64, device=device))  # copies
     caught: list[str] = []
     settings = SgprSettings(steps, optimizer_name, lr, elbo_tol, grad_tol, owner)
     clock = Clock(recorder)
     with library_warnings(caught), torch_threads(torch):
         runs = [_train_sgpr(torch, gpytorch, X, tX, ty, kernel, noise, m, inducing_init, rng,
-                            recorder, label, index, settings)
+                            recorder, label, index, settings, device)
                 for index, (label, kernel, noise) in enumerate(
                     start_points(starts, blocks.kernel, lam, X, y, rng))]
         best = max(range(len(runs)), key=lambda i: runs[i].score)
@@ -340,8 +348,8 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
             a = model.prediction_strategy.mean_cache  # (Q + Λ)⁻¹ y
             R = inducing._inducing_inv_root  # K_ZZ^{-1/2}, the factor GPyTorch predicts with
             K_XZ = inducing.base_kernel(tX, inducing.inducing_points).to_dense()
-            coef = (R @ ((K_XZ @ R).mT @ a)).numpy()
-            Z = inducing.inducing_points.detach().numpy().copy()
+            coef = (R @ ((K_XZ @ R).mT @ a)).cpu().numpy()
+            Z = inducing.inducing_points.detach().cpu().numpy().copy()
     noise = float(likelihood.noise.detach())
     if steps:
         kernel, lam_fit = kernel_from_gpytorch(blocks.kernel.name, base), noise
@@ -349,7 +357,7 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
         kernel, lam_fit = kept.kernel, kept.noise
     variance_bounds = _variance_bounds(
         torch, model, likelihood, m,
-        lambda: gpytorch.settings.sgpr_diagonal_correction(diagonal_correction))
+        lambda: gpytorch.settings.sgpr_diagonal_correction(diagonal_correction), device)
     reasons = {"objective": "GPyTorch optimises Titsias's bound (elbo), not L(α)",
                "gap": "GPyTorch solves no dual problem (no duality gap)"}
     if not steps and (inducing_init == "kmeans" or kept.label != "given"):
@@ -377,15 +385,15 @@ class SgprSettings:
 
 def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: float, m: int,
                 inducing_init: str, rng: np.random.Generator, recorder: Recorder, label: str,
-                index: int, s: SgprSettings) -> Trained:
+                index: int, s: SgprSettings, device) -> Trained:
     """One start of SGPR: inducing inputs by ``inducing_init`` at ``kernel``, then training
     on Titsias's bound until a stopping rule (module docstring)."""
     n = len(X)
     Z0, rows, note = initial_inducing(X, kernel, m, inducing_init, rng)
-    likelihood = _likelihood(torch, gpytorch, noise)
-    base = gpytorch_kernel(kernel, X.shape[1], s.owner)
+    likelihood = _likelihood(torch, gpytorch, noise, device)
+    base = gpytorch_kernel(kernel, X.shape[1], s.owner).to(device)
     model = sgpr_model()(tX, ty, likelihood, base,
-                         torch.tensor(Z0, dtype=torch.float64)).double()
+                         torch.tensor(Z0, dtype=torch.float64, device=device)).double()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     params = list(model.parameters())
     optimizer = _optimizer(torch, params, s)
@@ -526,10 +534,11 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
               recorder: Recorder, max_basis: int, s: SvgpSettings, inducing_init: str,
               starts: str) -> Solution:
     torch, gpytorch = import_gpytorch()
-    f64 = torch.float64
+    f64, device = torch.float64, peer_device(blocks)
     n = blocks.n
     X = blocks.inputs(slice(None))
-    tX, ty = torch.tensor(X, dtype=f64), torch.tensor(y, dtype=f64)  # copies
+    tX, ty = (torch.tensor(X, dtype=f64, device=device),
+              torch.tensor(y, dtype=f64, device=device))  # copies
     held = round(s.holdout * n) if s.holdout else 0
     order = rng.permutation(n) if held else np.arange(n)
     fit_rows, held_rows = np.sort(order[held:]), np.sort(order[:held])
@@ -539,7 +548,7 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     points = start_points(starts, blocks.kernel, lam, X[fit_rows], y[fit_rows], rng)
     with library_warnings(caught), torch_threads(torch):
         runs = [_train_svgp(torch, gpytorch, X, tX, ty, fit_rows, held_rows, kernel, noise, m,
-                            inducing_init, rng, recorder, label, index, s)
+                            inducing_init, rng, recorder, label, index, s, device)
                 for index, (label, kernel, noise) in enumerate(points)]
         best = max(range(len(runs)), key=lambda i: runs[i].score)
         clock.stop()
@@ -552,17 +561,18 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
             Z = strategy.inducing_points
             # GPyTorch predicts k(x, Z) L⁻ᵀ m with L L^T = K_ZZ + jitter·I (whitened q(u))
             K_ZZ = base(Z, Z).to_dense()
-            K_ZZ = K_ZZ + strategy.jitter_val * torch.eye(m, dtype=f64)
+            K_ZZ = K_ZZ + strategy.jitter_val * torch.eye(m, dtype=f64, device=device)
             L = torch.linalg.cholesky(K_ZZ)
             mean_u = strategy._variational_distribution.variational_mean
             coef = torch.linalg.solve_triangular(L.mT, mean_u.unsqueeze(-1),
-                                                 upper=True).squeeze(-1).numpy()
-            Z = Z.detach().numpy().copy()
+                                                 upper=True).squeeze(-1).cpu().numpy()
+            Z = Z.detach().cpu().numpy().copy()
     noise = float(likelihood.noise.detach())
     learned = bool(s.epochs) and s.learn_kernel
     kernel = kernel_from_gpytorch(blocks.kernel.name, base) if learned else kept.kernel
     lam_fit = noise if learned else kept.noise
-    variance_bounds = _variance_bounds(torch, model, likelihood, m, contextlib.nullcontext)
+    variance_bounds = _variance_bounds(torch, model, likelihood, m, contextlib.nullcontext,
+                                       device)
     reasons = {"objective": "GPyTorch optimises the variational ELBO, not L(α)",
                "gap": "GPyTorch solves no dual problem (no duality gap)"}
     summary = {**_summary(m, kept.text, s.epochs, kernel, lam_fit, caught, reasons),
@@ -581,7 +591,7 @@ def _heldout_nlpd(torch, model, likelihood, tX, ty, rows: np.ndarray) -> float:
     total = 0.0
     with torch.no_grad():
         for lo in range(0, len(rows), HELDOUT_BLOCK):
-            take = torch.as_tensor(rows[lo: lo + HELDOUT_BLOCK])
+            take = torch.as_tensor(rows[lo: lo + HELDOUT_BLOCK], device=tX.device)
             f = model(tX[take])
             var = f.variance + likelihood.noise
             total += float((0.5 * torch.log(2 * math.pi * var)
@@ -594,15 +604,15 @@ def _heldout_nlpd(torch, model, likelihood, tX, ty, rows: np.ndarray) -> float:
 def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
                 held_rows: np.ndarray, kernel: Kernel, noise: float, m: int,
                 inducing_init: str, rng: np.random.Generator, recorder: Recorder, label: str,
-                index: int, s: SvgpSettings) -> Trained:
+                index: int, s: SvgpSettings, device) -> Trained:
     """One start of SVGP: inducing inputs by ``inducing_init`` on the fitted rows, then Adam
     epochs until the held-out rule stops it (module docstring) or ``epochs`` are run."""
     n_fit = len(fit_rows)
     batch = min(s.batch_size, n_fit)
     Z0, rows, note = initial_inducing(X[fit_rows], kernel, m, inducing_init, rng)
-    likelihood = _likelihood(torch, gpytorch, noise)
-    base = gpytorch_kernel(kernel, X.shape[1], s.owner)
-    model = svgp_model()(base, torch.tensor(Z0, dtype=torch.float64)).double()
+    likelihood = _likelihood(torch, gpytorch, noise, device)
+    base = gpytorch_kernel(kernel, X.shape[1], s.owner).to(device)
+    model = svgp_model()(base, torch.tensor(Z0, dtype=torch.float64, device=device)).double()
     elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=n_fit)
     trained = ([*model.parameters(), *likelihood.parameters()] if s.learn_kernel else
                [*model.variational_strategy.parameters()])  # q(u) and Z only
@@ -620,7 +630,7 @@ def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
         batch_elbos = []
         for lo in range(0, n_fit, batch):
             step += 1
-            take = torch.as_tensor(order[lo: lo + batch])
+            take = torch.as_tensor(order[lo: lo + batch], device=tX.device)
             optimizer.zero_grad()
             value = elbo(model(tX[take]), ty[take])
             if not math.isfinite(float(value.detach())):

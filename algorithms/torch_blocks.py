@@ -21,15 +21,19 @@ import numpy as np
 import torch
 
 from algorithms.device import TorchKernel, device_memory
-from algorithms.errors import InputError
+from algorithms.errors import InputError, TooLarge
 from algorithms.factor_columns import DEGENERATE_RTOL
 from algorithms.kernels import Kernel
 
 # the algorithms whose fits reach the training data through the blocks' protocol alone, so that
 # on these blocks what dominates them runs on the device (the exact GP's fill and factor, PCG's
 # products and preconditioner, the pivoted Cholesky of the Nyström method and incomplete
-# Cholesky, SGMA's projections)
-DEVICE_ALGORITHMS = ("cg", "exact", "incomplete_cholesky", "nystrom", "sgma")
+# Cholesky, SGMA's projections), and GPyTorch's peers, which train on the blocks' device
+DEVICE_ALGORITHMS = ("cg", "exact", "incomplete_cholesky", "nystrom", "sgma",
+                     "gpytorch_sgpr", "gpytorch_svgp")
+# of those, the ones that compute in float64 whatever the blocks' precision (GPyTorch's peers,
+# float64 throughout: algorithms/gpytorch_peers.py): refused with precision=float32
+FLOAT64_ONLY = ("gpytorch_sgpr", "gpytorch_svgp")
 
 # kernel values computed at once on the device: a block of rows of K (CG's products, the
 # projections, the exact GP's fill) is about this many bytes
@@ -79,8 +83,9 @@ class TorchKernelBlocks:
         return max(1, DEVICE_BLOCK_BYTES // (8 * max(width, 1)))
 
     def _tensor(self, a):
-        return torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=self.dtype,
-                               device=self.device)
+        """``a`` copied to the device (a store's arrays are read-only: never shared)."""
+        return torch.tensor(np.asarray(a, dtype=np.float64), dtype=self.dtype,
+                            device=self.device)
 
     @staticmethod
     def _host(t) -> np.ndarray:
@@ -181,14 +186,16 @@ class TorchKernelBlocks:
         """Device bytes of :meth:`factor` on m inputs: the m × m matrix and one block."""
         return m * m * self.dtype.itemsize + DEVICE_BLOCK_BYTES
 
-    def factor(self, index: np.ndarray | None, noise: np.ndarray):
+    def factor(self, index: np.ndarray | None, noise: np.ndarray) -> DeviceCholesky:
         """L with K_d + diag(noise) = LLᵀ on the device, for the inputs ``index`` (None: every
-        row); a matrix larger than the device's free memory is refused in one line."""
+        row), filled in blocks of rows and factored in place (``torch.linalg.cholesky_ex``);
+        a matrix larger than the device's free memory is refused in one line."""
         m = len(noise)
         need, free = self.factor_bytes(m), device_memory(self.device)
         if need > free:
-            raise MemoryError(f"the exact GP on {m} inputs needs {need / 2**30:.1f} GiB on "
-                              f"{self.device} but {free / 2**30:.1f} GiB is free")
+            raise TooLarge(f"the exact GP on {m} distinct inputs needs {need / 2**30:.1f} GiB "
+                           f"on {self.device} but {free / 2**30:.1f} GiB is free there; pass "
+                           "algorithm=cg (the same posterior by PCG, matrix-free) or device=cpu")
         rows = self.kernel_rows if index is None else self.kernel_rows[self._index(index)]
         cols = self.kernel_cols if index is None else self._col_select(index)
         A = torch.empty((m, m), dtype=self.dtype, device=self.device)
@@ -196,12 +203,47 @@ class TorchKernelBlocks:
         for lo in range(0, m, step):
             A[lo: lo + step] = self.torch_kernel.block(rows[lo: lo + step], cols)
         A.diagonal().add_(self._tensor(noise))
-        L, info = torch.linalg.cholesky_ex(A, out=(A, torch.empty((), dtype=torch.int32,
-                                                                  device=self.device)))
+        info = torch.empty((), dtype=torch.int32, device=self.device)
+        torch.linalg.cholesky_ex(A, out=(A, info))  # in place: one m × m matrix
         if int(info):
-            raise np.linalg.LinAlgError(f"K + σ²I is not positive definite on {self.device} "
-                                        f"(leading minor {int(info)})")
-        return L
+            raise np.linalg.LinAlgError(f"K + σ²I is not positive definite in {self.dtype} on "
+                                        f"{self.device} (leading minor {int(info)})")
+        return DeviceCholesky(self, A, cols)
+
+
+class DeviceCholesky:
+    """The exact GP's factor L (K_d + diag(noise) = LLᵀ) on the device, and what the exact GP
+    computes with it (004 §3.4 eqs. 47-48): solves, log det and the predictive variance."""
+
+    def __init__(self, blocks: TorchKernelBlocks, L, basis_cols) -> None:
+        self.blocks, self.L, self.basis_cols = blocks, L, basis_cols
+
+    def solve(self, b: np.ndarray) -> np.ndarray:
+        """(LLᵀ)⁻¹b."""
+        rhs = self.blocks._tensor(b).reshape(len(b), -1)
+        return self.blocks._host(torch.cholesky_solve(rhs, self.L)).reshape(np.shape(b))
+
+    def log_diag_sum(self) -> float:
+        """Σ log L_ii (half of log det)."""
+        return float(torch.log(torch.diagonal(self.L)).sum())
+
+    def variance_bounds(self, kernel: Kernel, lam: float):
+        """x ↦ k(x,x) + σ² − ‖L⁻¹k(X_d, x)‖² (eq. 48), by blocks of test rows on the device;
+        the exact value twice (lower and upper bound)."""
+        blocks = self.blocks
+        tk = blocks.torch_kernel
+
+        def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            X_new = np.asarray(X_new, dtype=np.float64)
+            var = kernel.diag(X_new) + lam
+            step = blocks._row_step(len(self.L))
+            for lo in range(0, len(X_new), step):
+                Kx = tk.block(tk.rows(X_new[lo: lo + step]), self.basis_cols)  # (b, m)
+                V = torch.linalg.solve_triangular(self.L, Kx.T, upper=False)
+                var[lo: lo + step] -= blocks._host((V * V).sum(dim=0))
+            return var, var
+
+        return variance_bounds
 
 
 class TorchKernelColumns:

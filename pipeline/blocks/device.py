@@ -16,7 +16,7 @@ from pathlib import Path
 from algorithms.device import describe, torch_device, torch_dtype
 from algorithms.errors import InputError
 from algorithms.kernels import Kernel
-from algorithms.torch_blocks import DEVICE_ALGORITHMS, TorchKernelBlocks
+from algorithms.torch_blocks import DEVICE_ALGORITHMS, FLOAT64_ONLY, TorchKernelBlocks
 from pipeline.blocks.store import open_dataset_cached
 
 
@@ -40,6 +40,9 @@ def check_device_job(config: Mapping) -> None:
     if name not in DEVICE_ALGORITHMS:
         raise InputError(f"algorithm {name} does not run on device={config['device']}; pass "
                          f"device=cpu, or one of: {', '.join(DEVICE_ALGORITHMS)}")
+    if config["precision"] != "float64" and name in FLOAT64_ONLY:
+        raise InputError(f"algorithm {name} computes in float64 only; pass precision=float64 "
+                         f"with device={config['device']}")
     if config["blocks"] != "memory":
         raise InputError(f"blocks={config['blocks']} runs on the CPU workers; with "
                          f"device={config['device']} pass blocks=memory")

@@ -234,3 +234,7 @@ def check_keys(config: Mapping[str, Any], names: tuple[str, ...] | None = None) 
     for name, key in TOP_LEVEL.items():
         if key.check is not None and name in config and (names is None or name in names):
             key.check(config[name])
+    if "device" in config and "precision" in config and config["device"] == "cpu" \
+            and config["precision"] != "float64":
+        raise InputError(f"precision={config['precision']} runs on a torch device only; pass "
+                         "device=torch:cpu or device=cuda with it, or precision=float64")
