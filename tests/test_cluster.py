@@ -69,6 +69,9 @@ def test_defaults_are_safe():
     ("slurm", {"cores": 0}, "cluster.cores=0"),
     ("slurm", {"processes": 0}, "cluster.processes=0"),
     ("slurm", {"processes": 4, "cores": 2}, "cluster.processes=4"),
+    ("slurm", {"gpus": 2}, "cluster.gpus=2"),
+    ("slurm", {"gpus": 1, "processes": 2, "cores": 2}, "cluster.gpus=1 with cluster.processes=2"),
+    ("pbs", {"gpus": -1}, "cluster.gpus=-1"),
     ("slurm", {"memory": "auto"}, "cluster.memory='auto'"),
     ("slurm", {"memory": "1GB", "processes": 8, "cores": 8}, "cluster.memory='1GB'"),
     ("slurm", {"walltime": "1h"}, "cluster.walltime='1h'"),
@@ -167,6 +170,15 @@ def test_no_submit_command_fails_at_once_but_a_dry_run_needs_none(monkeypatch, t
                 pass
         script = job_script(yaml_config(name, dry_run=True))
         assert marker in script and "dask_worker" in script
+
+
+def test_a_gpu_batch_job_asks_for_its_gpu(monkeypatch, tmp_path):
+    """cluster.gpus=1: each batch job asks for one GPU (SLURM --gres=gpu:1, PBS -l ngpus=1)
+    and runs one worker; without it the script asks for none."""
+    for name, line in (("slurm", "#SBATCH --gres=gpu:1"), ("pbs", "#PBS -l ngpus=1")):
+        script = job_script(yaml_config(name, dry_run=True, gpus=1, cores=4))
+        assert line in script
+        assert "gpu" not in job_script(yaml_config(name, dry_run=True)).lower()
 
 
 def test_a_refused_submission_fails_at_once_with_the_reason(monkeypatch, tmp_path):

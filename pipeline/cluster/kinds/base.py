@@ -20,6 +20,7 @@ class BatchSystem:
     jobqueue_class: str  # the dask_jobqueue class
     walltime: re.Pattern  # the forms of a job's time limit the command accepts
     walltime_form: str  # ... as the message says them
+    gpu_directive: str = ""  # the header line asking for {gpus} GPUs per batch job
 
 
 @dataclass(frozen=True)

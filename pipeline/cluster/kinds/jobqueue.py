@@ -53,6 +53,8 @@ class JobqueueKind(ClusterKind):
                                 "1 ≤ m ≤ M, or both null", "'{minimum: 1, maximum: 4}'", adapt)),
             "cores": Option(1, "int", "cores per batch job", lo=1),
             "processes": Option(1, "int", "worker processes per batch job (≤ cores)", lo=1),
+            "gpus": Option(0, "int", "GPUs per batch job (0 or 1: one worker per GPU, its jobs "
+                           "with device=cuda; cores and memory are the worker's)", lo=0, hi=1),
             "memory": Option("4GB", "any", "memory per batch job", parse=checked(
                 kind, "memory", "a size like 4GB", '"4GB"', memory)),
             "walltime": Option("01:00:00", "any", "batch job time limit", parse=checked(
@@ -83,6 +85,11 @@ class JobqueueKind(ClusterKind):
         from algorithms.errors import InputError
         from pipeline.cluster.option_forms import MIN_WORKER_MEMORY
 
+        if opts["gpus"] and opts["processes"] != 1:
+            raise InputError(f"cluster {self.name}: cluster.gpus={opts['gpus']} with "
+                             f"cluster.processes={opts['processes']}: a GPU's batch job runs "
+                             "one worker; pass cluster.processes=1 and one batch job per GPU "
+                             "(cluster.n_jobs)")
         if opts["processes"] > opts["cores"]:
             raise InputError(f"cluster {self.name}: cluster.processes={opts['processes']} is "
                              f"more than cluster.cores={opts['cores']}; each worker process "
@@ -156,11 +163,11 @@ KINDS = (
         "sbatch", "squeue -j", "SLURMCluster",
         # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
         re.compile(r"\d+|\d+:[0-5]\d|\d+:[0-5]\d:[0-5]\d|\d+-\d+(:[0-5]\d(:[0-5]\d)?)?"),
-        "[D-]HH:MM:SS (or minutes)")),
+        "[D-]HH:MM:SS (or minutes)", "--gres=gpu:{gpus}")),
     JobqueueKind("pbs", "PBS batch jobs (dask-jobqueue)", batch=BatchSystem(
         "qsub", "qstat", "PBSCluster",
         re.compile(r"\d+:[0-5]\d:[0-5]\d"),  # qsub -l walltime=: HH:MM:SS
-        "HH:MM:SS")),
+        "HH:MM:SS", "-l ngpus={gpus}")),
 )
 
 
@@ -236,6 +243,8 @@ def _jobqueue_cluster(opts: Mapping, batch: BatchSystem, dashboard_address: str 
     cls = getattr(dask_jobqueue, batch.jobqueue_class)
     kwargs = {k: opts[k] for k in JOBQUEUE_KEYS if opts.get(k) is not None}
     kwargs["job_extra_directives"] = list(kwargs.get("job_extra_directives", []))
+    if opts["gpus"]:  # one worker per GPU: the batch job asks for its GPU
+        kwargs["job_extra_directives"].append(batch.gpu_directive.format(gpus=opts["gpus"]))
     try:
         with quiet("distributed.deploy.spec"):
             return cls(**kwargs, scheduler_options={"dashboard_address": dashboard_address})
