@@ -431,12 +431,13 @@ def test_only_the_single_run_benchmarks_declare_no_sweep():
 
     names = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
     assert [n for n in names if not declares_sweep([f"experiment={n}"])] == [
-        "bench_cg_peer", "bench_contention", "bench_exact", "bench_learning", "bench_sgma_flops",
-        "bench_small_n"]
+        "bench_cg_peer", "bench_contention", "bench_device", "bench_exact", "bench_learning",
+        "bench_sgma_flops", "bench_small_n"]
 
 
 @pytest.mark.parametrize("name,module", [("bench_cg_peer", "pipeline.bench.cg_peer"),
                                          ("bench_contention", "pipeline.bench.contention"),
+                                         ("bench_device", "pipeline.bench.device"),
                                          ("bench_exact", "pipeline.bench.exact"),
                                          ("bench_learning", "pipeline.bench.learning"),
                                          ("bench_sgma_flops", "pipeline.bench"),
@@ -580,6 +581,38 @@ def test_bench_small_n_small(tmp_path, monkeypatch):
         assert row["n_basis"]["SGMA, 100 basis functions"] == 100
         assert row["n_basis"]["Nyström, 256"] == 256
     assert (out / "small_n_ratio.png").stat().st_size > 10000
+    assert main(["size=huge"]) == 2
+
+
+def test_bench_device_small(tmp_path, monkeypatch):
+    """python -m pipeline.bench.device size=small: on cpu and torch:cpu (float64 and float32),
+    K·v and every method's seconds and test RMSE at n = 500 and 1000, the fractions of the
+    device's GEMM rate, float32's RMSE beside float64's, and the figure. Both devices fit the
+    same numbers in float64: their RMSEs agree to 1e-9."""
+    from pipeline.bench.device import METHODS, main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["size=small"]) == 0
+    out = tmp_path / "outputs" / "bench_device_small"
+    figures = json.loads((out / "figures.json").read_text())
+    rows = figures["rows"]
+    assert [(r["device"], r["precision"], r["n"]) for r in rows] == [
+        (d, p, n) for d, p in (("cpu", "float64"), ("torch:cpu", "float64"),
+                               ("torch:cpu", "float32")) for n in (500, 1000)]
+    assert set(figures["gemm_gflops"]) == {"cpu float64", "torch:cpu float64",
+                                           "torch:cpu float32"}
+    for row in rows:
+        expected = {"K·v", *METHODS} - ({"SGPR (GPyTorch)"} if row["precision"] == "float32"
+                                        else set())
+        assert set(row["seconds"]) == expected and all(s > 0 for s in row["seconds"].values())
+        assert 0 < row["matvec_vs_gemm"] and 0 < row["exact_vs_gemm"]
+    cpu, torch_cpu = rows[1], rows[3]  # n = 1000, float64
+    for label, rmse in cpu["rmse"].items():
+        assert torch_cpu["rmse"][label] == pytest.approx(rmse, rel=1e-9), label
+    for diff in rows[5]["rmse_rel_diff_vs_float64"].values():  # float32: close, not equal
+        assert diff < 1e-2
+    assert figures["devices"]["torch:cpu"]["device_model"] == "cpu (torch)"
+    assert (out / "device_seconds.png").stat().st_size > 10000
     assert main(["size=huge"]) == 2
 
 
