@@ -98,7 +98,7 @@ def test_size_small_without_an_experiment_is_a_one_line_error(tmp_path, args, ru
     assert_one_line_error(run_cli(tmp_path, *args),
                           "size=small reduces an experiment; pass experiment=<name> too",
                           "(experiments: bench_cg_peer, bench_cluster_blocks, bench_contention, "
-                          "bench_exact, bench_learning, bench_sgma_flops,",
+                          "bench_device, bench_exact, bench_learning, bench_sgma_flops,",
                           "zhang2001")
     assert not (tmp_path / "outputs").exists()  # nothing ran
 
