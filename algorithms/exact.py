@@ -31,6 +31,11 @@ pipeline refuses a fit above the available memory (or above ``max_n``, if one is
 default null leaves the memory alone to decide) before it ingests the data
 (:func:`algorithms.evaluation.check_size`), in one line that names PCG (``algorithm=cg``,
 :data:`TOO_LARGE`) as the way to the same posterior at that size.
+
+On a torch device (``device=cuda``: :mod:`algorithms.torch_blocks`) the blocks factor K_d +
+diag(noise) themselves, in place on the device (:meth:`~algorithms.torch_blocks.
+TorchKernelBlocks.factor`, refused in one line above the device's free memory), and the
+solves and the variance run there; the rest of the fit is the same code.
 """
 
 from __future__ import annotations
