@@ -204,7 +204,10 @@ class TorchKernelBlocks:
             A[lo: lo + step] = self.torch_kernel.block(rows[lo: lo + step], cols)
         A.diagonal().add_(self._tensor(noise))
         info = torch.empty((), dtype=torch.int32, device=self.device)
-        torch.linalg.cholesky_ex(A, out=(A, info))  # in place: one m × m matrix
+        try:
+            torch.linalg.cholesky_ex(A, out=(A, info))  # in place: one m × m matrix
+        except RuntimeError:  # a torch whose out= may not alias the input: a second matrix
+            A, info = torch.linalg.cholesky_ex(A)
         if int(info):
             raise np.linalg.LinAlgError(f"K + σ²I is not positive definite in {self.dtype} on "
                                         f"{self.device} (leading minor {int(info)})")
