@@ -589,20 +589,20 @@ def test_bench_device_small(tmp_path, monkeypatch):
     K·v and every method's seconds and test RMSE at n = 500 and 1000, the fractions of the
     device's GEMM rate, float32's RMSE beside float64's, and the figure. Both devices fit the
     same numbers in float64: their RMSEs agree to 1e-9."""
-    from pipeline.bench.device import METHODS, main
+    from pipeline.bench.device import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["size=small"]) == 0
     out = tmp_path / "outputs" / "bench_device_small"
     figures = json.loads((out / "figures.json").read_text())
-    rows = figures["rows"]
+    rows, methods = figures["rows"], figures["config"]["methods"]
     assert [(r["device"], r["precision"], r["n"]) for r in rows] == [
         (d, p, n) for d, p in (("cpu", "float64"), ("torch:cpu", "float64"),
                                ("torch:cpu", "float32")) for n in (500, 1000)]
     assert set(figures["gemm_gflops"]) == {"cpu float64", "torch:cpu float64",
                                            "torch:cpu float32"}
     for row in rows:
-        expected = {"K·v", *METHODS} - ({"SGPR (GPyTorch)"} if row["precision"] == "float32"
+        expected = {"K·v", *methods} - ({"SGPR (GPyTorch)"} if row["precision"] == "float32"
                                         else set())
         assert set(row["seconds"]) == expected and all(s > 0 for s in row["seconds"].values())
         assert 0 < row["matvec_vs_gemm"] and 0 < row["exact_vs_gemm"]

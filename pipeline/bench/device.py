@@ -5,9 +5,11 @@
 
 For every device (``cpu``: numpy; ``torch:cpu``; ``cuda`` where torch sees a GPU), precision
 (float64; float32 on a torch device) and n of ``sizes``, on n Gaussian training points in d
-dimensions: one product K·v without forming K, and the fits of the exact GP (to
-``exact_max_n``), PCG, the Nyström method and SGMA at m = ``basis``, and GPyTorch's SGPR at
-the same m (untrained, at the same kernel: its fit alone) on the same device. Each is the best
+dimensions: one product K·v without forming K, and the fits of the config's ``methods`` (the
+exact GP to its ``max_n``, PCG, the Nyström method and SGMA at m = ``basis``, and GPyTorch's
+SGPR at the same m, untrained at the same kernel: its fit alone) on the same device; a method
+that computes in float64 only (:data:`algorithms.torch_blocks.FLOAT64_ONLY`) is left out of
+the float32 rows. Each is the best
 of ``repeats`` wall times, after an untimed fit of every method at n = 200 (a GPU
 synchronised before the clock stops), with its test RMSE; K·v and the exact GP also as a
 fraction of the device's own GEMM rate in that precision (``gemm_size``³, measured in the
@@ -36,17 +38,8 @@ from pipeline.bench.sweep_overhead import (  # noqa: E402
     single_run_setup,
 )
 
-# label → (algorithm, options; m filled from the config)
-METHODS = {
-    "exact GP": ("exact", {}),
-    "PCG": ("cg", {"tol": 1e-6, "max_iter": 100, "eval_every": 1_000_000}),
-    "Nyström": ("nystrom", {}),
-    "SGMA": ("sgma", {"eps": 0.0, "eval_every": 1_000_000}),
-    "SGPR (GPyTorch)": ("gpytorch_sgpr", {"steps": 0}),
-}
-BASIS_METHODS = ("Nyström", "SGMA", "SGPR (GPyTorch)")
+REFERENCE = "K·v"  # the product every row has, beside the config's methods
 WARM_UP_N = 200  # each method fitted once at this n first, untimed (imports, compiled code)
-FLOAT64_ONLY = ("SGPR (GPyTorch)",)
 
 
 def devices(cfg: dict) -> list[str]:
@@ -123,14 +116,17 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
     row: dict = {"device": device, "precision": precision, "n": n, "seconds": {}, "rmse": {}}
     v = np.random.default_rng(1).standard_normal(n)
     seconds, _ = best_seconds(lambda: blocks.matmul(v), cfg["repeats"], device)
-    row["seconds"]["K·v"] = seconds
+    row["seconds"][REFERENCE] = seconds
     row["matvec_vs_gemm"] = n * n * (2 * (cfg["d"] + 2) + 2) / seconds / 1e9 / gemm
-    for label, (algorithm, options) in METHODS.items():
-        if (label == "exact GP" and n > cfg["exact_max_n"]) or (
-                precision != "float64" and label in FLOAT64_ONLY):
+    from algorithms.torch_blocks import FLOAT64_ONLY
+
+    for label, method in cfg["methods"].items():
+        algorithm, options = method["algorithm"], dict(method["options"])
+        if ("max_n" in method and n > method["max_n"]) or (
+                precision != "float64" and algorithm in FLOAT64_ONLY):
             continue
-        if label in BASIS_METHODS:
-            options = {**options, "max_basis": cfg["basis"]}
+        if "basis" in method and method["basis"]:
+            options["max_basis"] = cfg["basis"]
         seconds, fit = best_seconds(
             lambda a=algorithm, o=options: run(a, blocks, y, lam=cfg["lam"],
                                                kappa=cfg["kappa"], rng=0,
@@ -138,8 +134,9 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
             cfg["repeats"], device)
         row["seconds"][label] = seconds
         row["rmse"][label] = float(fit.summary["test_rmse"])
-    if "exact GP" in row["seconds"]:
-        row["exact_vs_gemm"] = n**3 / 3.0 / row["seconds"]["exact GP"] / 1e9 / gemm
+    exact = cfg["cholesky_method"]
+    if exact in row["seconds"]:  # its Cholesky's n³/3 flops
+        row["exact_vs_gemm"] = n**3 / 3.0 / row["seconds"][exact] / 1e9 / gemm
     return row
 
 
@@ -153,12 +150,12 @@ def _float32_differences(rows: list[dict]) -> None:
                                                for k, v in row["rmse"].items()}
 
 
-def figure(rows: list[dict], path: Path) -> None:
+def figure(rows: list[dict], methods: list[str], path: Path) -> None:
     """Seconds against n, one panel per method, a line per device and precision."""
-    labels = ["K·v", *METHODS]
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.4), sharex=True)
+    labels = [REFERENCE, *methods]
+    fig, axes = plt.subplots(2, (len(labels) + 1) // 2, figsize=(12, 6.4), sharex=True)
     series = sorted({(r["device"], r["precision"]) for r in rows})
-    for ax, label in zip(axes.flat, labels, strict=True):
+    for ax, label in zip(axes.flat, labels, strict=False):
         for i, (device, precision) in enumerate(series):
             got = [r for r in rows if (r["device"], r["precision"]) == (device, precision)
                    and label in r["seconds"]]
@@ -199,7 +196,8 @@ def main(argv: list[str]) -> int:
 
     described = {d: describe(torch_device(d)) for d in devices(cfg) if d != "cpu"}
     figures = {"gemm_gflops": gemms, "devices": described, "rows": rows, "config": cfg}
-    return single_run_finish(out_dir, figures, lambda path: figure(rows, path),
+    return single_run_finish(out_dir, figures,
+                             lambda path: figure(rows, list(cfg["methods"]), path),
                              "device_seconds.png")
 
 
