@@ -134,9 +134,9 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
             cfg["repeats"], device)
         row["seconds"][label] = seconds
         row["rmse"][label] = float(fit.summary["test_rmse"])
-    exact = cfg["cholesky_method"]
-    if exact in row["seconds"]:  # its Cholesky's n³/3 flops
-        row["exact_vs_gemm"] = n**3 / 3.0 / row["seconds"][exact] / 1e9 / gemm
+    cholesky = cfg["cholesky_method"]
+    if cholesky in row["seconds"]:  # its Cholesky's n³/3 flops
+        row["exact_vs_gemm"] = n**3 / 3.0 / row["seconds"][cholesky] / 1e9 / gemm
     return row
 
 
