@@ -284,9 +284,12 @@ def publish(results: str | Path, out: str | Path, reference: str,
     return _write(Path(out), sweep, table, run, reference, notes)
 
 
-def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list]:
+def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list, list]:
     """Keep each finished (data set, split) unit of ``results`` as a leg in ``folder``
-    (:mod:`pipeline.report.legs`); returns the units (saved, already there, unfinished)."""
+    (:mod:`pipeline.report.legs`); returns the units (saved, already there, unfinished) and
+    (unit, why) of those not saved because their jobs of one algorithm ran on two code
+    versions (a point of an earlier command, left from before a code change, beside the rerun
+    of the current grid: a leg is one code version)."""
     from pipeline.results.job_file import job_path, load_job_attrs
 
     ds, sweep, options = _store(results)
@@ -305,9 +308,14 @@ def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list
     run = _run_record(ds, Path(results))
     invocations = json.loads(ds.attrs.get("invocations") or "[]")
     done, unfinished = legs.finished_units(table)
-    saved, there = [], []
+    saved, there, mixed = [], [], []
     for unit in done:
         rows = table[(table["dataset"] == unit[0]) & (table["split"] == unit[1])]
+        pair = legs.two_code_versions(rows)
+        if pair is not None:
+            mixed.append((unit, f"{pair[0]['algorithm']} ran on two code versions here, "
+                                f"{legs.version_text(pair[0])} and {legs.version_text(pair[1])}"))
+            continue
         seconds = float(rows.drop_duplicates("job_hash")["job_seconds"].astype(float).sum())
         ran = [i for i in invocations if set(i.get("ran") or ()) & set(rows["job_hash"])]
         leg = {"commit": str(ds.attrs["git_sha"]), "job_seconds": round(seconds, 1),
@@ -315,7 +323,7 @@ def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list
         unit_run = {**run, "command": _run_command(None, sweep, json.dumps(ran))}
         written = legs.write_unit(Path(folder), sweep, unit, rows, unit_run, leg)
         (saved if written else there).append(unit)
-    return saved, there, unfinished
+    return saved, there, unfinished, mixed
 
 
 def publish_table(csv: str | Path, out: str | Path, reference: str,
@@ -379,13 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_legs(folder: str, saved: list, there: list, unfinished: list) -> int:
+def _print_legs(folder: str, saved: list, there: list, unfinished: list, mixed: list) -> int:
     def units(pairs: list) -> str:
         return ", ".join(f"{d} split {s}" for d, s in pairs) or "none"
 
     print(f"legs in {folder}: saved {units(saved)}; already there (left as they are): "
           f"{units(there)}; unfinished (jobs missing; not saved): {units(unfinished)}")
-    return 0
+    for (dataset, split), why in mixed:
+        print(f"error: {dataset} split {split} not saved: {why} (a point of an earlier "
+              "command beside the rerun of the current grid); run the unit again in a fresh "
+              "sweep directory (sweep=<name>)", file=sys.stderr)
+    return 1 if mixed else 0
 
 
 if __name__ == "__main__":

@@ -325,8 +325,8 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
     from pipeline.publish import save_legs
 
     legs = tmp_path / "legs"
-    assert save_legs(path, legs) == ([("abalone", 0), ("pol", 0)], [], [])
-    assert save_legs(path, legs) == ([], [("abalone", 0), ("pol", 0)], [])  # kept, not rewritten
+    assert save_legs(path, legs) == ([("abalone", 0), ("pol", 0)], [], [], [])
+    assert save_legs(path, legs) == ([], [("abalone", 0), ("pol", 0)], [], [])  # kept
     text = publish(legs, tmp_path / "from_legs", "exact,cg", notes=notes).read_text()
     again = pd.read_csv(tmp_path / "from_legs" / "uci_frontier_small.csv")
     pd.testing.assert_frame_equal(again, table)

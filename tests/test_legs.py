@@ -90,6 +90,43 @@ def test_legs_of_two_code_versions_are_refused(tmp_path):
         legs.read_legs(tmp_path)
 
 
+def test_a_unit_with_points_of_two_code_versions_is_not_saved(tmp_path, monkeypatch, capsys):
+    """A sweep directory can hold a unit's points of an earlier command (an earlier grid) that
+    the current grid does not rerun after a code change: that unit mixes two code versions of
+    one algorithm and is not saved (one error line naming it and the way out; exit 1), while
+    the other units are."""
+    from types import SimpleNamespace
+
+    import pipeline.publish as publish
+    import pipeline.results.job_file as job_file
+
+    table = _rows()
+    table["job_seconds"] = 1.0
+    stale = table.index[(table["split"] == 0) & (table["algorithm"] == "a")][0]
+    table.loc[stale, "job_hash"] = "stale"
+    versions = {h: ("v2" if h == "stale" else "v1", "p1") for h in table["job_hash"]}
+    ds = SimpleNamespace(attrs={"git_sha": "abc", "invocations": "[]"})
+    monkeypatch.setattr(publish, "_store", lambda results: (ds, "x", None))
+    monkeypatch.setattr(publish, "job_table", lambda ds, options, extra: table.drop(
+        columns=["code_version", "pipeline_code_version"]))
+    monkeypatch.setattr(publish, "_run_record", lambda ds, results: dict(RUN))
+    monkeypatch.setattr(job_file, "load_job_attrs", lambda path: dict(zip(
+        ("code_version", "pipeline_code_version"), versions[path.parent.name], strict=True)))
+    monkeypatch.setattr(job_file, "job_path", lambda root, name: tmp_path / name / "result.nc")
+    saved, there, unfinished, mixed = publish.save_legs(tmp_path / "results.zarr",
+                                                        tmp_path / "legs")
+    assert saved == [("d", 1)] and there == unfinished == []
+    assert [unit for unit, _ in mixed] == [("d", 0)]
+    assert mixed[0][1] in ("a ran on two code versions here, v1/p1 and v2/p1",
+                           "a ran on two code versions here, v2/p1 and v1/p1")
+    assert not (tmp_path / "legs" / "d-0.leg.json").exists()
+    assert publish._print_legs("legs", saved, there, unfinished, mixed) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: d split 0 not saved: a ran on two code "
+                                               "versions here, ")
+    assert err[0].endswith("run the unit again in a fresh sweep directory (sweep=<name>)")
+
+
 def test_legs_of_two_protocols_are_refused_and_two_grids_are_both_recorded(tmp_path):
     rows = _rows()
     legs.write_unit(tmp_path, "x", ("d", 0), rows[rows["split"] == 0], RUN, {})

@@ -110,20 +110,32 @@ def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:
     return doc, rows
 
 
-def _one_code_version(rows: pd.DataFrame) -> None:
-    """InputError naming the algorithm and two units where the legs' jobs of one algorithm ran
-    on two code versions (a failed job records none: it has no numbers)."""
+def two_code_versions(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """Two rows whose jobs of one algorithm ran on two code versions, or None (a failed job
+    records none: it has no numbers)."""
     versions = rows.dropna(subset=["code_version"]).drop_duplicates(  # failed: none recorded
         ["algorithm", "code_version", "pipeline_code_version"])
-    for algorithm, group in versions.groupby("algorithm"):
+    for _, group in versions.groupby("algorithm"):
         if len(group) > 1:
-            a, b = group.iloc[0], group.iloc[1]
-            raise InputError(
-                f"{algorithm} ran on two code versions in these legs: {a['dataset']} split "
-                f"{a['split']} ({a['code_version']}/{a['pipeline_code_version']}) and "
-                f"{b['dataset']} split {b['split']} ({b['code_version']}/"
-                f"{b['pipeline_code_version']}); a published run is one code version: run the "
-                "other units again on it, or publish them apart")
+            return group.iloc[0], group.iloc[1]
+    return None
+
+
+def version_text(row: pd.Series) -> str:
+    return f"{row['code_version']}/{row['pipeline_code_version']}"
+
+
+def one_code_version(rows: pd.DataFrame) -> None:
+    """InputError naming the algorithm and two units where the legs' jobs of one algorithm ran
+    on two code versions."""
+    pair = two_code_versions(rows)
+    if pair is not None:
+        a, b = pair
+        raise InputError(
+            f"{a['algorithm']} ran on two code versions in these legs: {a['dataset']} split "
+            f"{a['split']} ({version_text(a)}) and {b['dataset']} split {b['split']} "
+            f"({version_text(b)}); a published run is one code version: run the other units "
+            "again on it, or publish them apart")
 
 
 def _grid(docs: list[dict]) -> str | None:
@@ -157,7 +169,7 @@ def read_legs(folder: str | Path) -> tuple[str, pd.DataFrame, dict]:
                 raise InputError(f"{path.name} and {paths[0].name} differ in {key}: legs of one "
                                  "published run share its protocol; publish them apart")
     rows = pd.concat(tables, ignore_index=True)
-    _one_code_version(rows)
+    one_code_version(rows)
     run = {key: first["run"].get(key) for key in SAME_PROTOCOL}
     run["command"] = "; then ".join(dict.fromkeys(d["run"]["command"] for d in docs))
     run["code_version"] = ", ".join(dict.fromkeys(d["run"]["code_version"] for d in docs))
