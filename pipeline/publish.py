@@ -310,6 +310,9 @@ def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list
     done, unfinished = legs.finished_units(table)
     saved, there, mixed = [], [], []
     for unit in done:
+        if legs.is_kept(Path(folder), unit):  # left as it is, whatever the store holds now
+            there.append(unit)
+            continue
         rows = table[(table["dataset"] == unit[0]) & (table["split"] == unit[1])]
         pair = legs.two_code_versions(rows)
         if pair is not None:
@@ -321,8 +324,8 @@ def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list
         leg = {"commit": str(ds.attrs["git_sha"]), "job_seconds": round(seconds, 1),
                "last_run": max((str(i.get("last_run", "")) for i in ran), default=None)}
         unit_run = {**run, "command": _run_command(None, sweep, json.dumps(ran))}
-        written = legs.write_unit(Path(folder), sweep, unit, rows, unit_run, leg)
-        (saved if written else there).append(unit)
+        legs.write_unit(Path(folder), sweep, unit, rows, unit_run, leg)
+        saved.append(unit)
     return saved, there, unfinished, mixed
 
 

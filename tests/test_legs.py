@@ -125,6 +125,11 @@ def test_a_unit_with_points_of_two_code_versions_is_not_saved(tmp_path, monkeypa
     assert len(err) == 1 and err[0].startswith("error: d split 0 not saved: a ran on two code "
                                                "versions here, ")
     assert err[0].endswith("run the unit again in a fresh sweep directory (sweep=<name>)")
+    # a unit the folder holds already is left as it is, whatever the store holds now
+    legs.write_unit(tmp_path / "legs", "x", ("d", 0), table[table["split"] == 0].assign(
+        code_version="v1", pipeline_code_version="p1"), RUN, {})
+    assert publish.save_legs(tmp_path / "results.zarr", tmp_path / "legs") == (
+        [], [("d", 0), ("d", 1)], [], [])
 
 
 def test_legs_of_two_protocols_are_refused_and_two_grids_are_both_recorded(tmp_path):

@@ -64,14 +64,20 @@ def finished_units(table: pd.DataFrame) -> tuple[list[tuple[str, int]], list[tup
     return done, partial
 
 
+def is_kept(folder: Path, unit: tuple[str, int]) -> bool:
+    """Whether ``folder`` holds ``unit`` already (its CSV or its record)."""
+    stem = unit_name(*unit)
+    return (folder / f"{stem}.csv").exists() or (folder / f"{stem}{LEG_SUFFIX}").exists()
+
+
 def write_unit(folder: Path, sweep: str, unit: tuple[str, int], rows: pd.DataFrame,
                run: Mapping, leg: Mapping) -> Path | None:
     """Write the record of ``unit`` (its ``rows``: :data:`COLUMNS` and :data:`JOB_COLUMNS`)
     into ``folder``; None, writing nothing, where the folder holds the unit already."""
+    if is_kept(folder, unit):
+        return None
     stem = unit_name(*unit)
     csv, record = folder / f"{stem}.csv", folder / f"{stem}{LEG_SUFFIX}"
-    if csv.exists() or record.exists():
-        return None
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(csv) as tmp:
         rows[[*COLUMNS, *JOB_COLUMNS]].to_csv(tmp, index=False)
