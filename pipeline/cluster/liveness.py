@@ -14,9 +14,12 @@ run (:mod:`pipeline.sweep.schedule`):
   scheduler keeps its own setting, Dask's default being the same 5 minutes).
 - **A cluster without workers stops the sweep.** No worker for :attr:`Liveness.no_worker_seconds`
   (:data:`NO_WORKER_SECONDS`, or ``cluster.start_timeout`` if longer) while jobs wait — every
-  restart failed: a machine too loaded to start a worker, workers that die as they start —
+  restart failed: workers that die as they start, a nanny that cannot start one —
   or, on a local cluster, :attr:`Liveness.storm` worker deaths with no job finished in between,
-  raises :class:`ClusterLost`: one line, the jobs finished so far kept.
+  raises :class:`ClusterLost`: one line, the jobs finished so far kept. On a local cluster a
+  worker process that is alive and using CPU time is still starting (importing, on a machine
+  other work keeps busy): the bound counts from the last time one was seen doing so, up to
+  :data:`STARTING_SECONDS` without a worker in all.
 
 :meth:`Liveness.end_worker` is also how the sweep ends a worker whose job ran past its
 ``job_timeout`` without the worker stopping it (:mod:`pipeline.sweep.deadlines`).
@@ -43,6 +46,7 @@ from pipeline.cluster.starting import ALLOWED_FAILURES
 POLL_SECONDS = 2.0
 FROZEN_SECONDS = 30.0
 NO_WORKER_SECONDS = 60.0
+STARTING_SECONDS = 600.0  # the most a local cluster waits for workers that are still starting
 # worker deaths per worker of a local cluster, with no job finished in between, that stop a
 # sweep: twice what it takes every worker's task to end as KilledWorker
 STORM_DEATHS_PER_WORKER = 2 * (ALLOWED_FAILURES + 1)
@@ -70,6 +74,7 @@ class Liveness:
         self.ended: dict[str, str] = {}  # worker address → why the sweep ended it
         self._cpu: dict[int, tuple[float, float]] = {}  # pid → (CPU seconds, since when)
         self._no_worker_since: float | None = None
+        self._starting_seen: float | None = None  # when a local worker was last seen starting
         self._died_at_progress = deaths.died if deaths is not None else 0
         self._started = time.monotonic()
 
@@ -84,17 +89,42 @@ class Liveness:
         workers = self.client.scheduler_info().get("workers", {})
         now = time.monotonic()
         if workers:
-            self._no_worker_since = None
-        elif self._no_worker_since is None:
-            self._no_worker_since = now
-        elif now - self._no_worker_since > self.no_worker_seconds:
-            raise ClusterLost(f"the cluster has had no worker for {self.no_worker_seconds:g} s"
-                              f"{self._deaths_text()}: none could be restarted")
+            self._no_worker_since = self._starting_seen = None
+        else:
+            if self._no_worker_since is None:
+                self._no_worker_since = self._starting_seen = now
+            if self._a_worker_is_starting(now):
+                self._starting_seen = now
+            waited, alone = now - self._no_worker_since, now - self._starting_seen
+            limit = max(STARTING_SECONDS, self.no_worker_seconds)
+            if alone > self.no_worker_seconds or waited > limit:
+                raise ClusterLost(f"the cluster has had no worker for {waited:.3g} s"
+                                  f"{self._deaths_text()}: none could be restarted")
         if self.deaths is not None and self.deaths.died - self._died_at_progress >= self.storm:
             raise ClusterLost(f"the cluster's workers keep dying: {self._deaths_text()[2:]} in "
                               f"{now - self._started:.0f} s with no job finished meanwhile")
         if self.nannies is not None:
             self._end_frozen(workers)
+
+    def _a_worker_is_starting(self, now: float) -> bool:
+        """Whether a local nanny's worker process used CPU time since the last look: alive
+        and starting, not yet known to the scheduler."""
+        pids = [getattr(nanny, "pid", None) for nanny in list((self.nannies or {}).values())]
+        return any([self._used_cpu(pid, now) for pid in pids if pid])
+
+    def _used_cpu(self, pid: int, now: float) -> bool | None:
+        """Whether process ``pid`` used CPU time since the last look (True when first seen),
+        None if it is gone."""
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return None
+        cpu = times.user + times.system
+        before = self._cpu.get(pid)
+        if before is not None and before[0] == cpu:
+            return False
+        self._cpu[pid] = (cpu, now)
+        return True
 
     def _deaths_text(self) -> str:
         if self.deaths is None or not self.deaths.died:
@@ -108,17 +138,11 @@ class Liveness:
             info = workers.get(address) if address else None
             if not pid or info is None:
                 continue
-            try:
-                times = psutil.Process(pid).cpu_times()
-            except psutil.Error:  # gone meanwhile
+            if self._used_cpu(pid, now) is not False:  # gone, or working
                 continue
-            cpu = times.user + times.system
-            before = self._cpu.get(pid)
-            if before is None or before[0] != cpu:
-                self._cpu[pid] = (cpu, now)
-                continue
+            since = self._cpu[pid][1]
             silent = wall - float(info.get("last_seen", wall))
-            if silent > FROZEN_SECONDS and now - before[1] > FROZEN_SECONDS:
+            if silent > FROZEN_SECONDS and now - since > FROZEN_SECONDS:
                 self.end_worker(address, f"sent no heartbeat and used no CPU time for "
                                          f"{FROZEN_SECONDS:g} s (frozen: stopped, or deadlocked)")
 
