@@ -175,6 +175,7 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
             key = json.dumps(config, sort_keys=True, default=str)
             if key not in specs:  # bad input stops the sweep before any data is read
                 specs[key] = JobSpec.from_config(config, here, jobs_at_once)
+                _check_device(config)
             spec = specs[key]
             ignored.setdefault(spec.algorithm, set()).update(spec.dropped)
             if spec.blocks_moved:
@@ -193,6 +194,17 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     if specs and all(spec.too_large is not None for spec in specs.values()):
         raise TooLarge(next(iter(too_large.values())))
     return cluster_cfg, jobs, dims, too_large
+
+
+def _check_device(config: Mapping) -> None:
+    """A job on a torch device: its algorithm, precision and blocks are checked at planning, so
+    that a sweep with one that cannot run there stops before anything runs (the device itself
+    is looked for by the worker, which may be on another machine)."""
+    if config["device"] == "cpu":
+        return
+    from pipeline.blocks.device import check_device_job  # imports torch: a device sweep only
+
+    check_device_job(config)
 
 
 def _fit_memory(cluster_cfg: Mapping) -> tuple[float, int | None]:
