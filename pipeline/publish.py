@@ -17,7 +17,9 @@ results are written with ``--out docs/results``, a directory given explicitly):
   be ≤ :data:`MAX_FIGURE_BYTES`;
 - ``README.md`` (:func:`readme`, from the CSV's table by :mod:`pipeline.report.comparison`):
   means with 95 % t intervals, the best per budget with paired-t ties, every setting against
-  the reference, ranks across sets, the flags' rules, the notes, grid, machine and commands.
+  the reference, ranks across sets, the flags' rules, numbers published elsewhere set beside
+  the run's (``--beside <file.csv>``, :mod:`pipeline.report.elsewhere`), the notes, grid,
+  machine and commands.
 
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
 CSV in the current columns and draws every figure and the README again from it.
@@ -70,7 +72,8 @@ from pipeline.report.job_table import (  # noqa: F401  (the published table, re-
 )
 
 USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv> --reference "
-         "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>]; or "
+         "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>] [--beside "
+         "<file.csv> …]; or "
          "python -m pipeline.publish <results.zarr> --legs <folder>")
 DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
@@ -165,26 +168,36 @@ def _notes_text(notes: str | Path | None) -> str | None:
                          "file") from None
 
 
+def _beside_text(table: pd.DataFrame, beside: Sequence[str | Path]) -> str | None:
+    """The tables of numbers published elsewhere (:mod:`pipeline.report.elsewhere`) from the
+    ``--beside`` files, one after another; None without any."""
+    if not beside:
+        return None
+    from pipeline.report.elsewhere import beside_tables, read_beside
+
+    return "\n\n".join(beside_tables(table, read_beside(path)) for path in beside)
+
+
 RUN_SUFFIX = ".run.yaml"  # beside the CSV: what the README needs of the run besides the table
 SETTINGS_SUFFIX = "_settings.csv"  # beside the CSV: one row per setting, with CI bounds
 
 
 def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
-           notes: str | Path | None) -> Path:
+           notes: str | Path | None, beside: Sequence[str | Path] = ()) -> Path:
     """Write the CSV, the run's record, the frontier figures and CD diagrams (both from the
     CSV) and the README into ``out``."""
     for mode in table["mode"].dropna().unique().tolist():  # they name figure files
         _plain_name(str(mode), "the table's mode")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return _write_files(out, sweep, table, run, reference, notes)
+        return _write_files(out, sweep, table, run, reference, notes, beside)
     except OSError as err:
         raise InputError(f"cannot write {out}: " + write_failure(
             err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
 
 
 def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
-                 notes: str | Path | None) -> Path:
+                 notes: str | Path | None, beside: Sequence[str | Path] = ()) -> Path:
     import yaml
 
     from pipeline.report.table_frontier import frontier_figures
@@ -210,18 +223,20 @@ def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, referenc
     write_text(out / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
                                                        allow_unicode=True))
     cd = cd_figures(table, out, order)
+    extra = (f" --notes {notes}" if notes is not None else "") + "".join(
+        f" --beside {path}" for path in beside)
     commands = [run["command"],
                 f"python -m pipeline.publish "
                 f"{run.get('published_from') or f'outputs/{sweep}/results.zarr'} "
-                f"--reference {','.join(names)} --out {out}"
-                + (f" --notes {notes}" if notes is not None else ""),
+                f"--reference {','.join(names)} --out {out}{extra}",
                 f"# or, from the published table and {sweep}{RUN_SUFFIX} alone:",
                 f"python -m pipeline.publish {out}/{sweep}.csv --reference {','.join(names)} "
-                f"--out {out}" + (f" --notes {notes}" if notes is not None else "")]
+                f"--out {out}{extra}"]
     text = readme(table, reference=names, sweep=sweep, code_version=run["code_version"],
                   commands=commands, figures=figures, grid=run.get("grid"),
                   notes=_notes_text(notes), mode_order=order,
-                  budgets=run.get("budgets") or BUDGETS, cd=cd)
+                  budgets=run.get("budgets") or BUDGETS, cd=cd,
+                  beside=_beside_text(table, beside))
     write_text(out / "README.md", text)
     return out / "README.md"
 
@@ -265,12 +280,13 @@ def _store(results: str | Path):
 
 
 def publish(results: str | Path, out: str | Path, reference: str,
-            notes: str | Path | None = None) -> Path:
+            notes: str | Path | None = None, beside: Sequence[str | Path] = ()) -> Path:
     """Write the folder (module docstring) for ``results`` (a results store, a folder of a
     run's legs, or a published CSV with its ``.run.yaml`` beside it) into ``out``, with the
-    markdown file ``notes`` in its README; returns the README."""
+    markdown file ``notes`` and the numbers of the ``beside`` files in its README; returns the
+    README."""
     if str(results).endswith(".csv"):
-        return publish_table(results, out, reference, notes)
+        return publish_table(results, out, reference, notes, beside)
     if Path(results).is_dir() and any(Path(results).glob(f"*{legs.LEG_SUFFIX}")):
         sweep, table, run = legs.read_legs(results)
         table = complete(typed(table))
@@ -281,7 +297,8 @@ def publish(results: str | Path, out: str | Path, reference: str,
         run = _run_record(ds, Path(results))
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
-    return _write(Path(out), sweep, table, run, reference, notes)
+    _beside_text(table, beside)
+    return _write(Path(out), sweep, table, run, reference, notes, beside)
 
 
 def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list, list]:
@@ -330,7 +347,7 @@ def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list
 
 
 def publish_table(csv: str | Path, out: str | Path, reference: str,
-                  notes: str | Path | None = None) -> Path:
+                  notes: str | Path | None = None, beside: Sequence[str | Path] = ()) -> Path:
     """Re-render a published folder from its CSV and the run's record beside it
     (``<sweep>.run.yaml``): the CSV rewritten in the current columns (the baselines and flags
     an earlier edition lacks filled in), every figure and the README, drawn from it."""
@@ -349,7 +366,8 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     table = complete(read_table(csv))
     check_reference(table, reference)
     _notes_text(notes)
-    return _write(Path(out), sweep, table, run, reference, notes)
+    _beside_text(table, beside)
+    return _write(Path(out), sweep, table, run, reference, notes, beside)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", default=None,
                         help="a markdown file written for the run (its design, the time it "
                              "took, comparisons), put in the README after the figures")
+    parser.add_argument("--beside", action="append", default=[], metavar="FILE.csv",
+                        help="numbers published elsewhere to set beside the run's, one row "
+                             "each (pipeline.report.elsewhere: source, data set, their method, "
+                             "metric, mean, sd, trials, the setting of this run, where read); "
+                             "repeat for several files")
     parser.add_argument("--legs", default=None,
                         help="instead of publishing: keep each finished (data set, split) of "
                              "the store as a leg in this folder (pipeline.report.legs)")
@@ -378,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.reference is None:
             raise InputError("--reference is missing: name the run's reference algorithm(s), "
                              "the full GP's (or pass --legs <folder> to keep legs)")
-        path = publish(args.results, args.out, args.reference, args.notes)
+        path = publish(args.results, args.out, args.reference, args.notes, args.beside)
     except InputError as err:
         return fail(err)
     except (TypeError, ValueError, KeyError) as err:  # a table this code did not foresee

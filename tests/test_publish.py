@@ -315,3 +315,88 @@ def test_a_merged_sweeps_published_command_lists_every_command():
     assert _run_command(None, "s", made) == ("python -m pipeline -m lam=0.1 sweep=s; then "
                                              "python -m pipeline -m lam=0.5 sweep=s merge=true")
     assert _run_command(None, "s") == "python -m pipeline -m experiment=s"
+
+
+BESIDE_HEADER = "source,dataset,method,metric,mean,sd,trials,algorithm,mode,basis_size,where\n"
+
+
+def _beside(tmp_path, rows: str):
+    path = tmp_path / "beside.csv"
+    path.write_text(BESIDE_HEADER + rows)
+    return path
+
+
+def test_numbers_published_elsewhere_are_set_beside_the_runs_own(tmp_path):
+    from pipeline.report.elsewhere import beside_tables, read_beside
+
+    table = job_table(_sweep())
+    path = _beside(tmp_path, "\n".join([
+        "Them 2019,d,their a,rmse,0.35,0.01,3,a,shared,64,repo@0:t.tex#L1",
+        "Them 2019,d,their a,nlpd,1.2,,3,a,shared,64,repo@0:t.tex#L1",
+        "Them 2019,d,their c,rmse,0.5,0.1,3,c,own,,repo@0:t.tex#L2"]) + "\n")
+    text = beside_tables(table, read_beside(path))
+    # a at m = 64, shared: RMSE 0.3 and 0.5 (mean 0.4), NLPD 1.3 and 1.5 (mean 1.4)
+    assert ("| d | their a | a (m = 64), shared | 0.35 ± 0.01 (3) | 0.4 ± 1.3 (2) | +0.05 | "
+            "1.2 (3) | 1.4 ± 1.3 (2) | +0.2 |") in text
+    assert "| d | their c | c, own | 0.5 ± 0.1 (3) | not run | – | – | not run | – |" in text
+    assert text.startswith("**Them 2019** (their ± as printed")
+    assert "Read from: `repo@0:t.tex#L1`; `repo@0:t.tex#L2`." in text
+    readme_text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                         figures=[], beside=text, notes="## Notes\n")
+    at = readme_text.index("## Beside published numbers")
+    assert readme_text.index("## Figures") < at < readme_text.index("## Notes")
+
+
+@pytest.mark.parametrize(("rows", "fragment"), [
+    (None, "its columns are a, b; a beside file has source"),
+    ("Them,d,x,accuracy,0.3,0.01,3,a,shared,64,w\n", "row 2: metric='accuracy'; pass one of"),
+    ("Them,d,x,rmse,nan,0.01,3,a,shared,64,w\n", "row 2: mean='nan' is not a finite number"),
+    ("Them,d,x,rmse,0.3,-1,3,a,shared,64,w\n", "sd='-1' is not a finite number ≥ 0"),
+    ("Them,d,x,rmse,0.3,0.1,0,a,shared,64,w\n", "trials='0' is not a positive integer"),
+    ("Them,d,x,rmse,0.3,0.1,3,a,shared,6.4,w\n", "basis_size='6.4' is not a positive integer"),
+    ('Them,d,"two\nlines",rmse,0.3,0.1,3,a,shared,64,w\n', "method='two\\nlines' is not one"),
+    ("Them,d,a|b,rmse,0.3,0.1,3,a,shared,64,w\n", "method='a|b' is not one short line"),
+    ("", "holds no number"),
+])
+def test_a_bad_beside_file_is_one_line(tmp_path, rows, fragment):
+    from algorithms.errors import InputError
+    from pipeline.report.elsewhere import read_beside
+
+    path = tmp_path / "beside.csv"
+    path.write_text("a,b\n1,2\n" if rows is None else BESIDE_HEADER + rows)
+    with pytest.raises(InputError) as err:
+        read_beside(path)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"--beside {path}")
+
+
+def test_beside_text_is_escaped_in_the_readme(tmp_path):
+    from pipeline.report.elsewhere import beside_tables, read_beside
+
+    path = _beside(tmp_path, "<img src=x onerror=alert(1)>,d,![a](http://x/y.png),rmse,0.3,"
+                             "0.1,3,a,shared,64,repo@0:t.tex#L1\n")
+    text = beside_tables(job_table(_sweep()), read_beside(path))
+    # as text, not rendered: a backslash before the tag's "<" and the image's "]"
+    assert "<img" not in text.replace("\\<img", "") and "![a](http" not in text
+
+
+def test_publish_takes_beside_files_and_refuses_a_bad_one_before_writing(tmp_path, capsys):
+    import yaml
+
+    job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
+    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
+        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
+         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    out = tmp_path / "out"
+    good = _beside(tmp_path, "Them 2019,d,their a,rmse,0.35,0.01,3,a,shared,64,r@0:t#L1\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text(BESIDE_HEADER + "Them,d,x,rmse,soon,0.1,3,a,shared,64,w\n")
+    argv = [str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]
+    assert main([*argv, "--beside", str(good), "--beside", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --beside {bad}, row 2: mean='soon' is not a finite number; fix the row\n"
+    assert not out.exists()  # refused before anything was written
+    assert main([*argv, "--beside", str(good)]) == 0
+    text = (out / "README.md").read_text()
+    assert "## Beside published numbers" in text and "| d | their a | a (m = 64), shared |" in text
+    assert f"--out {out} --beside {good}" in text  # the command that renders it again

@@ -133,12 +133,13 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
            reference: str | Sequence[str], sweep: str, code_version: str,
            commands: list[str], figures: Sequence, mode_order: Sequence[str] = (),
            grid: str | None = None, notes: str | None = None,
-           budgets=BUDGETS, cd: dict | None = None) -> str:
+           budgets=BUDGETS, cd: dict | None = None, beside: str | None = None) -> str:
     """The folder's README.md, from the published table alone (plus what the store says of the
     run: its name, code version and commands, and the figures written beside it: the
     frontier ``figures`` and the ``cd`` diagrams of :func:`cd_figures`); ``grid`` (YAML: the
     sweep's grid as recorded) and ``notes`` (markdown written for the run) are added as
-    given; ``columns`` (name → (source, meaning)) is the table's schema."""
+    given; ``beside`` (markdown: :func:`pipeline.report.elsewhere.beside_tables`) follows the
+    figures; ``columns`` (name → (source, meaning)) is the table's schema."""
     order = list(mode_order)
     names = references_of(reference)
     schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in columns.items())
@@ -164,6 +165,12 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         "above are).",
         "",
         *[line for figure in figures for line in _figure_lines(figure)],
+        *(["## Beside published numbers", "",
+           "Numbers of other papers on the same data sets, each beside the setting of this run "
+           "closest to theirs, as typed in from the text named under each table (the "
+           "`--beside` files of the command below). Their protocol is not this run's (the "
+           "notes say how they differ), so the difference of the means is shown with no "
+           "test.", "", beside, ""] if beside else []),
         *([notes.strip(), ""] if notes else []),
         *(["## The grid", "",
            "The sweeper's `params`, then the union of its `grids` (each `params` with the "
