@@ -113,6 +113,11 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int,
                     not_applicable=reasons)
 
 
+# A duality gap below −GAP_ROUNDING is rounding error grown past what the primal and dual
+# objectives resolve (both are O(‖y‖²), accurate to ~1e-12 relative): a breakdown, not a stop.
+GAP_ROUNDING = 1e-8
+
+
 @dataclass(frozen=True)
 class _Stop:
     """The stopping rule: ``gap`` < eps (002 §3), or the Theorem 1 ``bracket`` on
@@ -164,6 +169,10 @@ def _iterate(primal: PrimalGreedy, dual: DualGreedy, y: np.ndarray, lam: float, 
         if not np.isfinite(primal.objective) or not np.isfinite(dual.objective):
             raise FloatingPointError(f"SGMA objective became non-finite at step {primal.t}; "
                                      "check the kernel parameters and lam")
+        if gap < -GAP_ROUNDING:  # 002 Theorem 1 makes it ≥ 0: the factors lost their accuracy
+            # (the evaluator's guard names lam, the kernel and the fix)
+            raise FloatingPointError(f"SGMA's duality gap turned negative ({gap:.3g}) after "
+                                     f"{primal.t} basis functions: rounding")
         if stop.met(gap, primal.objective, dual.objective):
             return gaps, f"{stop.criterion} < eps={stop.eps}"
     return gaps, "max_basis"
