@@ -110,6 +110,7 @@ class Liveness:
         """Whether a local nanny's worker process used CPU time since the last look: alive
         and starting, not yet known to the scheduler."""
         pids = [getattr(nanny, "pid", None) for nanny in list((self.nannies or {}).values())]
+        # a list, not a generator: every pid's CPU time is read, so each look updates them all
         return any([self._used_cpu(pid, now) for pid in pids if pid])
 
     def _used_cpu(self, pid: int, now: float) -> bool | None:
