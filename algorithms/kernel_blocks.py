@@ -255,6 +255,39 @@ class ArrayKernelBlocks:
             kernel(self.X, X_cols)  # raises the one-line overflow error
         return sum(P for P, _, _ in parts), sum(sq for _, sq, _ in parts)
 
+    def residual_norms(self, cols, W, B: np.ndarray) -> np.ndarray:
+        """The column sums of (K[:, cols] − W[:, 1:]·B)² for B of shape (p − 1, m): the
+        squared norms of the kernel columns' residuals from an orthonormal basis held in W
+        after its first column (SGMA's primal in QR form), formed explicitly tile by tile, never
+        as a difference of squared norms."""
+        return self.residual_norms_points(self.X[cols], W, B)
+
+    def residual_norms_points(self, X_cols: np.ndarray, W, B: np.ndarray) -> np.ndarray:
+        """As :meth:`residual_norms` with the columns k(X, X_cols) of any inputs."""
+        W = W.array if isinstance(W, KernelColumns) else W
+        W = W[:, 1:]
+        B = np.asarray(B, dtype=np.float64).reshape(W.shape[1], -1)
+        kernel, A = self.kernel, self.kernel_rows
+        Bx = kernel.cols(np.asarray(X_cols, dtype=np.float64))
+        n, m = self.n, kernel._n_cols(Bx)
+        rows = tile_rows(m)
+
+        def run(starts: range) -> tuple[np.ndarray, bool]:
+            sq, ok = np.zeros(m), True
+            buf = np.empty((rows, m))
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                for lo in starts:
+                    T = buf[: min(rows, n - lo)]
+                    ok &= kernel.tile(A[lo: lo + len(T)], Bx, T)
+                    T -= W[lo: lo + len(T)] @ B
+                    sq += np.einsum("ij,ij->j", T, T)
+            return sq, ok
+
+        parts = on_threads(run, range(0, n, rows), n * m)
+        if not all(ok for _, ok in parts):
+            kernel(self.X, X_cols)  # raises the one-line overflow error
+        return sum(sq for sq, _ in parts)
+
     def cross(self, X_new: np.ndarray, cols) -> np.ndarray:
         return self.kernel(X_new, self.X[cols])
 
@@ -317,14 +350,39 @@ class KernelColumns:
         """Append the kernel columns K[:, indices] (one block)."""
         self.extend_points(self.blocks.X[list(indices)])
 
-    def extend_points(self, X_cols: np.ndarray) -> None:
-        """Append the columns k(X, X_cols) of any inputs (one block)."""
-        need = self.width + len(X_cols)
+    def _room(self, need: int) -> None:
         if need > self._buf.shape[1]:
             cols = max(need, min(2 * self._buf.shape[1], self.capacity))
             grown = np.empty((self._buf.shape[0], cols), order="F")
             grown[:, : self.width] = self.array
             self._buf = grown
+
+    def append_residual(self, x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Start appending the residual w = k(X, x) − W[:, 1:]·r of the kernel column of the
+        input ``x`` (1 × d) from the orthonormal columns after the first: returns
+        (W[:, 1:]ᵀw, ‖w‖², W[:, 0]ᵀw); then :meth:`reorthogonalise` and :meth:`commit`
+        (SGMA's primal in QR form)."""
+        k = self.blocks.kernel(self.blocks.X, np.asarray(x, dtype=np.float64))[:, 0]
+        self._w = k - self.array[:, 1:] @ np.asarray(r, dtype=np.float64)
+        return self.array[:, 1:].T @ self._w, float(self._w @ self._w), float(
+            self.array[:, 0] @ self._w)
+
+    def reorthogonalise(self, s: np.ndarray) -> tuple[float, float]:
+        """w −= W[:, 1:]·s; returns (‖w‖², W[:, 0]ᵀw)."""
+        self._w -= self.array[:, 1:] @ np.asarray(s, dtype=np.float64)
+        return float(self._w @ self._w), float(self.array[:, 0] @ self._w)
+
+    def commit(self, delta: float) -> None:
+        """Append w/δ as the next column."""
+        self._room(self.width + 1)
+        self._buf[:, self.width] = self._w / delta
+        self.width += 1
+        self._w = None
+
+    def extend_points(self, X_cols: np.ndarray) -> None:
+        """Append the columns k(X, X_cols) of any inputs (one block)."""
+        need = self.width + len(X_cols)
+        self._room(need)
         kernel, rows = self.blocks.kernel, self.blocks.kernel_rows
         for lo in range(0, len(X_cols), self.BATCH):  # n × BATCH at a time, not n × len
             hi = min(lo + self.BATCH, len(X_cols))

@@ -181,33 +181,28 @@ def _iterate(primal: PrimalGreedy, dual: DualGreedy, y: np.ndarray, lam: float, 
 def _variance_bounds(blocks: KernelBlocks, primal: PrimalGreedy, dual: DualGreedy, lam: float,
                      chunk_bytes: int) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """The predictive variance's bracket of the module docstring (004 eq. 83, 002 eqs. 8/10)
-    from the primal and dual supports."""
-    n, kernel = blocks.n, blocks.kernel
-    basis, basis_dual = np.asarray(primal.S, dtype=np.int64), np.asarray(dual.S, dtype=np.int64)
-    R, R_dual = primal.chol.factor(), dual.chol.factor()
+    from the primal and dual supports; the primal's side is the explicit residual of
+    [k(X, x); 0] from span(A) (:meth:`~algorithms.greedy.PrimalGreedy.upper_variance_terms`),
+    not ‖k‖² − ‖R⁻¹K_{:S}ᵀk‖²."""
+    kernel = blocks.kernel
+    basis_dual = np.asarray(dual.S, dtype=np.int64)
+    R_dual = dual.chol.factor()
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds on k(x,x) + σ² − kᵀ(K+σ²I)⁻¹k at each row of X_new."""
         X_new = np.asarray(X_new, dtype=np.float64)
         if not len(X_new):
             return np.empty(0), np.empty(0)
-        # K_{:S}, recomputed (held by the provider) to keep the Fit small; K_{:S}ᵀk(X, x) and
-        # ‖k(X, x)‖² come from one pass over the kernel columns of the new points
-        K_basis = blocks.columns(np.empty((n, 0)), len(basis))
-        K_basis.extend(basis)
         q_lo, q_hi = [], []
         # a chunk's (t + 1) × m partial products, one per kernel thread and their sum, hold
         # about chunk_bytes
-        step = max(1, chunk_bytes // (8 * (len(basis) + 1) * (kernel_threads() + 1)))
+        step = max(1, chunk_bytes // (8 * (primal.t + 1) * (kernel_threads() + 1)))
         for lo in range(0, X_new.shape[0], step):
             X_chunk = X_new[lo: lo + step]
-            KSx, kk = blocks.project_points(X_chunk, K_basis)
             Kdx = blocks.cross(X_chunk, basis_dual).T
             Vd = sla.solve_triangular(R_dual, Kdx, lower=True, check_finite=False)
-            Vp = sla.solve_triangular(R, KSx, lower=True, check_finite=False)
             q_lo.append(np.einsum("ij,ij->j", Vd, Vd))
-            q_hi.append((kk - np.einsum("ij,ij->j", Vp, Vp)) / lam)
-        K_basis = None
+            q_hi.append(primal.upper_variance_terms(X_chunk) / lam)
         prior = kernel.diag(X_new) + lam
         # the variance of y is never below σ², so max(·, σ²) keeps the lower bound valid
         return np.maximum(prior - np.concatenate(q_hi), lam), prior - np.concatenate(q_lo)

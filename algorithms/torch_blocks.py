@@ -173,6 +173,27 @@ class TorchKernelBlocks:
             sq += (T * T).sum(dim=0)
         return self._host(P), self._host(sq)
 
+    def residual_norms(self, cols, W, B: np.ndarray) -> np.ndarray:
+        """The column sums of (K[:, cols] − W[:, 1:]·B)² on the device (:meth:`algorithms.
+        kernel_blocks.ArrayKernelBlocks.residual_norms`)."""
+        return self._residual_norms(self._col_select(cols), W, B)
+
+    def residual_norms_points(self, X_cols: np.ndarray, W, B: np.ndarray) -> np.ndarray:
+        return self._residual_norms(
+            self.torch_kernel.cols(np.asarray(X_cols, dtype=np.float64)), W, B)
+
+    def _residual_norms(self, Bx, W, B) -> np.ndarray:
+        Wt = (W.tensor if isinstance(W, TorchKernelColumns) else self._tensor(W))[:, 1:]
+        Bt = self._tensor(np.asarray(B, dtype=np.float64).reshape(Wt.shape[1], -1))
+        m = self.torch_kernel.n_cols(Bx)
+        sq = torch.zeros(m, dtype=self.dtype, device=self.device)
+        step = self._row_step(m)
+        for lo in range(0, self.n, step):
+            T = self.torch_kernel.block(self.kernel_rows[lo: lo + step], Bx)
+            T -= Wt[lo: lo + step] @ Bt
+            sq += (T * T).sum(dim=0)
+        return self._host(sq)
+
     def columns(self, first: np.ndarray, capacity: int) -> TorchKernelColumns:
         return TorchKernelColumns(self, first, capacity)
 
@@ -279,13 +300,35 @@ class TorchKernelColumns:
     def extend(self, indices) -> None:
         self.extend_points(self.blocks.X[list(indices)])
 
-    def extend_points(self, X_cols: np.ndarray) -> None:
-        need = self.width + len(X_cols)
+    def _room(self, need: int) -> None:
         if need > self._buf.shape[1]:
             grown = torch.empty((self._buf.shape[0], need), dtype=self._buf.dtype,
                                 device=self._buf.device)
             grown[:, : self.width] = self.tensor
             self._buf = grown
+
+    def append_residual(self, x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """As :meth:`algorithms.kernel_blocks.KernelColumns.append_residual`, on the device."""
+        blocks, tk = self.blocks, self.blocks.torch_kernel
+        k = tk.block(blocks.kernel_rows, tk.cols(np.asarray(x, dtype=np.float64)))[:, 0]
+        Q = self.tensor[:, 1:]
+        self._w = k - Q @ blocks._tensor(np.asarray(r, dtype=np.float64).reshape(-1))
+        return (blocks._host(Q.T @ self._w), float(self._w @ self._w),
+                float(self.tensor[:, 0] @ self._w))
+
+    def reorthogonalise(self, s: np.ndarray) -> tuple[float, float]:
+        self._w -= self.tensor[:, 1:] @ self.blocks._tensor(np.asarray(s).reshape(-1))
+        return float(self._w @ self._w), float(self.tensor[:, 0] @ self._w)
+
+    def commit(self, delta: float) -> None:
+        self._room(self.width + 1)
+        self._buf[:, self.width] = self._w / delta
+        self.width += 1
+        self._w = None
+
+    def extend_points(self, X_cols: np.ndarray) -> None:
+        need = self.width + len(X_cols)
+        self._room(need)
         tk = self.blocks.torch_kernel
         block = tk.block(self.blocks.kernel_rows, tk.cols(np.asarray(X_cols, dtype=np.float64)))
         self._buf[:, self.width: need] = block

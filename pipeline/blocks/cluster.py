@@ -56,6 +56,8 @@ from pipeline.blocks.shards import (
     held_bytes,
     nbytes_of,
     open_shard,
+    shard_append_residual,
+    shard_commit,
     shard_factor_append,
     shard_factor_gram,
     shard_factor_rows,
@@ -68,6 +70,8 @@ from pipeline.blocks.shards import (
     shard_peak_rss,
     shard_project,
     shard_release,
+    shard_reorthogonalise,
+    shard_residual_norms,
     worker_status,
     worker_threads,
 )
@@ -291,6 +295,19 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
         parts = self._run(shard_project, lambda b: (W.name, pending, X_cols, dropped))
         return sum(P for P, _ in parts), sum(sq for _, sq in parts)
 
+    def residual_norms(self, cols, W: ClusterColumns, B: np.ndarray) -> np.ndarray:
+        """The column sums of (K[:, cols] − W[:, 1:]·B)², each shard's rows' part summed."""
+        return self.residual_norms_points(self.inputs(cols), W, B)
+
+    def residual_norms_points(self, X_cols: np.ndarray, W: ClusterColumns,
+                              B: np.ndarray) -> np.ndarray:
+        if not isinstance(W, ClusterColumns):
+            raise TypeError("blocks=cluster projects only its own columns (blocks.columns)")
+        pending, dropped = W.take_pending(), self._take_dropped()
+        X_cols, B = np.asarray(X_cols, dtype=np.float64), np.asarray(B, dtype=np.float64)
+        return sum(self._run(shard_residual_norms,
+                             lambda b: (W.name, pending, X_cols, B, dropped)))
+
     def hold(self, share: float) -> int:
         """Each worker holds its rows of K, k(X_B, X), formed by the next product, where they
         take at most ``share`` of the memory it could take (its Dask memory limit counted:
@@ -355,6 +372,24 @@ class ClusterColumns:
         if len(X_cols):
             self._pending.append(np.asarray(X_cols, dtype=np.float64))
             self.width += len(X_cols)
+
+    def append_residual(self, x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """:meth:`~algorithms.kernel_blocks.KernelColumns.append_residual` on every shard,
+        the partial products summed."""
+        pending = self.take_pending()
+        x, r = np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64)
+        parts = self.blocks._run(shard_append_residual, lambda b: (self.name, pending, x, r))
+        return (sum(p[0] for p in parts), float(sum(p[1] for p in parts)),
+                float(sum(p[2] for p in parts)))
+
+    def reorthogonalise(self, s: np.ndarray) -> tuple[float, float]:
+        s = np.asarray(s, dtype=np.float64)
+        parts = self.blocks._run(shard_reorthogonalise, lambda b: (self.name, s))
+        return float(sum(p[0] for p in parts)), float(sum(p[1] for p in parts))
+
+    def commit(self, delta: float) -> None:
+        self.blocks._run(shard_commit, lambda b: (self.name, float(delta)))
+        self.width += 1
 
     def take_pending(self) -> np.ndarray:
         pending = (np.concatenate(self._pending) if self._pending

@@ -105,6 +105,36 @@ def shard_project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     return shard.blocks.project_points(X_cols, columns)
 
 
+def _columns(key: str, name: str, pending: np.ndarray, dropped: Sequence[str]):
+    shard = _shard_without(key, dropped)
+    columns = shard.columns[name]
+    if len(pending):
+        columns.extend_points(pending)
+    return shard, columns
+
+
+def shard_residual_norms(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
+                         B: np.ndarray, dropped: Sequence[str] = ()) -> np.ndarray:
+    """The shard's part of the column sums of (k(X_B, X_cols) − W_B[:, 1:]·B)² (SGMA's primal
+    in QR form: the explicit residuals of its candidates)."""
+    shard, columns = _columns(key, name, pending, dropped)
+    return shard.blocks.residual_norms_points(X_cols, columns, B)
+
+
+def shard_append_residual(key: str, name: str, pending: np.ndarray, x: np.ndarray,
+                          r: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The shard's part of :meth:`~algorithms.kernel_blocks.KernelColumns.append_residual`."""
+    return _columns(key, name, pending, ())[1].append_residual(x, r)
+
+
+def shard_reorthogonalise(key: str, name: str, s: np.ndarray) -> tuple[float, float]:
+    return _shard(key).columns[name].reorthogonalise(s)
+
+
+def shard_commit(key: str, name: str, delta: float) -> None:
+    _shard(key).columns[name].commit(delta)
+
+
 def shard_matmul(key: str, store: str, V: np.ndarray, block_bytes: int) -> np.ndarray:
     """The shard's rows of K·V: k(X_B, X)·V, with every row of X read from the store once
     (n·d values on each worker: a product with K needs all of them); by the shard's held rows
