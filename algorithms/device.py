@@ -181,6 +181,3 @@ class TorchKernel:
             raise self.kernel._overflow(T.cpu().numpy())
         return T
 
-    def diag(self, X: np.ndarray):
-        """k(x, x) for the rows x of X, on the device (computed with numpy: O(n·d))."""
-        return self.tensor(self.kernel.diag(X))

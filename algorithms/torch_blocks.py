@@ -80,7 +80,8 @@ class TorchKernelBlocks:
         return self._cols
 
     def _row_step(self, width: int) -> int:
-        return max(1, DEVICE_BLOCK_BYTES // (8 * max(width, 1)))
+        """Rows of a block ``width`` wide in about :data:`DEVICE_BLOCK_BYTES` of the dtype."""
+        return max(1, DEVICE_BLOCK_BYTES // (self.dtype.itemsize * max(width, 1)))
 
     def _tensor(self, a):
         """``a`` copied to the device (a store's arrays are read-only: never shared)."""
@@ -156,13 +157,17 @@ class TorchKernelBlocks:
         return self._host(out).reshape(np.shape(V))
 
     def project(self, cols, W) -> tuple[np.ndarray, np.ndarray]:
-        return self.project_points(self.X[cols], W)
+        """(Wᵀ K[:, cols], the column sums of K[:, cols]²): the training columns selected on
+        the device, where they are held."""
+        return self._project(self._col_select(cols), W)
 
     def project_points(self, X_cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
         """(Wᵀ k(X, X_cols), the column sums of k(X, X_cols)²) for W of shape (n, p) (an array
         or :class:`TorchKernelColumns`), by row blocks of k(X, X_cols) on the device."""
+        return self._project(self.torch_kernel.cols(np.asarray(X_cols, dtype=np.float64)), W)
+
+    def _project(self, B, W) -> tuple[np.ndarray, np.ndarray]:
         Wt = W.tensor if isinstance(W, TorchKernelColumns) else self._tensor(W)
-        B = self.torch_kernel.cols(np.asarray(X_cols, dtype=np.float64))
         m = self.torch_kernel.n_cols(B)
         P = torch.zeros((Wt.shape[1], m), dtype=self.dtype, device=self.device)
         sq = torch.zeros(m, dtype=self.dtype, device=self.device)
