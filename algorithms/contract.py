@@ -82,6 +82,14 @@ class KernelBlocks(Protocol):
     def project_points(self, X_cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`project` with the columns k(X, X_cols) of any inputs (test points)."""
 
+    def residual_norms(self, cols: np.ndarray, W, B: np.ndarray) -> np.ndarray:
+        """Column sums of (K[:, cols] − W[:, 1:]·B)², the residuals formed explicitly (SGMA's
+        primal in QR form); W from :meth:`columns`, whose columns after the first the
+        algorithm appended by ``append_residual``/``reorthogonalise``/``commit``."""
+
+    def residual_norms_points(self, X_cols: np.ndarray, W, B: np.ndarray) -> np.ndarray:
+        """As :meth:`residual_norms` with the columns k(X, X_cols) of any inputs."""
+
     def matmul(self, V: np.ndarray, block_bytes: int) -> np.ndarray:
         """K·V for V of shape (n,) or (n, b), in row blocks of about ``block_bytes`` of kernel
         values (K is not formed unless :meth:`hold` said it would be)."""
