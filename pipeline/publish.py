@@ -168,6 +168,17 @@ def _notes_text(notes: str | Path | None) -> str | None:
                          "file") from None
 
 
+def _check_beside(beside: Sequence[str | Path]) -> None:
+    """Read every ``--beside`` file (each checked, :func:`~pipeline.report.elsewhere.
+    read_beside`): a bad one fails before anything is written; they are rendered once, from
+    the written CSV, by :func:`_beside_text`."""
+    if beside:
+        from pipeline.report.elsewhere import read_beside
+
+        for path in beside:
+            read_beside(path)
+
+
 def _beside_text(table: pd.DataFrame, beside: Sequence[str | Path]) -> str | None:
     """The tables of numbers published elsewhere (:mod:`pipeline.report.elsewhere`) from the
     ``--beside`` files, one after another; None without any."""
@@ -297,7 +308,7 @@ def publish(results: str | Path, out: str | Path, reference: str,
         run = _run_record(ds, Path(results))
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
-    _beside_text(table, beside)
+    _check_beside(beside)
     return _write(Path(out), sweep, table, run, reference, notes, beside)
 
 
@@ -366,7 +377,7 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     table = complete(read_table(csv))
     check_reference(table, reference)
     _notes_text(notes)
-    _beside_text(table, beside)
+    _check_beside(beside)
     return _write(Path(out), sweep, table, run, reference, notes, beside)
 
 
