@@ -8,7 +8,8 @@ noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,
     σ_x² = k* + kᵀCk,  q = (y − αᵀk)/(σ₀² + σ_x²),  r = −1/(σ₀² + σ_x²),
     ê = Qk,  γ = k* − kᵀê   (squared distance of φ(x) from span(BV)).
 
-- γ < ``tol``: sparse update s = Ck + ê; α += q s; C += r s sᵀ.
+- γ < ``tol``·k* (relative to k*, so that the choice does not depend on the units of f):
+  sparse update s = Ck + ê; α += q s; C += r s sᵀ.
 - otherwise x joins BV: s = [Ck; 1]; α = [α; 0] + q s; C = [C 0; 0 0] + r s sᵀ;
   Q = [Q 0; 0 0] + γ⁻¹ [ê; −1][ê; −1]ᵀ.
 - if |BV| > max_basis, the element with the lowest score is removed by the KL-optimal
@@ -17,6 +18,13 @@ noise σ₀² (the pipeline's ``lam``), for a new (x, y), k = k_BV(x), k* = k(x,
   Scores: ``approx`` ε_i = α_i²/(Q_ii + C_ii) (eq. 85); ``exact`` the KL divergence between the
   GP and its projection without i (eq. 83), computed as the KL of two GPs on one BV set
   (:func:`kl_same_basis`).
+
+These are the paper's quantities, and :func:`remove`, :func:`scores` and :func:`kl_same_basis`
+compute them densely. The fit holds the same posterior in whitened square-root form instead
+(:class:`_Posterior`): at a high signal-to-noise ratio C tends to −K_BV⁻¹, the variance
+k* + kᵀCk is a difference of nearly equal numbers, and the updates of C and Q above lose
+every digit (bike's learned kernel, variance/σ₀² = 5.4e7, turned it negative); there the
+variance is a sum of squares and Q is never formed.
 
 Time O(n t²) per pass with O(t²) state; kernel values come from the block provider in row
 chunks: k(X_chunk, X_BV) and k(X_chunk, X_chunk) once per ``chunk_rows`` points, the second
@@ -28,6 +36,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from algorithms.contract import AlgorithmSpec, ExactLimit, KernelBlocks, Prediction, Solution
 from algorithms.errors import InputError
@@ -78,90 +87,184 @@ def scores(alpha: np.ndarray, C: np.ndarray, Q: np.ndarray, K: np.ndarray | None
     return out
 
 
+# γ/k(x,x) below −GAMMA_ROUNDING is not rounding (that stays below 1e-13 even at K_BV's
+# condition number of 3e11, bike's learned kernel at 512 basis vectors)
+GAMMA_ROUNDING = 1e-8
+
 SELF_BLOCK_ROWS = 1024  # a chunk's k(X_chunk, X_chunk) is computed at once up to these rows
 
-# Rows of C or Q updated at once by a rank-1 or rank-2 update: the temporary (rows × t) stays
-# small (no fresh t×t array, hence no page faults, per processed point).
+# Rows of U or P updated at once by a rank-1 update: the temporary (rows × columns) stays small
+# (no fresh t×c array, hence no page faults, per processed point).
 UPDATE_ROWS = 64
 
 
-def _add_low_rank(A: np.ndarray, U: np.ndarray, V: np.ndarray) -> None:
-    """A += U Vᵀ in place, in blocks of :data:`UPDATE_ROWS` rows (U, V: (t, k), k ≤ 2)."""
+def _add_rank_one(A: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
+    """A += u vᵀ in place, in blocks of :data:`UPDATE_ROWS` rows."""
     for lo in range(0, A.shape[0], UPDATE_ROWS):
-        A[lo: lo + UPDATE_ROWS] += U[lo: lo + UPDATE_ROWS] @ V.T
+        A[lo: lo + UPDATE_ROWS] += np.outer(u[lo: lo + UPDATE_ROWS], v)
+
+
+def _columns(capacity: int) -> int:
+    """Columns of T's and P's buffers: a join adds one, a full buffer is compressed to t (an
+    O(t²c) QR): an eighth of spare columns keeps the compressions O(t²) per join amortised
+    and the rank-1 updates at ≤ 9/8 of t×t."""
+    return capacity + max(8, capacity // 8)
 
 
 class _Posterior:
-    """α, C, Q on the t current BVs, held in buffers of ``capacity`` rows and updated in place
-    (the updates of the module docstring; a removal moves the last BV into the freed slot, so
-    the BV order is a permutation of the order of insertion)."""
+    """The posterior of 001's online GP on the t current BVs, in whitened square-root form.
+
+    The process stays the prior conditioned on u = f(BV). With K = K_BV = LLᵀ and u = Lv, the
+    prior of v is N(0, I) and its posterior is held as N(m, TTᵀ) (T: t × c, c ≥ t); then
+    α = L⁻ᵀm and C = L⁻ᵀ(TTᵀ − I)L⁻¹ are the module docstring's, and at x, with a = L⁻¹k,
+    the latent mean is aᵀm and the variance γ(x) + ‖Tᵀa‖², γ = k* − aᵀa: sums of squares,
+    where C's form k* + kᵀCk cancels (C → −K⁻¹ at a high signal-to-noise ratio) and turns
+    negative. The updates are 001's, in these terms:
+
+    - a point is the observation y = aᵀv + ε, ε ~ N(0, γ + σ₀²): Potter's square-root Kalman
+      update T ← T(I − β bbᵀ), b = Tᵀa, β = 1/(s + R + √(R(s + R))), s = bᵀb, R = γ + σ₀²
+      (TTᵀ becomes TTᵀ − Tb(Tb)ᵀ/(s + R), positive semidefinite by construction);
+    - a point that joins BV adds the coordinate v' = (f(x) − aᵀv)/√γ, a priori N(0, 1) and
+      independent: L gains the row [aᵀ, √γ], T the row and column of an identity; then
+      y = [a; √γ]ᵀv + ε is observed with R = σ₀²;
+    - removing BV i (the KL-optimal projection) marginalises u_i out: L loses row i, and
+      Givens rotations G re-triangularise it (a Cholesky delete), L_{-i}G = [L' 0]; v ← Gᵀv,
+      whose last coordinate no longer enters u and is dropped with its row of m and T.
+
+    For the removal scores (eq. 85) P = K⁻¹U, U = LT (Q + C = PPᵀ), is updated alongside:
+    P ← P(I − β bbᵀ); on a join P gains the column [−w; 1]/√γ (w = K⁻¹k); on a removal
+    P ← P − qP_i/q_i, q = K⁻¹e_i. T and P gain a column per joined point; when their buffers
+    (:func:`_columns`) are full they are compressed to t columns by a QR factorisation (TTᵀ
+    unchanged)."""
 
     def __init__(self, capacity: int) -> None:
-        self.t = 0
-        self._alpha = np.zeros(capacity)
-        self._C = np.zeros((capacity, capacity))
-        self._Q = np.zeros((capacity, capacity))
+        self.t = self.c = 0
+        self._L = np.zeros((capacity, capacity))
+        # T in the first 2·capacity columns, m in the last: a rotation moves both at once
+        self._Tm = np.zeros((capacity, _columns(capacity) + 1))
+        self._P = np.zeros((capacity, _columns(capacity)))
 
     @property
     def capacity(self) -> int:
-        return len(self._alpha)
+        return len(self._L)
 
     @property
+    def L(self) -> np.ndarray:
+        return self._L[: self.t, : self.t]
+
+    @property
+    def m(self) -> np.ndarray:
+        return self._Tm[: self.t, -1]
+
+    @property
+    def T(self) -> np.ndarray:
+        return self._Tm[: self.t, : self.c]
+
+    @property
+    def P(self) -> np.ndarray:
+        return self._P[: self.t, : self.c]
+
+    def whiten(self, k: np.ndarray) -> np.ndarray:
+        """a = L⁻¹k (k: t values, or t rows)."""
+        if self.t == 0:
+            return np.zeros((0, *np.shape(k)[1:]))
+        return solve_triangular(self.L, k, lower=True, check_finite=False)
+
     def alpha(self) -> np.ndarray:
-        return self._alpha[: self.t]
+        """α = L⁻ᵀm."""
+        if self.t == 0:
+            return np.zeros(0)
+        return solve_triangular(self.L, self.m, lower=True, trans="T", check_finite=False)
 
-    @property
-    def C(self) -> np.ndarray:
-        return self._C[: self.t, : self.t]
+    def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(α, C, Q) of the module docstring: O(t³), for the exact score and the KL traces."""
+        if self.t == 0:
+            return np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
+        Linv = solve_triangular(self.L, np.eye(self.t), lower=True, check_finite=False)
+        Q = Linv.T @ Linv
+        B = Linv.T @ self.T
+        return self.alpha(), B @ B.T - Q, Q
 
-    @property
-    def Q(self) -> np.ndarray:
-        return self._Q[: self.t, : self.t]
+    def latent(self, Kx: np.ndarray, kx_diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Latent mean aᵀm and variance γ(x) + ‖Tᵀa‖² at the rows of ``Kx`` = k(X, BV);
+        γ(x) = k(x,x) − ‖a‖² is a squared distance, and its rounding below 0 counts as 0."""
+        if self.t == 0:
+            return np.zeros(len(kx_diag)), kx_diag.copy()
+        A = self.whiten(Kx.T)
+        B = self.T.T @ A
+        gamma = kx_diag - np.einsum("ij,ij->j", A, A)
+        return A.T @ self.m, np.maximum(gamma, 0.0) + np.einsum("ij,ij->j", B, B)
 
-    def update(self, s: np.ndarray, q: float, r: float) -> None:
-        """α += q s; C += r s sᵀ (s over the current BVs, or one longer after :meth:`add`)."""
-        t = len(s)
-        self._alpha[:t] += q * s
-        _add_low_rank(self._C[:t, :t], (r * s)[:, None], s[:, None])
-
-    def add(self, Ck: np.ndarray, e_hat: np.ndarray, gamma: float, q: float, r: float) -> None:
-        """A new BV: s = [Ck; 1], α = [α; 0] + q s, C = [C 0; 0 0] + r s sᵀ,
-        Q = [Q 0; 0 0] + γ⁻¹ [ê; −1][ê; −1]ᵀ."""
+    def observe(self, a: np.ndarray, y: float, noise: float) -> float:
+        """Condition on y = aᵀv + ε, ε ~ N(0, ``noise``) (Potter's update, class docstring);
+        returns s + R, the observation's predictive variance."""
         t = self.t
-        # full only when a later pass re-adds a point (tol = 0) and max_basis exceeds the
-        # points: doubling keeps the copies O(t²) amortised
-        if t == self.capacity:
-            cap = 2 * t
-            self._alpha = np.pad(self._alpha, (0, cap - t))
-            self._C = np.pad(self._C, (0, cap - t))
-            self._Q = np.pad(self._Q, (0, cap - t))
-        self._alpha[t] = 0.0
-        for M in (self._C, self._Q):
-            M[t, : t + 1] = 0.0
-            M[: t + 1, t] = 0.0
-        self.t = t + 1
-        self.update(np.append(Ck, 1.0), q, r)
-        u = np.append(e_hat, -1.0)
-        _add_low_rank(self.Q, (u / gamma)[:, None], u[:, None])
+        b = self.T.T @ a
+        s = float(b @ b)
+        total = s + noise
+        Tb, Pb = self.T @ b, self.P @ b
+        self._Tm[:t, -1] += Tb * ((y - a @ self.m) / total)
+        beta = 1.0 / (total + math.sqrt(noise * total))
+        _add_rank_one(self.T, -beta * Tb, b)
+        _add_rank_one(self.P, -beta * Pb, b)
+        return total
 
-    def remove(self, i: int) -> int:
-        """KL-optimal removal of BV i (the projection of the module docstring, applied as a
-        rank-2 update of the whole t×t state, row and column i included, which are then
-        overwritten by the last BV's); returns the index of that last BV."""
+    def add(self, a: np.ndarray, gamma: float, y: float, noise: float) -> None:
+        """A new BV x with a = L⁻¹k and γ = k* − aᵀa ≥ tol, observed as y (class docstring)."""
         t = self.t
-        a_s, c_s, q_s = self._alpha[i], self._C[i, i], self._Q[i, i]
-        Q_s, C_s = self._Q[:t, i].copy(), self._C[:t, i].copy()
-        self._alpha[:t] -= a_s * Q_s / q_s
-        _add_low_rank(self.C, np.column_stack([c_s / q_s**2 * Q_s - C_s / q_s, -Q_s / q_s]),
-                      np.column_stack([Q_s, C_s]))
-        _add_low_rank(self.Q, (-Q_s / q_s)[:, None], Q_s[:, None])
-        last = t - 1
-        self._alpha[i] = self._alpha[last]
-        for M in (self._C, self._Q):
-            M[i, :t] = M[last, :t]
-            M[:t, i] = M[:t, last]
-        self.t = last
-        return last
+        if t == self.capacity:  # only when a later pass re-adds a point (tol = 0) beyond the
+            self._grow(2 * t)   # points: doubling keeps the copies O(t²) amortised
+        if self.c == self._P.shape[1]:
+            self._compress()
+        c, root = self.c, math.sqrt(gamma)
+        w = solve_triangular(self.L, a, lower=True, trans="T", check_finite=False) if t else a
+        self._L[t, :t], self._L[t, t] = a, root
+        self._Tm[t, :], self._Tm[:t, c], self._Tm[t, c] = 0.0, 0.0, 1.0
+        self._P[:t, c], self._P[t, :c], self._P[t, c] = -w / root, 0.0, 1.0 / root
+        self.t, self.c = t + 1, c + 1
+        self.observe(np.append(a, root), y, noise)
+
+    def remove(self, i: int) -> None:
+        """Marginalise BV i out (class docstring); the later BVs move up one slot."""
+        t, c = self.t, self.c
+        q = np.zeros(t)  # K⁻¹e_i: L⁻¹e_i is zero above row i
+        q[i:] = solve_triangular(self._L[i:t, i:t], np.eye(t - i)[:, 0], lower=True,
+                                 check_finite=False)
+        q = solve_triangular(self.L, q, lower=True, trans="T", check_finite=False)
+        _add_rank_one(self.P, -q / q[i], self._P[i, :c].copy())
+        self._P[i: t - 1] = self._P[i + 1: t]
+        self._P[t - 1] = 0.0
+        L, Tm = self._L, self._Tm
+        L[i: t - 1, :t] = L[i + 1: t, :t]
+        L[t - 1, :t] = 0.0
+        for k in range(i, t - 1):  # zero L[k, k + 1], the superdiagonal left by row i
+            x, z = L[k, k], L[k, k + 1]
+            r = math.hypot(x, z)
+            cs, sn = x / r, z / r
+            L[k:t - 1, k:k + 2] = L[k:t - 1, k:k + 2] @ np.array([[cs, -sn], [sn, cs]])
+            L[k, k + 1] = 0.0
+            Tm[k:k + 2] = np.array([[cs, sn], [-sn, cs]]) @ Tm[k:k + 2]
+        Tm[t - 1] = 0.0
+        self.t = t - 1
+
+    def approx_scores(self) -> np.ndarray:
+        """ε_i = α_i²/(Q_ii + C_ii) (001 eq. 85), with Q + C = K⁻¹SK⁻¹ = PPᵀ."""
+        return self.alpha() ** 2 / np.einsum("ij,ij->i", self.P, self.P)
+
+    def _grow(self, capacity: int) -> None:
+        extra, wider = capacity - self.capacity, _columns(capacity) - self._P.shape[1]
+        self._L = np.pad(self._L, (0, extra))
+        self._Tm = np.concatenate([np.pad(self._Tm[:, :-1], ((0, extra), (0, wider))),
+                                   np.pad(self._Tm[:, -1:], ((0, extra), (0, 0)))], axis=1)
+        self._P = np.pad(self._P, ((0, extra), (0, wider)))
+
+    def _compress(self) -> None:
+        """T = RᵀZᵀ from Tᵀ = ZR: T ← Rᵀ (t columns), P ← PZ."""
+        Z, R = np.linalg.qr(self.T.T)
+        t, c = self.t, self.c
+        self._Tm[:t, :t], self._P[:t, :t] = R.T, self.P @ Z
+        self._Tm[:t, t:c], self._P[:t, t:c] = 0.0, 0.0
+        self.c = t
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
@@ -213,8 +316,8 @@ class _OnlineGP:
 
     def predict(self, X_new: np.ndarray) -> Prediction:
         Kx = self.blocks.cross(X_new, self.BV)
-        return Prediction(Kx @ self.post.alpha,
-                          _variance(self.kernel, X_new, Kx, self.post.C, self.sigma2))
+        mean, latent = self.post.latent(Kx, self.kernel.diag(X_new))
+        return Prediction(mean, latent + self.sigma2)
 
     def run_chunk(self, chunk: np.ndarray, recorder: Recorder, trace_kl: bool) -> None:
         """Process the points ``chunk`` in order, one traced step each."""
@@ -227,7 +330,7 @@ class _OnlineGP:
         # SELF_BLOCK_ROWS rows: chunk_rows² values; a longer chunk computes columns)
         K_self = blocks.block(chunk, chunk) if len(chunk) <= SELF_BLOCK_ROWS else None
         for row, j in enumerate(chunk):
-            previous = (list(BV), post.alpha.copy(), post.C.copy()) if trace_kl else None
+            previous = (list(BV), *post.dense()[:2]) if trace_kl else None
             t = len(BV)
             if self._absorb(int(j), K_chunk[row, :t]):
                 if post.capacity > K_chunk.shape[1]:  # the state grew (see _Posterior.add)
@@ -238,56 +341,69 @@ class _OnlineGP:
                     self._remove_one(K_chunk)
             kl = {}
             if trace_kl:
-                forward, backward = _successive_kl(blocks, previous, (BV, post.alpha, post.C))
+                forward, backward = _successive_kl(blocks, previous, (BV, *post.dense()[:2]))
                 kl = {"kl_forward": forward, "kl_backward": backward}
             recorder.step(self.predict, n_basis=len(BV), removals=self.removals, **kl)
 
     def _absorb(self, j: int, k: np.ndarray) -> bool:
-        """The update by point j with k = k(x_j, BV) (the module docstring's q, r, ê, γ):
-        whether j joined BV (γ ≥ tol) or only updated the posterior (the sparse update)."""
-        post, diag = self.post, self.diag
-        Ck = post.C @ k
-        denom = self.sigma2 + diag[j] + k @ Ck
-        q, r = (self.y[j] - post.alpha @ k) / denom, -1.0 / denom
-        e_hat = post.Q @ k
-        gamma = diag[j] - k @ e_hat
-        if gamma < self.tol:
-            post.update(Ck + e_hat, q, r)
+        """The update by point j with k = k(x_j, BV) (the module docstring's; in square-root
+        form, :class:`_Posterior`): whether j joined BV (γ ≥ tol·k*) or only updated the
+        posterior (the sparse update). A γ below −:data:`GAMMA_ROUNDING`·k* is no rounding:
+        L⁻¹k has lost its digits (K_BV is numerically singular) and the fit stops."""
+        post, k_star = self.post, self.diag[j]
+        a = post.whiten(k)
+        gamma = k_star - a @ a
+        if gamma < -GAMMA_ROUNDING * k_star:
+            raise InputError(
+                f"algorithm sparse_online: K_BV became numerically singular (point {j}'s "
+                f"squared distance from span(BV) came out {gamma / k_star:.2g}·k(x,x) < 0 with "
+                f"{post.t} basis vectors) with lam={self.sigma2:g} and kernel {self.kernel}; "
+                f"pass a larger algorithm.tol (now {self.tol:g}) or a smaller "
+                "algorithm.max_basis")
+        if gamma < self.tol * k_star or gamma <= 0.0:  # (γ = 0: x is in span(BV) already)
+            post.observe(a, self.y[j], self.sigma2 + max(gamma, 0.0))
             return False
-        post.add(Ck, e_hat, gamma, q, r)
+        post.add(a, gamma, self.y[j], self.sigma2)
         self.BV.append(j)
         return True
 
     def _remove_one(self, K_chunk: np.ndarray) -> None:
-        """Remove the BV element of least score (eq. 85, or the exact KL of eq. 83); the last
-        element moves into its slot, in BV and in ``K_chunk``'s columns."""
+        """Remove the BV element of least score (eq. 85, or the exact KL of eq. 83); the later
+        elements move up one slot, in BV and in ``K_chunk``'s columns."""
         post, BV = self.post, self.BV
-        alpha, C, Q = post.alpha, post.C, post.Q
         exact = self.score == "exact" or self.compare_scores
+        dense = post.dense() if exact else None
         K_BV = self.blocks.block(BV, BV) if exact else None
-        worst = int(np.argmin(scores(alpha, C, Q, K_BV, self.score)))
+        own = (post.approx_scores() if self.score == "approx"
+               else scores(*dense, K_BV, "exact"))
+        worst = int(np.argmin(own))
         if self.compare_scores:
-            other = "exact" if self.score == "approx" else "approx"
+            other = (scores(*dense, K_BV, "exact") if self.score == "approx"
+                     else post.approx_scores())
             self.compared += 1
-            self.differ += int(np.argmin(scores(alpha, C, Q, K_BV, other)) != worst)
-        last = post.remove(worst)  # the last BV moves into slot ``worst``
-        BV[worst] = BV[last]
-        del BV[last]
-        K_chunk[:, worst] = K_chunk[:, last]
+            self.differ += int(np.argmin(other) != worst)
+        post.remove(worst)
+        del BV[worst]
+        t = len(BV)
+        K_chunk[:, worst:t] = K_chunk[:, worst + 1: t + 1]
         self.removals += 1
 
     def solution(self, stop_reason: str) -> Solution:
         """The final posterior as the fit's Solution."""
-        alpha, C, Q = self.post.alpha.copy(), self.post.C.copy(), self.post.Q.copy()
+        post = self.post
+        alpha, C, Q = post.dense()
         if not np.all(np.isfinite(alpha)):
             raise FloatingPointError("sparse online GP produced non-finite coefficients; raise "
                                      "lam or tol")
         BV, kernel, sigma2 = self.BV, self.kernel, self.sigma2
         basis = np.asarray(BV, dtype=np.int64)
         X_basis = self.blocks.inputs(basis)
+        final = _Posterior(len(BV))  # a copy: the fit's buffers may be reused
+        final.t, final.c = post.t, post.c
+        final._L, final._Tm = post.L.copy(), np.column_stack([post.T, post.m])
 
         def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            var = _variance(kernel, X_new, kernel(X_new, X_basis), C, sigma2)
+            var = final.latent(kernel(X_new, X_basis), kernel.diag(X_new))[1] + sigma2
             return var, var
 
         summary: dict = {"n_basis": len(BV), "removals": self.removals, "gap": math.nan,
@@ -302,16 +418,10 @@ class _OnlineGP:
             if len(BV) > 1:
                 K_BV = self.blocks.block(BV, BV)
                 summary["end_omission"] = float(
-                    np.argmin(scores(alpha, C, Q, K_BV, "approx"))
+                    np.argmin(post.approx_scores())
                     != np.argmin(scores(alpha, C, Q, K_BV, "exact")))
         return Solution(basis, alpha, X_basis, kernel, sigma2, summary, variance_bounds,
                         extras={"C": C, "Q": Q}, not_applicable=reasons)
-
-
-def _variance(kernel, X_new: np.ndarray, Kx: np.ndarray, C: np.ndarray,
-              sigma2: float) -> np.ndarray:
-    """Predictive variance of y: k(x,x) + k_BV(x)ᵀ C k_BV(x) + σ₀², with Kx = k(X_new, BV)."""
-    return kernel.diag(X_new) + np.einsum("ij,jk,ik->i", Kx, C, Kx) + sigma2
 
 
 def _successive_kl(blocks: KernelBlocks, before: tuple, after: tuple) -> tuple[float, float]:
@@ -362,7 +472,7 @@ SPECS = [AlgorithmSpec(
     options={
         "max_basis": Option(50, "any", "an integer ≥ 1, a percentage like '90%' or 'none'",
                             parse=_check_max_basis, clip_to_n=True),
-        "tol": Option(1e-6, "float", "γ below which a point only updates α, C", lo=0.0),
+        "tol": Option(1e-6, "float", "γ/k(x,x) below which a point only updates α, C", lo=0.0),
         "score": Option("approx", "choice", "removal score: approx (eq. 85) or exact (eq. 83)",
                         choices=("approx", "exact")),
         "passes": Option(1, "int", "passes over the data", lo=1),
