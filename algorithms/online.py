@@ -140,7 +140,7 @@ class _Posterior:
     def __init__(self, capacity: int) -> None:
         self.t = self.c = 0
         self._L = np.zeros((capacity, capacity))
-        # T in the first 2·capacity columns, m in the last: a rotation moves both at once
+        # T in the first _columns(capacity) columns, m in the last: a rotation turns both
         self._Tm = np.zeros((capacity, _columns(capacity) + 1))
         self._P = np.zeros((capacity, _columns(capacity)))
 
