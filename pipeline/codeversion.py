@@ -58,6 +58,7 @@ NUMERIC_PIPELINE = (
     "pipeline.datasets.small_store",  # and those of a small store, read without zarr
     "pipeline.blocks.store",  # a fit's kernel blocks over the store (blocks=memory)
     "pipeline.blocks.cluster",  # and over the cluster's workers (blocks=cluster)
+    "pipeline.blocks.cluster_columns",  # the kernel columns a greedy fit grows there
     "pipeline.blocks.shards",  # the workers' share of those (projections, factor rows)
     "pipeline.results.job_file",  # how a fit's trace and summary are written to result.nc
 )
