@@ -59,22 +59,14 @@ class _GrowingCholesky:
                                     check_finite=False)
 
     def append(self, c: np.ndarray, schur: float, b_i: float) -> None:
-        t = self.t
-        if t == len(self.z):  # grow by doubling: O(t²) memory, amortised O(t²) copying
-            R, z = self.R, self.z
-            self.R, self.z = np.zeros((2 * t, 2 * t)), np.zeros(2 * t)
-            self.R[:t, :t], self.z[:t] = R, z
         delta = np.sqrt(schur)
-        self.R[t, :t] = c
-        self.R[t, t] = delta
-        self.z[t] = (b_i - c @ self.z[:t]) / delta
-        self.t += 1
+        self.append_exact(c, delta, (b_i - c @ self.z[: self.t]) / delta)
 
     def append_exact(self, c: np.ndarray, delta: float, z_t: float) -> None:
         """Append a row whose pivot ``delta`` and z entry ``z_t`` were computed elsewhere
         (the primal's QR form: δ = ‖w‖, z_t = qᵀỹ), not by differences."""
         t = self.t
-        if t == len(self.z):
+        if t == len(self.z):  # grow by doubling: O(t²) memory, amortised O(t²) copying
             R, z = self.R, self.z
             self.R, self.z = np.zeros((2 * t, 2 * t)), np.zeros(2 * t)
             self.R[:t, :t], self.z[:t] = R, z
@@ -167,6 +159,7 @@ class PrimalGreedy(_GreedySupport):
                 Mc = M[lo: lo + width]
                 t0 = perf_counter()
                 P, sq = blocks.project(Mc, self.W)  # yᵀK_M, Q_topᵀK_M, ‖K_M‖²
+                g = sq + self.lam * self.diag[Mc]  # ‖a‖²
                 t1 = perf_counter()
                 if t:
                     F = sla.solve_triangular(self.L_K[:t, :t], blocks.block(self.S, Mc),
@@ -182,14 +175,13 @@ class PrimalGreedy(_GreedySupport):
                     t3 = perf_counter()
                 else:
                     F, r = np.zeros((0, len(Mc))), np.zeros((0, len(Mc)))
-                    d2 = self.diag[Mc].copy()
-                    schur, num = sq + self.lam * d2, P[0]
+                    d2 = self.diag[Mc]
+                    schur, num = g, P[0]
                     t2 = t3 = perf_counter()
                 self.seconds["project"] += t1 - t0
                 self.seconds["block_sm"] += t2 - t1
                 self.seconds["solve"] += t3 - t2
                 t4 = perf_counter()
-                g = sq + self.lam * self.diag[Mc]  # ‖a‖²
                 # degenerate: in span(A) to the residual's accuracy, or a repeated input of
                 # K_SS (its own Schur complement at round-off: F_S would be singular)
                 ok = (schur > DEGENERATE_RTOL * g) & (d2 > DEGENERATE_RTOL * self.diag[Mc])
