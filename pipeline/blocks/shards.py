@@ -98,10 +98,7 @@ def shard_project(key: str, name: str, pending: np.ndarray, X_cols: np.ndarray,
     """Drop the columns ``dropped`` (gone in the fit), append the kernel columns of the inputs
     ``pending`` to the shard's columns ``name``, then return its partial
     (Wᵀ k(X_B, X_cols), column sums of k(X_B, X_cols)²)."""
-    shard = _shard_without(key, dropped)
-    columns = shard.columns[name]
-    if len(pending):
-        columns.extend_points(pending)
+    shard, columns = _columns(key, name, pending, dropped)
     return shard.blocks.project_points(X_cols, columns)
 
 
