@@ -38,8 +38,16 @@ class FakeClient:
         self.cluster = cluster
         self.restarted = []
 
-    def scheduler_info(self):
-        return {"workers": self.workers}
+    @property
+    def scheduler(self):  # the scheduler's own answer
+        return SimpleNamespace(identity=lambda n_workers: {"workers": dict(self.workers),
+                                                           "n_workers": len(self.workers)})
+
+    def sync(self, func, *args, **kwargs):
+        return func(*args, **kwargs)
+
+    def scheduler_info(self):  # the client's cache as its periodic update leaves it
+        return {"workers": {}, "n_workers": len(self.workers)}
 
     def restart_workers(self, addresses, timeout=None, raise_for_error=True):
         self.restarted.extend(addresses)
@@ -253,6 +261,21 @@ def test_a_local_cluster_that_cannot_start_is_retried_once_then_named(monkeypatc
                         lambda **kw: started if calls.append(kw) or len(calls) > 1 else fails())
     assert local_cluster({**LOCAL, "threads_per_worker": 1, "memory_limit": "1GB",
                           "start_timeout": "60s"}, False, 60.0) is started
+
+
+def test_the_workers_are_asked_of_the_scheduler_not_the_clients_cache():
+    # Client.scheduler_info() returns a cache that the client's periodic update refills with
+    # no workers (identity(n_workers=0)); a read racing it saw an empty cluster
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        client.sync(client._update_scheduler_info)  # what the periodic update does
+        assert client._scheduler_identity["workers"] == {}
+        assert client._scheduler_identity["n_workers"] == 1
+        assert list(liveness.scheduler_workers(client)) == list(cluster.scheduler.workers)
+        watch = Liveness(client, {**LOCAL, "n_workers": 1})
+        watch.check()
+        assert watch._no_worker_since is None
 
 
 def test_a_worker_dying_while_a_plugin_is_sent_is_not_fatal():

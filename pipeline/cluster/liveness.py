@@ -52,6 +52,19 @@ STARTING_SECONDS = 600.0  # the most a local cluster waits for workers that are 
 STORM_DEATHS_PER_WORKER = 2 * (ALLOWED_FAILURES + 1)
 
 
+def scheduler_workers(client) -> dict[str, Mapping]:
+    """The scheduler's workers now (address → its identity), asked of the scheduler itself.
+    ``Client.scheduler_info()`` fetches them into a cache that the client's own periodic
+    update (``distributed.client.scheduler-info-interval``, every 2 s) overwrites with an
+    identity holding no workers (it asks for ``n_workers=0``): a read that races that update
+    sees an empty cluster. A scheduler that cannot be reached falls back to that cache."""
+    try:
+        identity = client.sync(client.scheduler.identity, n_workers=-1)
+    except OSError:
+        identity = client.scheduler_info()
+    return dict(identity.get("workers", {}))
+
+
 class ClusterLost(InputError):
     """The cluster lost its workers for good: the sweep stops with one line; the jobs finished
     so far are kept, the rest run when it is rerun."""
@@ -86,7 +99,7 @@ class Liveness:
     def check(self) -> None:
         """End frozen local workers; raise :class:`ClusterLost` if the cluster has had no
         worker for too long, or keeps losing them."""
-        workers = self.client.scheduler_info().get("workers", {})
+        workers = scheduler_workers(self.client)
         now = time.monotonic()
         if workers:
             self._no_worker_since = self._starting_seen = None

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeline.cluster.liveness import Liveness
+from pipeline.cluster.liveness import Liveness, scheduler_workers
 from pipeline.job.claims import FITS_FILE
 from pipeline.job.deadline import GRACE_SECONDS, timeout_message
 from pipeline.results.job_file import JOB_FILE, WriteError, write_job_failure
@@ -90,7 +90,7 @@ class JobDeadlines:
                                           f"{timeout:g} s without stopping it ({limit:g} s)")
 
     def _address(self, name: str) -> str | None:
-        workers = self.liveness.client.scheduler_info().get("workers", {})
+        workers = scheduler_workers(self.liveness.client)
         return next((a for a, w in workers.items() if str(w.get("name")) == name), None)
 
 

@@ -25,7 +25,7 @@ from algorithms.kernels import FUSED_KERNELS, takes_numpy_exp
 from pipeline.cluster.connect import connect, register_plugin
 from pipeline.cluster.deaths import WorkerDeaths, watching_worker_deaths
 from pipeline.cluster.kinds import kind_of
-from pipeline.cluster.liveness import POLL_SECONDS, ClusterLost, Liveness
+from pipeline.cluster.liveness import POLL_SECONDS, ClusterLost, Liveness, scheduler_workers
 from pipeline.cluster.options import memory_hint
 from pipeline.cluster.starting import ALLOWED_FAILURES
 from pipeline.datasets.spec import train_shape
@@ -129,7 +129,7 @@ def run_on_dask(to_run: list[PlannedJob], cluster_cfg: Mapping, sweep_dir: Path,
         client = cluster.connect(cluster_cfg, uses_compiled_tiles(to_run),
                                  sweep_dir / LOG_FILE)
         timings["cluster_start_seconds"] = time.perf_counter() - t0  # the wait for it
-        n_workers = len(client.scheduler_info().get("workers", {}))
+        n_workers = len(scheduler_workers(client))
         if cluster_cfg.get("dashboard_address", "") is not None:  # null: none was started
             print(f"dask dashboard: {client.dashboard_link}", flush=True)
         t1 = time.perf_counter()
@@ -233,7 +233,7 @@ def _dispatch(client, to_run: list[PlannedJob], needs: dict, submit, records: di
     try:
         while True:
             check_interrupt()  # a Ctrl-C lost in a finalizer (a Future's __del__) stops here
-            workers = max(1, len(client.scheduler_info().get("workers", {})))
+            workers = max(1, len(scheduler_workers(client)))
             # an adaptive cluster grows with the work the scheduler sees queued: it is shown
             # every job at once, in batches sized for its largest size
             window = 2 * workers if adaptive is None else math.inf
