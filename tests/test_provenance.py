@@ -13,6 +13,7 @@ import pytest
 import xarray as xr
 from omegaconf import OmegaConf
 
+from algorithms.errors import InputError
 from pipeline.report import render
 from pipeline.report.tables import overhead_line
 from pipeline.results.consolidate import load
@@ -167,3 +168,29 @@ def test_merges_keep_every_command_and_may_add_a_swept_key(tmp_path, run_cli):
     assert (sweep_dir / "jobs" / h0 / "result.nc").is_file()
     assert (sweep_dir / "jobs" / h / "result.nc").is_file()
     assert len(json.loads((sweep_dir / "manifest.json").read_text())["invocations"]) == 3
+
+
+def test_merging_points_at_another_value_of_a_fixed_key_is_refused(tmp_path):
+    # a unit of split 1 merged into a store of split 0's units would be labelled split 0
+    first = ["dataset=kin40k", "dataset.split=0", "experiment=uci_frontier"]
+    old = {"sweep": "x", "extra_dims": [], "command": first,
+           "entries": [{"overrides": first, "coords": {"dataset": "kin40k"}, "hash": "a",
+                        "setting": "s", "invocation": 0}],
+           "invocations": [{"command": first, "timings": {}}]}
+    (tmp_path / "jobs").mkdir()
+
+    class Job:  # the part of a PlannedJob entries_kept reads
+        def __init__(self, dataset, split):
+            self.overrides = [f"dataset={dataset}", f"dataset.split={split}",
+                              "experiment=uci_frontier", "merge=true"]
+            self.coords, self.setting = {"dataset": dataset}, "t"
+
+    with pytest.raises(InputError) as refused:
+        entries_kept(tmp_path, old, [Job("bike", 1)], [], merge=True)
+    message = str(refused.value)
+    assert "\n" not in message and "dataset.split=1" in message
+    assert "fixed dataset.split=0" in message and "sweep=<new name>" in message
+    # another data set at the same split merges; a swept key is a dim, not a fixed value
+    assert entries_kept(tmp_path, old, [Job("bike", 0)], [], merge=True) == old["entries"]
+    swept = {**old, "extra_dims": ["dataset.split"]}
+    assert entries_kept(tmp_path, swept, [Job("bike", 1)], ["dataset.split"], merge=True)

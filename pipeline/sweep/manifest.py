@@ -139,10 +139,42 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
     if not merge:
         raise InputError(f"{what()}; pass sweep=<new name> for a new sweep directory, or add "
                          "merge=true to add these points to it")
+    refixed = fixed_values_changed(old_entries, jobs, [*FIXED_DIMS, *dims])
+    if refixed:
+        key, (was, now) = next(iter(refixed.items()))
+        raise InputError(f"{what()}; merge=true cannot add points at {key}={now} to a sweep "
+                         f"that fixed {key}={was}: a sweep keeps one value of a key that is "
+                         f"not one of its dims, and would label these points with it; pass "
+                         "sweep=<new name> for a new sweep directory")
     if set(old_dims) != set(dims):  # along_new_dims gave the old points every new dim
         raise InputError(f"{what()}; merge=true needs every dim of that sweep, but this one "
                          f"has {', '.join(list(FIXED_DIMS) + dims)}; pass sweep=<new name>")
     return [e for e in old_entries if point_key(e["coords"]) not in new_points]
+
+
+NOT_SETTINGS = ("merge", "resume", "sweep", "dry_run")  # command-line keys that set no job
+
+
+def fixed_values_changed(old_entries: Sequence[Mapping], jobs: Sequence[PlannedJob],
+                         dims: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``key → (old value, new value)`` for each key given on the command line that is no
+    dim of the sweep, holds one value over every old point and another over every new one:
+    the store records one config for the keys it does not sweep (the results table fills
+    them from it), so such points would be labelled with the old value."""
+    def values(overrides_lists) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for overrides in overrides_lists:
+            for arg in overrides or ():
+                key, equals, value = str(arg).lstrip("+~").partition("=")
+                if equals:
+                    out.setdefault(key, set()).add(value)
+        return out
+
+    old = values(e.get("overrides") for e in old_entries)
+    new = values(j.overrides for j in jobs)
+    skip = set(dims) | set(NOT_SETTINGS)
+    return {k: (next(iter(old[k])), next(iter(new[k]))) for k in old.keys() & new.keys()
+            if k not in skip and len(old[k]) == len(new[k]) == 1 and old[k] != new[k]}
 
 
 @contextlib.contextmanager
