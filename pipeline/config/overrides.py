@@ -25,6 +25,16 @@ from pipeline.config.keys import check_sweep_name
 _PARSER = OverridesParser.create()
 
 
+def override_keys(overrides: Sequence[str]) -> dict[str, str]:
+    """``key → value`` of plain ``key=value`` overrides (``+``/``++`` stripped)."""
+    out = {}
+    for arg in overrides:
+        key, equals, value = arg.lstrip("+").partition("=")
+        if equals:
+            out[key] = value
+    return out
+
+
 def parse(argv: Sequence[str]) -> tuple[Override, ...] | str:
     """``argv``'s overrides as Hydra's parser reads them (flags such as ``-m`` skipped), or a
     one-line message naming the first that is not ``key=value``. Parsed once per command

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from algorithms.errors import InputError
 from pipeline import atomic
 from pipeline.checksum import DamagedFile
+from pipeline.config.overrides import override_keys
 from pipeline.job.claims import claim
 from pipeline.job.identity import job_config
 from pipeline.job.numbers import coordinate_text
@@ -164,10 +165,8 @@ def fixed_values_changed(old_entries: Sequence[Mapping], jobs: Sequence[PlannedJ
     def values(overrides_lists) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for overrides in overrides_lists:
-            for arg in overrides or ():
-                key, equals, value = str(arg).lstrip("+~").partition("=")
-                if equals:
-                    out.setdefault(key, set()).add(value)
+            for key, value in override_keys([str(a) for a in overrides or ()]).items():
+                out.setdefault(key, set()).add(value)
         return out
 
     old = values(e.get("overrides") for e in old_entries)

@@ -20,23 +20,14 @@ from pathlib import Path
 from algorithms.errors import InputError
 from pipeline.atomic import write_text
 from pipeline.config import CONF_DIR, GROUPS, read_yaml
+from pipeline.config.overrides import override_keys
 
 LAST = "last_sweep.json"  # under the working directory's outputs/
 RESUME = "resume"
 
 
-def _keys(overrides: Sequence[str]) -> dict[str, str]:
-    """``key → value`` of plain ``key=value`` overrides (``+``/``++`` stripped)."""
-    out = {}
-    for arg in overrides:
-        key, equals, value = arg.lstrip("+").partition("=")
-        if equals:
-            out[key] = value
-    return out
-
-
 def _experiment_names_sweep(overrides: Sequence[str]) -> bool:
-    name = _keys(overrides).get("experiment")
+    name = override_keys(overrides).get("experiment")
     if not name or "," in name:
         return False
     path = CONF_DIR / "experiment" / f"{name}.yaml"
@@ -49,7 +40,7 @@ def resumed(overrides: Sequence[str], outputs: Path) -> list[list[str]] | None:
     other commands' points to its directory, each of its commands with unfinished points
     (:func:`_commands`). One line of error for ``resume=<other>``, for other keys beside it,
     or when no sweep was started from here."""
-    keys = _keys(overrides)
+    keys = override_keys(overrides)
     if RESUME not in keys:
         return None
     if keys[RESUME] != "last":
@@ -121,7 +112,7 @@ def name_sweep(overrides: Sequence[str], outputs: Path) -> list[str]:
     the command line or its experiment names it (``sweep=``, ``hydra.sweep.dir=``, the
     experiment file's ``sweep:``)."""
     overrides = list(overrides)
-    keys = _keys(overrides)
+    keys = override_keys(overrides)
     if "sweep" in keys or "hydra.sweep.dir" in keys or _experiment_names_sweep(overrides):
         return overrides
     stamp = time.strftime("%Y-%m-%d/%H-%M-%S")
