@@ -136,3 +136,24 @@ def test_the_trivial_sgpr_on_pumadyn32nm_is_flagged_and_never_ranked():
     # every finished row is judged; the failed ones are not
     ok = table["status"] == "ok"
     assert table.loc[ok, "trivial"].notna().all() and table.loc[~ok, "trivial"].isna().all()
+
+
+def test_the_committed_legs_of_the_second_edition_verify_together():
+    """The second edition's run is kept unit by unit in ``docs/results/uci_frontier_legs``
+    (``pipeline.report.legs``): every committed leg's seal and CSV verify, all were made under
+    one protocol and, algorithm by algorithm, one code version, and each unit holds its
+    reference, the exact GP at the shared kernel, with a finite test NLPD."""
+    from pipeline.report.legs import read_legs
+
+    sweep, rows, run = read_legs(RESULTS / "uci_frontier_legs")
+    assert sweep == "uci_frontier" and run["mode_order"] == ["shared", "own"]
+    units = {(leg["dataset"], leg["split"]) for leg in run["legs"]}
+    assert units and len(units) == len(run["legs"])
+    assert set(map(tuple, rows[["dataset", "split"]].drop_duplicates().to_numpy())) == units
+    assert not rows.duplicated(["mode", "dataset", "algorithm", "basis_size", "split",
+                                "seed"]).any()  # one row per job and mode
+    for dataset, split in units:
+        exact = rows[(rows["dataset"] == dataset) & (rows["split"] == split)
+                     & (rows["algorithm"] == "exact") & (rows["mode"] == "shared")]
+        assert len(exact) == 1 and exact["status"].eq("ok").all(), (dataset, split)
+        assert np.isfinite(exact["test_nlpd"].astype(float)).all(), (dataset, split)
