@@ -250,3 +250,45 @@ def test_the_closing_cluster_leaves_sys_path_alone():
     assert sys.path == before  # taken off on this thread, before the closing one starts
     cluster.close()
     assert sys.path == before
+
+
+def test_a_lone_job_killed_behind_another_runs_again_once_and_the_crasher_does_not(tmp_path):
+    """Dask ends every task a dead worker held as KilledWorker, the one it was running and the
+    ones queued behind it (seen on bike: the online GP, queued behind scikit-learn's GPR whose
+    OpenBLAS Cholesky crashed, was recorded failed without having started). A lone job that
+    did not die in its own fit runs again, once; the job whose fit started and left no result
+    (the crasher) does not, nor any job whose ingest or learning failed."""
+    import json
+    import time
+    from types import SimpleNamespace
+
+    from distributed import KilledWorker
+
+    from pipeline.job.claims import FITS_FILE
+    from pipeline.results.job_file import job_path
+    from pipeline.sweep.schedule import _rerun_alone
+
+    class Failed:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def exception(self):
+            return self.exc
+
+    since = time.time() - 10
+    sweep = SimpleNamespace(sweep_dir=tmp_path, since=since)
+    queued, crasher, other = (SimpleNamespace(hash=h) for h in ("a" * 16, "b" * 16, "c" * 16))
+    fitting = job_path(tmp_path, crasher.hash).parent
+    fitting.mkdir(parents=True)
+    (fitting / FITS_FILE).write_text(json.dumps({"time": time.time(), "pid": 1}) + "\n")
+    ready, broken = SimpleNamespace(status="finished"), SimpleNamespace(status="error")
+    killed = Failed(KilledWorker("job-x", None, 3))
+    needs = {queued.hash: ready, crasher.hash: ready, other.hash: broken}
+    resubmitted: set[str] = set()
+    assert _rerun_alone(killed, [queued], needs, sweep, resubmitted)
+    resubmitted.add(queued.hash)  # as the sweep does when it submits it again
+    assert not _rerun_alone(killed, [queued], needs, sweep, resubmitted)  # once only
+    assert not _rerun_alone(killed, [crasher], needs, sweep, set())
+    assert not _rerun_alone(killed, [other], needs, sweep, set())  # its learning failed
+    assert not _rerun_alone(Failed(RuntimeError("lost")), [queued], needs, sweep, set())
+    assert _rerun_alone(killed, [queued, crasher], needs, sweep, set())  # a batch: as before

@@ -216,7 +216,8 @@ def _dispatch(client, to_run: list[PlannedJob], needs: dict, submit, records: di
     until every job has a record in ``records``; returns why the sweep stopped for a full
     disk, or None. A batch whose task failed outside its jobs (its workers died) fails the
     jobs whose fit started and did not finish, with the cause, and reruns the others each
-    alone (finished ones are found on disk)."""
+    alone (finished ones are found on disk); a lone job whose workers died while it waited
+    behind another runs again once (:func:`_rerun_alone`)."""
     batches = Batches(to_run, needs)
     progress = Progress(len(to_run))
     running = as_completed(loop=client.loop)
@@ -225,6 +226,7 @@ def _dispatch(client, to_run: list[PlannedJob], needs: dict, submit, records: di
     out_of_space: str | None = None  # a job's result could not be written: stop
     liveness = Liveness(client, sweep.cluster_cfg, sweep.deaths)
     watch = _Watch(liveness, JobDeadlines(sweep.sweep_dir, sweep.since, liveness), in_flight)
+    resubmitted: set[str] = set()  # jobs run alone again after their task failed
 
     def collect(future, job: PlannedJob) -> dict:
         return _collect(future, needs[job.hash], job, sweep.sweep_dir, sweep.cluster_cfg,
@@ -254,12 +256,13 @@ def _dispatch(client, to_run: list[PlannedJob], needs: dict, submit, records: di
                         continue
                     records[job.hash] = record
                     batches.measured(record["seconds"])
-            elif len(jobs) > 1 and needs[jobs[0].hash].status != "error":
+            elif _rerun_alone(future, jobs, needs, sweep, resubmitted):
                 for job in jobs:
                     if _died_fitting(future, job, sweep.sweep_dir, sweep.since):
                         records[job.hash] = collect(future, job)
                         progress.advance(1)
                         continue
+                    resubmitted.add(job.hash)
                     alone = submit([job])
                     in_flight[alone] = [job]
                     running.add(alone)
@@ -371,6 +374,22 @@ class _Watch:
                 return next(running)
             with running.thread_condition:  # as as_completed's own __next__ waits
                 running.thread_condition.wait(timeout=0.1)
+
+
+def _rerun_alone(future, jobs: list[PlannedJob], needs: Mapping, sweep: _Context,
+                 resubmitted: set[str]) -> bool:
+    """Whether a task that failed outside its jobs has its jobs run again, each alone: a batch
+    of several (the job its workers died fitting is failed, the others run again), or a lone
+    job ended as KilledWorker without dying in its own fit — queued on a worker that died
+    running another job, as Dask counts every task a dead worker held — once; never a task
+    whose ingest or learning failed."""
+    if needs[jobs[0].hash].status == "error":
+        return False
+    if len(jobs) > 1:
+        return True
+    job, = jobs
+    return (job.hash not in resubmitted and isinstance(_exception(future), KilledWorker)
+            and not _died_fitting(future, job, sweep.sweep_dir, sweep.since))
 
 
 def _died_fitting(future, job: PlannedJob, sweep_dir: Path, since: float) -> bool:
