@@ -84,3 +84,24 @@ def test_points_drawn_over_each_other_are_named():
     ax.set_xscale("log")
     assert _coinciding(ax, placed) == [["a", "b", "d"]]
     plt.close(fig)
+
+
+def test_nine_panels_stay_within_the_published_figure_limit(tmp_path):
+    """A frontier figure over nine data sets (the second edition's) is drawn at fewer dots per
+    inch than six panels, so its PNG stays within what ``pipeline.publish`` accepts."""
+    from pipeline.publish import MAX_FIGURE_BYTES
+    from pipeline.report.frontier import draw
+
+    rng = np.random.default_rng(0)
+    methods = ["cg", "exact", "nystrom", "sgma", "gpytorch_sgpr", "sklearn_nystroem",
+               "incomplete_cholesky", "zhang_kappa_greedy", "sparse_online", "sklearn_gpr"]
+    datasets = [f"set{k}" for k in range(9)]
+    every = {("final_test_rmse", d): [(m, size, float(rng.uniform(0.05, 200)),
+                                       float(rng.uniform(0.1, 0.9)), 10)
+                                      for m in methods for size in (128, 512)]
+             for d in datasets}
+    spec = {"over": "max_basis", "budgets": [10, 60, 600], "cost": ["fit_seconds"]}
+    figures = draw(every, datasets, ["final_test_rmse"], spec, tmp_path, 1, "_x", "", None)
+    assert len(figures) == 1
+    png, = tmp_path.glob("fig1_frontier_final_test_rmse_x.png")
+    assert 20_000 < png.stat().st_size <= MAX_FIGURE_BYTES

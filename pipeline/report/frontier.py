@@ -198,7 +198,8 @@ def draw(every: dict[tuple[str, str], list[Point]], datasets: Sequence[str],
         head = f"{title}\n" if title else ""
         fig.suptitle(f"{head}{short_label(metric, ds)} against {against}", fontsize=10)
         path = out_dir / f"fig{start + k}_frontier_{metric}{tag}.png"
-        save_figure(fig, path, dpi=100)
+        # fewer dots per inch beyond six panels, so nine panels' PNG stays as small as six's
+        save_figure(fig, path, dpi=max(80, round(100 * math.sqrt(6 / max(len(datasets), 6)))))
         plt.close(fig)
         missing = sorted(set(settings) - {p[0] for d in datasets for p in every[metric, d]})
         caption = _frontier_caption(spec, ds, sorted(shown), sorted(beyond - shown), clipped,
