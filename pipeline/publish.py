@@ -38,8 +38,11 @@ store, publishes their union, checked to be one protocol and one code version::
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -196,31 +199,43 @@ SETTINGS_SUFFIX = "_settings.csv"  # beside the CSV: one row per setting, with C
 def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
            notes: str | Path | None, beside: Sequence[str | Path] = ()) -> Path:
     """Write the CSV, the run's record, the frontier figures and CD diagrams (both from the
-    CSV) and the README into ``out``."""
+    CSV) and the README into ``out``. Every file is written first into a fresh folder inside
+    ``out`` and moved into ``out`` only once all of them are written, so a publication that
+    fails (a figure above the size limit, a full disk) leaves ``out`` as it was."""
     for mode in table["mode"].dropna().unique().tolist():  # they name figure files
         _plain_name(str(mode), "the table's mode")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return _write_files(out, sweep, table, run, reference, notes, beside)
+        stage = Path(tempfile.mkdtemp(prefix=".publishing-", dir=out))
+        try:
+            _write_files(stage, out, sweep, table, run, reference, notes, beside)
+            for path in sorted(stage.iterdir()):
+                os.replace(path, out / path.name)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
     except OSError as err:
         raise InputError(f"cannot write {out}: " + write_failure(
             err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
+    return out / "README.md"
 
 
-def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
-                 notes: str | Path | None, beside: Sequence[str | Path] = ()) -> Path:
+def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: dict,
+                 reference: str, notes: str | Path | None, beside: Sequence[str | Path] = ()
+                 ) -> None:
+    """The files of :func:`_write`, written into ``stage``; the README's commands name
+    ``out``, where they will be."""
     import yaml
 
     from pipeline.report.table_frontier import frontier_figures
 
     names = references_of(reference)
-    with atomic_path(out / f"{sweep}.csv") as tmp:
+    with atomic_path(stage / f"{sweep}.csv") as tmp:
         table.to_csv(tmp, index=False)
-    table = read_table(out / f"{sweep}.csv")
-    with atomic_path(out / f"{sweep}{SETTINGS_SUFFIX}") as tmp:
+    table = read_table(stage / f"{sweep}.csv")
+    with atomic_path(stage / f"{sweep}{SETTINGS_SUFFIX}") as tmp:
         comparison.settings_table(table).to_csv(tmp, index=False)
     order = run.get("mode_order") or []
-    figures = frontier_figures(table, out, run.get("budgets") or BUDGETS, order,
+    figures = frontier_figures(table, stage, run.get("budgets") or BUDGETS, order,
                                run.get("mode_labels"), run.get("standardize_y", True))
     for figure in figures:
         _within_figure_limit(Path(figure.path), "the frontier figures'")
@@ -231,9 +246,9 @@ def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, referenc
 
     Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
         "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
-    write_text(out / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
+    write_text(stage / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
                                                        allow_unicode=True))
-    cd = cd_figures(table, out, order)
+    cd = cd_figures(table, stage, order)
     extra = (f" --notes {notes}" if notes is not None else "") + "".join(
         f" --beside {path}" for path in beside)
     commands = [run["command"],
@@ -248,8 +263,7 @@ def _write_files(out: Path, sweep: str, table: pd.DataFrame, run: dict, referenc
                   notes=_notes_text(notes), mode_order=order,
                   budgets=run.get("budgets") or BUDGETS, cd=cd,
                   beside=_beside_text(table, beside))
-    write_text(out / "README.md", text)
-    return out / "README.md"
+    write_text(stage / "README.md", text)
 
 
 def _plain_name(name: str, what: str, suffix: str = "") -> str:

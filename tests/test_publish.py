@@ -400,3 +400,29 @@ def test_publish_takes_beside_files_and_refuses_a_bad_one_before_writing(tmp_pat
     text = (out / "README.md").read_text()
     assert "## Beside published numbers" in text and "| d | their a | a (m = 64), shared |" in text
     assert f"--out {out} --beside {good}" in text  # the command that renders it again
+
+
+def test_a_publication_that_fails_leaves_its_folder_as_it_was(tmp_path, capsys, monkeypatch):
+    """Every file is written into a folder of its own first: a figure above the size limit
+    (checked after the CSVs are written) fails the publication with its one line and leaves
+    the earlier publication in ``--out`` untouched, with nothing of the failed one beside it."""
+    import yaml
+
+    import pipeline.publish as publish
+
+    job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
+    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
+        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
+         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    out = tmp_path / "out"
+    argv = [str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]
+    assert main(argv) == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert "README.md" in before and "s.csv" in before
+    table = pd.read_csv(tmp_path / "s.csv")
+    table["test_rmse"] *= 1.5  # a second run of the table, whose publication fails
+    table.to_csv(tmp_path / "s.csv", index=False)
+    monkeypatch.setattr(publish, "MAX_FIGURE_BYTES", 1000)
+    assert main(argv) == 2
+    assert "above 1000; lower the frontier figures' dpi" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
