@@ -39,6 +39,15 @@ def _sweep() -> xr.Dataset:
         attrs={"config": {"dataset": {"split": 0}}})
 
 
+def _write_run_record(path) -> None:
+    """The run's record (``<sweep>.run.yaml``) a published CSV is re-rendered with."""
+    import yaml
+
+    path.write_text(yaml.safe_dump(
+        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
+         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+
+
 def test_the_table_has_its_schema_and_lists_mode_free_jobs_under_each_mode():
     table = job_table(_sweep())
     assert table.columns.tolist() == list(COLUMNS)
@@ -253,9 +262,7 @@ def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path,
                                                                 index=False)
     assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 2
     assert "s.run.yaml does not exist" in capsys.readouterr().err
-    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
-        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
-         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    _write_run_record(tmp_path / "s.run.yaml")
     assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "README.md").read_text()
     assert "| d | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |" in text
@@ -381,12 +388,8 @@ def test_beside_text_is_escaped_in_the_readme(tmp_path):
 
 
 def test_publish_takes_beside_files_and_refuses_a_bad_one_before_writing(tmp_path, capsys):
-    import yaml
-
     job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
-    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
-        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
-         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    _write_run_record(tmp_path / "s.run.yaml")
     out = tmp_path / "out"
     good = _beside(tmp_path, "Them 2019,d,their a,rmse,0.35,0.01,3,a,shared,64,r@0:t#L1\n")
     bad = tmp_path / "bad.csv"
@@ -406,14 +409,10 @@ def test_a_publication_that_fails_leaves_its_folder_as_it_was(tmp_path, capsys, 
     """Every file is written into a folder of its own first: a figure above the size limit
     (checked after the CSVs are written) fails the publication with its one line and leaves
     the earlier publication in ``--out`` untouched, with nothing of the failed one beside it."""
-    import yaml
-
     import pipeline.publish as publish
 
     job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
-    (tmp_path / "s.run.yaml").write_text(yaml.safe_dump(
-        {"command": "python -m pipeline -m experiment=s", "code_version": "git 0",
-         "mode_order": ["shared", "own"], "budgets": [60], "figures": [], "grid": None}))
+    _write_run_record(tmp_path / "s.run.yaml")
     out = tmp_path / "out"
     argv = [str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]
     assert main(argv) == 0
