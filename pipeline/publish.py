@@ -49,6 +49,7 @@ from pathlib import Path
 import pandas as pd
 
 from algorithms.errors import InputError
+from pipeline.atomic import atomic_path, write_text
 from pipeline.command import OneLineParser, fail
 from pipeline.oserrors import write_failure
 from pipeline.report import comparison, legs
@@ -221,17 +222,18 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
 def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: dict,
                  reference: str, notes: str | Path | None, beside: Sequence[str | Path] = ()
                  ) -> None:
-    """The files of :func:`_write`, written into ``stage`` (a folder no one reads until
-    :func:`_write` moves its files into ``out``, so they need no atomic writes of their own);
-    the README's commands name ``out``, where they will be."""
+    """The files of :func:`_write`, written into ``stage``; the README's commands name
+    ``out``, where they will be."""
     import yaml
 
     from pipeline.report.table_frontier import frontier_figures
 
     names = references_of(reference)
-    table.to_csv(stage / f"{sweep}.csv", index=False)
+    with atomic_path(stage / f"{sweep}.csv") as tmp:
+        table.to_csv(tmp, index=False)
     table = read_table(stage / f"{sweep}.csv")
-    comparison.settings_table(table).to_csv(stage / f"{sweep}{SETTINGS_SUFFIX}", index=False)
+    with atomic_path(stage / f"{sweep}{SETTINGS_SUFFIX}") as tmp:
+        comparison.settings_table(table).to_csv(tmp, index=False)
     order = run.get("mode_order") or []
     figures = frontier_figures(table, stage, run.get("budgets") or BUDGETS, order,
                                run.get("mode_labels"), run.get("standardize_y", True))
@@ -244,8 +246,8 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
 
     Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
         "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
-    (stage / f"{sweep}{RUN_SUFFIX}").write_text(
-        yaml.dump(run, Dumper=Block, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_text(stage / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
+                                                       allow_unicode=True))
     cd = cd_figures(table, stage, order)
     extra = (f" --notes {notes}" if notes is not None else "") + "".join(
         f" --beside {path}" for path in beside)
@@ -261,7 +263,7 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
                   notes=_notes_text(notes), mode_order=order,
                   budgets=run.get("budgets") or BUDGETS, cd=cd,
                   beside=_beside_text(table, beside))
-    (stage / "README.md").write_text(text, encoding="utf-8")
+    write_text(stage / "README.md", text)
 
 
 def _plain_name(name: str, what: str, suffix: str = "") -> str:
