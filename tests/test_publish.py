@@ -212,6 +212,37 @@ def test_a_trivial_setting_is_flagged_and_never_ranked():
     assert [p[2:] for p in drawn if p[0] == "a"] == [(20.0, 0.4, 2)]
 
 
+def test_an_nlpd_above_the_mean_predictors_leaves_a_setting_out_of_the_nlpd_comparisons():
+    """A setting whose mean beats the training mean but whose NLPD is above the mean
+    predictor's Gaussian's on a split (an overconfident variance) is ranked by its RMSE and
+    left out of every NLPD rank and figure, named."""
+    from pipeline.publish import complete
+    from pipeline.report.comparison import rows_of_mode, settings
+    from pipeline.report.table_frontier import table_points
+
+    table = job_table(_sweep())
+    table["baseline_rmse"], table["baseline_nlpd"] = 1.0, 1.65
+    table = complete(table)
+    # NLPD > 1.65: a at m = 8 on split 1 (1.7), in both modes; no RMSE near 1.0: none trivial
+    assert not table["trivial"].any()
+    above = table[table["nlpd_above_mean"]]
+    assert above[["algorithm", "basis_size", "split"]].drop_duplicates().values.tolist() == [
+        ["a", 8, 1]]
+    rows = rows_of_mode(settings(table), "shared")
+    a8 = rows[(rows["algorithm"] == "a") & (rows["basis"] == 8)].iloc[0]
+    assert a8["ranked"] and not a8["ranked_nlpd"]
+    text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], budgets=(5, 60), mode_order=["shared", "own"])
+    budget = text[text.index("**shared**"):text.index("**own**")]
+    assert "| d | a (m = 8): 0.6 ± 1.3 (2) in 3 s" in budget  # ranked by its RMSE
+    assert ("Left out of the NLPD comparisons: shared: a (m = 8) on d (1 of 2 splits; "
+            "NLPD 1.6); own: a (m = 8) on d (1 of 2 splits; NLPD 1.6)") in text
+    assert sorted(p[:2] for p in table_points(rows, "d", "rmse", "fit")) == [
+        ("a", 8), ("a", 64), ("b", None)]
+    assert sorted(p[:2] for p in table_points(rows, "d", "nlpd", "fit")) == [
+        ("a", 64), ("b", None)]
+
+
 def test_a_reference_without_finished_jobs_is_one_line():
     from algorithms.errors import InputError
     from pipeline.publish import reference_table

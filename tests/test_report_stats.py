@@ -95,12 +95,15 @@ def test_the_trivial_flag():
     base_rmse, base_nlpd = np.full(5, 1.0), np.full(5, 1.42)
     rmse = np.array([0.5, 0.99, 0.9899, 0.5, 0.5])
     nlpd = np.array([0.6, 0.6, 0.6, 1.43, np.nan])
-    # at 0.99 × the mean predictor's RMSE: trivial; just below: not; an NLPD worse than the
-    # mean predictor's Gaussian: trivial; no NLPD: judged by the RMSE alone
-    assert stats.trivial(rmse, nlpd, base_rmse, base_nlpd).tolist() == [
-        False, True, False, True, False]
+    # at 0.99 × the mean predictor's RMSE: trivial; just below: not; the NLPD is no part of it
+    assert stats.trivial(rmse, base_rmse).tolist() == [False, True, False, False, False]
+    # an NLPD worse than the mean predictor's Gaussian is flagged apart (a good mean with an
+    # overconfident variance is not a constant predictor); no NLPD: not flagged
+    assert stats.nlpd_above_mean(nlpd, base_nlpd).tolist() == [False, False, False, True,
+                                                               False]
     # no baseline recorded: nothing is flagged
-    assert not stats.trivial([1.5], [3.0], [np.nan], [np.nan]).any()
+    assert not stats.trivial([1.5], [np.nan]).any()
+    assert not stats.nlpd_above_mean([3.0], [np.nan]).any()
 
 
 def test_the_contention_flag():

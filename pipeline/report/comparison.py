@@ -55,12 +55,14 @@ def per_split(table: pd.DataFrame) -> pd.DataFrame:
         "fit": as_floats(ok["fit_seconds"]),
         "cost": as_floats(ok["fit_seconds"]) + as_floats(ok["learning_seconds"])
         .fillna(0.0),
-        "trivial": _flag(ok, "trivial"), "contended": _flag(ok, "contended")})
+        "trivial": _flag(ok, "trivial"), "nlpd_above_mean": _flag(ok, "nlpd_above_mean"),
+        "contended": _flag(ok, "contended")})
     grouped = frame.groupby([*KEYS, "split"], dropna=False, sort=True)
     out = grouped.agg(rmse=("rmse", "mean"), nlpd=("nlpd", "mean"), fit=("fit", "mean"),
                       cost=("cost", "mean"), rmse_seed_sd=("rmse", "std"),
                       nlpd_seed_sd=("nlpd", "std"), seeds=("rmse", "size"),
-                      trivial=("trivial", "max"), contended=("contended", "max"))
+                      trivial=("trivial", "max"), nlpd_above_mean=("nlpd_above_mean", "max"),
+                      contended=("contended", "max"))
     return out.reset_index()
 
 
@@ -75,7 +77,9 @@ def settings(table: pd.DataFrame) -> pd.DataFrame:
     """Per setting: each metric's mean, CI half-width and splits (``rmse``, ``rmse_ci``,
     ``rmse_n``; the same for ``nlpd``), mean ``fit`` and ``cost`` seconds, ``splits``
     finished, the most ``seeds`` of a split and the mean over splits of the sd over seeds
-    (``rmse_seed_sd``), the ``trivial`` splits, the ``contended`` splits, and ``ranked``."""
+    (``rmse_seed_sd``), the ``trivial`` splits, the ``nlpd_above_mean`` splits, the
+    ``contended`` splits, ``ranked`` (every split finished, none trivial) and ``ranked_nlpd``
+    (ranked, and an NLPD on every split, none above the mean predictor's)."""
     rows = []
     for key, group in per_split(table).groupby(KEYS, dropna=False, sort=True):
         row = dict(zip(KEYS, key, strict=True))
@@ -86,14 +90,18 @@ def settings(table: pd.DataFrame) -> pd.DataFrame:
         row.update(fit=group["fit"].mean(), cost=group["cost"].mean(),
                    splits=group["split"].nunique(), seeds=int(group["seeds"].max()),
                    trivial=int((group["trivial"] == 1).sum()),
+                   nlpd_above_mean=int((group["nlpd_above_mean"] == 1).sum()),
                    contended=int((group["contended"] == 1).sum()))
         rows.append(row)
     out = pd.DataFrame(rows, columns=[*KEYS, "rmse", "rmse_ci", "rmse_n", "rmse_seed_sd",
                                       "nlpd", "nlpd_ci", "nlpd_n", "nlpd_seed_sd", "fit", "cost",
-                                      "splits", "seeds", "trivial", "contended"])
+                                      "splits", "seeds", "trivial", "nlpd_above_mean",
+                                      "contended"])
     most = out.groupby(["mode", "dataset"], dropna=False)["splits"].transform("max")
     out["full"] = out["splits"] == most
     out["ranked"] = out["full"] & (out["trivial"] == 0) & (out["rmse_n"] == out["splits"])
+    out["ranked_nlpd"] = (out["ranked"] & (out["nlpd_above_mean"] == 0)
+                          & (out["nlpd_n"] == out["splits"]))
     return out
 
 
@@ -114,10 +122,14 @@ SETTING_COLUMNS: dict[str, str] = {
            ("seed_sd", "mean over the splits of the sd over the seeds (empty: one seed)"))},
     "fit_seconds": "mean over the splits of the fit's seconds",
     "learning_fit_seconds": "mean over the splits of the seconds of learning + fit",
-    "trivial_splits": "splits on which the setting is a trivial predictor",
+    "trivial_splits": "splits on which the setting is a trivial predictor (test RMSE)",
+    "nlpd_above_mean_splits": "splits on which the setting's test NLPD is above the mean "
+                              "predictor's Gaussian's",
     "contended_splits": "splits whose job was flagged contended",
     "ranked": "whether the tables and figures rank the setting (every split finished, none "
               "trivial)",
+    "ranked_nlpd": "whether the NLPD ranks and figures rank it (ranked, with an NLPD on every "
+                   "split, none above the mean predictor's)",
 }
 
 
@@ -137,7 +149,8 @@ def settings_table(table: pd.DataFrame) -> pd.DataFrame:
         out[f"{metric}_seed_sd"] = rows[f"{metric}_seed_sd"]
     out["fit_seconds"], out["learning_fit_seconds"] = rows["fit"], rows["cost"]
     out["trivial_splits"], out["contended_splits"] = rows["trivial"], rows["contended"]
-    out["ranked"] = rows["ranked"]
+    out["nlpd_above_mean_splits"] = rows["nlpd_above_mean"]
+    out["ranked"], out["ranked_nlpd"] = rows["ranked"], rows["ranked_nlpd"]
     return out[list(SETTING_COLUMNS)]
 
 
@@ -177,9 +190,10 @@ def _by_split(splits: pd.DataFrame, names: pd.DataFrame, metric: str) -> dict[st
 
 
 def excluded(table: pd.DataFrame, order: Sequence[str] = ()) -> dict[str, list[str]]:
-    """Per reason (``trivial``, ``fewer splits``), the settings never ranked, as
+    """Per reason (``trivial``, ``fewer splits``), the settings never ranked, and
+    (``nlpd above mean``) the ranked ones left out of the NLPD comparisons, as
     ``mode: setting on dataset (detail)``."""
-    out: dict[str, list[str]] = {"trivial": [], "fewer splits": []}
+    out: dict[str, list[str]] = {"trivial": [], "fewer splits": [], "nlpd above mean": []}
     rows = settings(table)
     for mode in modes(table, order):
         mine = rows_of_mode(rows, mode)
@@ -191,6 +205,9 @@ def excluded(table: pd.DataFrame, order: Sequence[str] = ()) -> dict[str, list[s
             elif not r["full"]:
                 most = mine[mine["dataset"] == r["dataset"]]["splits"].max()
                 out["fewer splits"].append(f"{where} ({r['splits']} of {most})")
+            elif r["nlpd_above_mean"]:
+                out["nlpd above mean"].append(f"{where} ({r['nlpd_above_mean']} of "
+                                              f"{r['splits']} splits; NLPD {r['nlpd']:.4g})")
     return out
 
 
@@ -370,7 +387,8 @@ def ranks(table: pd.DataFrame, mode, metric: str) -> Ranks:
     needs a complete table). Then the Friedman test and the Nemenyi critical difference at 5 %
     (Demšar 2006, §3.2.2). With fewer than 3 methods or 2 data sets: no test (``cd`` NaN)."""
     rows = rows_of_mode(settings(table), mode)
-    rows = rows[rows["ranked"] & (rows[f"{metric}_n"] == rows["splits"])]
+    rows = rows[rows["ranked_nlpd" if metric == "nlpd" else "ranked"]
+                & (rows[f"{metric}_n"] == rows["splits"])]
     datasets = sorted(rows_of_mode(settings(table), mode)["dataset"].unique())
     every = sorted(rows_of_mode(settings(table), mode)["algorithm"].unique())
     scores, chosen, names, left_out = [], {}, [], []

@@ -63,8 +63,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "baseline_nlpd": ("final_baseline_test_nlpd", "test NLPD of the mean predictor's Gaussian "
                       "N(ȳ_train, var(y_train))"),
     "trivial": ("= stats.trivial", "whether the job's predictor is no better than the "
-                "training mean (the rule is in the README); a trivial job's setting is never "
-                "ranked"),
+                "training mean in test RMSE (the rule is in the README); a trivial job's "
+                "setting is never ranked"),
+    "nlpd_above_mean": ("= stats.nlpd_above_mean", "whether the job's test NLPD is above the "
+                        "mean predictor's Gaussian's; such a job's setting is left out of "
+                        "every NLPD comparison"),
     "converged": ("final_own_converged", "whether a method's own learning met its stopping "
                   "rule (empty: it learns nothing itself, or not recorded)"),
 }
@@ -80,7 +83,7 @@ DERIVED = {
                              ("final_own_learning_cpu_seconds", 1)),
 }
 INTEGERS = ("split", "seed", "basis_size", "threads", "cores")
-FLAGS = ("contended", "trivial", "converged")
+FLAGS = ("contended", "trivial", "nlpd_above_mean", "converged")
 
 # the sweep dims a published table may have: each is a column (any other swept key would be
 # averaged away unseen)
@@ -165,8 +168,9 @@ def _flag_value(value):
 
 def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.DataFrame:
     """``table`` with the baselines the run did not record computed from the shipped data
-    (:func:`baselines`), and its ``trivial`` and ``contended`` flags computed by their rules
-    (:func:`pipeline.report.stats.trivial`, :func:`pipeline.report.stats.contended`)."""
+    (:func:`baselines`), and its ``trivial``, ``nlpd_above_mean`` and ``contended`` flags
+    computed by their rules (:func:`pipeline.report.stats.trivial`,
+    :func:`pipeline.report.stats.nlpd_above_mean`, :func:`pipeline.report.stats.contended`)."""
     from pipeline.report import stats
 
     table = table.copy()
@@ -180,12 +184,15 @@ def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.Dat
                                           for d, s in table.loc[missing, ["dataset", "split"]]
                                           .itertuples(index=False)]
     ok = (table["status"] == "ok").to_numpy()
-    flag = stats.trivial(*(as_floats(table[c]) for c in
-                           ("test_rmse", "test_nlpd", "baseline_rmse", "baseline_nlpd")))
     known = table["baseline_rmse"].notna().to_numpy() & ok
-    table["trivial"] = pd.array([bool(f) if k else pd.NA for f, k in zip(flag, known,
-                                                                           strict=True)],
-                                dtype="boolean")
+    for name, flag in (
+            ("trivial", stats.trivial(as_floats(table["test_rmse"]),
+                                      as_floats(table["baseline_rmse"]))),
+            ("nlpd_above_mean", stats.nlpd_above_mean(as_floats(table["test_nlpd"]),
+                                                      as_floats(table["baseline_nlpd"])))):
+        table[name] = pd.array([bool(f) if k else pd.NA for f, k in zip(flag, known,
+                                                                         strict=True)],
+                               dtype="boolean")
     timing = [stats.contended(as_floats(table[wall]), as_floats(table[cpu]),
                               as_floats(table["load_start"]), as_floats(table["load_end"]),
                               as_floats(table["cores"]), as_floats(table[others]))

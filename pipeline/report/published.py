@@ -43,6 +43,7 @@ def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
         "judged; nor did it record a method's own learning apart from its fit, so a method "
         "that trains itself inside its fit has that training in its fit seconds.")
     trivial = "; ".join(left["trivial"]) or "none"
+    above = "; ".join(left["nlpd above mean"]) or "none"
     known = ok["converged"].notna()
     capped = ok[known & ok["converged"].eq(False)]
     where = "; ".join(f"{mode}: {comparison.label(row)} on {row['dataset']} ({n})"
@@ -63,12 +64,17 @@ def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
            "(e.g. landmarks) moves a result is not measured here." if seeds <= 1 else "."),
         f"- **Trivial predictors.** A job is trivial when its test RMSE is at least "
         f"{stats.TRIVIAL_RATIO} times that of the training-mean predictor on the same test "
-        "rows, or its test NLPD is above that of the mean predictor's Gaussian "
-        "N(ȳ_train, var(y_train)) (column `trivial`; the baselines are columns `baseline_rmse`"
-        " and `baseline_nlpd`, computed from the shipped data where the run did not record "
-        f"them). A setting with a trivial split is never ranked, in any table or figure: "
+        "rows (column `trivial`; the baselines are columns `baseline_rmse` and "
+        "`baseline_nlpd`, computed from the shipped data where the run did not record them). "
+        "A setting with a trivial split is never ranked, in any table or figure: "
         f"{int(ok['trivial'].eq(True).sum())} of {len(ok)} finished rows are trivial. Left out "
         f"as trivial: {trivial}.",
+        "- **NLPD above the mean predictor's.** A job whose test NLPD is above that of the "
+        "mean predictor's Gaussian N(ȳ_train, var(y_train)) (column `nlpd_above_mean`) "
+        "predicts a distribution worse than the constant one's, however good its mean: a "
+        "setting with such a split is left out of every NLPD rank and figure, and ranked by "
+        f"its RMSE as any other: {int(ok['nlpd_above_mean'].eq(True).sum())} of {len(ok)} "
+        f"finished rows. Left out of the NLPD comparisons: {above}.",
         f"- **Contention.** A row is flagged `contended` when its fit or its learning, if it "
         f"took at least {stats.MIN_WALL:g} s, got less than {stats.BUSY_CPU} CPU seconds per "
         "wall second (a CPU-bound step keeps at least one thread running, so less than 0.8 "

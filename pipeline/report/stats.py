@@ -154,16 +154,24 @@ def significant_pairs(ranks: Sequence[float], cd: float) -> list[tuple[int, int]
 
 
 
-def trivial(rmse: np.ndarray, nlpd: np.ndarray, baseline_rmse: np.ndarray,
-            baseline_nlpd: np.ndarray, ratio: float = TRIVIAL_RATIO) -> np.ndarray:
+def trivial(rmse: np.ndarray, baseline_rmse: np.ndarray,
+            ratio: float = TRIVIAL_RATIO) -> np.ndarray:
     """Whether each job's predictor is trivial: its test RMSE is at least ``ratio`` times the
-    training-mean predictor's on the same test rows, or its test NLPD exceeds that of the
-    mean predictor's Gaussian N(ȳ_train, var(y_train)). A missing metric or baseline does not
-    flag (an NLPD the method does not give is no evidence either way)."""
-    rmse, nlpd, base_rmse, base_nlpd = (np.asarray(v, dtype=np.float64)
-                                        for v in (rmse, nlpd, baseline_rmse, baseline_nlpd))
+    training-mean predictor's on the same test rows (a predictor no better than the constant
+    one; never ranked). A missing RMSE or baseline does not flag."""
+    rmse, base = (np.asarray(v, dtype=np.float64) for v in (rmse, baseline_rmse))
     with np.errstate(invalid="ignore"):
-        return (rmse >= ratio * base_rmse) | (nlpd > base_nlpd)
+        return rmse >= ratio * base
+
+
+def nlpd_above_mean(nlpd: np.ndarray, baseline_nlpd: np.ndarray) -> np.ndarray:
+    """Whether each job's test NLPD exceeds that of the training-mean predictor's Gaussian
+    N(ȳ_train, var(y_train)): its predictive distribution is worse than the constant one's, so
+    it is left out of every NLPD comparison (it may still predict well: its RMSE is judged by
+    :func:`trivial`). A missing NLPD (a method that gives none) or baseline does not flag."""
+    nlpd, base = (np.asarray(v, dtype=np.float64) for v in (nlpd, baseline_nlpd))
+    with np.errstate(invalid="ignore"):
+        return nlpd > base
 
 
 BUSY_CPU = 0.8  # a fit that got less than this share of one core waited for a core

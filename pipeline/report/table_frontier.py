@@ -2,7 +2,8 @@
 re-renders from), so that they show what the README ranks: per mode, metric and cost (fit-only
 seconds; learning + fit seconds) one figure, a panel per data set, each *ranked* setting's
 mean over its splits (:func:`pipeline.report.comparison.settings`: every split finished, none
-trivial). A trivial predictor is never drawn, so it is never on a Pareto frontier."""
+trivial; in the NLPD figures, none with an NLPD above the mean predictor's either). A trivial
+predictor is never drawn, so it is never on a Pareto frontier."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from pipeline.report.style import Figure, and_list
 METRICS = {"rmse": "final_test_rmse", "nlpd": "final_test_nlpd"}  # settings' column → name
 COSTS = {"fit": "fit seconds (learning not counted)", "cost": "learning + fit seconds"}
 OVER = "algorithm.max_basis"  # the basis size m: the marker's size
+_RANKED = {"rmse": "ranked", "nlpd": "ranked_nlpd"}  # metric → the settings it ranks
 
 
 def table_points(rows: pd.DataFrame, dataset: str, metric: str, cost: str) -> list[Point]:
-    """(algorithm, m or None, mean ``cost``, mean ``metric``, splits) of every ranked setting
-    of ``dataset`` among ``rows`` (:func:`settings` of one mode) with a finite ``metric``."""
-    mine = rows[(rows["dataset"] == dataset) & rows["ranked"].astype(bool)
+    """(algorithm, m or None, mean ``cost``, mean ``metric``, splits) of every setting of
+    ``dataset`` among ``rows`` (:func:`settings` of one mode) ranked in ``metric``, with a
+    finite ``metric``."""
+    mine = rows[(rows["dataset"] == dataset) & rows[_RANKED[metric]].astype(bool)
                 & np.isfinite(rows[metric].astype(float)) & np.isfinite(rows[cost].astype(float))]
     return [(r["algorithm"], None if r["basis"] == NO_BASIS else int(r["basis"]),
              float(r[cost]), float(r[metric]), int(r["splits"]))
@@ -44,17 +47,25 @@ def frontier_figures(table: pd.DataFrame, out_dir: Path, budgets: Sequence[float
     for mode in modes(table, mode_order):
         of_mode = rows_of_mode(rows, mode)
         datasets = sorted(of_mode["dataset"].unique().tolist())
-        unranked = [f"{label(r)} on {r['dataset']}" for _, r in of_mode.iterrows()
-                    if not r["ranked"]]
-        left_out = ("Not drawn, as never ranked (trivial, or fewer splits than the data set's "
-                    f"others; the README says which): {and_list(unranked)}." if unranked else "")
         head = str((mode_labels or {}).get(mode, f"protocol {mode}")) if not pd.isna(mode) else ""
         tag = "" if pd.isna(mode) else f"_{mode}"
         for cost, words in COSTS.items():
-            every = {(name, d): table_points(of_mode, d, metric, cost)
-                     for metric, name in METRICS.items() for d in datasets}
             spec = {"over": OVER, "budgets": list(budgets), "cost": [cost], "cost_label": words,
                     "logx": True}
-            out += draw(every, datasets, list(METRICS.values()), spec, out_dir, len(out) + 1,
-                        f"{tag}_{cost}", head, names, left_out)
+            for metric, name in METRICS.items():
+                every = {(name, d): table_points(of_mode, d, metric, cost) for d in datasets}
+                out += draw(every, datasets, [name], spec, out_dir, len(out) + 1,
+                            f"{tag}_{cost}", head, names, _left_out(of_mode, metric))
     return out
+
+
+def _left_out(rows: pd.DataFrame, metric: str) -> str:
+    """The caption's end: the settings of ``rows`` (one mode) the ``metric`` figure does not
+    draw, as never ranked there."""
+    unranked = [f"{label(r)} on {r['dataset']}" for _, r in rows.iterrows()
+                if not r[_RANKED[metric]]]
+    why = ("trivial, or fewer splits than the data set's others" if metric == "rmse" else
+           "trivial, fewer splits than the data set's others, an NLPD above the mean "
+           "predictor's, or none")
+    return (f"Not drawn, as not ranked ({why}; the README says which): "
+            f"{and_list(unranked)}." if unranked else "")
