@@ -456,3 +456,37 @@ def test_a_publication_that_fails_leaves_its_folder_as_it_was(tmp_path, capsys, 
     assert main(argv) == 2
     assert "above 1000; lower the frontier figures' dpi" in capsys.readouterr().err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_data_set_where_fewer_than_three_methods_are_ranked_is_left_out_of_the_ranks():
+    """NLPD ranks over the data sets on which at least 3 methods have a ranked NLPD setting:
+    a set where every method but 2 is above the mean predictor's NLPD would otherwise leave
+    a complete table of 2 methods and no test. The set is named, its RMSE ranks kept."""
+    from pipeline.report.comparison import ranks
+    from pipeline.report.published import _cd_caption
+
+    rows = []
+    for d, dataset in enumerate(["d1", "d2", "d3"]):
+        for i, algorithm in enumerate("pqrs"):
+            for split in (0, 1):
+                rows.append({"mode": "shared", "dataset": dataset, "algorithm": algorithm,
+                             "basis_size": np.nan, "split": split, "seed": 0, "status": "ok",
+                             "test_rmse": 0.1 * (i + 1) + 0.01 * split + d,
+                             "test_nlpd": 0.1 * (i + 1) - 0.01 * split,
+                             "fit_seconds": 1.0, "learning_seconds": 0.0, "trivial": False,
+                             "nlpd_above_mean": dataset == "d3" and algorithm in "rs",
+                             "contended": False})
+    table = pd.DataFrame(rows)
+    nlpd = ranks(table, "shared", "nlpd")
+    assert nlpd["datasets"] == ["d1", "d2"] and nlpd["names"] == list("pqrs")
+    assert nlpd["dropped"] == ["d3 (2 methods with a ranked setting there)"]
+    assert nlpd["ranks"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert "Data sets left out (fewer than 3 methods have a ranked setting with test NLPD " \
+        "there): d3 (2 methods with a ranked setting there)." in _cd_caption(nlpd, "nlpd")[0]
+    rmse = ranks(table, "shared", "rmse")
+    assert rmse["datasets"] == ["d1", "d2", "d3"] and rmse["dropped"] == []
+    # two methods with an NLPD on a set of their own: no set enters, no test, said so
+    table.loc[table["dataset"] != "d3", "nlpd_above_mean"] = True
+    none = ranks(table, "shared", "nlpd")
+    assert none["datasets"] == [] and not len(none["ranks"]) and len(none["dropped"]) == 3
+    assert _cd_caption(none, "nlpd")[0].startswith("No ranks of test NLPD: 0 method(s) over 0 ")

@@ -376,7 +376,11 @@ def against_reference(table: pd.DataFrame, reference: str | Sequence[str], mode)
 
 class Ranks(dict):
     """What :func:`ranks` found: ``names``, average ``ranks``, ``cd``, ``chi2``, ``p``, ``n``
-    (data sets), ``chosen`` (per method, the basis size per dataset) and ``left_out``."""
+    (data sets), ``datasets``, ``dropped`` (data sets left out, with why), ``chosen`` (per
+    method, the basis size per dataset) and ``left_out`` (methods)."""
+
+
+MIN_METHODS = 3  # Friedman's test compares at least 3 methods
 
 
 def ranks(table: pd.DataFrame, mode, metric: str) -> Ranks:
@@ -384,28 +388,44 @@ def ranks(table: pd.DataFrame, mode, metric: str) -> Ranks:
     ``mode``: each method enters at its best ranked basis size per data set (the setting with
     the lowest mean metric among its ranked settings there that have the metric on every
     split), and only a method with such a setting on every data set enters (a Friedman test
-    needs a complete table). Then the Friedman test and the Nemenyi critical difference at 5 %
-    (Demšar 2006, §3.2.2). With fewer than 3 methods or 2 data sets: no test (``cd`` NaN)."""
-    rows = rows_of_mode(settings(table), mode)
-    rows = rows[rows["ranked_nlpd" if metric == "nlpd" else "ranked"]
-                & (rows[f"{metric}_n"] == rows["splits"])]
-    datasets = sorted(rows_of_mode(settings(table), mode)["dataset"].unique())
-    every = sorted(rows_of_mode(settings(table), mode)["algorithm"].unique())
+    needs a complete table). A data set on which fewer than :data:`MIN_METHODS` methods have
+    such a setting is left out first (``dropped``): kept, it would shrink the complete table
+    below the 3 methods the test needs. Then the Friedman test and the Nemenyi critical
+    difference at 5 % (Demšar 2006, §3.2.2). With fewer than 3 methods or 2 data sets: no test
+    (``cd`` NaN)."""
+    every_row = rows_of_mode(settings(table), mode)
+    rows = every_row[every_row["ranked_nlpd" if metric == "nlpd" else "ranked"]
+                     & (every_row[f"{metric}_n"] == every_row["splits"])]
+    methods_on = rows.groupby("dataset")["algorithm"].nunique()
+    datasets, dropped = [], []
+    for d in sorted(every_row["dataset"].unique()):
+        held = int(methods_on.get(d, 0))
+        if held >= MIN_METHODS:
+            datasets.append(d)
+        else:
+            dropped.append(f"{d} ({held} method{'' if held == 1 else 's'} with a ranked "
+                           f"setting there)")
+    every = sorted(every_row["algorithm"].unique())
     scores, chosen, names, left_out = [], {}, [], []
     for algorithm in every:
         mine = rows[rows["algorithm"] == algorithm]
         best = [mine[mine["dataset"] == d].sort_values(metric).head(1) for d in datasets]
         missing = [d for d, b in zip(datasets, best, strict=True) if b.empty]
-        if missing:
-            left_out.append(f"{algorithm} (no ranked setting with {METRICS[metric][1]} on "
-                            f"{', '.join(missing)})")
+        if missing or not datasets:
+            words = METRICS[metric][1]
+            gives = every_row[every_row["algorithm"] == algorithm][f"{metric}_n"].sum() > 0
+            where = ("any data set" if not datasets or len(missing) == len(datasets)
+                     else ", ".join(missing))
+            left_out.append(f"{algorithm} (" + (f"no ranked setting with {words} on {where}"
+                                                if gives else f"gives no {words}") + ")")
             continue
         names.append(algorithm)
         scores.append([float(b[metric].iloc[0]) for b in best])
         chosen[algorithm] = {d: b["basis"].iloc[0] for d, b in zip(datasets, best, strict=True)}
     out = Ranks(names=names, chosen=chosen, left_out=left_out, n=len(datasets),
-                datasets=datasets, ranks=np.array([]), cd=np.nan, chi2=np.nan, p=np.nan)
-    if len(names) < 3 or len(datasets) < 2:
+                datasets=datasets, dropped=dropped, ranks=np.array([]), cd=np.nan,
+                chi2=np.nan, p=np.nan)
+    if len(names) < MIN_METHODS or len(datasets) < 2:
         return out
     matrix = np.array(scores).T  # data sets × methods
     out.update(ranks=stats.average_ranks(matrix), cd=stats.critical_difference(

@@ -108,10 +108,14 @@ def _counted(rows: pd.DataFrame) -> list[tuple[tuple[str, pd.Series], int]]:
 def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
     """What a CD figure shows, its test and what was left out."""
     words = comparison.METRICS[metric][1]
+    methods = "; ".join(result["left_out"]) or "none"
+    sets = ("; ".join(result["dropped"]) or "none")
+    dropped = (f"Data sets left out (fewer than {comparison.MIN_METHODS} methods have a ranked "
+               f"setting with {words} there): {sets}.")
     if not len(result["ranks"]):
         return [f"No ranks of {words}: {len(result['names'])} method(s) over "
                 f"{result['n']} data set(s) enter (the Friedman test needs at least 3 methods "
-                "and 2 data sets). Left out: " + ("; ".join(result["left_out"]) or "none") + "."]
+                f"and 2 data sets). {dropped} Methods left out: {methods}."]
     return [
         f"Average rank of {words} over {result['n']} data sets (1 = best; ties share their "
         f"average rank). Friedman χ² = {result['chi2']:.3g}, p = {result['p']:.2g}; bars join "
@@ -119,8 +123,8 @@ def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
         f"(CD = q₀.₀₅·√(k(k+1)/(6N)) = {result['cd']:.2f} for k = {len(result['names'])}, "
         f"N = {result['n']}; Demšar 2006): no difference within a bar is significant. Each "
         "method enters at its best ranked basis size per data set (the table below), and only "
-        "a method with a ranked setting on every data set enters. Left out: "
-        + ("; ".join(result["left_out"]) or "none") + ".",
+        f"a method with a ranked setting on every data set entering enters. {dropped} Methods "
+        f"left out: {methods}.",
         "",
         comparison.rank_table(result),
     ]

@@ -9,8 +9,10 @@ the best and the reference, ranks across data sets, and the flags that keep a ro
   Comparisons of Classifiers over Multiple Data Sets*, JMLR 7:1–30, §3.2.2: the Friedman test
   on the methods' ranks per data set, then the Nemenyi post-hoc test, whose critical
   difference is drawn as a CD diagram (:mod:`pipeline.report.critical_difference`);
-- :func:`trivial` and :func:`contended`: the rules that flag a job whose predictor is no better
-  than the training mean, or whose seconds were measured on a busy machine.
+- :func:`trivial`, :func:`nlpd_above_mean` and :func:`contended`: the rules that flag a job
+  whose predictor is no better than the training mean (never ranked), whose predictive
+  distribution is worse than the mean predictor's Gaussian (left out of NLPD comparisons), or
+  whose seconds were measured on a busy machine.
 
 Why a paired t-test and not Wilcoxon's signed-rank test for the ties: with 5 splits the
 smallest two-sided p-value Wilcoxon's exact test can reach is 2/2⁵ = 0.0625, so at 5 % it
