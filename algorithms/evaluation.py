@@ -98,6 +98,21 @@ def classification_metrics(prob: np.ndarray, y: np.ndarray) -> dict[str, float]:
             "test_brier": float(np.mean((prob - positive) ** 2))}
 
 
+VAR_FLOOR_RTOL = 1e-6  # relative round-off allowed below σ² before a variance counts as lost
+
+
+def var_below_noise(var: np.ndarray, lam: float) -> float:
+    """The fraction of rows whose predictive variance of y is below the noise σ² = ``lam``
+    (less :data:`VAR_FLOOR_RTOL` of it). A GP's is k** − (a PSD form) + σ² with the first two
+    together the latent variance, never negative: a variance below σ² is digits lost to
+    round-off (GPyTorch's SGPR at a small σ², docs/uci_frontier_notes.md), and its NLPD is
+    then not the method's."""
+    var = np.asarray(var, dtype=np.float64)
+    if not len(var) or not np.isfinite(lam):
+        return math.nan
+    return float(np.mean(var < lam * (1.0 - VAR_FLOOR_RTOL)))
+
+
 def metrics(prediction: Prediction, y: np.ndarray, task: str = "regression"
             ) -> dict[str, float]:
     """The test metrics of ``task`` (:data:`~algorithms.contract.TASK_METRICS`); NaN where the
@@ -240,6 +255,7 @@ class Recorder:
             costs["predict_var_seconds"] = time.perf_counter() - t0
             if memory is not None:
                 costs["predict_var_peak_bytes"] = memory.peak()
+            costs["test_var_below_noise"] = var_below_noise(var, solution.lam)
         return metrics(Prediction(mean, var, prob), y, self.task), costs
 
     def finish(self, name: str, solution: Solution,

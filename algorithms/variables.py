@@ -32,6 +32,8 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "test_rmse": ("test root mean squared error", TARGET),
     "test_nlpd": ("test negative log predictive density (mean over points)", "nats"),
     "test_coverage_2sd": ("fraction of test targets within ±2 predictive sd", "1"),
+    "test_var_below_noise": ("fraction of test rows whose predictive variance of y is below "
+                             "σ² (impossible for a GP: digits lost to round-off)", "1"),
     "test_error_rate": ("test error rate (sign of the latent mean)", "1"),
     "test_log_loss": ("test log loss (mean over points)", "nats"),
     "test_brier": ("test Brier score (mean squared probability error)", "1"),

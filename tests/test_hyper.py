@@ -499,3 +499,20 @@ def test_the_learning_benchmark_writes_its_figures_at_small_size(tmp_path, monke
                                             "lapack_potrf_potri_seconds"))
     assert (out / "learning.png").stat().st_size > 10000
     assert main(["size=huge"]) == 2
+
+
+def test_a_predictive_variance_below_the_noise_is_a_warning_for_the_job_and_the_sweep():
+    from pipeline.job.summary import variance_warning
+    from pipeline.sweep.outcome import _variance_lines
+
+    assert variance_warning({"test_var_below_noise": 0.0}) is None
+    assert variance_warning({}) is None
+    assert variance_warning({"test_var_below_noise": 0.22}).startswith(
+        "warning: on 22 % of the test rows the predictive variance of y is below σ²")
+    ds = xr.Dataset({"final_test_var_below_noise": ("point", [0.0, 0.5, np.nan, 0.1]),
+                     "status": ("point", ["ok", "ok", "ok", "failed"])})
+    assert _variance_lines(ds) == [
+        "warning: 1 of 2 finished sweep points with a predictive variance have it below σ² on "
+        "some test rows (round-off in the method's variance): their test NLPD is not the "
+        "method's (final_test_var_below_noise)"]
+    assert _variance_lines(ds.drop_vars("final_test_var_below_noise")) == []

@@ -145,11 +145,24 @@ def trivial_warning(summary: dict) -> str | None:
             "(dataset.standardize_y, hyper.center_y)")
 
 
+def variance_warning(summary: dict) -> str | None:
+    """The warning line of a fit whose predictive variance of y fell below σ² on some test
+    rows (``test_var_below_noise``: round-off in the method's variance), or None."""
+    share = summary.get("test_var_below_noise")
+    if not isinstance(share, (int, float)) or not share > 0:
+        return None
+    return (f"warning: on {100 * share:.3g} % of the test rows the predictive variance of y is "
+            "below σ² (impossible for a GP: the variance lost its digits to round-off), so "
+            "its test NLPD is not the method's; a larger lam, or the method's stable form, "
+            "gives one")
+
+
 def job_warnings(result_path: str | Path) -> list[str]:
     """The ``warning: …`` lines of one job's result: a learning that ended on a bound, a fit
-    no better than the training mean."""
+    no better than the training mean, a predictive variance below the noise."""
     summary = load_job_attrs(result_path).get("summary", {})
-    lines = [bound_warning(summary.get("hyper_at_bound", "")), trivial_warning(summary)]
+    lines = [bound_warning(summary.get("hyper_at_bound", "")), trivial_warning(summary),
+             variance_warning(summary)]
     return [line for line in lines if line]
 
 

@@ -66,7 +66,7 @@ def sweep_warnings(results_path: str | Path) -> list[str]:
         return []  # no consolidated results to read: the sweep's own lines say why
     lines = [line.replace("hyper=ml learned", f"hyper=ml at {where} learned", 1)
              for where, value, _ in settings if (line := bound_warning(value))]
-    return lines + _trivial_lines(ds)
+    return lines + _trivial_lines(ds) + _variance_lines(ds)
 
 
 def _trivial_lines(ds) -> list[str]:
@@ -84,3 +84,19 @@ def _trivial_lines(ds) -> list[str]:
     return [f"warning: {trivial} of {int(known.sum())} finished sweep points have a test RMSE "
             f"not below the training-mean predictor's (at least {TRIVIAL_RATIO:g} of it): "
             "trivial fits, which publish flags and never ranks"]
+
+
+def _variance_lines(ds) -> list[str]:
+    """One warning line counting the finished jobs whose predictive variance of y fell below
+    σ² on some test rows (:func:`pipeline.job.summary.variance_warning`), if any."""
+    name = "final_test_var_below_noise"
+    if name not in ds:
+        return []
+    share = ds[name].values[(ds["status"] == "ok").values]
+    known = np.isfinite(share)
+    below = int((share[known] > 0).sum())
+    if not below:
+        return []
+    return [f"warning: {below} of {int(known.sum())} finished sweep points with a predictive "
+            "variance have it below σ² on some test rows (round-off in the method's variance): "
+            "their test NLPD is not the method's (final_test_var_below_noise)"]
