@@ -206,13 +206,17 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
         _plain_name(str(mode), "the table's mode")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        earlier = _published_files(out / f"{sweep}{RUN_SUFFIX}")
         stage = Path(tempfile.mkdtemp(prefix=".publishing-", dir=out))
         try:
             _write_files(stage, out, sweep, table, run, reference, notes, beside)
+            written = {path.name for path in stage.iterdir()}
             for path in sorted(stage.iterdir()):
                 os.replace(path, out / path.name)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+        for name in sorted(earlier - written):  # the earlier publication's, not rewritten
+            (out / name).unlink(missing_ok=True)
     except OSError as err:
         raise InputError(f"cannot write {out}: " + write_failure(
             err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
@@ -240,14 +244,6 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
     for figure in figures:
         _within_figure_limit(Path(figure.path), "the frontier figures'")
     run = {**run, "figures": [Path(f.path).name for f in figures]}
-
-    class Block(yaml.SafeDumper):  # a multi-line string (the grid) as a literal block
-        pass
-
-    Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
-    write_text(stage / f"{sweep}{RUN_SUFFIX}", yaml.dump(run, Dumper=Block, sort_keys=False,
-                                                       allow_unicode=True))
     cd = cd_figures(table, stage, order)
     extra = (f" --notes {notes}" if notes is not None else "") + "".join(
         f" --beside {path}" for path in beside)
@@ -264,6 +260,35 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
                   budgets=run.get("budgets") or BUDGETS, cd=cd,
                   beside=_beside_text(table, beside))
     write_text(stage / "README.md", text)
+
+    class Block(yaml.SafeDumper):  # a multi-line string (the grid) as a literal block
+        pass
+
+    Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+    record = stage / f"{sweep}{RUN_SUFFIX}"
+    run = {**run, "files": sorted({path.name for path in stage.iterdir()} | {record.name})}
+    write_text(record, yaml.dump(run, Dumper=Block, sort_keys=False, allow_unicode=True))
+
+
+def _published_files(record: Path) -> set[str]:
+    """The files an earlier publication into the folder wrote (``files`` of its run record;
+    none when there is no record or it lists none): the ones a new publication may remove when
+    it does not write them again. Only plain file names count."""
+    import yaml
+
+    from pipeline.config.yaml_limits import load_yaml
+
+    if not record.is_file():
+        return set()
+    try:  # a record it cannot read names nothing: nothing is removed
+        listed = (load_yaml(record) or {}).get("files") or []
+    except (OSError, InputError, yaml.YAMLError, AttributeError, UnicodeDecodeError):
+        return set()
+    if not isinstance(listed, list):
+        return set()
+    return {name for name in listed if isinstance(name, str)
+            and re.fullmatch(r"[\w\-][\w.\-]*", name)}
 
 
 def _plain_name(name: str, what: str, suffix: str = "") -> str:

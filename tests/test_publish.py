@@ -490,3 +490,31 @@ def test_a_data_set_where_fewer_than_three_methods_are_ranked_is_left_out_of_the
     none = ranks(table, "shared", "nlpd")
     assert none["datasets"] == [] and not len(none["ranks"]) and len(none["dropped"]) == 3
     assert _cd_caption(none, "nlpd")[0].startswith("No ranks of test NLPD: 0 method(s) over 0 ")
+
+
+def test_a_publication_removes_the_files_of_the_one_before_it_does_not_write_again(tmp_path):
+    """The run record lists every file a publication wrote; the next publication into the
+    folder removes those it does not write again (an edition with fewer figures leaves none
+    of the old ones behind) and nothing else (a file the user put there stays)."""
+    import yaml
+
+    job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
+    _write_run_record(tmp_path / "s.run.yaml")
+    out = tmp_path / "out"
+    argv = [str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]
+    assert main(argv) == 0
+    first = sorted(path.name for path in out.iterdir())
+    assert yaml.safe_load((out / "s.run.yaml").read_text())["files"] == first
+    own = [name for name in first if "_own_" in name]
+    assert own  # the own mode's figures
+    (out / "mine.txt").write_text("the user's")
+    table = pd.read_csv(tmp_path / "s.csv")
+    table[table["mode"] == "shared"].to_csv(tmp_path / "s.csv", index=False)  # one mode
+    import shutil
+
+    shutil.copy(out / "s.run.yaml", tmp_path / "s.run.yaml")
+    assert main(argv) == 0
+    second = sorted(path.name for path in out.iterdir())
+    assert second == sorted([name for name in first if name not in own] + ["mine.txt"])
+    assert yaml.safe_load((out / "s.run.yaml").read_text())["files"] == [
+        name for name in second if name != "mine.txt"]
