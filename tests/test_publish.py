@@ -518,3 +518,23 @@ def test_a_publication_removes_the_files_of_the_one_before_it_does_not_write_aga
     assert second == sorted([name for name in first if name not in own] + ["mine.txt"])
     assert yaml.safe_load((out / "s.run.yaml").read_text())["files"] == [
         name for name in second if name != "mine.txt"]
+
+
+def test_converged_is_recorded_only_under_the_own_protocol():
+    """A peer that does not train at the shared kernel (GPyTorch's SGPR reports that run as
+    not converged) is no learning stopped at its cap: ``converged`` is empty outside the own
+    protocol, and the README counts only the own protocol's caps."""
+    from pipeline.job.protocol import PROTOCOLS
+    from pipeline.publish import complete
+    from pipeline.report.job_table import OWN
+
+    assert OWN in PROTOCOLS
+    table = job_table(_sweep())
+    table["converged"] = pd.array([False] * len(table), dtype="boolean")
+    table = complete(table)
+    assert table.loc[table["mode"] == "shared", "converged"].isna().all()
+    assert table.loc[table["mode"] == "own", "converged"].eq(False).all()
+    text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], mode_order=["shared", "own"])
+    assert "6 of 6 such rows did not converge: own: a (m = 8) on d (2); own: a (m = 64) on d " \
+        "(2); own: b on d (2)." in text

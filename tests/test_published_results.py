@@ -20,7 +20,9 @@ from pipeline.publish import (
 from pipeline.report import comparison
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-SETS = {"abalone", "kin40k", "protein", "elevators", "pol", "pumadyn32nm"}
+SETS = {"abalone", "pumadyn32nm", "pol", "elevators", "bike", "kin40k", "protein",
+        "keggdirected", "keggundirected"}
+SPLITS = set(range(10))
 
 
 def _table() -> pd.DataFrame:
@@ -32,7 +34,7 @@ def test_the_committed_table_follows_its_schema():
     assert table.columns.tolist() == list(COLUMNS)
     assert pd.read_csv(RESULTS / "uci_frontier.csv", nrows=1).columns.tolist() == list(COLUMNS)
     assert set(table["dataset"]) == SETS and set(table["mode"]) == {"shared", "own"}
-    assert set(table["split"]) == {0, 1, 2, 3, 4}
+    assert set(table["split"]) == SPLITS
     assert set(table["status"]) <= {"ok", "failed"}
     assert set(table["basis_size"].dropna()) <= {128, 512, 1024}
     ok = table[table["status"] == "ok"]
@@ -42,18 +44,22 @@ def test_the_committed_table_follows_its_schema():
     assert ok["cpu_model"].notna().all()
     assert ((ok["coverage_2sd"].dropna() >= 0) & (ok["coverage_2sd"].dropna() <= 1)).all()
     # one row per job and mode: no setting twice
-    keys = ["mode", "dataset", "algorithm", "basis_size", "split"]
+    keys = ["mode", "dataset", "algorithm", "basis_size", "split", "seed"]
     assert not table.duplicated(keys).any()
 
 
-def test_every_set_and_split_has_an_exact_reference():
+def test_every_set_and_split_has_a_reference_with_nlpd():
+    """The reference of every (set, split): the exact GP at the shared kernel, finished with a
+    finite test NLPD, and PCG beside it (the exact GP's solve by conjugate gradients)."""
     ok = _table()
     ok = ok[ok["status"] == "ok"]
     for dataset in SETS:
-        for split in range(5):
+        for split in SPLITS:
             here = ok[(ok["dataset"] == dataset) & (ok["split"] == split)]
-            assert {"exact", "cg"} & set(here["algorithm"]), (dataset, split)
-        assert 0 in set(ok[(ok["dataset"] == dataset) & (ok["algorithm"] == "exact")]["split"])
+            exact = here[(here["algorithm"] == "exact") & (here["mode"] == "shared")]
+            assert len(exact) == 1, (dataset, split)
+            assert np.isfinite(exact["test_nlpd"].astype(float)).all(), (dataset, split)
+            assert "cg" in set(here["algorithm"]), (dataset, split)
 
 
 def test_the_committed_readme_renders_from_the_committed_table():
@@ -69,10 +75,18 @@ def test_the_committed_readme_renders_from_the_committed_table():
     for figure in frontier:
         assert 20_000 < figure.stat().st_size <= MAX_FIGURE_BYTES, figure.name
         assert f"![{figure.name}]({figure.name})" in text
-    # a critical-difference diagram per mode and metric
+    # a critical-difference diagram per mode and metric with ranks (at least 3 methods over 2
+    # data sets); the others say why there are none
     cd = sorted(path.name for path in RESULTS.glob("cd_*.png"))
-    assert cd == [f"cd_{mode}_{metric}.png" for mode in ("own", "shared")
-                  for metric in ("nlpd", "rmse")]
+    ranked = {(mode, metric): comparison.ranks(table, mode, metric)
+              for mode in ("own", "shared") for metric in ("nlpd", "rmse")}
+    assert cd == [f"cd_{mode}_{metric}.png" for (mode, metric), r in ranked.items()
+                  if len(r["ranks"])]
+    assert cd == ["cd_own_rmse.png", "cd_shared_nlpd.png", "cd_shared_rmse.png"]
+    assert "No ranks of test NLPD: 0 method(s) over 0 data set(s) enter" in text
+    # bike's approximations are all above the mean predictor's NLPD but Nyström at m = 512:
+    # bike is left out of the shared NLPD ranks, named
+    assert ranked["shared", "nlpd"]["dropped"] == ["bike (2 methods with a ranked setting there)"]
     for name in cd:
         assert 5_000 < (RESULTS / name).stat().st_size <= MAX_FIGURE_BYTES, name
         assert f"![{name}]({name})" in text
@@ -82,19 +96,20 @@ def test_every_mean_over_splits_has_a_confidence_interval():
     text = (RESULTS / "README.md").read_text()
     assert "95 % confidence interval over the splits (Student t" in text
     assert "paired t-test on their per-split differences" in text
-    # exact GP on pol, 5 splits: mean ± t(0.975, 4) · sd/√5
+    # exact GP on pol, 10 splits: mean ± t(0.975, 9) · sd/√10
     pol = _table()
     pol = pol[(pol["dataset"] == "pol") & (pol["algorithm"] == "exact") & (pol["mode"] == "own")]
     rmse = pol["test_rmse"].to_numpy(float)
-    half = 2.7764451051977987 * rmse.std(ddof=1) / np.sqrt(5)
-    assert f"| pol | exact | {rmse.mean():.4g} ± {half:.2g} (5) |" in text
+    assert len(rmse) == 10
+    half = 2.2621571627409915 * rmse.std(ddof=1) / np.sqrt(10)
+    assert f"| pol | exact | {rmse.mean():.4g} ± {half:.2g} (10) |" in text
     assert "± sd" not in text[:text.index("## Figures")]  # the notes after it are the lead's
 
 
 def test_the_frontier_figures_draw_no_trivial_setting():
-    """The committed figures are drawn from the committed table's ranked settings: SGPR's
-    white noise on pumadyn32nm (own) is no point, and every trivial setting is named as left
-    out in its figure's caption."""
+    """The committed figures are drawn from the committed table's ranked settings only: no
+    trivial setting is a point, and every trivial setting is named as left out in its figure's
+    caption."""
     from pipeline.report.comparison import label, rows_of_mode, settings
     from pipeline.report.table_frontier import table_points
 
@@ -108,31 +123,59 @@ def test_the_frontier_figures_draw_no_trivial_setting():
             for _, r in trivial.iterrows():
                 assert (r["algorithm"], None if r["basis"] < 0 else int(r["basis"])) not in drawn
                 assert f"{label(r)} on {dataset}" in text
-    own = rows_of_mode(rows, "own")
-    assert not [p for p in table_points(own, "pumadyn32nm", "rmse", "fit")
-                if p[0] == "gpytorch_sgpr"]
+            ranked = here[(here["dataset"] == dataset) & here["ranked"]]
+            assert drawn <= {(r["algorithm"], None if r["basis"] < 0 else int(r["basis"]))
+                             for _, r in ranked.iterrows()}, (mode, dataset)
 
 
-def test_the_trivial_sgpr_on_pumadyn32nm_is_flagged_and_never_ranked():
-    table, text = _table(), (RESULTS / "README.md").read_text()
-    sgpr = table[(table["algorithm"] == "gpytorch_sgpr") & (table["mode"] == "own")
-                 & (table["dataset"] == "pumadyn32nm")]
-    assert len(sgpr) == 10 and sgpr["trivial"].all()
-    assert (sgpr["test_rmse"] >= 0.99 * sgpr["baseline_rmse"]).all()
-    # the baselines are the training-mean predictor's on the shipped data
-    (rmse, nlpd), = baselines([("pumadyn32nm", 0)]).values()
-    first = sgpr[sgpr["split"] == 0].iloc[0]
-    assert (first["baseline_rmse"], first["baseline_nlpd"]) == (rmse, nlpd)
-    assert "own: gpytorch_sgpr (m = 512) on pumadyn32nm (5 of 5 splits; RMSE 0.9907)" in text
-    # never ranked: not in a budget table, not in the ranks across data sets
+def _budget_rows(text: str, mode: str) -> dict[str, list[str]]:
+    """The README's budget-table rows of ``mode``, per data set (both costs' tables)."""
     budgets = text[text.index("## Best method"):text.index("## Ranks across")]
-    own = budgets[budgets.index("**own**"):]
-    row = next(line for line in own.splitlines() if line.startswith("| pumadyn32nm |"))
-    assert "gpytorch_sgpr" not in row
-    ranks = comparison.ranks(table, "own", "rmse")
-    assert "gpytorch_sgpr" not in ranks["names"]
-    assert any(entry.startswith("gpytorch_sgpr (no ranked setting") for entry in
-               ranks["left_out"])
+    start = budgets.index(f"**{mode}**")
+    following = [budgets.index(f"**{other}**") for other in ("shared", "own")
+                 if f"**{other}**" in budgets and budgets.index(f"**{other}**") > start]
+    section = budgets[start:min(following, default=len(budgets))]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("| dataset"):
+            rows.setdefault(line.split(" | ")[0].removeprefix("| "), []).append(line)
+    return rows
+
+
+def test_a_trivial_setting_is_flagged_and_never_ranked():
+    """A setting no better than the training-mean predictor on some split (the ``trivial``
+    flag, :func:`pipeline.report.stats.trivial`) is named as left out, and is in no budget
+    table's cell and no rank table; the baselines it is judged by are the training-mean
+    predictor's on the shipped data."""
+    from pipeline.report.comparison import label, rows_of_mode, settings
+
+    table, text = _table(), (RESULTS / "README.md").read_text()
+    rows = settings(table)
+    trivial = rows[rows["trivial"] > 0]
+    assert len(trivial) and not trivial["ranked"].any()
+    for mode in ("shared", "own"):
+        cells = _budget_rows(text, mode)
+        for _, r in rows_of_mode(trivial, mode).iterrows():
+            assert f"{mode}: {label(r)} on {r['dataset']} (" in text
+            assert not any(f" {label(r)}: " in line for line in cells.get(r["dataset"], []))
+        for metric in ("rmse", "nlpd"):
+            result = comparison.ranks(table, mode, metric)
+            for name, sizes in result["chosen"].items():
+                for dataset, size in sizes.items():
+                    mine = rows_of_mode(rows, mode)
+                    chosen = mine[(mine["algorithm"] == name) & (mine["dataset"] == dataset)
+                                  & (mine["basis"] == size)]
+                    flag = "ranked_nlpd" if metric == "nlpd" else "ranked"
+                    assert len(chosen) == 1 and chosen[flag].all(), (name, dataset)
+    # above the mean predictor's NLPD on a split: ranked by RMSE, named, in no NLPD rank
+    above = rows[(rows["nlpd_above_mean"] > 0) & rows["ranked"]]
+    assert len(above) and not above["ranked_nlpd"].any()
+    for _, r in above.iterrows():
+        assert f"{r['mode']}: {label(r)} on {r['dataset']} (" in text
+    # the baselines are the training-mean predictor's on the shipped data
+    (rmse, nlpd), = baselines([("bike", 0)]).values()
+    first = table[(table["dataset"] == "bike") & (table["split"] == 0)].iloc[0]
+    assert (first["baseline_rmse"], first["baseline_nlpd"]) == (rmse, nlpd)
     # every finished row is judged; the failed ones are not
     ok = table["status"] == "ok"
     assert table.loc[ok, "trivial"].notna().all() and table.loc[~ok, "trivial"].isna().all()
@@ -148,7 +191,8 @@ def test_the_committed_legs_of_the_second_edition_verify_together():
     sweep, rows, run = read_legs(RESULTS / "uci_frontier_legs")
     assert sweep == "uci_frontier" and run["mode_order"] == ["shared", "own"]
     units = {(leg["dataset"], leg["split"]) for leg in run["legs"]}
-    assert units and len(units) == len(run["legs"])
+    assert units == {(dataset, split) for dataset in SETS for split in SPLITS}
+    assert len(units) == len(run["legs"]) == 90
     assert set(map(tuple, rows[["dataset", "split"]].drop_duplicates().to_numpy())) == units
     assert not rows.duplicated(["mode", "dataset", "algorithm", "basis_size", "split",
                                 "seed"]).any()  # one row per job and mode

@@ -14,6 +14,8 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.report.comparison import as_floats
 
+OWN = "own"  # the protocol under which a method learns itself (pipeline.job.protocol)
+
 # The published table: column → (where it comes from: the store's per-job variable or sweep
 # dim, or ``=`` and how it is derived; meaning).
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -69,7 +71,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
                         "mean predictor's Gaussian's; such a job's setting is left out of "
                         "every NLPD comparison"),
     "converged": ("final_own_converged", "whether a method's own learning met its stopping "
-                  "rule (empty: it learns nothing itself, or not recorded)"),
+                  "rule (empty: it learns nothing itself, the row is not of the own "
+                  "protocol, or not recorded)"),
 }
 
 # what a derived column is made of: column → (store variable, sign) terms, summed; a missing
@@ -202,6 +205,10 @@ def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.Dat
     both = np.fmax(timing[0], timing[1])  # either part busy; NaN only if neither is known
     table["contended"] = pd.array([pd.NA if np.isnan(v) or not o else bool(v)
                                    for v, o in zip(both, ok, strict=True)], dtype="boolean")
+    # a method learns itself only under the own protocol: elsewhere a peer's record of its
+    # training (GPyTorch's SGPR at the shared kernel reports an untrained run as not
+    # converged) is not a learning that stopped at its cap
+    table.loc[table["mode"].astype(object) != OWN, "converged"] = pd.NA
     return table
 
 
