@@ -144,6 +144,15 @@ class _Posterior:
         self._Tm = np.zeros((capacity, _columns(capacity) + 1))
         self._P = np.zeros((capacity, _columns(capacity)))
 
+    def frozen(self) -> _Posterior:
+        """A copy for prediction: L, T and m at their current size, and no P (the removal
+        scores' factor) nor room to grow; the fit's buffers may then be reused."""
+        copy = _Posterior.__new__(_Posterior)
+        copy.t, copy.c = self.t, self.c
+        copy._L, copy._Tm = self.L.copy(), np.column_stack([self.T, self.m])
+        copy._P = None
+        return copy
+
     @property
     def capacity(self) -> int:
         return len(self._L)
@@ -398,9 +407,7 @@ class _OnlineGP:
         BV, kernel, sigma2 = self.BV, self.kernel, self.sigma2
         basis = np.asarray(BV, dtype=np.int64)
         X_basis = self.blocks.inputs(basis)
-        final = _Posterior(len(BV))  # a copy: the fit's buffers may be reused
-        final.t, final.c = post.t, post.c
-        final._L, final._Tm = post.L.copy(), np.column_stack([post.T, post.m])
+        final = post.frozen()
 
         def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             var = final.latent(kernel(X_new, X_basis), kernel.diag(X_new))[1] + sigma2
