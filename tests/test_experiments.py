@@ -377,7 +377,9 @@ def test_own_pilot_reduced(tmp_path, run_cli):
     assert set(np.unique(peers["final_own_converged"].values)) <= {0.0, 1.0}  # yes/no as 1/0
     table = pd.read_csv(publish(path, tmp_path / "published", "nystrom").with_name(
         "own_pilot_small.csv"))
-    assert len(table) == 6 and table["converged"].notna().all()  # ours: its lowrank learning
+    # protocol=own, the grid's one value: the store's config and so the table's mode say so
+    assert len(table) == 6 and (table["mode"] == "own").all()
+    assert table["converged"].notna().all()  # ours: its lowrank learning
     capped = table[table["algorithm"].isin(["gpytorch_sgpr", "gpytorch_svgp"])]
     assert (~capped["converged"].astype(bool)).sum() >= 1  # the short caps are hit
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from algorithms.errors import InputError
 from pipeline import atomic
 from pipeline.checksum import DamagedFile
+from pipeline.config import lookup
 from pipeline.config.overrides import override_keys
 from pipeline.job.claims import claim
 from pipeline.job.identity import job_config
@@ -153,7 +154,8 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
     return [e for e in old_entries if point_key(e["coords"]) not in new_points]
 
 
-NOT_SETTINGS = ("merge", "resume", "sweep", "dry_run")  # command-line keys that set no job
+# command-line keys that set no job
+NOT_SETTINGS = ("merge", "resume", "sweep", "dry_run", "relearn")
 
 
 def fixed_values_changed(old_entries: Sequence[Mapping], jobs: Sequence[PlannedJob],
@@ -233,6 +235,27 @@ def keep_hydra_record(sweep_dir: Path, old: dict | None, command: Sequence[str])
     return made
 
 
+def run_config(master: DictConfig, jobs: Sequence[PlannedJob]) -> dict:
+    """The run's config: the master's (:func:`~pipeline.job.identity.job_config`), with every
+    key that the sweep's points all set to one value at that value (a sweep parameter of one
+    value, ``protocol: own`` in an experiment's grid, is in no point's coordinates and not in
+    the master config, so the store's attrs would otherwise hold the default)."""
+    config = job_config(master)
+    if not jobs:
+        return config
+    swept = set(swept_keys([job.composed for job in jobs]))
+    first = jobs[0].composed
+    fixed = [key for key, _ in first.keys if key not in swept and "@" not in key]
+    if fixed:
+        composed = first.config()
+        for key in fixed:
+            parent, _, last = key.lstrip("+~").rpartition(".")
+            node, value = lookup(config, parent), lookup(composed, key.lstrip("+~"))
+            if isinstance(node, dict) and value is not None:
+                node[last] = value
+    return config
+
+
 def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], kept: list[dict],
                     extra_dims: list[str], timings: dict, n_workers: int,
                     old: dict | None = None, ran: Sequence[str] = ()) -> None:
@@ -247,7 +270,7 @@ def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], 
     index = invocation_index(records, command)
     entries = kept + manifest_entries(jobs, old, command)
     known = {point_key(e["coords"]) for e in (old or {}).get("entries", [])}
-    records = updated(records, index, command=command, config=job_config(master),
+    records = updated(records, index, command=command, config=run_config(master, jobs),
                       swept=swept_keys([job.composed for job in jobs]), points=len(jobs),
                       added=sum(point_key(j.coords) not in known for j in jobs), ran=sorted(ran),
                       timings=timings, n_workers=n_workers)
