@@ -59,6 +59,9 @@ def task(cfg: DictConfig) -> dict:
     if one_job and config["dry_run"]:
         return {"status": "error", "error": "dry_run=true plans a sweep; pass -m or an "
                                             "experiment (one job's config: --cfg job)"}
+    if one_job and config["relearn"]:
+        return {"status": "error", "error": "relearn=true learns a sweep's hyperparameters "
+                                            "again; pass -m (a sweep of this one job)"}
     return run_task(config, Path(hydra_cfg.runtime.output_dir), one_job)
 
 

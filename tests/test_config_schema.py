@@ -33,7 +33,7 @@ def test_every_top_level_key_has_one_row_of_the_key_table():
     assert set(NOT_IDENTITY) == set(TOP_LEVEL) - set(keys_of_role("identity"))
     assert set(keys_of_role("location", "execution", "applied")) == {
         "store_root", "sweep", "merge", "cluster", "scheduler", "report",
-        "allow_outside_outputs", "threads", "dry_run", "blocks", "job_timeout", "own",
+        "allow_outside_outputs", "threads", "dry_run", "relearn", "blocks", "job_timeout", "own",
         "device", "precision"}  # the identity's device part instead (pipeline.job.identity)
 
 
@@ -49,7 +49,8 @@ def test_each_checked_top_level_key_refuses_a_bad_value_in_one_line_naming_it():
     check_keys(config)
     checked = [name for name, key in TOP_LEVEL.items() if key.check is not None]
     assert {"lam", "kappa", "seed", "threads", "blocks", "job_timeout", "merge",
-            "profile_memory", "store_root", "sweep", "device", "precision"} == set(checked)
+            "profile_memory", "store_root", "sweep", "device", "precision",
+            "relearn"} == set(checked)
     for name in checked:
         with pytest.raises(InputError, match=rf"^{name}=\[\] "):
             check_keys({**config, name: []}, (name,))

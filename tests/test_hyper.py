@@ -248,6 +248,38 @@ def test_a_sweep_learns_once_per_setting_and_records_it(tmp_path):
     assert ds["hyper_lml"].dims[-1] == "hyper_eval"
     assert np.nanmax(ds["hyper_lml"].values) == pytest.approx(
         float(ds["final_hyper_log_marginal_likelihood"].values.flat[0]))
+    # a second sweep of the same jobs (another name) is served the cached learning, with its
+    # seconds; relearn=true sets it aside and learns again
+    cache = tmp_path / "outputs" / "stores" / "hyper"
+    first = next(cache.glob("*.json"))
+    again = subprocess.run(
+        [sys.executable, "-m", "pipeline", "-m", "algorithm=nystrom", "algorithm.max_basis=16",
+         "dataset=sine1d", "dataset.n_train=200", "seed=0", "hyper=ml", "hyper.subset=150",
+         "hyper.restarts=2", "cluster.n_workers=1", "cluster.dashboard_address=null",
+         "sweep=again", "relearn=true"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "relearn=true: 1 cached learning(s) set aside into " in again.stdout
+    aside = list((cache / "set_aside").glob("*.json"))
+    assert len(aside) == 1 and aside[0].name.startswith(first.stem + ".")
+    assert [p.name for p in cache.glob("*.json")] == [first.name]  # learned again
+    relearned = xr.open_zarr(tmp_path / "outputs" / "again" / "results.zarr")
+    assert set(np.unique(relearned["status"].values)) == {"ok"}
+    # the same data, setting and code: the same optimum, learned again in its own seconds
+    assert float(relearned["final_hyper_lam"].values.flat[0]) == pytest.approx(lam.flat[0])
+    # a point added to it: the learning its finished job used is kept (not two kernels in one
+    # sweep), and that job is not run again
+    more = subprocess.run(
+        [sys.executable, "-m", "pipeline", "-m", "algorithm=nystrom", "algorithm.max_basis=16",
+         "dataset=sine1d", "dataset.n_train=200", "seed=0,1", "hyper=ml", "hyper.subset=150",
+         "hyper.restarts=2", "cluster.n_workers=1", "cluster.dashboard_address=null",
+         "sweep=again", "merge=true", "relearn=true"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=600)
+    assert more.returncode == 0, more.stdout[-2000:] + more.stderr[-3000:]
+    assert "1 already finished, 1 to run" in more.stdout
+    assert ("relearn=true: no cached learning set aside; 1 kept, as finished jobs of this "
+            "sweep used them") in more.stdout
+    assert len(list((cache / "set_aside").glob("*.json"))) == 1
 
 
 def test_median_start_puts_every_length_scale_at_half_the_median_distance():

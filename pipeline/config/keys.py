@@ -203,6 +203,10 @@ TOP_LEVEL: dict[str, Key] = {
                                   "unless float64)", check_precision),
     "dry_run": Key("execution", "plan and check a sweep without running it "
                                 "(pipeline.config.flags)"),
+    "relearn": Key("execution", "learn again the learnings of a sweep's jobs that run, their "
+                                "cached ones set aside (pipeline.job.hyper.set_aside)",
+                   _true_or_false("relearn", "relearn=true to learn a sweep's hyperparameters "
+                                  "again")),
     "job_timeout": Key("execution", "seconds after which a job is stopped and recorded failed",
                        check_job_timeout),
     "profile_memory": Key("identity", "record the peak memory of fit and prediction",

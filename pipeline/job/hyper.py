@@ -276,6 +276,48 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
     return _record_from_json(data)
 
 
+SET_ASIDE_DIR = "set_aside"  # under the cache: learnings ``relearn=true`` replaced
+
+
+def learning_keys(config: Mapping) -> set[str]:
+    """The cache keys of every learning a job with ``config`` reads: its own, the one its
+    ``hyper.refine`` stage starts from, and those of the learning its ``hyper.shared_start``
+    names (none without ``hyper=ml``)."""
+    options = hyper_options(config)
+    if options is None:
+        return set()
+    keys = {cache_key(config)}
+    if options["refine"]:
+        keys.add(cache_key(base_config(config)))
+    if options["shared_start"]:
+        keys |= learning_keys(shared_config(config))
+    return keys
+
+
+def set_aside(store_root: str | os.PathLike, keys: set[str], stamp: str) -> list[Path]:
+    """Move the cached learnings ``keys`` of ``store_root`` (those there) into
+    ``<cache>/set_aside/<key>.<stamp>.json``, each under its lease, so that the jobs needing
+    them learn again (``relearn=true``); nothing is deleted. Returns where they went."""
+    root = Path(store_root).expanduser() / CACHE_DIR
+    moved = []
+    for key in sorted(keys):
+        path = root / f"{key}.json"
+        if not path.exists():
+            continue
+        target = root / SET_ASIDE_DIR / f"{key}.{stamp}.json"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with claim(path.with_suffix(".lock")):  # not while a job learns or reads it
+                os.replace(path, target)
+        except FileNotFoundError:
+            continue  # another sweep set it aside meanwhile
+        except OSError as err:
+            raise InputError(f"cannot set aside the learning {path}: " + write_failure(
+                err, target, elsewhere="pass a writable store_root=", rerun="rerun")) from None
+        moved.append(target)
+    return moved
+
+
 def _read_cache(path: Path) -> LearnedRecord | None:
     """The cached learning at ``path``, or None when there is none; a file that fails its
     checksum, does not parse or is from an older format is learned again, with a note."""

@@ -71,6 +71,38 @@ def check_inputs_held(records: dict[str, dict], sweep_dir: Path) -> None:
                          "and it is ingested again) and resume with python -m pipeline resume=last")
 
 
+def relearn(to_run: Sequence[PlannedJob], finished: Sequence[PlannedJob]) -> None:
+    """``relearn=true``: set aside the cached learnings of the jobs about to run, so that they
+    are learned again (a rerun of a unit whose learning was timed on a busy machine), except a
+    learning a finished job of the sweep used: those jobs are not run again, and a learning
+    changed under them would leave the sweep on two kernels. Says what it did."""
+    from datetime import datetime, timezone
+
+    from pipeline.job.hyper import learning_keys, set_aside
+
+    def keys(jobs: Sequence[PlannedJob]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for job in jobs:
+            try:
+                found = learning_keys(job.config)
+            except InputError:
+                continue  # a bad hyper block: the job itself reports it
+            out.setdefault(str(job.config["store_root"]), set()).update(found)
+        return out
+
+    used = keys(finished)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    moved, kept = [], 0
+    for root, wanted in keys(to_run).items():
+        kept += len(wanted & used.get(root, set()))
+        moved += set_aside(root, wanted - used.get(root, set()), stamp)
+    said = ([f"{len(moved)} cached learning(s) set aside into {moved[0].parent}, to be "
+             "learned again"] if moved else ["no cached learning set aside"])
+    if kept:
+        said.append(f"{kept} kept, as finished jobs of this sweep used them")
+    print("relearn=true: " + "; ".join(said), flush=True)
+
+
 def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskFunction,
            job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
            retries: int) -> list[JobReturn]:
@@ -99,6 +131,8 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
           + (f", {len(refused)} too large (recorded as failed)" if refused else ""), flush=True)
     for why in refused.values():
         print(f"  {why}", flush=True)
+    if master.relearn:
+        relearn(to_run, [unique[h] for h in cached])
     announce(master)  # how to resume an unnamed sweep
     timings = {} if startup is None else {"startup_seconds": startup}
     timings["compose_seconds"] = time.perf_counter() - t_start
