@@ -123,7 +123,7 @@ def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
         f"(CD = q₀.₀₅·√(k(k+1)/(6N)) = {result['cd']:.2f} for k = {len(result['names'])}, "
         f"N = {result['n']}; Demšar 2006): no difference within a bar is significant. Each "
         "method enters at its best ranked basis size per data set (the table below), and only "
-        f"a method with a ranked setting on every data set entering enters. {dropped} Methods "
+        f"a method with a ranked setting on each of these data sets enters. {dropped} Methods "
         f"left out: {methods}.",
         "",
         comparison.rank_table(result),
