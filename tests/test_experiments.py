@@ -618,6 +618,30 @@ def test_bench_device_small(tmp_path, monkeypatch):
     assert main(["size=huge"]) == 2
 
 
+def test_a_method_that_breaks_down_in_the_device_benchmark_is_recorded_not_fatal(tmp_path,
+                                                                                monkeypatch):
+    """A fit that breaks down (SGMA in float32 on an H200: its duality gap turned negative)
+    leaves its row's seconds without it and says why in ``failed``; the other methods of the
+    row are still measured."""
+    import pipeline.bench.device as bench
+    from algorithms.errors import InputError
+    from pipeline.bench.sweep_overhead import single_run_setup
+
+    monkeypatch.chdir(tmp_path)
+    cfg, _ = single_run_setup("bench_device", ["size=small"])
+    real = bench.run
+
+    def breaks(algorithm, *args, **kwargs):
+        if algorithm == "sgma":
+            raise InputError("algorithm sgma: the arithmetic broke down (test)")
+        return real(algorithm, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "run", breaks)
+    row = bench.measure("cpu", "float64", 300, {**cfg, "repeats": 1}, 1.0)
+    assert row["failed"] == {"SGMA": "algorithm sgma: the arithmetic broke down (test)"}
+    assert set(row["seconds"]) == {"K·v", *cfg["methods"]} - {"SGMA"}
+
+
 def test_bench_sgma_flops_small(tmp_path):
     """The benchmark at small size (python -m pipeline.bench size=small) writes its figures
     into outputs/bench_sgma_flops_small/."""

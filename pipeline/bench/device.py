@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
+from algorithms.errors import InputError  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
     save_figure,
     single_run_finish,
@@ -43,13 +44,14 @@ WARM_UP_N = 200  # each method fitted once at this n first, untimed (imports, co
 
 
 def devices(cfg: dict) -> list[str]:
-    """The devices to measure: the config's list, or (``auto``) cpu, torch:cpu and cuda where
-    torch sees a GPU."""
+    """The devices to measure: the config's list, or (``auto``) cuda then cpu where torch sees
+    a GPU (the GPU's rows first: a run cut short keeps them), else cpu and torch:cpu (the
+    device back end, tested without a GPU)."""
     if cfg["devices"] != "auto":
         return list(cfg["devices"])
     import torch
 
-    return ["cpu", "torch:cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    return ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu", "torch:cpu"]
 
 
 def problem(n: int, cfg: dict) -> tuple[np.ndarray, ...]:
@@ -113,7 +115,8 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
     X, y, X_test, y_test = problem(n, cfg)
     kernel = Kernel("rbf", {"width": cfg["width"]})
     blocks = blocks_for(device, precision, X, kernel)
-    row: dict = {"device": device, "precision": precision, "n": n, "seconds": {}, "rmse": {}}
+    row: dict = {"device": device, "precision": precision, "n": n, "seconds": {}, "rmse": {},
+                 "failed": {}}
     v = np.random.default_rng(1).standard_normal(n)
     seconds, _ = best_seconds(lambda: blocks.matmul(v), cfg["repeats"], device)
     row["seconds"][REFERENCE] = seconds
@@ -127,11 +130,15 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
             continue
         if "basis" in method and method["basis"]:
             options["max_basis"] = cfg["basis"]
-        seconds, fit = best_seconds(
-            lambda a=algorithm, o=options: run(a, blocks, y, lam=cfg["lam"],
-                                               kappa=cfg["kappa"], rng=0,
-                                               test=(X_test, y_test), **o),
-            cfg["repeats"], device)
+        try:
+            seconds, fit = best_seconds(
+                lambda a=algorithm, o=options: run(a, blocks, y, lam=cfg["lam"],
+                                                   kappa=cfg["kappa"], rng=0,
+                                                   test=(X_test, y_test), **o),
+                cfg["repeats"], device)
+        except (InputError, FloatingPointError) as err:  # a breakdown (float32): the row says
+            row["failed"][label] = " ".join(str(err).split())
+            continue
         row["seconds"][label] = seconds
         row["rmse"][label] = float(fit.summary["test_rmse"])
     cholesky = cfg["cholesky_method"]
@@ -147,11 +154,13 @@ def _float32_differences(rows: list[dict]) -> None:
         if row["precision"] == "float32":
             ref = by_key[(row["device"], row["n"])]["rmse"]
             row["rmse_rel_diff_vs_float64"] = {k: abs(v - ref[k]) / abs(ref[k])
-                                               for k, v in row["rmse"].items()}
+                                               for k, v in row["rmse"].items() if k in ref}
 
 
-def figure(rows: list[dict], methods: list[str], path: Path) -> None:
-    """Seconds against n, one panel per method, a line per device and precision."""
+def figure(rows: list[dict], methods: list[str], path: Path,
+           described: dict | None = None) -> None:
+    """Seconds against n, one panel per method, a line per device and precision; the title
+    names each torch device's model (``described``: :func:`algorithms.device.describe`)."""
     labels = [REFERENCE, *methods]
     fig, axes = plt.subplots(2, (len(labels) + 1) // 2, figsize=(12, 6.4), sharex=True)
     series = sorted({(r["device"], r["precision"]) for r in rows})
@@ -169,7 +178,10 @@ def figure(rows: list[dict], methods: list[str], path: Path) -> None:
         ax.set(title=label, xlabel="n (training rows)", ylabel="seconds (best)")
         ax.grid(alpha=0.3, which="both")
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle("The dominant numerics on each device (bench_device)")
+    models = "; ".join(f"{name} = {about['device_model']}"
+                       for name, about in (described or {}).items() if name != "torch:cpu")
+    fig.suptitle("The dominant numerics on each device (bench_device)"
+                 + (f": {models}" if models else ""))
     save_figure(fig, path)
 
 
@@ -190,14 +202,16 @@ def main(argv: list[str]) -> int:
                 row = measure(device, precision, n, cfg, gemm)
                 rows.append(row)
                 print(f"  n={n:6d}: " + ", ".join(
-                    f"{k} {s:.3g} s" for k, s in row["seconds"].items()), flush=True)
+                    f"{k} {s:.3g} s" for k, s in row["seconds"].items()) + "".join(
+                    f"; {k} failed: {why}" for k, why in row["failed"].items()), flush=True)
     _float32_differences(rows)
     from algorithms.device import describe, torch_device
 
     described = {d: describe(torch_device(d)) for d in devices(cfg) if d != "cpu"}
     figures = {"gemm_gflops": gemms, "devices": described, "rows": rows, "config": cfg}
     return single_run_finish(out_dir, figures,
-                             lambda path: figure(rows, list(cfg["methods"]), path),
+                             lambda path: figure(rows, list(cfg["methods"]), path,
+                                                 described),
                              "device_seconds.png")
 
 
