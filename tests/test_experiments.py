@@ -663,3 +663,18 @@ def test_bench_sgma_flops_small(tmp_path):
     assert set(parts) == {"project", "block_sm", "solve", "scores", "dual", "bookkeeping"}
     assert sum(parts.values()) == pytest.approx(1.0)
     assert all(value > -0.01 for value in parts.values()), parts
+
+
+def test_the_device_benchmark_goes_to_the_gpus_memory_on_a_gpu_only(tmp_path, monkeypatch):
+    """``gpu_sizes`` follow ``sizes`` on a cuda device only, and there a method's ``max_n``
+    (the CPU's limit for the exact GP) does not apply."""
+    from pipeline.bench.device import devices, sizes_for
+    from pipeline.bench.sweep_overhead import single_run_setup
+
+    cfg = {"sizes": [2000, 4000], "gpu_sizes": [65536]}
+    assert sizes_for("cuda", cfg) == sizes_for("cuda:1", cfg) == [2000, 4000, 65536]
+    assert sizes_for("cpu", cfg) == sizes_for("torch:cpu", cfg) == [2000, 4000]
+    monkeypatch.chdir(tmp_path)  # it makes outputs/<sweep>/
+    full, _ = single_run_setup("bench_device", [])
+    assert full["gpu_sizes"] and min(full["gpu_sizes"]) > max(full["sizes"])
+    assert devices({"devices": ["cpu"]}) == ["cpu"]

@@ -4,10 +4,11 @@
     python -m pipeline.bench.device size=small   # its reduced variant (CI: cpu and torch:cpu)
 
 For every device (``cpu``: numpy; ``torch:cpu``; ``cuda`` where torch sees a GPU), precision
-(float64; float32 on a torch device) and n of ``sizes``, on n Gaussian training points in d
-dimensions: one product K·v without forming K, and the fits of the config's ``methods`` (the
-exact GP to its ``max_n``, PCG, the Nyström method and SGMA at m = ``basis``, and GPyTorch's
-SGPR at the same m, untrained at the same kernel: its fit alone) on the same device; a method
+(float64; float32 on a torch device) and n of ``sizes`` (and ``gpu_sizes`` on a GPU), on n
+Gaussian training points in d dimensions: one product K·v without forming K, and the fits of
+the config's ``methods`` (the exact GP to its ``max_n`` on the CPU, PCG, the Nyström method and
+SGMA at m = ``basis``, and GPyTorch's SGPR at the same m, untrained at the same kernel: its fit
+alone) on the same device; a method
 that computes in float64 only (:data:`algorithms.torch_blocks.FLOAT64_ONLY`) is left out of
 the float32 rows. Each is the best
 of ``repeats`` wall times, after an untimed fit of every method at n = 200 (a GPU
@@ -52,6 +53,18 @@ def devices(cfg: dict) -> list[str]:
     import torch
 
     return ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu", "torch:cpu"]
+
+
+def on_gpu(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+def sizes_for(device: str, cfg: dict) -> list[int]:
+    """The n a device is measured at: ``sizes``, and on a GPU ``gpu_sizes`` after them (to
+    the device's memory: there a method's ``max_n``, the CPU's limit, does not apply, and the
+    exact GP's matrix past the device's free memory is its one-line refusal, kept in the row's
+    ``failed``)."""
+    return list(cfg["sizes"]) + (list(cfg.get("gpu_sizes") or []) if on_gpu(device) else [])
 
 
 def problem(n: int, cfg: dict) -> tuple[np.ndarray, ...]:
@@ -125,7 +138,7 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
 
     for label, method in cfg["methods"].items():
         algorithm, options = method["algorithm"], dict(method["options"])
-        if ("max_n" in method and n > method["max_n"]) or (
+        if ("max_n" in method and n > method["max_n"] and not on_gpu(device)) or (
                 precision != "float64" and algorithm in FLOAT64_ONLY):
             continue
         if "basis" in method and method["basis"]:
@@ -198,7 +211,7 @@ def main(argv: list[str]) -> int:
             print(f"{device} {precision}: GEMM {cfg['gemm_size']}³ {gemm:.1f} GFLOP/s",
                   flush=True)
             measure(device, precision, WARM_UP_N, {**cfg, "repeats": 1}, gemm)  # untimed
-            for n in cfg["sizes"]:
+            for n in sizes_for(device, cfg):
                 row = measure(device, precision, n, cfg, gemm)
                 rows.append(row)
                 print(f"  n={n:6d}: " + ", ".join(
