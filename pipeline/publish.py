@@ -80,6 +80,7 @@ USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv
          "python -m pipeline.publish <results.zarr> --legs <folder>")
 DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
+STALE_STAGING_SECONDS = 3600  # a staging folder this old is a killed publication's leftover
 
 
 def _hydra_record(results: Path):
@@ -206,6 +207,7 @@ def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str
         _plain_name(str(mode), "the table's mode")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(out)
         earlier = _published_files(out / f"{sweep}{RUN_SUFFIX}")
         stage = Path(tempfile.mkdtemp(prefix=".publishing-", dir=out))
         try:
@@ -269,6 +271,21 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
     record = stage / f"{sweep}{RUN_SUFFIX}"
     run = {**run, "files": sorted({path.name for path in stage.iterdir()} | {record.name})}
     write_text(record, yaml.dump(run, Dumper=Block, sort_keys=False, allow_unicode=True))
+
+
+def _remove_stale_staging(out: Path) -> None:
+    """Remove the staging folders (``.publishing-*``) that a publication killed mid-write left
+    in ``out`` (any other failure removes its own), once untouched for
+    :data:`STALE_STAGING_SECONDS`: a younger one may be another publication's at work."""
+    import time
+
+    for stale in out.glob(".publishing-*"):
+        try:
+            old = time.time() - stale.stat().st_mtime > STALE_STAGING_SECONDS
+        except OSError:
+            continue
+        if old and stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def _published_files(record: Path) -> set[str]:

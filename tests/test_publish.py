@@ -538,3 +538,23 @@ def test_converged_is_recorded_only_under_the_own_protocol():
                   figures=[], mode_order=["shared", "own"])
     assert "6 of 6 such rows did not converge: own: a (m = 8) on d (2); own: a (m = 64) on d " \
         "(2); own: b on d (2)." in text
+
+
+def test_a_killed_publications_staging_folder_is_removed_by_the_next_once_stale(tmp_path):
+    """A publication killed mid-write (SIGKILL) leaves its ``.publishing-*`` folder; the next
+    publication into the folder removes it once it is an hour old, and keeps a younger one
+    (another publication may be writing it)."""
+    import os
+    import time
+
+    job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
+    _write_run_record(tmp_path / "s.run.yaml")
+    out = tmp_path / "out"
+    (out / ".publishing-killed").mkdir(parents=True)
+    (out / ".publishing-killed" / "s.csv").write_text("half")
+    old = time.time() - 2 * 3600
+    os.utime(out / ".publishing-killed", (old, old))
+    (out / ".publishing-young").mkdir()
+    assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]) == 0
+    assert not (out / ".publishing-killed").exists()
+    assert (out / ".publishing-young").is_dir()
