@@ -81,6 +81,7 @@ USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv
 DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
 STALE_STAGING_SECONDS = 3600  # a staging folder this old is a killed publication's leftover
+PLAIN_NAME = re.compile(r"[\w\-][\w.\-]*")  # a file name: no directory part, not hidden
 
 
 def _hydra_record(results: Path):
@@ -305,13 +306,13 @@ def _published_files(record: Path) -> set[str]:
     if not isinstance(listed, list):
         return set()
     return {name for name in listed if isinstance(name, str)
-            and re.fullmatch(r"[\w\-][\w.\-]*", name)}
+            and PLAIN_NAME.fullmatch(name)}
 
 
 def _plain_name(name: str, what: str, suffix: str = "") -> str:
     """``name`` when it is a plain file name (no directory part, not hidden, ending in
     ``suffix``): a name read from a store or a record never writes or reads elsewhere."""
-    if not re.fullmatch(r"[\w\-][\w.\-]*", name) or not name.endswith(suffix):
+    if not PLAIN_NAME.fullmatch(name) or not name.endswith(suffix):
         raise InputError(f"{what} {name!r} is not a plain file name (letters, digits, '.', "
                          f"'-', '_'{', ending ' + suffix if suffix else ''}); the file was "
                          "not written by the product: publish the run's own results.zarr")
