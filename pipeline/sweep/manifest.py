@@ -235,15 +235,15 @@ def keep_hydra_record(sweep_dir: Path, old: dict | None, command: Sequence[str])
     return made
 
 
-def run_config(master: DictConfig, jobs: Sequence[PlannedJob]) -> dict:
+def run_config(master: DictConfig, jobs: Sequence[PlannedJob], swept: Sequence[str]) -> dict:
     """The run's config: the master's (:func:`~pipeline.job.identity.job_config`), with every
     key that the sweep's points all set to one value at that value (a sweep parameter of one
     value, ``protocol: own`` in an experiment's grid, is in no point's coordinates and not in
-    the master config, so the store's attrs would otherwise hold the default)."""
+    the master config, so the store's attrs would otherwise hold the default); ``swept``: the
+    keys that take several values (:func:`swept_keys` of the points)."""
     config = job_config(master)
     if not jobs:
         return config
-    swept = set(swept_keys([job.composed for job in jobs]))
     first = jobs[0].composed
     fixed = [key for key, _ in first.keys if key not in swept and "@" not in key]
     if fixed:
@@ -270,8 +270,9 @@ def write_manifest(sweep_dir: Path, master: DictConfig, jobs: list[PlannedJob], 
     index = invocation_index(records, command)
     entries = kept + manifest_entries(jobs, old, command)
     known = {point_key(e["coords"]) for e in (old or {}).get("entries", [])}
-    records = updated(records, index, command=command, config=run_config(master, jobs),
-                      swept=swept_keys([job.composed for job in jobs]), points=len(jobs),
+    swept = swept_keys([job.composed for job in jobs])
+    records = updated(records, index, command=command, config=run_config(master, jobs, swept),
+                      swept=swept, points=len(jobs),
                       added=sum(point_key(j.coords) not in known for j in jobs), ran=sorted(ran),
                       timings=timings, n_workers=n_workers)
     manifest = {
