@@ -56,6 +56,7 @@ def devices(cfg: dict) -> list[str]:
 
 
 def on_gpu(device: str) -> bool:
+    """Whether ``device`` is a CUDA GPU (``cuda``, ``cuda:N``)."""
     return device.startswith("cuda")
 
 
@@ -76,7 +77,7 @@ def problem(n: int, cfg: dict) -> tuple[np.ndarray, ...]:
 
 
 def _synchronise(device: str) -> Callable[[], None]:
-    if device.startswith("cuda"):
+    if on_gpu(device):
         import torch
 
         return torch.cuda.synchronize
