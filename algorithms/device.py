@@ -101,12 +101,15 @@ def describe(device) -> dict[str, str]:
 
 
 def device_memory(device) -> int:
-    """Bytes free on ``device`` now (a CPU device: this machine's available memory)."""
+    """Bytes free on ``device`` now (a CPU device: this machine's available memory). On a GPU,
+    what the driver has free and what torch's caching allocator holds but no tensor uses (it
+    is reused before the driver is asked): so the answer does not depend on earlier fits."""
     import torch
 
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + cached)
     import psutil
 
     return int(psutil.virtual_memory().available)
@@ -159,7 +162,8 @@ class TorchKernel:
 
         name, v = self.name, self.variance
         if name == "rbf":  # exp((2abᵀ − ‖a‖² − ‖b‖²)/width): one GEMM of augmented inputs
-            T = torch.exp(A @ B)
+            T = A @ B
+            T.exp_()  # in place: one n_a × n_b matrix at the peak, not two
         elif name in ("laplacian", "matern32"):
             h = torch.cdist(A, B.T.contiguous(), compute_mode="donot_use_mm_for_euclid_dist")
             h /= self._shape["omega" if name == "laplacian" else "mu"]
@@ -177,7 +181,7 @@ class TorchKernel:
         import torch
 
         T = self.tile(A, B)
-        if not bool(torch.isfinite(T).all()):
+        if not bool(torch.isfinite(torch.stack(torch.aminmax(T))).all()):  # NaN propagates
             raise self.kernel._overflow(T.cpu().numpy())
         return T
 

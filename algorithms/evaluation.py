@@ -410,7 +410,8 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
                               prefix="algorithm.")
     distinct = (len(distinct_rows(blocks.inputs(slice(None)))[0]) if spec.distinct_inputs
                 else None)
-    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts, distinct=distinct)
+    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts, distinct=distinct,
+               available=math.inf if getattr(blocks, "memory_on_device", False) else None)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)

@@ -44,6 +44,11 @@ class TorchKernelBlocks:
     """Kernel blocks over training inputs ``X`` (an (n, d) array, or anything np.asarray
     takes) on ``device`` in ``dtype`` (float64 unless float32 is asked for)."""
 
+    # The n × n matrices of a fit (the exact GP's factor, a held K) live on the device and
+    # are checked against its free memory where they are made (:meth:`factor`, :meth:`hold`),
+    # not against this machine's (algorithms.evaluation.check_size).
+    memory_on_device = True
+
     def __init__(self, X, kernel: Kernel, device, dtype=torch.float64) -> None:
         if len(X.shape) != 2:
             raise InputError(f"X has shape {tuple(X.shape)}; it must be (n, d)")
@@ -145,9 +150,12 @@ class TorchKernelBlocks:
         blocks of K computed on the device (about :data:`DEVICE_BLOCK_BYTES` each), each
         multiplied into its rows and dropped."""
         W = self._tensor(np.asarray(V).reshape(self.n, -1))
-        if self._hold:
-            if self._K is None:
+        if self._hold and self._K is None:
+            try:
                 self._K = self.torch_kernel.block(self.kernel_rows, self.kernel_cols)
+            except torch.OutOfMemoryError:  # another allocation took the room: matrix-free
+                self._hold = False
+        if self._hold:
             return self._host(self._K @ W).reshape(np.shape(V))
         out = torch.empty((self.n, W.shape[1]), dtype=self.dtype, device=self.device)
         step = self._row_step(self.n)
@@ -224,6 +232,16 @@ class TorchKernelBlocks:
                            "algorithm=cg (the same posterior by PCG, matrix-free) or device=cpu")
         rows = self.kernel_rows if index is None else self.kernel_rows[self._index(index)]
         cols = self.kernel_cols if index is None else self._col_select(index)
+        try:
+            return DeviceCholesky(self, self._factor_in_place(rows, cols, m, noise), cols)
+        except torch.OutOfMemoryError as err:  # the free memory was an estimate
+            raise TooLarge(f"the exact GP on {m} distinct inputs ran out of memory on "
+                           f"{self.device} ({' '.join(str(err).split())[:160]}); pass "
+                           "algorithm=cg (the same posterior by PCG, matrix-free) or "
+                           "device=cpu") from None
+
+    def _factor_in_place(self, rows, cols, m: int, noise: np.ndarray):
+        """K[rows, cols] + diag(noise), filled by row blocks and overwritten by its L."""
         A = torch.empty((m, m), dtype=self.dtype, device=self.device)
         step = self._row_step(m)
         for lo in range(0, m, step):
@@ -232,12 +250,14 @@ class TorchKernelBlocks:
         info = torch.empty((), dtype=torch.int32, device=self.device)
         try:
             torch.linalg.cholesky_ex(A, out=(A, info))  # in place: one m × m matrix
+        except torch.OutOfMemoryError:
+            raise
         except RuntimeError:  # a torch whose out= may not alias the input: a second matrix
             A, info = torch.linalg.cholesky_ex(A)
         if int(info):
             raise np.linalg.LinAlgError(f"K + σ²I is not positive definite in {self.dtype} on "
                                         f"{self.device} (leading minor {int(info)})")
-        return DeviceCholesky(self, A, cols)
+        return A
 
 
 class DeviceCholesky:

@@ -157,3 +157,54 @@ def test_a_device_that_is_not_here_is_one_line():
     for bad in ("gpu", "cuda:", "cuda:x", "torch:cuda", 1):
         with pytest.raises(InputError, match=r"is not a device; pass cpu, torch:cpu, cuda"):
             check_device(bad)
+
+
+def test_the_device_runs_out_of_memory_in_one_line_or_falls_back_to_matrix_free(monkeypatch):
+    """Free memory is an estimate: when the device runs out after all, the exact GP's factor
+    is refused in one line (TooLarge: a failed point in a sweep) and a K held for PCG is
+    dropped for the matrix-free product, with the same numbers."""
+    from algorithms.errors import TooLarge
+
+    rng = np.random.default_rng(0)
+    X, kernel = rng.normal(size=(120, 3)), Kernel("rbf", {"width": 3.0})
+    blocks = TorchKernelBlocks(X, kernel, torch.device("cpu"))
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    monkeypatch.setattr(blocks, "_factor_in_place", out_of_memory)
+    with pytest.raises(TooLarge, match=r"^the exact GP on 120 distinct inputs ran out of memory "
+                                       r"on cpu \(CUDA out of memory\. Tried to allocate 64\.00 "
+                                       r"GiB\); pass algorithm=cg"):
+        blocks.factor(None, np.full(120, 0.1))
+    real_block = blocks.torch_kernel.block
+
+    def no_room_for_all(A, B):
+        if len(A) == 120:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real_block(A, B)
+
+    monkeypatch.setattr(blocks.torch_kernel, "block", no_room_for_all)
+    monkeypatch.setattr(TorchKernelBlocks, "_row_step", lambda self, m: 50)
+    assert blocks.hold(0.5) == 120 * 120 * 8
+    V = rng.normal(size=(120, 2))
+    _close(blocks.matmul(V), ArrayKernelBlocks(X, kernel).matmul(V))
+    assert blocks.held_bytes == 0
+
+
+def test_a_fit_on_a_device_is_sized_by_the_device_not_this_machine(tmp_path):
+    """The exact GP's n × n factor of a job on a torch device is made and checked there
+    (TorchKernelBlocks.factor against the device's free memory), so the job's check against
+    this machine's memory does not refuse it; a cpu job is refused as before."""
+    from pipeline.job.validate import check_config
+
+    config = {"algorithm": {"name": "exact"}, "dataset": {"name": "kin40k", "split": 0},
+              "kernel": {"name": "rbf", "width": 10.0}, "lam": 0.1, "kappa": 5, "seed": 0,
+              "store_root": str(tmp_path / "stores")}
+    with pytest.raises(InputError, match=r"needs .* of memory but 0\.0 MiB is available"):
+        check_config({**config, "device": "cpu"}, available=1)
+    check_config({**config, "device": "torch:cpu"}, available=1)
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    blocks = TorchKernelBlocks(X, Kernel("rbf", {"width": 3.0}), torch.device("cpu"))
+    assert blocks.memory_on_device and not getattr(ArrayKernelBlocks(X, blocks.kernel),
+                                                   "memory_on_device", False)

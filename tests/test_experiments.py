@@ -614,6 +614,7 @@ def test_bench_device_small(tmp_path, monkeypatch):
     for diff in rows[5]["rmse_rel_diff_vs_float64"].values():  # float32: close, not equal
         assert diff < 1e-2
     assert figures["devices"]["torch:cpu"]["device_model"] == "cpu (torch)"
+    assert figures["complete"]  # (False in the copy written after each row)
     assert (out / "device_seconds.png").stat().st_size > 10000
     assert main(["size=huge"]) == 2
 
@@ -678,3 +679,26 @@ def test_the_device_benchmark_goes_to_the_gpus_memory_on_a_gpu_only(tmp_path, mo
     full, _ = single_run_setup("bench_device", [])
     assert full["gpu_sizes"] and min(full["gpu_sizes"]) > max(full["sizes"])
     assert devices({"devices": ["cpu"]}) == ["cpu"]
+
+
+def test_a_single_run_benchmark_takes_overrides_of_its_own_keys(tmp_path, monkeypatch, capsys):
+    """``key=value`` of the config's own top-level keys (the GPU's run: ``devices=[cuda]
+    sizes=[16000]``) replace them; another key, a malformed value or a device that is not here
+    is one line and exit code 2, before anything is measured."""
+    from pipeline.bench.device import main
+    from pipeline.bench.sweep_overhead import single_run_setup
+
+    monkeypatch.chdir(tmp_path)
+    cfg, _ = single_run_setup("bench_device", ["size=small", "devices=[torch:cpu]",
+                                               "sizes=[300]", "repeats=1"])
+    assert (cfg["devices"], cfg["sizes"], cfg["repeats"]) == (["torch:cpu"], [300], 1)
+    for argv, message in ((["foo=1"], "error: unknown argument 'foo=1'; pass size=full or "
+                                      "size=small (a single-run benchmark also takes "
+                                      "key=value for its config's keys)\n"),
+                          (["sizes=[300"], "; pass key=value with a value of the key's type\n"),
+                          (["devices=[gpu]"], "error: device='gpu' is not a device; pass cpu, "
+                                              "torch:cpu, cuda or cuda:N (N the GPU's index)\n")):
+        assert main(["size=small", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.endswith(message) and err.count("\n") == 1
+    assert not (tmp_path / "outputs" / "bench_device_small" / "figures.json").exists()

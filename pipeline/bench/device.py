@@ -20,6 +20,7 @@ same run): K·v as n²(2(d + 2) + 2) flops, the exact GP as its Cholesky's n³/3
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
 from algorithms.errors import InputError  # noqa: E402
+from pipeline.atomic import write_text  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
     save_figure,
     single_run_finish,
@@ -88,12 +90,22 @@ def best_seconds(work: Callable[[], object], repeats: int, device: str) -> tuple
     """The best wall time of ``repeats`` calls of ``work`` and the last call's result."""
     sync, best, out = _synchronise(device), np.inf, None
     for _ in range(repeats):
+        out = None  # the last call's fit (its device matrices) freed before the next
         sync()
         t0 = time.perf_counter()
         out = work()
         sync()
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+def _out_of_memory(device: str) -> tuple[type[BaseException], ...]:
+    """The exception a torch device raises when its memory runs out (none on ``cpu``)."""
+    if device == "cpu":
+        return ()
+    import torch
+
+    return (torch.OutOfMemoryError,)
 
 
 def gemm_gflops(device: str, precision: str, size: int, repeats: int) -> float:
@@ -150,8 +162,9 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
                                                    kappa=cfg["kappa"], rng=0,
                                                    test=(X_test, y_test), **o),
                 cfg["repeats"], device)
-        except (InputError, FloatingPointError) as err:  # a breakdown (float32): the row says
-            row["failed"][label] = " ".join(str(err).split())
+        except (InputError, FloatingPointError, *_out_of_memory(device)) as err:
+            # a breakdown (float32), a refusal or the device's memory: the row says which
+            row["failed"][label] = " ".join(str(err).split())[:300]
             continue
         row["seconds"][label] = seconds
         row["rmse"][label] = float(fit.summary["test_rmse"])
@@ -165,7 +178,7 @@ def _float32_differences(rows: list[dict]) -> None:
     """Each float32 row's test RMSE relative to its device's float64 row at the same n."""
     by_key = {(r["device"], r["n"]): r for r in rows if r["precision"] == "float64"}
     for row in rows:
-        if row["precision"] == "float32":
+        if row["precision"] == "float32" and (row["device"], row["n"]) in by_key:
             ref = by_key[(row["device"], row["n"])]["rmse"]
             row["rmse_rel_diff_vs_float64"] = {k: abs(v - ref[k]) / abs(ref[k])
                                                for k, v in row["rmse"].items() if k in ref}
@@ -204,7 +217,17 @@ def main(argv: list[str]) -> int:
     if setup is None:
         return 2
     cfg, out_dir = setup
+    from algorithms.device import describe, torch_device
+
+    try:  # every device named can be used here, before any is measured
+        [torch_device(device) for device in devices(cfg) if device != "cpu"]
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    described = {d: describe(torch_device(d)) for d in devices(cfg) if d != "cpu"}
     rows, gemms = [], {}
+    figures = {"gemm_gflops": gemms, "devices": described, "rows": rows, "config": cfg,
+               "complete": False}
     for device in devices(cfg):
         for precision in (["float64"] if device == "cpu" else cfg["precisions"]):
             gemm = gemm_gflops(device, precision, cfg["gemm_size"], cfg["repeats"])
@@ -218,11 +241,10 @@ def main(argv: list[str]) -> int:
                 print(f"  n={n:6d}: " + ", ".join(
                     f"{k} {s:.3g} s" for k, s in row["seconds"].items()) + "".join(
                     f"; {k} failed: {why}" for k, why in row["failed"].items()), flush=True)
+                # the rows so far: a run cut short (a GPU's time limit) keeps them
+                write_text(out_dir / "figures.json", json.dumps(figures, indent=2))
     _float32_differences(rows)
-    from algorithms.device import describe, torch_device
-
-    described = {d: describe(torch_device(d)) for d in devices(cfg) if d != "cpu"}
-    figures = {"gemm_gflops": gemms, "devices": described, "rows": rows, "config": cfg}
+    figures["complete"] = True
     return single_run_finish(out_dir, figures,
                              lambda path: figure(rows, list(cfg["methods"]), path,
                                                  described),

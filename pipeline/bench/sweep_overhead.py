@@ -188,7 +188,8 @@ def size_argument(argv: list[str]) -> str | None:
         if arg.startswith("size=") and arg.partition("=")[2] in ("full", "small"):
             size = arg.partition("=")[2]
         else:
-            print(f"error: unknown argument {arg!r}; pass size=full or size=small",
+            print(f"error: unknown argument {arg!r}; pass size=full or size=small (a "
+                  "single-run benchmark also takes key=value for its config's keys)",
                   file=sys.stderr)
             return None
     return size
@@ -196,18 +197,28 @@ def size_argument(argv: list[str]) -> str | None:
 
 def single_run_setup(name: str, argv: list[str]) -> tuple[dict, Path] | None:
     """A single-run benchmark's config, ``conf/experiment/<name>.yaml`` under
-    ``conf/reduced/<name>_small.yaml`` for ``size=small`` (resolved, plain), and its output
-    directory ``outputs/<sweep>/`` (made); None after the one-line error of a bad argument."""
+    ``conf/reduced/<name>_small.yaml`` for ``size=small``, under ``key=value`` overrides of
+    its own top-level keys (``sizes=[16000] devices=[cuda]``; resolved, plain), and its
+    output directory ``outputs/<sweep>/`` (made); None after the one-line error of a bad
+    argument."""
     from omegaconf import OmegaConf
 
     from pipeline.config import CONF_DIR
 
-    size = size_argument(argv)
+    cfg = OmegaConf.load(CONF_DIR / "experiment" / f"{name}.yaml")
+    overrides = [a for a in argv if not a.startswith("size=")
+                 and a.partition("=")[0] in cfg and a.partition("=")[0] != "sweep"]
+    size = size_argument([a for a in argv if a not in overrides])
     if size is None:
         return None
-    cfg = OmegaConf.load(CONF_DIR / "experiment" / f"{name}.yaml")
     if size == "small":
         cfg = OmegaConf.merge(cfg, OmegaConf.load(CONF_DIR / "reduced" / f"{name}_small.yaml"))
+    try:
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+    except Exception as err:  # noqa: BLE001 - omegaconf's grammar and merge errors
+        print(f"error: {' '.join(str(err).split())[:200]}; pass key=value with a value of "
+              "the key's type", file=sys.stderr)
+        return None
     cfg = OmegaConf.to_container(cfg, resolve=True)
     out_dir = Path(os.getcwd()) / "outputs" / cfg["sweep"]
     out_dir.mkdir(parents=True, exist_ok=True)

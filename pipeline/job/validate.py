@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,8 @@ def check_config(config: Mapping, available: float | None = None, sized: bool = 
     if sized and shape is not None and not config["learning_curve"]:
         # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
         distinct = distinct_train(config["dataset"]) if spec.distinct_inputs else None
+        if config["device"] != "cpu":  # its n × n matrices are checked on the device, where
+            available = math.inf       # they are made (TorchKernelBlocks.memory_on_device)
         check_size(spec, *shape, options, available, distinct=distinct)
     return spec, lam, kernel, options
 
