@@ -102,14 +102,15 @@ def describe(device) -> dict[str, str]:
 
 def device_memory(device) -> int:
     """Bytes free on ``device`` now (a CPU device: this machine's available memory). On a GPU,
-    what the driver has free and what torch's caching allocator holds but no tensor uses (it
-    is reused before the driver is asked): so the answer does not depend on earlier fits."""
+    what the driver has free once torch's caching allocator has given back the segments no
+    tensor uses (``empty_cache``): one n × n matrix needs one free range, which the unused
+    parts of segments still in use cannot give, so they are not counted."""
     import torch
 
     if device.type == "cuda":
+        torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info(device)
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return int(free + cached)
+        return int(free)
     import psutil
 
     return int(psutil.virtual_memory().available)

@@ -61,6 +61,8 @@ class TorchKernelBlocks:
         self._rows = self._cols = None
         self._hold = False
         self._K = None
+        if device.type == "cuda":  # an earlier fit's cached segments, given back: this fit's
+            torch.cuda.empty_cache()  # small tensors would split them and pin them in use
 
     # ------------------------------------------------------------------ inputs, on demand
 

@@ -20,6 +20,7 @@ same run): K·v as n²(2(d + 2) + 2) flops, the exact GP as its Cholesky's n³/3
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -138,6 +139,7 @@ def blocks_for(device: str, precision: str, X: np.ndarray, kernel: Kernel):
 
 def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict:
     """One row: K·v and every method's best seconds and test RMSE at n on ``device``."""
+    gc.collect()  # the last row's fits (reference cycles) and their device matrices, freed
     X, y, X_test, y_test = problem(n, cfg)
     kernel = Kernel("rbf", {"width": cfg["width"]})
     blocks = blocks_for(device, precision, X, kernel)
