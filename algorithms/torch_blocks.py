@@ -250,8 +250,11 @@ class TorchKernelBlocks:
             A[lo: lo + step] = self.torch_kernel.block(rows[lo: lo + step], cols)
         A.diagonal().add_(self._tensor(noise))
         info = torch.empty((), dtype=torch.int32, device=self.device)
+        # In place: LAPACK and cuSOLVER factor a column-major matrix, which A's transpose is;
+        # K + σ²I is symmetric, so its upper factor there is L in A (an out= of row-major A
+        # itself is factored in a copy: a second m × m matrix, 128 GiB at m = 131 072).
         try:
-            torch.linalg.cholesky_ex(A, out=(A, info))  # in place: one m × m matrix
+            torch.linalg.cholesky_ex(A.mT, upper=True, out=(A.mT, info))
         except torch.OutOfMemoryError:
             raise
         except RuntimeError:  # a torch whose out= may not alias the input: a second matrix
@@ -270,9 +273,11 @@ class DeviceCholesky:
         self.blocks, self.L, self.basis_cols = blocks, L, basis_cols
 
     def solve(self, b: np.ndarray) -> np.ndarray:
-        """(LLᵀ)⁻¹b."""
+        """(LLᵀ)⁻¹b, by two triangular solves (``cholesky_solve`` copies L first)."""
         rhs = self.blocks._tensor(b).reshape(len(b), -1)
-        return self.blocks._host(torch.cholesky_solve(rhs, self.L)).reshape(np.shape(b))
+        z = torch.linalg.solve_triangular(self.L, rhs, upper=False)
+        x = torch.linalg.solve_triangular(self.L.mT, z, upper=True)
+        return self.blocks._host(x).reshape(np.shape(b))
 
     def log_diag_sum(self) -> float:
         """Σ log L_ii (half of log det)."""

@@ -208,3 +208,35 @@ def test_a_fit_on_a_device_is_sized_by_the_device_not_this_machine(tmp_path):
     blocks = TorchKernelBlocks(X, Kernel("rbf", {"width": 3.0}), torch.device("cpu"))
     assert blocks.memory_on_device and not getattr(ArrayKernelBlocks(X, blocks.kernel),
                                                    "memory_on_device", False)
+
+
+FACTOR_PEAK = """
+import resource, numpy as np, torch
+from algorithms import Kernel
+from algorithms.torch_blocks import TorchKernelBlocks
+n = 3000
+blocks = TorchKernelBlocks(np.random.default_rng(0).normal(size=(n, 3)),
+                           Kernel("rbf", {"width": 3.0}), torch.device("cpu"))
+blocks.kernel_rows, blocks.kernel_cols
+TorchKernelBlocks._row_step = lambda self, m: 100  # blocks of the fill: small, as at large n
+small = TorchKernelBlocks(np.ones((9, 3)) * np.arange(9)[:, None], blocks.kernel, blocks.device)
+small.factor(None, np.full(9, 0.1)).solve(np.ones(9))  # the libraries' code, loaded
+torch.ones(n, n, dtype=torch.float64).sum()  # one n x n matrix: the peak so far
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+factor = blocks.factor(None, np.full(n, 0.1))
+factor.solve(np.ones(n))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) * 1024 / (n * n * 8))
+"""
+
+
+def test_the_exact_gps_factor_on_a_device_is_one_matrix():
+    """K + σ²I is factored where it was filled and solved against without a copy: the peak
+    of the factor and a solve is one n × n matrix (a row-major ``out=`` of ``cholesky_ex``, or
+    ``cholesky_solve``, copied it: two, which is 128 GiB too many at n = 131 072 on a GPU)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FACTOR_PEAK], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.split()[-1]) < 0.5  # matrices beyond the one (1.2 with a copy)
