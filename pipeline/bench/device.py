@@ -170,6 +170,7 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
             continue
         row["seconds"][label] = seconds
         row["rmse"][label] = float(fit.summary["test_rmse"])
+        del fit  # its device matrices, freed before the next method is measured
     cholesky = cfg["cholesky_method"]
     if cholesky in row["seconds"]:  # its Cholesky's n³/3 flops
         row["exact_vs_gemm"] = n**3 / 3.0 / row["seconds"][cholesky] / 1e9 / gemm
@@ -202,7 +203,7 @@ def figure(rows: list[dict], methods: list[str], path: Path,
                           "o-" if precision == "float64" else "s--", color=f"C{i}",
                           label=f"{device}, {precision}")
         ax.set_xticks(sorted({r["n"] for r in rows}), [str(n) for n in sorted(
-            {r["n"] for r in rows})])
+            {r["n"] for r in rows})], rotation=40, fontsize=8)
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set(title=label, xlabel="n (training rows)", ylabel="seconds (best)")
         ax.grid(alpha=0.3, which="both")
