@@ -21,6 +21,7 @@ their arguments (``tests/test_device.py``).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,9 +86,23 @@ def torch_dtype(dtype: str):
     return getattr(torch, dtype)
 
 
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"  # the loaded kernel module's version line
+
+
+def nvidia_driver(path: str = NVIDIA_DRIVER_FILE) -> str:
+    """The NVIDIA driver's version (``580.159.04``) from its kernel module's version line, or
+    ``unknown`` where the file is not there or says none."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return "unknown"
+    found = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
+    return found.group(1) if found else "unknown"
+
+
 def describe(device) -> dict[str, str]:
     """The device a fit ran on, recorded with its result: the device, its model and, for a
-    GPU, the CUDA runtime and the driver's compute capability."""
+    GPU, the CUDA runtime, the NVIDIA driver, the compute capability and the memory."""
     import torch
 
     if device.type != "cuda":
@@ -96,6 +111,7 @@ def describe(device) -> dict[str, str]:
     props = torch.cuda.get_device_properties(device)
     return {"device": str(device), "device_model": props.name,
             "device_runtime": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                              f"driver {nvidia_driver()}, "
                               f"compute capability {props.major}.{props.minor}, "
                               f"{props.total_memory / 2**30:.1f} GiB"}
 

@@ -240,3 +240,18 @@ def test_the_exact_gps_factor_on_a_device_is_one_matrix():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert float(proc.stdout.split()[-1]) < 0.5  # matrices beyond the one (1.2 with a copy)
+
+
+@pytest.mark.parametrize("line,version", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 16 2025\n", "580.159.04"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build\n",
+     "550.54.15"),
+    ("something else\n", "unknown")])
+def test_a_gpus_driver_is_read_from_its_kernel_module(tmp_path, line, version):
+    """A GPU's result records its NVIDIA driver (in ``device_runtime``) from the loaded
+    module's version line; ``unknown`` where there is none."""
+    from algorithms.device import nvidia_driver
+
+    (tmp_path / "version").write_text(line + "GCC version:  gcc version 12.2.0\n")
+    assert nvidia_driver(str(tmp_path / "version")) == version
+    assert nvidia_driver(str(tmp_path / "absent")) == "unknown"

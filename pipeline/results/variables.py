@@ -52,8 +52,8 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "device": ("the torch device of a fit off the numpy path (device=…; pipeline.blocks.device)",
                "1"),
     "device_model": ("the model of that device (a GPU's name)", "1"),
-    "device_runtime": ("torch's version, and a GPU's CUDA runtime, compute capability and "
-                       "memory", "1"),
+    "device_runtime": ("torch's version, and a GPU's CUDA runtime, NVIDIA driver, compute "
+                       "capability and memory", "1"),
     "device_precision": ("the floating type of the device's numerics (precision=…)", "1"),
     "cluster_workers": ("Dask workers holding the training rows (blocks=cluster)", "1"),
     "cluster_bytes_moved": ("bytes the blocks=cluster shards returned to the fit", "bytes"),
