@@ -255,3 +255,28 @@ def test_a_gpus_driver_is_read_from_its_kernel_module(tmp_path, line, version):
     (tmp_path / "version").write_text(line + "GCC version:  gcc version 12.2.0\n")
     assert nvidia_driver(str(tmp_path / "version")) == version
     assert nvidia_driver(str(tmp_path / "absent")) == "unknown"
+
+
+def test_pcg_records_the_matrix_free_product_it_fell_back_to(monkeypatch):
+    """PCG on a device whose K could not be formed after all (out of memory) runs matrix-free
+    with the same posterior and records kernel_held_bytes = 0, not the bytes it asked for."""
+    from algorithms import run
+
+    rng = np.random.default_rng(1)
+    X, kernel = rng.normal(size=(150, 3)), Kernel("rbf", {"width": 3.0})
+    y = np.sin(X).sum(axis=1)
+    blocks = TorchKernelBlocks(X, kernel, torch.device("cpu"))
+    real_block = blocks.torch_kernel.block
+
+    def no_room_for_all(A, B):
+        if len(A) == 150 and blocks.torch_kernel.n_cols(B) == 150:  # all of K at once
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real_block(A, B)
+
+    monkeypatch.setattr(blocks.torch_kernel, "block", no_room_for_all)
+    monkeypatch.setattr(TorchKernelBlocks, "_row_step", lambda self, m: 50)
+    fell_back = run("cg", blocks, y, lam=0.1, tol=1e-10)
+    held = run("cg", ArrayKernelBlocks(X, kernel), y, lam=0.1, tol=1e-10)
+    assert fell_back.summary["kernel_held_bytes"] == 0
+    assert held.summary["kernel_held_bytes"] == 150 * 150 * 8
+    _close(fell_back.solution.coef, held.solution.coef, tol=1e-8)
