@@ -337,7 +337,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     start = recorder.elapsed()
     L, L_dual, gap, residual = _iterate(cg, blocks, y, lam, recorder, max_iter, block_bytes)
     solve_seconds = recorder.elapsed() - start
-    held = blocks.held_bytes if held else 0  # 0 where forming K ran out of a device's memory
+    if getattr(blocks, "hold_dropped", False):  # forming K ran out of a device's memory:
+        held = 0                                # the products were matrix-free
     alpha = cg.X[:, 0].copy()
     if cg.done:
         stop_reason = f"residual ≤ tol = {tol:g}"

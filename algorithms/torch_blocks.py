@@ -61,6 +61,7 @@ class TorchKernelBlocks:
         self._rows = self._cols = None
         self._hold = False
         self._K = None
+        self.hold_dropped = False  # whether the K asked for by hold() did not fit after all
         if device.type == "cuda":  # an earlier fit's cached segments, given back: this fit's
             torch.cuda.empty_cache()  # small tensors would split them and pin them in use
 
@@ -136,6 +137,7 @@ class TorchKernelBlocks:
         the device's free memory; the bytes it will hold (0: matrix-free)."""
         need = self.n * self.n * self.dtype.itemsize
         self._hold = need <= share * device_memory(self.device)
+        self.hold_dropped = False
         if not self._hold:
             self._K = None
         return need if self._hold else 0
@@ -156,7 +158,7 @@ class TorchKernelBlocks:
             try:
                 self._K = self.torch_kernel.block(self.kernel_rows, self.kernel_cols)
             except torch.OutOfMemoryError:  # another allocation took the room: matrix-free
-                self._hold = False
+                self._hold, self.hold_dropped = False, True
         if self._hold:
             return self._host(self._K @ W).reshape(np.shape(V))
         out = torch.empty((self.n, W.shape[1]), dtype=self.dtype, device=self.device)
