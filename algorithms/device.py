@@ -67,7 +67,7 @@ def torch_device(device: str):
                  else f"built for CUDA {torch.version.cuda}")
         raise InputError(f"device={device}: PyTorch {torch.__version__} ({build}) sees no CUDA "
                          "GPU here; pass device=cpu (or device=torch:cpu), or run where a GPU "
-                         "and a CUDA build of torch are")
+                         "and a CUDA build of torch are both present")
     index = int(device.partition(":")[2] or 0)
     count = torch.cuda.device_count()
     if index >= count:
