@@ -38,6 +38,8 @@ FLOAT64_ONLY = ("gpytorch_sgpr", "gpytorch_svgp")
 # kernel values computed at once on the device: a block of rows of K (CG's products, the
 # projections, the exact GP's fill) is about this many bytes
 DEVICE_BLOCK_BYTES = 2**27
+# what the exact GP's matrix that does not fit the device is pointed to
+TOO_LARGE_INSTEAD = "pass algorithm=cg (the same posterior by PCG, matrix-free) or device=cpu"
 
 
 class TorchKernelBlocks:
@@ -232,17 +234,16 @@ class TorchKernelBlocks:
         need, free = self.factor_bytes(m), device_memory(self.device)
         if need > free:
             raise TooLarge(f"the exact GP on {m} distinct inputs needs {need / 2**30:.1f} GiB "
-                           f"on {self.device} but {free / 2**30:.1f} GiB is free there; pass "
-                           "algorithm=cg (the same posterior by PCG, matrix-free) or device=cpu")
+                           f"on {self.device} but {free / 2**30:.1f} GiB is free there; "
+                           f"{TOO_LARGE_INSTEAD}")
         rows = self.kernel_rows if index is None else self.kernel_rows[self._index(index)]
         cols = self.kernel_cols if index is None else self._col_select(index)
         try:
             return DeviceCholesky(self, self._factor_in_place(rows, cols, m, noise), cols)
         except torch.OutOfMemoryError as err:  # the free memory was an estimate
             raise TooLarge(f"the exact GP on {m} distinct inputs ran out of memory on "
-                           f"{self.device} ({' '.join(str(err).split())[:160]}); pass "
-                           "algorithm=cg (the same posterior by PCG, matrix-free) or "
-                           "device=cpu") from None
+                           f"{self.device} ({' '.join(str(err).split())[:160]}); "
+                           f"{TOO_LARGE_INSTEAD}") from None
 
     def _factor_in_place(self, rows, cols, m: int, noise: np.ndarray):
         """K[rows, cols] + diag(noise), filled by row blocks and overwritten by its L."""
