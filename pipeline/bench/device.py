@@ -223,11 +223,10 @@ def main(argv: list[str]) -> int:
     from algorithms.device import describe, torch_device
 
     try:  # every device named can be used here, before any is measured
-        [torch_device(device) for device in devices(cfg) if device != "cpu"]
+        described = {d: describe(torch_device(d)) for d in devices(cfg) if d != "cpu"}
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    described = {d: describe(torch_device(d)) for d in devices(cfg) if d != "cpu"}
     rows, gemms = [], {}
     figures = {"gemm_gflops": gemms, "devices": described, "rows": rows, "config": cfg,
                "complete": False}
