@@ -2,18 +2,29 @@
 variational GP (SVGP), as GPyTorch implements them.
 
 Both start (``starts``, :func:`algorithms.peers.start_points`) from the job's kernel and λ
-(``given``), from the median heuristic (``median``), or from each in turn (``given+median``),
-and keep the start with the best final objective: Titsias's bound (SGPR), the held-out NLPD
-(SVGP with ``holdout``; without, the last epoch's mean minibatch ELBO). Their ``max_basis`` = m
-inducing inputs start (``inducing_init``, :mod:`algorithms.inducing_init`) at random training
-rows drawn from the job's generator, at k-means centres, or at the rows chosen by greedy
-conditional variance at the start's kernel (Burt et al. 2020; Ober et al. 2024 recommend it).
+(``given``), from the median heuristic (``median``), from the data-independent standard start
+(``standard``: variance 1, every length scale √(d/2), σ² = λ), or from several in turn joined
+by '+' (``given+median``), and keep the start with the best final objective: Titsias's bound
+(SGPR), the held-out NLPD (SVGP with ``holdout``; without, the last epoch's mean minibatch
+ELBO). With ``budget_seconds`` the learning stops at the end of the iteration (SVGP: epoch) in
+which its wall seconds passed the budget (``own_stop_reason`` ``budget``, not converged; SGPR
+keeps its current state, SVGP its best held-out state) and begins no further start (listed as
+not started in ``own_start_summary``; an untrained fit has no budget). Their ``max_basis`` =
+m inducing inputs start (``inducing_init``, :mod:`algorithms.inducing_init`) at random
+training rows drawn from the job's generator, at k-means centres, or at the rows chosen by
+greedy conditional variance at the start's kernel (Burt et al. 2020; Ober et al. 2024
+recommend it), the pivots of our ``incomplete_cholesky`` at that kernel and m.
 Trained, the summary records ``own_iterations``, ``own_converged``, ``own_stop_reason``
 (``relative_change``, ``gradient``, ``no_improvement``: converged; ``cap``: the safety cap;
-``stalled``; ``untrained``), ``own_starts``, ``own_best_start``, every start's score,
-iterations and stop reason (``own_start_summary``), and the wall and process-CPU seconds of
-the whole learning, every start and the inducing initialisation included
-(``own_learning_seconds``, ``own_learning_cpu_seconds``; 0 untrained).
+``budget``: ``budget_seconds``; ``stalled``; ``untrained``), ``own_starts``,
+``own_best_start``, every start's score, iterations and stop reason (``own_start_summary``),
+and the wall and process-CPU seconds of the whole learning, every start and the inducing
+initialisation included
+(``own_learning_seconds``, ``own_learning_cpu_seconds``; 0 untrained). The fit's seconds run
+until GPyTorch's predictor is ready: each peer makes one predictive call (mean and variance)
+on a training row inside the fit, so the prediction caches GPyTorch builds lazily on a user's
+first call (SGPR: ``mean_cache`` and ``covar_cache``, O(n·m²); SVGP: the Cholesky factor of
+K_ZZ) are timed with the fit (:func:`algorithms.peers.ready_at_last_step`).
 
 ``gpytorch_sgpr``: an :class:`gpytorch.models.ExactGP` with zero mean, a
 :class:`gpytorch.likelihoods.GaussianLikelihood` and the covariance
@@ -50,21 +61,34 @@ thread count are left as the process has them); the kernel and the noise at the 
 
 The trace has a row per training step, 0 (the start) to the last one run, of every start in
 turn (``start``: its index): ``elbo`` (n × GPyTorch's MLL, i.e. Titsias's bound), ``noise`` and
-the basis size. Prediction is GPyTorch's own, ``likelihood(model(x))`` (noise included). With
-``diagonal_correction`` (GPyTorch's default, ``gpytorch.settings.sgpr_diagonal_correction``)
-GPyTorch adds diag(K − Q) to the training covariance when it predicts, so its mean is
-Q_*X (Q + Λ)⁻¹y with Λ = diag(K − Q) + σ²I and its variance k** − Q_*X (Q + Λ)⁻¹ Q_X* + σ²
-(FITC's predictive with Titsias's hyperparameters); without it the mean is Titsias's DTC mean
-Q_*X (Q + σ²I)⁻¹y and the variance the subset-of-regressors one, Q** − Q_*X (Q + σ²I)⁻¹ Q_X* +
-σ² (tests/test_peers.py checks both against dense formulas). With Z = X (m = n) and no
-training either is the exact GP.
+the basis size. Prediction is GPyTorch's own, ``likelihood(model(x))`` (noise included), in two
+forms (``diagonal_correction``; tests/test_peers.py checks both against dense formulas):
+
+- ``true`` (GPyTorch's default, ``gpytorch.settings.sgpr_diagonal_correction``): GPyTorch adds
+  diag(K − Q) (clamped at 0) to the training covariance and k** − Q** to the test prior when it
+  predicts (``InducingPointKernel._get_covariance``), so its mean is Q_*X (Q + Λ)⁻¹y with
+  Λ = diag(K − Q) + σ²I and its variance k** − Q_*X (Q + Λ)⁻¹ Q_X* + σ²: FITC's predictive
+  (Snelson & Ghahramani 2006) at Titsias's hyperparameters, GPyTorch's as its users get it.
+- ``false``: Titsias's own predictive (Titsias 2009, eq. 6; the DTC predictive of
+  Quiñonero-Candela & Rasmussen 2005, what GPflow's SGPR predicts): mean
+  K_*Z (σ²K_ZZ + K_ZX K_XZ)⁻¹ K_ZX y = Q_*X (Q + σ²I)⁻¹y and variance
+  k** − Q** + σ² K_*Z (σ²K_ZZ + K_ZX K_XZ)⁻¹ K_Z* + σ². The mean is GPyTorch's with the
+  correction off; its variance with the correction off is the subset-of-regressors one,
+  Q** − Q_*X (Q + σ²I)⁻¹ Q_X* + σ² (σ² alone far from the inducing inputs: GPyTorch 1.15's
+  ``SGPRPredictionStrategy.exact_prediction`` swaps in the base kernel's k** only for a test
+  covariance still lazy, which ``ExactGP``'s slice of the joint covariance no longer is), so
+  k** − Q** (clamped at 0, Q** = ‖K_*Z R‖² with GPyTorch's own R = K_ZZ^{-1/2}) is added to
+  it.
+
+With Z = X (m = n) and no training either is the exact GP.
 
 The mean is held exactly as k(x, Z) @ c (our kernel, the learned one translated back), with c
 from GPyTorch's own factors: GPyTorch predicts (K_*Z R)((K_XZ R)ᵀ a), where R = K_ZZ^{-1/2} is
 the InducingPointKernel's inverse Cholesky root (``_inducing_inv_root``, jitter included if
 GPyTorch had to add any) and a = (Q + Λ)⁻¹y is its prediction strategy's ``mean_cache``; so
 c = R (K_XZ R)ᵀ a, and our mean equals GPyTorch's to round-off (≤ 1e-8 in the tests; no
-predictor override is needed). The variance is GPyTorch's, computed in blocks of test rows.
+predictor override is needed). The variance is GPyTorch's (plus k** − Q** for the DTC form),
+computed in blocks of test rows.
 Cost O(n·m²) per step and per prediction, O(n·m) memory beyond X.
 
 ``gpytorch_svgp``: GPyTorch's SVGP example in float64: an :class:`gpytorch.models.ApproximateGP`
@@ -111,8 +135,8 @@ from algorithms.inducing_init import INDUCING_INITS, initial_inducing
 from algorithms.kernels import Kernel
 from algorithms.options import Option
 from algorithms.peers import (
+    BUDGET_OPTION,
     GPYTORCH,
-    STARTS,
     TORCH,
     Clock,
     check_translatable,
@@ -120,7 +144,10 @@ from algorithms.peers import (
     import_gpytorch,
     kernel_from_gpytorch,
     library_warnings,
+    over_budget,
+    ready_at_last_step,
     start_points,
+    starts_option,
     torch_linalg_errors,
     torch_threads,
 )
@@ -216,9 +243,11 @@ def _likelihood(torch, gpytorch, lam: float, device):
     return likelihood.to(device)
 
 
-def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any], device):
+def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any], device,
+                     added: Callable[[Any], Any] | None = None):
     """GPyTorch's predictive variance of y, ``likelihood(model(x)).variance``, under
-    ``setting()`` (a GPyTorch settings context), in blocks of test rows on ``device``."""
+    ``setting()`` (a GPyTorch settings context), plus ``added(x)`` where given (SGPR's DTC
+    form: k** − Q**), in blocks of test rows on ``device``."""
     batch = block_rows(max(m, 1))
 
     def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,7 +256,10 @@ def _variance_bounds(torch, model, likelihood, m: int, setting: Callable[[], Any
         with library_warnings([]), torch_threads(torch), torch.no_grad(), setting():
             for lo in range(0, len(X_new), batch):
                 x = torch.as_tensor(X_new[lo: lo + batch], dtype=torch.float64, device=device)
-                var[lo: lo + batch] = likelihood(model(x)).variance.cpu().numpy()
+                block = likelihood(model(x)).variance
+                if added is not None:
+                    block = block + added(x)
+                var[lo: lo + batch] = block.cpu().numpy()
         if not np.isfinite(var).all():
             raise FloatingPointError("GPyTorch's predictive variance is NaN/inf")
         return var, var
@@ -273,16 +305,38 @@ class Trained:
         return self.stop in CONVERGED
 
 
-def _own_summary(runs: list[Trained], best: int, clock: Clock | None) -> dict[str, Any]:
+def _train_starts(points: list[tuple[str, Kernel, float]],
+                  train: Callable[[int, str, Kernel, float], Trained], clock: Clock,
+                  budget: float | None) -> tuple[list[Trained], list[str]]:
+    """Each start of ``points`` trained in turn by ``train(index, label, kernel, σ²)``; once
+    the learning has run past ``budget`` seconds no further start begins: (the runs, the
+    labels of the starts not begun)."""
+    runs: list[Trained] = []
+    skipped: list[str] = []
+    for index, (label, kernel, noise) in enumerate(points):
+        if runs and over_budget(clock, budget):
+            skipped.append(label)
+        else:
+            runs.append(train(index, label, kernel, noise))
+    return runs, skipped
+
+
+def _own_summary(runs: list[Trained], best: int, clock: Clock | None,
+                 skipped: list[str]) -> dict[str, Any]:
     """The own-protocol keys of a trained peer's summary (the kept start's iterations,
-    convergence and stop reason; every start's in ``own_start_summary``)."""
+    convergence and stop reason; every start's in ``own_start_summary``, with the starts the
+    budget left unbegun)."""
     chosen = runs[best]
-    return {"own_iterations": chosen.iterations, "own_converged": chosen.converged,
-            "own_stop_reason": chosen.stop, "own_starts": len(runs),
+    # a start not begun for the budget: the learning stopped for it, whichever run is kept
+    stop = "budget" if skipped and clock is not None else chosen.stop
+    return {"own_iterations": chosen.iterations,
+            "own_converged": chosen.converged and stop == chosen.stop,
+            "own_stop_reason": stop, "own_starts": len(runs),
             "own_best_start": chosen.label,
             "own_iterations_total": sum(r.iterations for r in runs),
-            "own_start_summary": "; ".join(f"{r.label}: score {r.score:.10g}, {r.iterations} "
-                                           f"iterations, {r.stop}" for r in runs),
+            "own_start_summary": "; ".join(
+                [f"{r.label}: score {r.score:.10g}, {r.iterations} iterations, {r.stop}"
+                 for r in runs] + [f"{label}: not started (budget)" for label in skipped]),
             "own_learning_seconds": clock.wall if clock else 0.0,
             "own_learning_cpu_seconds": clock.cpu if clock else 0.0,
             "inducing_init": chosen.note, "own_final_gradient": chosen.gradient}
@@ -291,17 +345,19 @@ def _own_summary(runs: list[Trained], best: int, clock: Clock | None) -> dict[st
 def fit_sgpr(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
              recorder: Recorder, max_basis: int, steps: int, optimizer: str, lr: float,
              elbo_tol: float, grad_tol: float, diagonal_correction: bool, inducing_init: str,
-             starts: str) -> Solution:
+             starts: str, budget_seconds: float | None = None) -> Solution:
     """GPyTorch's SGPR on ``max_basis`` inducing inputs started by ``inducing_init``, from each
     of ``starts``, trained by ``optimizer`` (L-BFGS or Adam at learning rate ``lr``) for at
     most ``steps`` iterations, stopped once the bound's relative change is at most ``elbo_tol``
-    or its largest gradient component at most ``grad_tol``; the best final bound is kept
-    (module docstring)."""
+    or its largest gradient component at most ``grad_tol``, or at the end of the iteration in
+    which the learning passed ``budget_seconds``; the best final bound is kept (module
+    docstring)."""
     owner = "algorithm gpytorch_sgpr"
     check_translatable(blocks.kernel, owner)
+    settings = SgprSettings(steps, optimizer, lr, elbo_tol, grad_tol, owner, budget_seconds)
     try:
-        return _fit_sgpr(blocks, y, lam, rng, recorder, max_basis, steps, optimizer, lr,
-                         elbo_tol, grad_tol, diagonal_correction, inducing_init, starts, owner)
+        return _fit_sgpr(blocks, y, lam, rng, recorder, max_basis, settings,
+                         diagonal_correction, inducing_init, starts)
     except torch_linalg_errors() as err:  # the evaluator's one-line error for a breakdown
         raise np.linalg.LinAlgError(" ".join(str(err).split())[:100]) from None
 
@@ -318,23 +374,23 @@ def _relative_change(bounds: list[float], optimizer: str, n: int) -> float | Non
 
 
 def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
-              recorder: Recorder, max_basis: int, steps: int, optimizer_name: str, lr: float,
-              elbo_tol: float, grad_tol: float, diagonal_correction: bool, inducing_init: str,
-              starts: str, owner: str) -> Solution:
+              recorder: Recorder, max_basis: int, settings: SgprSettings,
+              diagonal_correction: bool, inducing_init: str, starts: str) -> Solution:
     torch, gpytorch = import_gpytorch()
     f64, device = torch.float64, peer_device(blocks)
+    steps = settings.steps
     m = min(max_basis, blocks.n)
     X = blocks.inputs(slice(None))
     tX, ty = (torch.tensor(X, dtype=f64, device=device),
               torch.tensor(y, dtype=f64, device=device))  # copies
     caught: list[str] = []
-    settings = SgprSettings(steps, optimizer_name, lr, elbo_tol, grad_tol, owner)
     clock = Clock(recorder)
+    points = start_points(starts, blocks.kernel, lam, X, y, rng)
     with library_warnings(caught), torch_threads(torch):
-        runs = [_train_sgpr(torch, gpytorch, X, tX, ty, kernel, noise, m, inducing_init, rng,
-                            recorder, label, index, settings, device)
-                for index, (label, kernel, noise) in enumerate(
-                    start_points(starts, blocks.kernel, lam, X, y, rng))]
+        runs, skipped = _train_starts(
+            points, lambda index, label, kernel, noise: _train_sgpr(
+                torch, gpytorch, X, tX, ty, kernel, noise, m, inducing_init, rng, recorder,
+                label, index, settings, device, clock), clock, settings.budget if steps else None)
         best = max(range(len(runs)), key=lambda i: runs[i].score)
         clock.stop()
         kept = runs[best]
@@ -343,13 +399,16 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
         likelihood.eval()
         setting = gpytorch.settings.sgpr_diagonal_correction(diagonal_correction)
         with torch_threads(torch), torch.no_grad(), setting:
-            likelihood(model(tX[:1]))  # builds GPyTorch's prediction caches
+            # a user's first predictive call (mean and variance): GPyTorch builds its
+            # prediction caches (mean_cache, covar_cache) here, timed with the fit
+            _ = likelihood(model(tX[:1])).variance
             inducing = model.covar_module
             a = model.prediction_strategy.mean_cache  # (Q + Λ)⁻¹ y
             R = inducing._inducing_inv_root  # K_ZZ^{-1/2}, the factor GPyTorch predicts with
             K_XZ = inducing.base_kernel(tX, inducing.inducing_points).to_dense()
-            coef = (R @ ((K_XZ @ R).mT @ a)).cpu().numpy()
+            coef = (R @ (R.mT @ (K_XZ.mT @ a))).cpu().numpy()  # R (K_XZ R)ᵀ a in O(n·m)
             Z = inducing.inducing_points.detach().cpu().numpy().copy()
+    ready_at_last_step(recorder)
     noise = float(likelihood.noise.detach())
     if steps:
         kernel, lam_fit = kernel_from_gpytorch(blocks.kernel.name, base), noise
@@ -357,7 +416,8 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
         kernel, lam_fit = kept.kernel, kept.noise
     variance_bounds = _variance_bounds(
         torch, model, likelihood, m,
-        lambda: gpytorch.settings.sgpr_diagonal_correction(diagonal_correction), device)
+        lambda: gpytorch.settings.sgpr_diagonal_correction(diagonal_correction), device,
+        None if diagonal_correction else _dtc_term(torch, inducing))
     reasons = {"objective": "GPyTorch optimises Titsias's bound (elbo), not L(α)",
                "gap": "GPyTorch solves no dual problem (no duality gap)"}
     if not steps and (inducing_init == "kmeans" or kept.label != "given"):
@@ -366,9 +426,24 @@ def _fit_sgpr(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     summary = {**_summary(m, kept.text, steps, kernel, noise, caught, reasons),
                "jitter": _jitter(caught), "elbo": kept.score, "steps_run": kept.iterations,
                "lbfgs_restarts": kept.steps,
-               **_own_summary(runs, best, clock if steps else None)}
+               **_own_summary(runs, best, clock if steps else None, skipped)}
     return Solution(kept.rows, coef, Z, kernel, lam_fit, summary, variance_bounds,
                     not_applicable=reasons)
+
+
+def _dtc_term(torch, inducing) -> Callable[[Any], Any]:
+    """x ↦ k(x, x) − Q(x, x), clamped at 0, with Q(x, x) = ‖k(x, Z) R‖² from the
+    InducingPointKernel's own R = K_ZZ^{-1/2} (its eval-mode cache): what turns GPyTorch's
+    variance without the diagonal correction (subset of regressors) into Titsias's DTC one
+    (module docstring)."""
+
+    def term(x):
+        kxx = inducing.base_kernel(x, diag=True)
+        root = inducing.base_kernel(x, inducing.inducing_points).to_dense() \
+            @ inducing._inducing_inv_root
+        return (kxx - (root**2).sum(-1)).clamp_min(0.0)
+
+    return term
 
 
 @dataclass(frozen=True)
@@ -381,13 +456,27 @@ class SgprSettings:
     elbo_tol: float
     grad_tol: float
     owner: str
+    budget: float | None = None  # budget_seconds
+
+
+def _finite_bound(bound: float, step: int, s: SgprSettings) -> float:
+    """The bound, or the error of a training that made it NaN/inf (at the start: a
+    FloatingPointError the evaluator reports; later: the step size's one line)."""
+    if math.isfinite(bound):
+        return bound
+    if step == 0:
+        raise FloatingPointError("GPyTorch's marginal likelihood is NaN/inf")
+    raise InputError(f"{s.owner}: GPyTorch's marginal likelihood became NaN/inf at "
+                     f"{s.optimizer} step {step} with algorithm.lr={s.lr:g}; pass "
+                     "a smaller algorithm.lr or fewer algorithm.steps")
 
 
 def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: float, m: int,
                 inducing_init: str, rng: np.random.Generator, recorder: Recorder, label: str,
-                index: int, s: SgprSettings, device) -> Trained:
+                index: int, s: SgprSettings, device, clock: Clock) -> Trained:
     """One start of SGPR: inducing inputs by ``inducing_init`` at ``kernel``, then training
-    on Titsias's bound until a stopping rule (module docstring)."""
+    on Titsias's bound until a stopping rule (module docstring); past ``s.budget`` seconds of
+    ``clock`` the bound is evaluated at the current state and the training ends there."""
     n = len(X)
     Z0, rows, note = initial_inducing(X, kernel, m, inducing_init, rng)
     likelihood = _likelihood(torch, gpytorch, noise, device)
@@ -412,17 +501,12 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
     model.train()
     likelihood.train()
     for step in range(s.steps + 1):
-        training = step < s.steps
+        spent = step < s.steps and over_budget(clock, s.budget)
+        training = step < s.steps and not spent
         optimizer.zero_grad()
         with torch.set_grad_enabled(training):
             value = mll(model(tX), ty)
-        bound = float(value.detach()) * n
-        if not math.isfinite(bound):
-            if step == 0:
-                raise FloatingPointError("GPyTorch's marginal likelihood is NaN/inf")
-            raise InputError(f"{s.owner}: GPyTorch's marginal likelihood became NaN/inf at "
-                             f"{s.optimizer} step {step} with algorithm.lr={s.lr:g}; pass "
-                             "a smaller algorithm.lr or fewer algorithm.steps")
+        bound = _finite_bound(float(value.detach()) * n, step, s)
         gradient = math.nan
         if training:
             (-value).backward()
@@ -448,6 +532,8 @@ def _train_sgpr(torch, gpytorch, X: np.ndarray, tX, ty, kernel: Kernel, noise: f
                 stop, measure = "relative_change", change
             elif s.grad_tol > 0 and gradient <= s.grad_tol:
                 stop, measure = "gradient", gradient
+        if spent and not stop:
+            stop = "budget"
         if stop or not training:
             break
         if s.optimizer == "adam":
@@ -483,22 +569,25 @@ def _stop_text(stop: str, run: int, measure: float, last_gradient: float,
         "gradient": (f"converged: the largest gradient component {measure:.2g} ≤ "
                      f"grad_tol={s.grad_tol:g} after {run} {how}"),
         "cap": f"steps = {s.steps} {how} reached (the cap) on Titsias's bound",
+        "budget": (f"budget_seconds={s.budget} passed after {run} {how} on Titsias's bound "
+                   "(not converged; the current state kept)"),
     }[stop]
 
 
 def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
              recorder: Recorder, max_basis: int, epochs: int, lr: float, batch_size: int,
              learn_kernel: bool, holdout: float, patience: int, heldout_tol: float,
-             min_steps: int,
-             inducing_init: str, starts: str) -> Solution:
+             min_steps: int, inducing_init: str, starts: str,
+             budget_seconds: float | None = None) -> Solution:
     """GPyTorch's SVGP (Hensman et al. 2013) on ``max_basis`` inducing inputs started by
     ``inducing_init``: Adam at learning rate ``lr`` on GPyTorch's VariationalELBO for at most
     ``epochs`` passes over the shuffled training rows in minibatches of ``batch_size``,
     training q(u), the inducing inputs and (``learn_kernel``) the kernel and the noise; with
     ``holdout`` > 0 that share of the training rows is held out and training stops once
     their mean negative log predictive density has not improved by ``heldout_tol`` (relative)
-    for ``patience`` epochs, after at least ``min_steps`` Adam steps, the best state kept; from
-    each of ``starts`` (module docstring)."""
+    for ``patience`` epochs, after at least ``min_steps`` Adam steps, the best state kept, or
+    at the end of the epoch in which the learning passed ``budget_seconds``; from each of
+    ``starts`` (module docstring)."""
     owner = "algorithm gpytorch_svgp"
     check_translatable(blocks.kernel, owner)
     n = blocks.n
@@ -507,7 +596,7 @@ def fit_svgp(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.
                          f"{round(holdout * n)}; pass a holdout that keeps at least one row "
                          "on each side, or holdout=0")
     settings = SvgpSettings(epochs, lr, batch_size, learn_kernel, holdout, patience, min_steps,
-                            heldout_tol, owner)
+                            heldout_tol, owner, budget_seconds)
     try:
         return _fit_svgp(blocks, y, lam, rng, recorder, max_basis, settings, inducing_init,
                          starts)
@@ -528,6 +617,7 @@ class SvgpSettings:
     min_steps: int
     heldout_tol: float
     owner: str
+    budget: float | None = None  # budget_seconds
 
 
 def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
@@ -547,9 +637,11 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     clock = Clock(recorder)
     points = start_points(starts, blocks.kernel, lam, X[fit_rows], y[fit_rows], rng)
     with library_warnings(caught), torch_threads(torch):
-        runs = [_train_svgp(torch, gpytorch, X, tX, ty, fit_rows, held_rows, kernel, noise, m,
-                            inducing_init, rng, recorder, label, index, s, device)
-                for index, (label, kernel, noise) in enumerate(points)]
+        runs, skipped = _train_starts(
+            points, lambda index, label, kernel, noise: _train_svgp(
+                torch, gpytorch, X, tX, ty, fit_rows, held_rows, kernel, noise, m,
+                inducing_init, rng, recorder, label, index, s, device, clock),
+            clock, s.budget if s.epochs else None)
         best = max(range(len(runs)), key=lambda i: runs[i].score)
         clock.stop()
         kept = runs[best]
@@ -567,6 +659,9 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
             coef = torch.linalg.solve_triangular(L.mT, mean_u.unsqueeze(-1),
                                                  upper=True).squeeze(-1).cpu().numpy()
             Z = Z.detach().cpu().numpy().copy()
+            # a user's first predictive call: GPyTorch caches the factor of K_ZZ, timed here
+            _ = likelihood(model(tX[:1])).variance
+    ready_at_last_step(recorder)
     noise = float(likelihood.noise.detach())
     learned = bool(s.epochs) and s.learn_kernel
     kernel = kernel_from_gpytorch(blocks.kernel.name, base) if learned else kept.kernel
@@ -578,7 +673,7 @@ def _fit_svgp(blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Ge
     summary = {**_summary(m, kept.text, s.epochs, kernel, lam_fit, caught, reasons),
                "jitter": float(strategy.jitter_val), "steps_run": kept.steps,
                "epochs": kept.iterations, "heldout_rows": held,
-               **_own_summary(runs, best, clock if s.epochs else None)}
+               **_own_summary(runs, best, clock if s.epochs else None, skipped)}
     return Solution(kept.rows, coef, Z, kernel, lam_fit, summary, variance_bounds,
                     not_applicable=reasons)
 
@@ -604,9 +699,10 @@ def _heldout_nlpd(torch, model, likelihood, tX, ty, rows: np.ndarray) -> float:
 def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
                 held_rows: np.ndarray, kernel: Kernel, noise: float, m: int,
                 inducing_init: str, rng: np.random.Generator, recorder: Recorder, label: str,
-                index: int, s: SvgpSettings, device) -> Trained:
+                index: int, s: SvgpSettings, device, clock: Clock) -> Trained:
     """One start of SVGP: inducing inputs by ``inducing_init`` on the fitted rows, then Adam
-    epochs until the held-out rule stops it (module docstring) or ``epochs`` are run."""
+    epochs until the held-out rule stops it (module docstring), ``epochs`` are run or the
+    epoch in which ``clock`` passed ``s.budget`` seconds ends."""
     n_fit = len(fit_rows)
     batch = min(s.batch_size, n_fit)
     Z0, rows, note = initial_inducing(X[fit_rows], kernel, m, inducing_init, rng)
@@ -654,6 +750,8 @@ def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
                 waited += 1
                 stop = ("no_improvement" if waited >= s.patience and step >= s.min_steps
                         else "")
+        if not stop and epoch < s.epochs and over_budget(clock, s.budget):
+            stop = "budget"
     if state is not None and best_epoch != epoch:  # the best held-out state, not the last
         model.load_state_dict(state[0])
         likelihood.load_state_dict(state[1])
@@ -667,6 +765,8 @@ def _train_svgp(torch, gpytorch, X: np.ndarray, tX, ty, fit_rows: np.ndarray,
                            f"{s.heldout_tol:g} (relative) for patience={s.patience} epochs, "
                            f"after at least min_steps={s.min_steps} steps"),
         "cap": f"epochs = {s.epochs} reached (the cap)",
+        "budget": (f"budget_seconds={s.budget} passed in epoch {epoch} (not converged"
+                   + ("; the best held-out state kept)" if len(held_rows) else ")")),
     }[stop] + (f"; {epoch} epochs of Adam (lr={s.lr:g}, batches of {batch}: {step} steps) on "
                f"the ELBO over {what}{held}; start {label}, {note}")
     if len(held_rows):
@@ -687,10 +787,11 @@ INIT_OPTION = Option("random", "choice", "where the inducing inputs start: rando
                      "rows, kmeans (scikit-learn's k-means centres) or greedy_variance (greedy "
                      "conditional variance = pivoted Cholesky of K at the start's kernel; Burt "
                      "et al. 2020, recommended by Ober et al. 2024)", choices=INDUCING_INITS)
-STARTS_OPTION = Option("given", "choice", "the starting kernel and noise: given (the job's "
-                       "kernel and lam; under protocol=own those hyper=ml learned), median (the "
-                       "median heuristic), given+median (both, the best final objective kept)",
-                       choices=STARTS)
+STARTS_DOC = ("the starting kernel and noise, one or more joined by '+' (each trained, the "
+              "best final objective kept): given (the job's kernel and lam; under "
+              "protocol=own those hyper=ml gave), median (the median heuristic), standard "
+              "(variance 1, every length scale sqrt(d/2), lam: from d alone), e.g. "
+              "given+median")
 
 SPECS: list[AlgorithmSpec] = [
     AlgorithmSpec(
@@ -715,10 +816,12 @@ SPECS: list[AlgorithmSpec] = [
                                "the gradient of GPyTorch's MLL (per row) is at most this "
                                "(scipy L-BFGS-B's gtol; 0: off)", lo=0.0),
             "diagonal_correction": Option(True, "bool", "GPyTorch's sgpr_diagonal_correction "
-                                          "when predicting (its default; false: Titsias's DTC "
-                                          "mean, subset-of-regressors variance)"),
+                                          "when predicting (its default: FITC's predictive; "
+                                          "false: Titsias's DTC predictive, GPyTorch's "
+                                          "variance plus k** - Q**)"),
             "inducing_init": INIT_OPTION,
-            "starts": STARTS_OPTION,
+            "starts": starts_option("algorithm gpytorch_sgpr", STARTS_DOC),
+            "budget_seconds": BUDGET_OPTION,
         },
         has_variance=True,
         exact_limit=ExactLimit({"max_basis": "n", "steps": 0}, variance=True),
@@ -756,7 +859,8 @@ SPECS: list[AlgorithmSpec] = [
                                 "rule may stop the training (GPyTorch's SVGP example trains "
                                 "1360)", lo=0),
             "inducing_init": INIT_OPTION,
-            "starts": STARTS_OPTION,
+            "starts": starts_option("algorithm gpytorch_svgp", STARTS_DOC),
+            "budget_seconds": BUDGET_OPTION,
         },
         has_variance=True, check_options={"max_basis": 10, "epochs": 2, "batch_size": 20},
         certifiable=lambda options: options["epochs"] == 0, requires=(TORCH, GPYTORCH),

@@ -64,7 +64,8 @@ from algorithms.options import SEED_MAX, Option
 METHODS = ("subset", "lowrank", "exact")  # hyper.method: which marginal likelihood is maximised
 
 __all__ = ["BOUNDS", "LEARNABLE", "OPTIONS", "Learned", "Parameters", "at_bound", "learn",
-           "log_marginal_likelihood", "median_distance", "median_start", "memory_bytes"]
+           "log_marginal_likelihood", "median_distance", "median_start", "memory_bytes",
+           "standard_start"]
 
 OPTIONS: dict[str, Option] = {
     "method": Option("subset", "choice", "subset: the dense marginal likelihood on a random "
@@ -82,9 +83,12 @@ OPTIONS: dict[str, Option] = {
     "ard": Option(False, "bool", "one length scale per input dimension (else one for all)"),
     "init": Option("median", "choice", "first start: every length scale at half the median "
                    "distance between subset points, the variance at var(y) and σ² at lam "
-                   "(median), the configured kernel and lam (kernel), or none of its own, the "
-                   "given starts only (shared: e.g. the optimum of hyper.shared_start, refined)",
-                   choices=("median", "kernel", "shared")),
+                   "(median), every length scale at √(d/2), the variance at 1 and σ² at lam, "
+                   "from the input dimension d alone (standard: data-independent, for "
+                   "standardised inputs and targets), the configured kernel and lam (kernel), "
+                   "or none of its own, the given starts only (shared: e.g. the optimum of "
+                   "hyper.shared_start, refined)",
+                   choices=("median", "standard", "kernel", "shared")),
     "center_y": Option(True, "bool", "a constant prior mean, the training targets' mean: "
                        "learn, fit and score the centred targets"),
     "max_iter": Option(1000, "int", "L-BFGS-B iterations per run (0: the first start only, "
@@ -92,6 +96,11 @@ OPTIONS: dict[str, Option] = {
                        lo=0),
     "seed": Option(0, "int", "seeds the subset and the random starts", lo=0,
                    hi=SEED_MAX),
+    "budget_seconds": Option(None, "float", "wall seconds the learning may take: past them the "
+                             "current L-BFGS-B run stops at the end of its iteration, its "
+                             "iterate kept, and no further start runs (the learning is "
+                             "recorded as stopped by its budget); null: none", lo=0.0,
+                             none_ok=True),
 }
 
 
@@ -127,6 +136,9 @@ class Learned:
                                "hyper_lam": self.lam, "hyper_variance": self.kernel.variance,
                                "hyper_evaluations": len(self.trace["run"]),
                                "hyper_runs": len(self.runs), "hyper_y_offset": self.y_offset,
+                               "hyper_iterations": sum(int(r.get("iterations", 0))
+                                                       for r in self.runs),
+                               "hyper_stop_reason": stop_reason(self.runs),
                                "hyper_method": self.method, "hyper_n_basis": self.n_basis,
                                "hyper_jitter": self.jitter,
                                "hyper_at_bound": ",".join(self.at_bound)}
@@ -136,6 +148,19 @@ class Learned:
         else:
             out.update({f"hyper_lengthscale_{j}": float(v) for j, v in enumerate(ls)})
         return out
+
+
+def stop_reason(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Why a learning stopped, from its runs: ``budget`` where its budget stopped a run,
+    ``cap`` where a run reached its iteration cap, ``start`` where nothing was optimised
+    (max_iter = 0), else ``converged``."""
+    stops = [r.get("stop", "converged" if r.get("converged") else
+                   "start" if r.get("iterations") == 0 and "max_iter = 0" in
+                   str(r.get("message", "")) else "cap") for r in runs]
+    for reason in ("budget", "cap", "start"):
+        if reason in stops:
+            return reason
+    return "converged"
 
 
 def median_distance(X: np.ndarray, rng: np.random.Generator, pairs: int = 4000) -> float:
@@ -195,18 +220,42 @@ def at_bound(theta: np.ndarray, names: list[str], fraction: float = 0.01) -> lis
             for name, t in zip(names, theta, strict=True) if t - lo <= near or hi - t <= near]
 
 
+def standard_theta(params: Parameters, d: int, lam: float) -> np.ndarray:
+    """θ of the data-independent start (``init="standard"``): the variance at 1 and every
+    length scale at √(d/2), σ² = ``lam``; clipped to the bounds box. On d standardised inputs
+    the distance between two rows is about √(2d) (r² is a sum of d terms of mean 2), so
+    √(d/2) is the median heuristic's half median distance computed from d alone: the start
+    depends on no training row and on no other method's learning."""
+    theta = np.empty(params.n_lengths + 2)
+    theta[0] = 0.0
+    theta[1:-1] = 0.5 * math.log(max(d, 1) / 2.0)
+    theta[-1] = math.log(lam)
+    return np.clip(theta, *np.log(BOUNDS))
+
+
+def standard_start(d: int, kernel: Kernel, lam: float) -> tuple[Kernel, float]:
+    """(kernel, σ²) of the data-independent start (:func:`standard_theta`) in ``kernel``'s
+    family, ARD if ``kernel`` has one length scale per input: the same start for a method that
+    learns by itself (the peers' ``starts=standard``) as for ``hyper.init=standard``."""
+    params = Parameters.of(kernel, d, kernel.lengthscales is not None)
+    return params.kernel(standard_theta(params, d, lam))
+
+
 def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
           rng: np.random.Generator, method: str = "subset", subset: int = 2000,
           basis: int = 512, bound: str = "vfe", restarts: int = 5, ard: bool = False,
           max_iter: int = 1000, init: str = "median", center_y: bool = True,
-          extra_starts: Sequence[tuple[Kernel, float]] = ()) -> Learned:
+          extra_starts: Sequence[tuple[Kernel, float]] = (),
+          budget_seconds: float | None = None) -> Learned:
     """Maximise the marginal likelihood of ``method`` (:data:`METHODS`) from the first start
     (``init``; none with ``init="shared"``), then from each (kernel, σ²) of ``extra_starts``
     (e.g. a kernel learned by another method) and from ``restarts`` log-uniform random starts
     over the bounds box; keep the best (module docstring). With ``method=lowrank`` every start
     chooses its own basis (pivoted Cholesky of the kernel at that start). With ``center_y``
     the targets' mean is subtracted first (``Learned.y_offset``). ``Learned.seconds`` is its
-    wall time, ``Learned.cpu_seconds`` the process's CPU time meanwhile (every thread)."""
+    wall time, ``Learned.cpu_seconds`` the process's CPU time meanwhile (every thread). With
+    ``budget_seconds``, a run stops at the end of the first iteration past that wall time
+    (its iterate kept, ``stop`` = ``budget``) and the starts after it are not run."""
     start, cpu_start = time.perf_counter(), time.process_time()
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -221,8 +270,11 @@ def learn(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, *,
         X, y = X[rows], y[rows]
     starts = _starts(params, X, y, kernel, lam, rng, init, extra_starts,
                      restarts if max_iter else 0)
-    runs = _Runs(X, y, params, method, basis, bound, starts)
+    runs = _Runs(X, y, params, method, basis, bound, starts,
+                 None if budget_seconds is None else start + float(budget_seconds))
     for run in range(len(starts)):
+        if runs.spent() and runs.runs:  # the budget is spent: no further start
+            break
         runs.optimise(run, max_iter)
     if runs.best is None:
         raise InputError(f"hyper=ml: the marginal likelihood could not be evaluated from kernel "
@@ -255,6 +307,7 @@ def _starts(params: Parameters, X: np.ndarray, y: np.ndarray, kernel: Kernel, la
         own = []
     else:
         own = [median_theta(params, X, y, lam, rng) if init == "median"
+               else standard_theta(params, d, lam) if init == "standard"
                else np.clip(params.theta(kernel, lam, d), *log_bounds)]
     starts = own + given
     return starts + [rng.uniform(*log_bounds, size=len(starts[0])) for _ in range(restarts)]
@@ -265,8 +318,10 @@ class _Runs:
     optimum kept, and with ``method=lowrank`` each run's basis (chosen at its start)."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, params: Parameters, method: str,
-                 basis: int, bound: str, starts: list[np.ndarray]) -> None:
+                 basis: int, bound: str, starts: list[np.ndarray],
+                 deadline: float | None = None) -> None:
         self.X, self.y, self.params, self.method = X, y, params, method
+        self.deadline = deadline  # perf_counter() past which no iteration starts
         self.basis, self.bound, self.starts = basis, bound, starts
         self.objectives: dict[int, LowRankObjective] = {}
         self.rows_run: list[int] = []
@@ -299,6 +354,16 @@ class _Runs:
         self.rows_theta.append(theta.copy())
         return (-value if math.isfinite(value) else 1e300), -grad
 
+    def spent(self) -> bool:
+        """Whether the learning's budget (its deadline) has passed."""
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def _callback(self, intermediate_result) -> None:
+        """Stop L-BFGS-B at the end of an iteration once the budget is spent (scipy ≥ 1.11
+        keeps the iterate and reports ``success`` False)."""
+        if self.spent():
+            raise StopIteration
+
     def optimise(self, run: int, max_iter: int) -> None:
         """Run ``run`` from its start (evaluated only, with max_iter = 0) and keep its
         optimum if it is the best so far."""
@@ -312,11 +377,15 @@ class _Runs:
 
             log_bounds = tuple(np.log(BOUNDS))
             res = minimize(self.objective, theta, args=(run,), jac=True, method="L-BFGS-B",
-                           bounds=[log_bounds] * len(theta), options={"maxiter": max_iter})
+                           bounds=[log_bounds] * len(theta), options={"maxiter": max_iter},
+                           callback=self._callback if self.deadline is not None else None)
             value, theta = -float(res.fun), res.x
+            budget = self.spent() and not res.success
             self.runs.append({"run": run, "log_marginal_likelihood": value,
                               "iterations": int(res.nit), "converged": bool(res.success),
-                              "message": str(res.message)})
+                              "message": str(res.message),
+                              "stop": "budget" if budget else
+                              "converged" if res.success else "cap"})
         if math.isfinite(value) and value > -1e299 and (self.best is None
                                                          or value > self.best[0]):
             self.best = (value, theta, run)

@@ -96,10 +96,10 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "own_converged": ("the method's own learning stopped by its convergence rule (not its "
                       "cap)", "1"),
     "own_stop_reason": ("why the method's own learning stopped (relative_change, gradient, "
-                        "stalled, no_improvement, converged: converged; cap, untrained, "
-                        "failed_to_converge)", "1"),
+                        "stalled, no_improvement, converged: converged; cap, budget, "
+                        "untrained, failed_to_converge)", "1"),
     "own_starts": ("starts of the method's own learning", "1"),
-    "own_best_start": ("the start whose learning was kept (given, median)", "1"),
+    "own_best_start": ("the start whose learning was kept (given, median, standard)", "1"),
     "own_start_summary": ("every start of the method's own learning: its score, iterations "
                           "and stop reason", "1"),
     "own_learning_seconds": ("wall time of the method's own hyperparameter learning within "

@@ -8,18 +8,16 @@ results are written with ``--out docs/results``, a directory given explicitly):
 
 - ``uci_frontier.csv`` (the sweep's name): one row per job and mode, :data:`COLUMNS`
   (:func:`job_table`; missing baselines and the ``trivial``/``contended`` flags: :func:`complete`);
-- ``uci_frontier_settings.csv``: one row per setting, each mean with its 95 % t interval's
-  bounds over the splits (:func:`pipeline.report.comparison.settings_table`);
+- ``uci_frontier_settings.csv``: one row per setting, each mean with its corrected 95 % t
+  interval's bounds over the splits (:func:`pipeline.report.comparison.settings_table`);
 - ``uci_frontier.run.yaml``: the run's command, code version, grid, modes, budgets, figures;
 - frontier figures drawn from the CSV (per mode, metric, and fit-only or learning + fit
-  seconds; only ranked settings: :mod:`pipeline.report.table_frontier`) and a
-  critical-difference diagram per mode and metric (:func:`cd_figures`), each PNG checked to
-  be ≤ :data:`MAX_FIGURE_BYTES`;
-- ``README.md`` (:func:`readme`, from the CSV's table by :mod:`pipeline.report.comparison`):
-  means with 95 % t intervals, the best per budget with paired-t ties, every setting against
-  the reference, ranks across sets, the flags' rules, numbers published elsewhere set beside
-  the run's (``--beside <file.csv>``, :mod:`pipeline.report.elsewhere`), the notes, grid,
-  machine and commands.
+  seconds; only settings with no trivial or failed split: :mod:`pipeline.report.table_frontier`)
+  and a critical-difference diagram per mode and metric (:func:`cd_figures`), each PNG checked
+  to be ≤ :data:`MAX_FIGURE_BYTES`;
+- ``README.md`` (:func:`readme`; :mod:`pipeline.report.comparison`, :mod:`~.ranking`): the
+  ranks, the best per budget, every setting against the reference, the flags' rules, numbers
+  published elsewhere (``--beside``, :mod:`pipeline.report.elsewhere`), notes, grid, commands.
 
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
 CSV in the current columns and draws every figure and the README again from it.
@@ -52,11 +50,10 @@ from algorithms.errors import InputError
 from pipeline.atomic import atomic_path, write_text
 from pipeline.command import OneLineParser, fail
 from pipeline.oserrors import write_failure
-from pipeline.report import comparison, legs
+from pipeline.report import comparison, legs, ranking
 from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
     BUDGETS,
     as_floats,
-    budget_tables,
     check_reference,
     reference_table,
     references_of,
@@ -73,6 +70,7 @@ from pipeline.report.job_table import (  # noqa: F401  (the published table, re-
     read_table,
     typed,
 )
+from pipeline.report.ranking import budget_tables  # noqa: F401  (re-exported)
 
 USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv> --reference "
          "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>] [--beside "
@@ -133,21 +131,24 @@ def _within_figure_limit(path: Path, whose: str) -> None:
                          f"{whose} dpi")
 
 
-def cd_figures(table: pd.DataFrame, out: Path, order: Sequence[str] = ()) -> dict:
+def cd_figures(table: pd.DataFrame, out: Path, order: Sequence[str] = (),
+               solvers: Sequence[str] = ()) -> dict:
     """Draw the CD diagram (:mod:`pipeline.report.critical_difference`) of every mode and
-    metric with enough methods into ``out``; (mode, metric) → the file's name."""
+    metric with enough entries (:func:`pipeline.report.ranking.ranks`, the exact GP's
+    ``solvers`` one entry) into ``out``; (mode, metric) → the file's name."""
     from pipeline.report.critical_difference import cd_diagram
 
     names = {}
     for mode in comparison.modes(table, order):
         for metric, (_, words) in comparison.METRICS.items():
-            result = comparison.ranks(table, mode, metric)
-            if not len(result["ranks"]):
+            result = ranking.ranks(table, mode, metric, solvers)
+            if not len(result.ranks):
                 continue
             tag = "all" if pd.isna(mode) else str(mode)
-            path = cd_diagram(result["names"], result["ranks"], result["cd"],
+            labels = [name.split(" [")[0] for name in result.names]
+            path = cd_diagram(labels, result.ranks, result.cd,
                               out / f"cd_{tag}_{metric}.png",
-                              title=f"{tag}: average rank of {words} over {result['n']} "
+                              title=f"{tag}: average rank of {words} over {result.n} "
                                     "data sets")
             _within_figure_limit(path, "the CD diagram's")
             names[(tag, metric)] = path.name
@@ -247,7 +248,7 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
     for figure in figures:
         _within_figure_limit(Path(figure.path), "the frontier figures'")
     run = {**run, "figures": [Path(f.path).name for f in figures]}
-    cd = cd_figures(table, stage, order)
+    cd = cd_figures(table, stage, order, names)
     extra = (f" --notes {notes}" if notes is not None else "") + "".join(
         f" --beside {path}" for path in beside)
     commands = [run["command"],

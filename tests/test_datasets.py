@@ -36,8 +36,9 @@ from pipeline.datasets import (
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 UCI = ["kin40k", "protein", "elevators", "pol", "pumadyn32nm", "bike", "keggdirected",
        "keggundirected"]
-# rows and inputs of the sets added for issue 50 (pipeline/data/README.md)
+# rows and inputs of the sets added for issue 50 (pipeline/data/README.md): the files'
 UCI_SHAPES = {"bike": (17379, 17), "keggdirected": (48827, 20), "keggundirected": (63608, 27)}
+LOADED_D = {"bike": 15, "keggdirected": 20, "keggundirected": 27}  # bike less its leak
 SYNTHETIC = {  # small sizes keep the suite fast
     "friedman1": {"n_train": 50, "n_test": 20},
     "zhang_sparse_linear": {"n_train": 40, "n_test": 10, "d": 100},
@@ -175,24 +176,69 @@ def test_uci_split_is_ten_percent_and_standardised(name):
 
 @pytest.mark.parametrize("name", sorted(UCI_SHAPES))
 def test_new_uci_sets_shapes_splits_and_target(name):
-    """Every split 0..9 holds all rows, 10 % of them test; d inputs; the target is the file's
-    last column (the unstandardised build gives it back unchanged)."""
+    """Every split 0..9 holds all rows, 10 % of them test; the file's d inputs less those the
+    set drops (bike's two leaks); the target is the file's last column (the unstandardised
+    build gives it back unchanged)."""
     rows, d = UCI_SHAPES[name]
     data, mask = sources._load_uci(name)
     assert data.shape == (rows, d + 1) and mask.shape == (rows, 10)
     for split in range(10):
         n_train, d_split = datasets.train_shape({"name": name, "split": split})
-        assert d_split == d and abs((rows - n_train) - 0.1 * rows) < 1, (name, split)
+        assert d_split == LOADED_D[name] and abs((rows - n_train) - 0.1 * rows) < 1, (name,
+                                                                                     split)
         assert n_train == int((~mask[:, split]).sum())
     raw, attrs = build({"name": name, "split": 7, "standardize_x": False,
                         "standardize_y": False})
-    assert (attrs["n_train"] + attrs["n_test"], attrs["d"]) == (rows, d)
+    assert (attrs["n_train"] + attrs["n_test"], attrs["d"]) == (rows, LOADED_D[name])
     test = mask[:, 7]
     np.testing.assert_array_equal(raw["y_train"], data[~test, -1])
-    np.testing.assert_array_equal(raw["X_test"], data[test, :-1])
+    kept = [j for j in range(d) if j not in sources.DROPPED_INPUTS.get(name, ((), ""))[0]]
+    np.testing.assert_array_equal(raw["X_test"], data[test][:, kept])
     with pytest.raises(InputError, match=r"split=10 is invalid") as err:
         build({"name": name, "split": 10})
     assert "\n" not in str(err.value)
+
+
+def _pair_sums_against_target(X: np.ndarray, y: np.ndarray) -> dict[tuple[int, int],
+                                                                     tuple[float, float]]:
+    """For every pair of input columns, the correlation of their sum with the target: rank
+    (Spearman: any increasing function of the sum) and, on the count scale, Pearson's with
+    exp(y) (bike's target is a log count)."""
+    from itertools import combinations
+
+    from scipy.stats import rankdata
+
+    ranks, count = rankdata(y), np.exp(y)
+    return {(i, j): (float(np.corrcoef(rankdata(X[:, i] + X[:, j]), ranks)[0, 1]),
+                     float(np.corrcoef(X[:, i] + X[:, j], count)[0, 1]))
+            for i, j in combinations(range(X.shape[1]), 2)}
+
+
+def test_bike_drops_the_two_inputs_that_sum_to_its_target_before_any_run():
+    """bike's file carries the UCI 'casual' and 'registered' counts as its inputs 15 and 16:
+    their sum is the hourly count, the target its log (centred), so their sum ranks exactly
+    like the target. The set drops them when it is loaded (the file and its sha256 stay as
+    shipped): 15 inputs, of which no two sum to anything correlated above 0.999 with the
+    target, and the provenance says so."""
+    data, _ = sources._load_uci("bike")
+    raw = _pair_sums_against_target(data[:, :-1], data[:, -1])
+    leak = [pair for pair, (rank, count) in raw.items() if rank > 0.999 or count > 0.999]
+    assert leak == [(15, 16)]  # the check finds the file's leak: the one pair
+    assert raw[15, 16][0] > 0.99999 and raw[15, 16][1] > 0.9999999
+
+    for split in (0, 9):
+        arrays, attrs = build({"name": "bike", "split": split, "standardize_x": False,
+                               "standardize_y": False})
+        assert attrs["d"] == 15 == arrays["X_train"].shape[1] == arrays["X_test"].shape[1]
+        assert datasets.train_shape({"name": "bike", "split": split})[1] == 15
+        X = np.vstack([arrays["X_train"], arrays["X_test"]])
+        y = np.concatenate([arrays["y_train"], arrays["y_test"]])
+        loaded = _pair_sums_against_target(X, y)
+        assert max(max(pair) for pair in loaded.values()) < 0.999
+        assert "file inputs 15, 16 dropped at load" in attrs["provenance"]
+        assert "'casual' and 'registered'" in attrs["provenance"]
+        assert attrs["feature_names"] == [f"file column {j}" for j in range(15)]
+    assert datasets.distinct_train({"name": "bike"}) == build({"name": "bike"})[1]["n_train"]
 
 
 def test_constant_training_columns_are_centred_and_recorded():

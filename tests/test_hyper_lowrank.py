@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from algorithms import Kernel
+from algorithms import ArrayKernelBlocks, Kernel, run
 from algorithms.hyper import learn
 from algorithms.marginal_likelihood import Parameters, log_marginal_likelihood
 from algorithms.marginal_likelihood_lowrank import LowRankObjective, pivoted_basis
@@ -65,6 +65,27 @@ def test_the_basis_is_distinct_sorted_rows_of_largest_residual():
     chosen = pivoted_basis(X, kernel, 25)
     assert len(chosen) == 25 and np.all(np.diff(chosen) > 0)
     assert set(pivoted_basis(X, kernel, 70)) == set(range(70))  # m = n: every point
+
+
+def test_the_basis_is_greedy_one_pivot_at_a_time_across_clusters():
+    """Two clusters, the first 64 rows all in the first: at the start every residual ties at
+    k(x, x), so a block of the top residuals would be rows 0..m−1, all in one cluster. One
+    greedy pivot at a time takes row 0, then the other cluster (its residual is still ≈ k(x, x)),
+    and so on: rows of both clusters, the pivot set of our incomplete Cholesky. A kernel of
+    numerical rank below m (five inputs repeated) stops at its rank."""
+    g = np.random.default_rng(11)
+    X2 = np.vstack([g.normal(scale=0.3, size=(64, 2)), 6.0 + g.normal(scale=0.3, size=(36, 2))])
+    y2 = np.sin(X2[:, 0]) + 0.1 * g.normal(size=100)
+    kernel = Kernel("rbf", {"width": 1.0})
+    chosen = pivoted_basis(X2, kernel, 8)
+    assert len(chosen) == 8 and np.all(np.diff(chosen) > 0)
+    assert (chosen < 64).any() and (chosen >= 64).any()
+    ours = run("incomplete_cholesky", ArrayKernelBlocks(X2, kernel), y2, lam=0.1,
+               max_basis=8).basis
+    np.testing.assert_array_equal(chosen, np.sort(ours))
+    repeated = np.repeat(g.normal(size=(5, 2)), 4, axis=0)
+    low = pivoted_basis(repeated, kernel, 8)
+    assert len(low) == 5 and len({tuple(x) for x in repeated[low]}) == 5
 
 
 def test_learn_lowrank_with_every_point_reaches_the_dense_optimum():

@@ -163,3 +163,141 @@ def test_the_own_protocols_report_untrained_fits_as_such(data):
     s = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=10).summary
     assert s["own_stop_reason"] == "untrained" and s["own_learning_seconds"] == 0.0
     assert not s["own_converged"] and s["own_iterations"] == 0
+
+
+# ----------------------------------------------------------------------------- one basis rule
+
+@pytest.mark.parametrize("kernel", [KERNEL, Kernel("matern32", {"lengthscales": [0.5, 1.5],
+                                                               "variance": 2.0})])
+def test_greedy_variance_is_our_incomplete_cholesky_basis(data, kernel):
+    """At one shared kernel and m, SGPR's and SVGP's ``inducing_init=greedy_variance`` start
+    at exactly the rows our incomplete Cholesky pivots on (largest residual diagonal first,
+    one pivot at a time), in the same order."""
+    X, y = data
+    blocks = ArrayKernelBlocks(X, kernel)
+    m = 25
+    ours = run("incomplete_cholesky", blocks, y, lam=LAM, max_basis=m).basis
+    sgpr = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=m,
+               inducing_init="greedy_variance")
+    svgp = run("gpytorch_svgp", blocks, y, lam=LAM, rng=4, max_basis=m, epochs=0,
+               inducing_init="greedy_variance")
+    assert len(ours) == m
+    np.testing.assert_array_equal(sgpr.basis, ours)
+    np.testing.assert_array_equal(svgp.basis, ours)
+    np.testing.assert_array_equal(sgpr.solution.X_basis, X[ours])  # untrained: Z = those rows
+
+
+def test_greedy_variance_is_the_lowrank_learnings_basis(data):
+    """``hyper.method=lowrank`` (our methods' own learning: Titsias's bound on a basis of m
+    pivoted-Cholesky rows) chooses the same rows as greedy_variance at the same kernel and m
+    (pivoted_basis pivots one at a time)."""
+    from algorithms.marginal_likelihood_lowrank import pivoted_basis
+
+    X, _ = data
+    rows, _ = greedy_variance_rows(X, KERNEL, 25, np.random.default_rng(0))
+    np.testing.assert_array_equal(pivoted_basis(X, KERNEL, 25), np.sort(rows))
+
+
+# ----------------------------------------------------------------------------- budget_seconds
+
+class FakeBudget:
+    """``over_budget`` that says "past the budget" from its ``after``-th call on (with a budget
+    set), so that a learning stops at a known iteration."""
+
+    def __init__(self, after: int) -> None:
+        self.after, self.calls = after, 0
+
+    def __call__(self, clock, budget) -> bool:
+        if budget is None:
+            return False
+        self.calls += 1
+        return self.calls > self.after
+
+
+def test_sgpr_stops_at_its_budget_in_the_current_state(data, monkeypatch):
+    """budget_seconds: past it, SGPR ends at the end of the current L-BFGS iteration with the
+    state it has (the same fit as a cap at that iteration), own_stop_reason budget, not
+    converged; a tiny real budget stops it before its first iteration and begins no second
+    start."""
+    import algorithms.gpytorch_peers as peers
+
+    X, y = data
+    blocks = ArrayKernelBlocks(X, KERNEL)
+    tiny = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=10,
+               **own("gpytorch_sgpr", budget_seconds=1e-9)).summary
+    assert tiny["own_stop_reason"] == "budget" and not tiny["own_converged"]
+    assert tiny["own_starts"] == 1 and tiny["own_iterations"] == 0
+    assert tiny["own_start_summary"].endswith("median: not started (budget)")
+    assert "budget_seconds=1e-09 passed after 0" in tiny["stop_reason"]
+    monkeypatch.setattr(peers, "over_budget", FakeBudget(after=4))
+    stopped = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=10,
+                  **own("gpytorch_sgpr", starts="given", budget_seconds=60.0))
+    capped = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=10,
+                 **own("gpytorch_sgpr", starts="given", steps=4))
+    s = stopped.summary
+    assert s["own_stop_reason"] == "budget" and not s["own_converged"]
+    assert s["own_iterations"] == 4 == capped.summary["own_iterations"]
+    assert s["elbo"] == capped.summary["elbo"]
+    np.testing.assert_array_equal(stopped.coef, capped.coef)
+
+
+def test_svgp_stops_at_its_budget_with_its_best_held_out_state(data, monkeypatch):
+    """SVGP past its budget ends at the end of the current epoch, the best held-out state kept
+    as when its cap stops it (the same fit as a cap of that many epochs)."""
+    import algorithms.gpytorch_peers as peers
+
+    X, y = data
+    blocks = ArrayKernelBlocks(X, KERNEL)
+    options = own("gpytorch_svgp", starts="given", batch_size=32, lr=0.05, holdout=0.2,
+                  min_steps=0)
+    tiny = run("gpytorch_svgp", blocks, y, lam=LAM, rng=5, max_basis=8,
+               **{**options, "starts": "given+median", "budget_seconds": 1e-9}).summary
+    assert tiny["own_stop_reason"] == "budget" and not tiny["own_converged"]
+    assert tiny["own_iterations"] == 1 and tiny["own_starts"] == 1
+    assert "median: not started (budget)" in tiny["own_start_summary"]
+    monkeypatch.setattr(peers, "over_budget", FakeBudget(after=5))
+    stopped = run("gpytorch_svgp", blocks, y, lam=LAM, rng=5, max_basis=8,
+                  **{**options, "budget_seconds": 60.0})
+    capped = run("gpytorch_svgp", blocks, y, lam=LAM, rng=5, max_basis=8,
+                 **{**options, "epochs": 6})
+    assert stopped.summary["own_stop_reason"] == "budget"
+    assert stopped.summary["own_iterations"] == 6 == capped.summary["own_iterations"]
+    assert capped.summary["own_stop_reason"] == "cap"
+    np.testing.assert_array_equal(stopped.coef, capped.coef)
+    assert "the best held-out state kept" in stopped.summary["stop_reason"]
+
+
+def test_sklearn_gpr_stops_at_its_budget_after_the_current_iteration(data):
+    """scikit-learn's GPR with budget_seconds: its L-BFGS-B stops at the end of the iteration
+    in which the budget passed (scipy keeps the last iterate: the same kernel as L-BFGS-B
+    with maxiter=1 through scikit-learn's callable optimizer), no restart or further start
+    runs, own_stop_reason budget."""
+    from scipy.optimize import minimize
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+    X, y = data
+    blocks = ArrayKernelBlocks(X, KERNEL)
+    fit = run("sklearn_gpr", blocks, y, lam=LAM, rng=7, optimize=True, n_restarts=2,
+              starts="given+median", budget_seconds=1e-9)
+    s = fit.summary
+    print(f"\nsklearn_gpr budget: {s['own_start_summary']}")
+    assert s["own_stop_reason"] == "budget" and not s["own_converged"]
+    assert s["own_iterations"] == 1 == s["own_iterations_total"]
+    assert s["own_starts"] == 1 and s["own_best_start"] == "given"
+    assert "`callback` raised `StopIteration`" in s["own_start_summary"]
+    assert "2 restarts and 1 starts (median) not run" in s["own_start_summary"]
+
+    def one_iteration(obj_func, initial_theta, bounds):
+        res = minimize(obj_func, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds,
+                       options={"maxiter": 1})
+        return res.x, res.fun
+
+    gpr = GaussianProcessRegressor(ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(LAM),
+                                   alpha=1e-10, optimizer=one_iteration).fit(X, y)
+    assert s["log_marginal_likelihood"] == pytest.approx(gpr.log_marginal_likelihood_value_,
+                                                         rel=1e-12)
+    assert fit.lam == pytest.approx(gpr.kernel_.k2.noise_level, rel=1e-12)
+    free = run("sklearn_gpr", blocks, y, lam=LAM, rng=7, optimize=True).summary
+    assert free["own_converged"] and free["own_stop_reason"] == "converged"
+    assert free["own_iterations"] > 1

@@ -136,14 +136,17 @@ def test_sklearn_nystroem_is_nystroem_plus_ridge_and_our_nystrom(data):
 
 # ----------------------------------------------------------------------------- GPyTorch
 
-def gpytorch_reference(X, y, X_test, name, rows, steps, lr, correction, optimizer="adam"):
+def gpytorch_reference(X, y, X_test, name, rows, steps, lr, correction, optimizer="adam",
+                       kernel_length=None):
     """GPyTorch's SGPR written out here, trained by ``steps`` Adam steps or L-BFGS iterations
-    (torch's, strong-Wolfe line search): (mean, variance incl. noise, n × final MLL)."""
+    (torch's, strong-Wolfe line search): (mean, variance incl. noise, n × final MLL). Without
+    the diagonal correction the variance is GPyTorch's (subset of regressors) plus
+    k** − Q** (clamped at 0), Titsias's DTC variance, as the peer reports it."""
     import gpytorch
     import torch
 
     f64 = torch.float64
-    kernel, length = KERNELS[name]
+    kernel, length = kernel_length or KERNELS[name]  # ours, and the library's ℓ
     ard = kernel.lengthscales is not None
     dims = X.shape[1] if ard else None
     base_k = (gpytorch.kernels.RBFKernel(ard_num_dims=dims) if name == "rbf" else
@@ -195,8 +198,15 @@ def gpytorch_reference(X, y, X_test, name, rows, steps, lr, correction, optimize
     model.eval()
     likelihood.eval()
     with torch.no_grad(), gpytorch.settings.sgpr_diagonal_correction(correction):
-        out = likelihood(model(torch.tensor(X_test, dtype=f64)))
-        return out.mean.numpy(), out.variance.numpy(), bound
+        x = torch.tensor(X_test, dtype=f64)
+        out = likelihood(model(x))
+        var = out.variance.numpy()
+        if not correction:
+            Z = model.covar_module.inducing_points
+            K_xZ, K_ZZ = base(x, Z).to_dense(), base(Z, Z).to_dense()
+            Q_xx = (K_xZ * torch.linalg.solve(K_ZZ, K_xZ.mT).mT).sum(-1)
+            var = var + (base(x, diag=True) - Q_xx).clamp_min(0).numpy()
+        return out.mean.numpy(), var, bound
 
 
 @pytest.mark.parametrize("name,steps,correction,optimizer", [
@@ -251,9 +261,14 @@ def test_gpytorch_sgpr_trains_to_convergence(data):
 
 
 def test_untrained_gpytorch_sgpr_is_the_titsias_closed_form(data):
-    """steps = 0 against dense formulas: Titsias's bound; without the diagonal correction the
-    DTC mean and subset-of-regressors variance, with it (GPyTorch's default) the FITC-form
-    predictive Q_*X (Q + Λ)⁻¹ with Λ = diag(K − Q) + σ²I."""
+    """steps = 0 against dense numpy formulas: Titsias's bound; without the diagonal
+    correction Titsias's (DTC) predictive, mean K_*Z Σ K_ZX y and variance
+    k** − Q** + σ² K_*Z Σ K_Z* + σ² with Σ = (σ²K_ZZ + K_ZX K_XZ)⁻¹ (not GPyTorch's own
+    variance without the correction, the subset-of-regressors one, which misses k** − Q**:
+    checked to differ here); with it (GPyTorch's default) the FITC-form predictive
+    Q_*X (Q + Λ)⁻¹y, k** − Q_*X (Q + Λ)⁻¹Q_X* + σ² with Λ = diag(K − Q) + σ²I (GPyTorch's
+    InducingPointKernel: diag(K − Q) added to the training covariance, the test prior's
+    diagonal k**)."""
     X, y, X_test, y_test = data
     kernel, m, n = KERNELS["rbf"][0], 30, len(y)
     rows = np.sort(np.random.default_rng(4).choice(n, m, replace=False))
@@ -265,21 +280,28 @@ def test_untrained_gpytorch_sgpr_is_the_titsias_closed_form(data):
     S = Q + LAM * np.eye(n)
     bound = (-0.5 * y @ np.linalg.solve(S, y) - 0.5 * np.linalg.slogdet(S)[1]
              - 0.5 * n * math.log(2 * math.pi) - 0.5 / LAM * np.trace(kernel(X, X) - Q))
-    # Titsias's DTC mean in its m×m form, σ²K_ZZ + K_ZX K_XZ
-    mean_dtc = K_sZ @ np.linalg.solve(LAM * K_ZZ + K_ZX @ K_ZX.T, K_ZX @ y)
+    # Titsias's DTC predictive in its m×m form, Σ = (σ²K_ZZ + K_ZX K_XZ)⁻¹
+    Sigma_inv = LAM * K_ZZ + K_ZX @ K_ZX.T
+    mean_dtc = K_sZ @ np.linalg.solve(Sigma_inv, K_ZX @ y)
+    var_dtc = (kernel.diag(X_test) - Q_ss
+               + LAM * np.einsum("ij,ji->i", K_sZ, np.linalg.solve(Sigma_inv, K_sZ.T)) + LAM)
     var_sor = Q_ss - np.einsum("ij,ji->i", Q_sX, np.linalg.solve(S, Q_sX.T)) + LAM
+    assert np.abs(var_dtc - var_sor).max() > 1e-3  # the two forms differ on these test rows
     Lam = np.diag(kernel.diag(X) - np.diag(Q)) + LAM * np.eye(n)
     mean_fitc = Q_sX @ np.linalg.solve(Q + Lam, y)
     var_fitc = (kernel.diag(X_test) - np.einsum("ij,ji->i", Q_sX, np.linalg.solve(Q + Lam, Q_sX.T))
                 + LAM)
     blocks = ArrayKernelBlocks(X, kernel)
-    for correction, mean, var in ((False, mean_dtc, var_sor), (True, mean_fitc, var_fitc)):
+    for correction, mean, var in ((False, mean_dtc, var_dtc), (True, mean_fitc, var_fitc)):
         fit = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=m,
                   diagonal_correction=correction)
         report(f"gpytorch_sgpr correction={correction} mean vs closed form",
                fit.predict(X_test), mean)
         report(f"gpytorch_sgpr correction={correction} var vs closed form",
                fit.predict_var(X_test), var)
+        # relative too (the brief's 1e-8 relative): the variances are O(σ²) .. O(v)
+        assert np.abs(fit.predict(X_test) - mean).max() <= 1e-8 * np.abs(mean).max()
+        assert np.abs(fit.predict_var(X_test) / var - 1).max() <= 1e-8
         assert fit.summary["elbo"] == pytest.approx(bound, rel=1e-10)
 
 
@@ -352,6 +374,85 @@ def test_gpytorch_svgp_without_learn_kernel_trains_only_q_and_z(data):
     assert fit.summary["learned_kernel"] == str(kernel) and fit.summary["learned_lam"] == LAM
     assert np.all(fit.trace["noise"] == LAM) and fit.summary["inducing_moved"]
     assert fit.summary["test_rmse"] < np.std(y_test)
+
+
+# ----------------------------------------------------------------------------- starts
+
+@pytest.mark.parametrize("name", ["rbf", "matern32_ard"])
+def test_the_standard_start_is_standard_start_in_every_peer(data, name):
+    """starts=standard, untrained (SGPR steps=0, SVGP epochs=0, scikit-learn's GPR with its
+    kernel fixed): the fit's kernel and σ² are exactly algorithms.hyper.standard_start's
+    (variance 1, every length scale √(d/2), σ² = λ), which the libraries receive as ℓ = √(d/2)
+    (×√3 for the Matérn-3/2), written out here; scikit-learn's own training starts from it."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
+
+    from algorithms.hyper import standard_start
+
+    X, y, X_test, y_test = data
+    d = X.shape[1]
+    given = KERNELS[name][0]
+    kernel, noise = standard_start(d, given, LAM)
+    blocks = ArrayKernelBlocks(X, given)
+    half = math.sqrt(d / 2)
+    library = half * (SQRT3 if name == "matern32_ard" else 1.0) * np.ones(
+        d if name == "matern32_ard" else 1)
+    assert kernel.variance == 1.0 and noise == pytest.approx(LAM, rel=1e-15)  # exp(log λ)
+    if name == "rbf":
+        assert kernel.params["width"] == pytest.approx(d, rel=1e-15)  # ℓ² = width/2 = d/2
+    else:
+        np.testing.assert_allclose(kernel.lengthscales, half, rtol=1e-15)
+    m = 30
+    sgpr = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=m, starts="standard")
+    svgp = run("gpytorch_svgp", blocks, y, lam=LAM, rng=4, max_basis=m, epochs=0,
+               starts="standard")
+    gpr = run("sklearn_gpr", blocks, y, lam=LAM, rng=4, starts="standard")
+    for fit in (sgpr, svgp, gpr):
+        assert fit.kernel == kernel and fit.lam == noise, fit.name
+        assert fit.summary["learned_kernel"] == str(kernel)
+    # the libraries' ℓ: GPyTorch's SGPR and scikit-learn's GPR written out at ℓ = library
+    rows = np.sort(np.random.default_rng(4).choice(len(y), m, replace=False))
+    mean, var, _ = gpytorch_reference(X, y, X_test, name, rows, 0, 0.0, True,
+                                      kernel_length=(kernel, library))
+    report(f"gpytorch_sgpr starts=standard {name} mean", sgpr.predict(X_test), mean)
+    report(f"gpytorch_sgpr starts=standard {name} var", sgpr.predict_var(X_test), var)
+    base = (RBF(library) if name == "rbf" else Matern(library, nu=1.5))
+    theirs = GaussianProcessRegressor(ConstantKernel(1.0) * base, alpha=LAM,
+                                      optimizer=None).fit(X, y)
+    report(f"sklearn_gpr starts=standard {name} mean", gpr.predict(X_test),
+           theirs.predict(X_test))
+    assert "gap_certified" in gpr.not_applicable and "gap_certified" in sgpr.not_applicable
+    # scikit-learn's own training from the standard start: its default optimiser's optimum
+    learned = run("sklearn_gpr", blocks, y, lam=LAM, rng=4, optimize=True, starts="standard")
+    ref = GaussianProcessRegressor(ConstantKernel(1.0) * base + WhiteKernel(LAM),
+                                   alpha=1e-10).fit(X, y)
+    assert learned.summary["own_best_start"] == "standard"
+    assert learned.summary["log_marginal_likelihood"] == pytest.approx(
+        ref.log_marginal_likelihood_value_, rel=1e-12)
+    report(f"sklearn_gpr optimize starts=standard {name} mean", learned.predict(X_test),
+           ref.predict(X_test))
+
+
+def test_starts_may_join_several_and_bad_ones_are_one_line(data):
+    """'+'-joined starts: each trained, the best kept; an unknown or repeated label is one
+    line naming the value and the fix."""
+    X, y = data[0][:80], data[1][:80]
+    blocks = ArrayKernelBlocks(X, KERNELS["rbf"][0])
+    fit = run("gpytorch_sgpr", blocks, y, lam=LAM, rng=4, max_basis=10, steps=5,
+              starts="standard+given+median")
+    assert fit.summary["own_starts"] == 3
+    assert [part.split(":")[0] for part in fit.summary["own_start_summary"].split("; ")] == [
+        "standard", "given", "median"]
+    gpr = run("sklearn_gpr", blocks, y, lam=LAM, rng=4, optimize=True, starts="given+standard")
+    assert gpr.summary["own_starts"] == 2 and gpr.summary["own_best_start"] in (
+        "given", "standard")
+    for name in ("gpytorch_sgpr", "gpytorch_svgp", "sklearn_gpr"):
+        for bad in ("given+typo", "median+median", "", "given+"):
+            with pytest.raises(InputError, match=rf"algorithm {name}: algorithm\.starts=.* "
+                               r"is invalid.*given, median, standard joined by '\+'.*"
+                               r"algorithm.starts=given\+median") as err:
+                run(name, blocks, y, lam=LAM, starts=bad)
+            assert "\n" not in str(err.value) and repr(bad) in str(err.value)
 
 
 # ----------------------------------------------------------------------------- contract

@@ -1,6 +1,7 @@
 """protocol=shared|own (pipeline/job/protocol.py): a method that learns by itself trains from
-the shared learned kernel (and the median start); our low-rank methods learn by Titsias' bound
-at their basis size; the exact GP and CG are the shared job."""
+the run's first start (hyper.init, evaluated, never another method's learning); our low-rank
+methods learn by Titsias' bound at their basis size from the same start; the exact GP and CG
+are the shared job; hyper.budget_seconds holds every method's learning alike."""
 
 import math
 
@@ -11,7 +12,7 @@ from algorithms import REGISTRY, InputError, Kernel
 from algorithms.evaluation import options_of
 from algorithms.hyper import Parameters, learn, log_marginal_likelihood
 from pipeline.config import complete
-from pipeline.job.hyper import HYPER_OPTIONS, base_config, cache_key, hyper_options, shared_config
+from pipeline.job.hyper import cache_key, hyper_options, learning_keys
 from pipeline.job.identity import config_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.run import run_job
@@ -53,10 +54,7 @@ def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
     assert apply_protocol(config) == "own"
     shared_hyper = job(name, "shared")["hyper"]
     assert config["hyper"] == {**shared_hyper, "method": "lowrank", "bound": "vfe",
-                               "basis": 16, "refine": None,
-                               "shared_start": {k: shared_hyper.get(k, HYPER_OPTIONS[k].default)
-                                                for k in ("refine", "method", "bound", "basis")}}
-    assert shared_config(config)["hyper"]["method"] == shared_hyper.get("method", "subset")
+                               "basis": 16, "refine": None, "shared_start": None}
     again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     assert apply_protocol(again) == "own" and again == config  # idempotent
     shared = job(name, "shared", max_basis=16)
@@ -69,18 +67,17 @@ def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
     assert cache_key(config) == cache_key(nystrom) != cache_key(larger)
 
 
-def test_an_own_learning_starts_from_the_refined_shared_learning():
+def test_an_own_learning_never_starts_from_the_shared_learning():
     """With hyper.refine on the shared learning (the reference's protocol), a low-rank own
-    learning has no stage of its own and starts from the refined shared learning: the
-    shared_start form carries the stage, so it names the shared learning's cache entry."""
+    learning has no stage of its own and no start from the shared learning: its cache key
+    names no other learning (no warm start from the exact GP's kernel)."""
     config = job("nystrom", "own", max_basis=16)
     config["hyper"] = {**config["hyper"], "refine": {"subset": 8000, "max_iter": 50}}
     shared = {**config, "protocol": "shared", "hyper": dict(config["hyper"])}
     apply_protocol(config), apply_protocol(shared)
-    assert config["hyper"]["refine"] is None
-    assert config["hyper"]["shared_start"]["refine"] == {"subset": 8000, "max_iter": 50}
-    assert cache_key(shared_config(config)) == cache_key(shared)
-    assert cache_key(base_config(shared)) != cache_key(shared)
+    assert config["hyper"]["refine"] is None and config["hyper"]["shared_start"] is None
+    assert learning_keys(config) == {cache_key(config)}
+    assert cache_key(config) not in learning_keys(shared)
 
 
 def test_a_refined_learning_starts_from_the_learning_before_its_stage(tmp_path):
@@ -110,19 +107,69 @@ def test_a_bad_refine_is_one_line(refine):
         hyper_options(config)
 
 
-def test_own_protocol_applies_the_specs_training_from_the_shared_kernel():
-    """A peer trains by its own protocol from the kernel hyper=ml learned for the shared mode
-    (the same learning: one cache key) and from the median start its ``starts`` names."""
+def test_own_protocol_trains_a_peer_from_the_runs_first_start_evaluated():
+    """A peer trains by its own protocol from the run's first start (hyper.init), evaluated by
+    hyper=ml and not optimised: max_iter 0, no restarts, no refinement, no budget of the
+    learning's own (the peer gets it); its ``starts`` is ``given``."""
     config = job("gpytorch_sgpr", "own", max_basis=16, steps=0, optimizer="adam")
+    config["hyper"] = {**config["hyper"], "init": "standard", "budget_seconds": 30.0,
+                       "refine": {"subset": 8000, "max_iter": 50}}
     assert apply_protocol(config) == "own"
-    assert config["algorithm"] == {"name": "gpytorch_sgpr", "max_basis": 16,
-                                   **REGISTRY["gpytorch_sgpr"].own_protocol}
-    assert config["algorithm"]["starts"] == "given+median"
+    spec = REGISTRY["gpytorch_sgpr"]
+    expected = {"name": "gpytorch_sgpr", "max_basis": 16, **spec.own_protocol, "starts": "given"}
+    if "budget_seconds" in spec.options:
+        expected["budget_seconds"] = 30.0
+    assert config["algorithm"] == expected
+    assert config["hyper"]["max_iter"] == 0 and config["hyper"]["restarts"] == 0
+    assert config["hyper"]["refine"] is None and config["hyper"]["budget_seconds"] is None
+    assert config["hyper"]["init"] == "standard"
     again = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
     assert apply_protocol(again) == "own" and again == config  # idempotent
     shared = job("gpytorch_sgpr", "shared", max_basis=16, steps=0, optimizer="adam")
     assert apply_protocol(shared) == "shared" and config_hash(shared) != config_hash(config)
-    assert config["hyper"] == shared["hyper"] and cache_key(config) == cache_key(shared)
+    assert cache_key(config) != cache_key(shared)
+
+
+def test_the_standard_start_depends_on_the_input_dimension_alone():
+    """hyper.init=standard: variance 1, every length scale √(d/2), σ² = lam, whatever the
+    rows: two data sets of one dimension start at the same θ."""
+    kernel = Kernel("rbf", {"width": 2.0})
+    params = Parameters.of(kernel, 8, True)
+    starts = []
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(50, 8)) * (seed + 1)
+        y = rng.normal(size=50) * 5
+        got = learn(X, y, kernel, 0.1, rng=rng, restarts=0, max_iter=0, ard=True,
+                    init="standard")
+        starts.append(got.trace["theta"][0])
+    assert np.array_equal(starts[0], starts[1])
+    assert np.allclose(starts[0], [0.0, *[0.5 * math.log(4.0)] * 8, math.log(0.1)],
+                       rtol=0, atol=1e-15)
+    assert params.n_lengths == 8
+    from algorithms.hyper import standard_start
+    start_kernel, start_lam = standard_start(8, Kernel("rbf", {"lengthscales": [1.0] * 8}), 0.1)
+    assert start_kernel.lengthscales == pytest.approx([2.0] * 8, rel=1e-12)
+    assert start_kernel.variance == pytest.approx(1.0) and start_lam == pytest.approx(0.1)
+
+
+def test_a_learning_stops_at_its_budget_and_says_so():
+    """hyper.budget_seconds: the L-BFGS-B run stops at the end of the iteration past the
+    budget, its iterate kept, no further start runs; the summary's stop reason is budget."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 6))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=600)
+    kernel = Kernel("rbf", {"width": 2.0})
+    free = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), restarts=2, ard=True,
+                 subset=600)
+    assert free.summary()["hyper_stop_reason"] == "converged" and len(free.runs) == 3
+    held = learn(X, y, kernel, 0.1, rng=np.random.default_rng(1), restarts=2, ard=True,
+                 subset=600, budget_seconds=0.0)
+    assert held.summary()["hyper_stop_reason"] == "budget"
+    assert len(held.runs) == 1 and held.runs[0]["iterations"] == 1
+    assert not held.runs[0]["converged"]
+    assert held.summary()["hyper_iterations"] == 1
+    assert held.log_marginal_likelihood < free.log_marginal_likelihood
 
 
 def test_a_tiny_own_job_learns_by_the_low_rank_bound(tmp_path):
@@ -135,15 +182,15 @@ def test_a_tiny_own_job_learns_by_the_low_rank_bound(tmp_path):
     nystrom = run_job({**base, "algorithm": {"name": "nystrom", "max_basis": 12}},
                       tmp_path / "nystrom.nc").result.summary
     assert nystrom["hyper_method"] == "lowrank" and nystrom["hyper_n_basis"] == 12
-    assert nystrom["hyper_runs"] == 2  # the median start and the shared learning's optimum
+    assert nystrom["hyper_runs"] == 1  # the median start alone: no start from another learning
     exact = run_job({**base, "algorithm": {"name": "exact"}},
                     tmp_path / "exact.nc").result.summary
     assert exact["hyper_method"] == "subset" and exact["hyper_n_basis"] == 0
     assert exact["hyper_lam"] != nystrom["hyper_lam"]
-    # the shared learning it started from is part of its learning's cost, as for a peer
-    assert nystrom["hyper_start_seconds"] == exact["hyper_seconds"] > 0
-    assert nystrom["hyper_start_cpu_seconds"] == exact["hyper_cpu_seconds"] > 0
-    assert "hyper_start_seconds" not in exact
+    # it started from no other learning: no other learning's seconds in its cost
+    assert "hyper_start_seconds" not in nystrom and "hyper_start_seconds" not in exact
+    assert nystrom["own_stop_reason"] in ("converged", "cap")
+    assert nystrom["own_iterations"] >= 1
 
 
 def test_own_caps_set_a_peers_own_options_and_nothing_else():
@@ -152,7 +199,8 @@ def test_own_caps_set_a_peers_own_options_and_nothing_else():
     config["own"] = caps
     assert apply_protocol(config) == "own"
     assert config["algorithm"] == {"name": "gpytorch_sgpr", "max_basis": 16,
-                                   **REGISTRY["gpytorch_sgpr"].own_protocol, "steps": 50}
+                                   **REGISTRY["gpytorch_sgpr"].own_protocol, "starts": "given",
+                                   "steps": 50}
     assert apply_protocol(config) == "own" and config["algorithm"]["steps"] == 50  # idempotent
     uncapped = job("gpytorch_sgpr", "own", max_basis=16)
     apply_protocol(uncapped)

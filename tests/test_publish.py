@@ -79,21 +79,33 @@ def test_readme_renders_from_the_csv_with_confidence_intervals_over_splits():
     text = readme(table, reference="b", sweep="s", code_version="git 0",
                   commands=["python -m pipeline -m experiment=s"], figures=["f.png"],
                   mode_order=["shared", "own"])
-    shared, own = text.index("**shared**"), text.index("**own**")
+    # the ranks come first, then the budgets, then the reference
+    assert (text.index("## Ranks across data sets") < text.index("## Best method per time budget")
+            < text.index("## The reference"))
+    budgets = text[text.index("## Best method per time budget"):]
+    shared, own = budgets.index("**shared**"), budgets.index("**own**")
     assert shared < own
-    # learning + fit within 10 s: b (6 s, RMSE 0.45) beats a at m = 8 (3 s, RMSE 0.5 and 0.7)
-    # but not significantly: differences 0.05 and 0.25, t = 1.5 on 1 df, p = 0.37: tied.
-    # Within 60 s a at m = 64 ((11 + 31)/2 = 21 s, RMSE 0.3 and 0.5): mean 0.4 ± t(0.975, 1)
-    # · 0.1414/√2 = 12.71 · 0.1 = 1.3; b is tied with it, a at m = 8 is worse on both splits by
-    # exactly 0.2 (no spread: significant)
-    cells = ("| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | a (m = 64): 0.4 ± 1.3 (2) in 21 s, "
-             "tied with 1 | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |")
-    assert cells in text[shared:own]
-    assert "d ≤ 10 s (with b): a (m = 8); d ≤ 60, 600 s (with a (m = 64)): b." in text[shared:own]
+    # Nadeau–Bengio's corrected interval: "d" cannot be built here, so n_test/n_train =
+    # 0.1/0.9 = 1/9. a at m = 64 (RMSE 0.3 and 0.5): mean 0.4, s² = 0.02, half-width
+    # t(0.975, 1) · √((1/2 + 1/9) · 0.02) = 12.706 · √0.012222 = 12.706 · 0.11055 = 1.40 (the
+    # plain t interval's 12.706 · 0.1414/√2 = 1.27, √(1 + 2/9) = 1.105 times narrower)
+    # learning + fit within 10 s: b (6 s, RMSE 0.45) beats a at m = 8 ((2 + 4)/2 = 3 s, RMSE
+    # 0.5 and 0.7): worse on both splits, but Wilcoxon's smallest two-sided p on 2 splits is
+    # 2/2² = 0.5 (one comparison: Holm leaves it 0.5 ≥ 0.05): tied. Within 60 s a at m = 64
+    # ((11 + 31)/2 = 21 s) is best; a at m = 8 (differences +0.2, +0.2: p = 2 · 1/4 = 0.5) and
+    # b (+0.15 and −0.05 from it: |d| ranks 2 and 1, W⁻ = 1, P(W⁻ ≤ 1) = 2/4, p = 1) are tied
+    # with it: Holm-adjusted min(1, 2 · 0.5) = 1 and max(1, 1 · 1) = 1. With 2 splits
+    # nothing is called worse.
+    cells = ("| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | a (m = 64): 0.4 ± 1.4 (2) in 21 s, "
+             "tied with 2 | a (m = 64): 0.4 ± 1.4 (2) in 21 s, tied with 2 |")
+    assert cells in budgets[shared:own]
+    assert ("Tied with the best: d ≤ 10 s (with b): a (m = 8); d ≤ 60 s (with a (m = 64)): "
+            "a (m = 8), b; d ≤ 600 s (with a (m = 64)): a (m = 8), b.") in budgets[shared:own]
     # fit only: a at m = 64 takes (10 + 30)/2 = 20 s
-    assert "a (m = 64): 0.4 ± 1.3 (2) in 20 s" in text[shared:own]
+    assert "a (m = 64): 0.4 ± 1.4 (2) in 20 s, tied with 2" in budgets[shared:own]
+    # own: a is 0.1 worse (m = 8: 0.6 and 0.8; m = 64: 0.4 and 0.6, mean 0.5): b best everywhere
     assert "| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | b: 0.45 ± 0 (2) in 6 s, tied with 2 |" \
-        in text[own:]
+        in budgets[own:]
     # b ran the same jobs in both modes: one row for them, in the modes' order
     assert "| shared, own | d | b | 0.45 ± 0 (2) | 1.45 ± 0 (2) | 6 | 2 | – |" in text
     assert "Machine: AMD EPYC; BLAS threads per job: 2" in text
@@ -105,12 +117,13 @@ def test_readme_renders_from_the_csv_with_confidence_intervals_over_splits():
     shared = text[text.index("| shared | d | b |"):]
     assert shared.index("| shared | d | a (m = 8) |") > 0
     # a's difference from b over the splits both ran, per basis size: RMSE 0.5 and 0.7 (m = 8)
-    # against 0.45: +0.15 ± 12.71 · 0.1414/√2
-    assert "| shared | d | a (m = 8) | 0.6 ± 1.3 (2) | 1.6 ± 1.3 (2) | 3 | 2 | +0.15 ± 1.3 (2) |" \
+    # against 0.45: differences 0.05 and 0.25, mean +0.15, s² = 0.02 as above: ± 1.4
+    assert "| shared | d | a (m = 8) | 0.6 ± 1.4 (2) | 1.6 ± 1.4 (2) | 3 | 2 | +0.15 ± 1.4 (2) |" \
         in text
     # every setting against the reference, per split: Δ RMSE and Δ NLPD with their intervals
-    assert ("| d | a (m = 64) | 0.4 ± 1.3 (2) | -0.05 ± 1.3 (2) | 1.4 ± 1.3 (2) | "
-            "-0.05 ± 1.3 (2) | 20 | 1 |  |  |") in text
+    # (a at m = 64: −0.15 and +0.05, mean −0.05, s² = 0.02: ± 1.4)
+    assert ("| d | a (m = 64) | 0.4 ± 1.4 (2) | -0.05 ± 1.4 (2) | 1.4 ± 1.4 (2) | "
+            "-0.05 ± 1.4 (2) | 20 | 1 |  |  |") in text
 
 
 def test_keys_the_run_fixed_come_from_its_config_and_another_swept_key_is_refused():
@@ -151,55 +164,146 @@ def test_bad_arguments_are_one_line_errors(argv, fragment, capsys, tmp_path, mon
     assert not (tmp_path / "docs").exists()
 
 
-def test_a_setting_that_finished_fewer_splits_is_not_ranked_and_is_named():
+def test_a_setting_that_finished_fewer_splits_is_left_out_of_the_budgets_and_named():
+    """A setting whose job failed on a split is no candidate of a budget (a mean over fewer
+    splits is not comparable) and is named; in the ranks it stays an entry (ranked last
+    there), while one that never ran the split is left out of the ranks, named."""
     table = job_table(_sweep())
     failed = ((table["mode"] == "shared") & (table["algorithm"] == "a")
               & (table["basis_size"] == 64) & (table["split"] == 1))
     table.loc[failed, "status"] = "failed"
     text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                   figures=[], mode_order=["shared", "own"])
-    shared = text[:text.index("**own**")]
-    # its one split (RMSE 0.3) would beat b's mean over two: it is left out, and said so
+    budgets = text[text.index("## Best method per time budget"):]
+    shared = budgets[:budgets.index("**own**")]
+    # its one split (RMSE 0.3) would beat b's mean over two: it is left out, and said so; b
+    # (6 s) is best within every budget, a at m = 8 (3 s; 0.5 and 0.7 against 0.45: both
+    # worse, but 2 splits give p ≥ 2/2² = 0.5) tied with it
     assert "| d | b: 0.45 ± 0 (2) in 6 s, tied with 1 | b: 0.45 ± 0 (2) in 6 s, tied with 1 |" \
         in shared
-    assert "data set's others (a mean over fewer splits is not comparable): shared: a (m = 64) " \
-        "on d (1 of 2)." in text
+    assert "a (m = 64):" not in shared
+    assert "Left out (fewer splits than the data set's others): shared: a (m = 64) on d " \
+        "(1 of 2)." in text
+    # the ranks: a failed split keeps it an entry (a, m = 8 and 64, and b: 3 entries, none
+    # left out; one data set, so no test)
+    ranks = text[text.index("**shared, test RMSE**"):text.index("**shared, test NLPD**")]
+    assert "No ranks of test RMSE: 3 entries over 1 data set(s)" in ranks
+    assert "Left out: none." in ranks
+    # a split it never ran (no row at all): left out of the ranks, named, and still of the
+    # budgets
+    text = readme(table[~failed], reference="b", sweep="s", code_version="git 0", commands=[],
+                  figures=[], mode_order=["shared", "own"])
+    ranks = text[text.index("**shared, test RMSE**"):text.index("**shared, test NLPD**")]
+    assert ("No ranks of test RMSE: 2 entries over 1 data set(s) (the Friedman test needs at "
+            "least 3 entries and 2 data sets). Left out: a (m = 64) (not run on every split "
+            "of d).") in ranks
+    assert "Left out (fewer splits than the data set's others): shared: a (m = 64) on d " \
+        "(1 of 2)." in text
+    assert "a (m = 64):" not in text[text.index("**shared**"):text.index("**own**")]
 
 
-def test_ties_are_called_by_a_paired_test_over_splits():
+def _splits_table(rmse: dict, seconds: dict, dataset: str = "d") -> pd.DataFrame:
+    """A job table of one mode ("shared") and data set: (algorithm, basis size) → test RMSE
+    per split (NLPD = RMSE + 1) and → learning + fit seconds (1 s of it learning)."""
+    return pd.DataFrame([
+        {"mode": "shared", "dataset": dataset, "algorithm": algorithm, "basis_size": basis,
+         "split": split, "seed": 0, "status": "ok", "test_rmse": value,
+         "test_nlpd": value + 1, "fit_seconds": seconds[algorithm, basis] - 1.0,
+         "learning_seconds": 1.0, "trivial": False, "nlpd_above_mean": False,
+         "contended": False}
+        for (algorithm, basis), values in rmse.items() for split, value in enumerate(values)])
+
+
+def test_ties_are_called_by_holm_corrected_wilcoxon_tests():
+    from pipeline.report.stats import tied_with_best_holm
+
     table = job_table(_sweep())
     slow = (table["algorithm"] == "a") & (table["basis_size"] == 64)
     # below b's 0.45 on one split, above on the other: the better mean, b tied with it
     table.loc[slow & (table["split"] == 0), "test_rmse"] = 0.43
     table.loc[slow & (table["split"] == 1), "test_rmse"] = 0.46
     text = budget_tables(table, budgets=(60,), order=["shared", "own"])
-    # a at m = 8 (0.5 and 0.7) differs by 0.07 and 0.24: with 2 splits, tied too
-    assert text.count("| d | a (m = 64): 0.445 ± 0.19 (2) in 21 s, tied with 2 |") == 2
+    # mean 0.445, s² = 0.015²·2 = 0.00045, half-width 12.706 · √((1/2 + 1/9) · 0.00045) =
+    # 12.706 · 0.016583 = 0.21; a at m = 8 (0.5 and 0.7; own 0.6 and 0.8) is worse on both
+    # splits but with 2 splits Wilcoxon's p is at least 2/2² = 0.5: tied too
+    assert text.count("| d | a (m = 64): 0.445 ± 0.21 (2) in 21 s, tied with 2 |") == 2
     assert "d ≤ 60 s (with a (m = 64)): a (m = 8), b." in text
-    # 0.01 below b on both splits: no spread in the difference, so significant: b is not tied
+    # 0.01 below b on both splits: every split agrees, and still p = 2 · 1/4 = 0.5: b is tied
     table.loc[slow, "test_rmse"] = 0.44
     text = budget_tables(table, budgets=(60,))
-    assert text.count("| d | a (m = 64): 0.44 ± 0 (2) in 21 s, tied with 1 |") == 2
-    assert "d ≤ 60 s (with a (m = 64)): a (m = 8)." in text
+    assert text.count("| d | a (m = 64): 0.44 ± 0 (2) in 21 s, tied with 2 |") == 2
+    assert "d ≤ 60 s (with a (m = 64)): a (m = 8), b." in text
+    # 8 splits: the smallest two-sided p is 2/2⁸ = 0.0078125, and Holm's first step over the
+    # 2 comparisons doubles it: 0.015625 < 0.05, so a test can reject. a at m = 64 (21 s)
+    # against b (6 s, 0.45 on every split): differences b − a = 0.01 · (−1, 2, 3, 4, −5, 6, 7,
+    # 8), below b on 6 splits, above on 2 (ranks 1 and 5): W⁻ = 6; the subsets of {1…8}
+    # summing to at most 6 are {}, {1}, {2}, {3}, {1,2}, {4}, {1,3}, {5}, {1,4}, {2,3}, {6},
+    # {1,5}, {2,4}, {1,2,3}: 14 of 2⁸, p = 2 · 14/256 = 0.109375. a at m = 8 (3 s, 0.6 + 0.01 ·
+    # split) is above a at m = 64 on every split: p = 2/256 = 0.0078125. Holm: 2 · 0.0078125 =
+    # 0.015625 < 0.05 (worse), then max(0.015625, 0.109375) = 0.109375 ≥ 0.05 (tied)
+    a64 = [0.46, 0.43, 0.42, 0.41, 0.50, 0.39, 0.38, 0.37]
+    a8 = [0.6 + 0.01 * split for split in range(8)]
+    seconds = {("a", 64): 21.0, ("a", 8): 3.0, ("b", np.nan): 6.0}
+    eight = _splits_table({("a", 64): a64, ("a", 8): a8, ("b", np.nan): [0.45] * 8}, seconds)
+    best, tied, p = tied_with_best_holm({"a (m = 64)": a64, "a (m = 8)": a8, "b": [0.45] * 8})
+    assert best == "a (m = 64)" and tied == ["b"]
+    assert p == pytest.approx({"a (m = 8)": 0.015625, "b": 0.109375})
+    text = budget_tables(eight, budgets=(60,))
+    # a at m = 64: mean 3.36/8 = 0.42; deviations 0.01 · (4, 1, 0, −1, 8, −3, −4, −5), s² =
+    # 0.0132/7 = 0.0018857; half-width t(0.975, 7) · √((1/8 + 1/9) · s²) = 2.3646 · 0.021101
+    # = 0.0499 (fit only: 20 s)
+    assert "| d | a (m = 64): 0.42 ± 0.05 (8) in 21 s, tied with 1 |" in text
+    assert "| d | a (m = 64): 0.42 ± 0.05 (8) in 20 s, tied with 1 |" in text
+    assert text.count("Tied with the best: d ≤ 60 s (with a (m = 64)): b.") == 2
+    # 0.01 below b on all 8 splits: both p = 0.0078125, Holm 2 · 0.0078125 = 0.015625 and
+    # max(0.015625, 1 · 0.0078125) = 0.015625: both worse, none tied
+    eight.loc[eight["basis_size"] == 64, "test_rmse"] = 0.44
+    text = budget_tables(eight, budgets=(60,))
+    assert "| d | a (m = 64): 0.44 ± 0 (8) in 21 s |" in text
+    assert "Tied with the best" not in text
 
 
-def test_a_trivial_setting_is_flagged_and_never_ranked():
+def _two_sets(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (of data set d) and a copy of it as data set e: 2 data sets, so ranks."""
+    return pd.concat([table, table.assign(dataset="e")], ignore_index=True)
+
+
+def test_a_trivial_setting_is_flagged_and_ranked_last_and_marked():
     from pipeline.publish import complete
 
-    table = job_table(_sweep())
+    table = _two_sets(job_table(_sweep()))
     table["baseline_rmse"], table["baseline_nlpd"] = 0.6, 1.55
     table = complete(table)
-    # RMSE ≥ 0.99 · 0.6 = 0.594 or NLPD > 1.55: a at m = 8 on split 1 (0.7, 1.7) when shared
+    # RMSE ≥ 0.99 · 0.6 = 0.594: a at m = 8 on split 1 (0.7) when shared, on each set
     shared = table[table["mode"] == "shared"]
-    assert shared[shared["trivial"]][["algorithm", "basis_size", "split"]].values.tolist() == [
-        ["a", 8, 1]]
+    assert shared[shared["trivial"]][["dataset", "algorithm", "basis_size", "split"]
+                                     ].values.tolist() == [["d", "a", 8, 1], ["e", "a", 8, 1]]
     text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                   figures=[], budgets=(5, 60), mode_order=["shared", "own"])
     budget = text[text.index("**shared**"):text.index("**own**")]
-    # a at m = 8 (3 s) would be the only setting within 5 s: it is not ranked
-    assert "| d | — (least 6 s) | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |" in budget
-    assert "a (m = 8):" not in budget
-    assert "Left out as trivial: shared: a (m = 8) on d (1 of 2 splits; RMSE 0.6)" in text
+    # a at m = 8 (3 s) would be the only setting within 5 s: it is no candidate of a budget.
+    # Within 60 s a at m = 64 (0.3 and 0.5: 0.4 ± 12.706 · √((1/2 + 1/9) · 0.02) = ± 1.4), b
+    # tied with it (2 splits: p ≥ 0.5)
+    assert "| d | — (least 6 s) | a (m = 64): 0.4 ± 1.4 (2) in 21 s, tied with 1 |" in budget
+    assert "a (m = 8)" not in budget
+    # named: shared a at m = 8 on split 1 of each set (2 rows); own, where a's RMSE is 0.1
+    # higher: a at m = 8 on both splits (0.6, 0.8) and a at m = 64 on split 1 (0.6) of each
+    # set (6 rows): 8 of the 2 · 12 rows
+    assert ("8 of 24 finished rows are trivial (shared: a (m = 8) on d (1 of 2 splits; RMSE "
+            "0.6); shared: a (m = 8) on e (1 of 2 splits; RMSE 0.6); own: a (m = 8) on d (2 of "
+            "2 splits; RMSE 0.7); own: a (m = 64) on d (1 of 2 splits; RMSE 0.5);") in text
+    # ranked last on each set, marked failed: RMSE a at m = 64 0.4 (1st), b 0.45 (2nd), a at
+    # m = 8 failed (3rd) on d and e; against b's 0.45: 0.4/0.45 − 1 = −11.1 %, b +0.0 %.
+    # Friedman: every set ranks alike, χ² = N(k − 1) = 2 · 2 = 4, p = e^(−2) = 0.14. Wilcoxon
+    # over the 2 sets against a at m = 64: both above, p = 0.5 each; Holm min(1, 2 · 0.5) = 1
+    ranks = text[text.index("**shared, test RMSE**"):text.index("**shared, test NLPD**")]
+    assert "ranks last (failed: a (m = 8) on d, e). Friedman χ² = 4, p = 0.14;" in ranks
+    assert ("| a (m = 64) | 1.00 | -11.1% | -11.1% | best |\n"
+            "| b | 2.00 | +0.0% | +0.0% | 1 |\n"
+            "| a (m = 8) | 3.00 | failed | failed | 1 |") in ranks
+    # in every metric: its NLPD (1.5 and 1.7, mean 1.6) is not ranked by its value either
+    ranks = text[text.index("**shared, test NLPD**"):text.index("**own, test RMSE**")]
+    assert "| a (m = 8) | 3.00 | failed | failed | 1 |" in ranks
     # flagged in the table's CSV
     assert table["trivial"].notna().all()
     # and not drawn in the frontier figures: only a (m = 64) and b are points
@@ -212,18 +316,22 @@ def test_a_trivial_setting_is_flagged_and_never_ranked():
     assert [p[2:] for p in drawn if p[0] == "a"] == [(20.0, 0.4, 2)]
 
 
-def test_an_nlpd_above_the_mean_predictors_leaves_a_setting_out_of_the_nlpd_comparisons():
+def test_an_nlpd_above_the_mean_predictors_is_ranked_by_its_value_and_left_out_of_the_figures():
     """A setting whose mean beats the training mean but whose NLPD is above the mean
     predictor's Gaussian's on a split (an overconfident variance) is ranked by its RMSE and
-    left out of every NLPD rank and figure, named."""
+    by its NLPD like any other (not as a failure), left out of the NLPD figures, named."""
     from pipeline.publish import complete
     from pipeline.report.comparison import rows_of_mode, settings
     from pipeline.report.table_frontier import table_points
 
     table = job_table(_sweep())
+    # a second set, e, where b's NLPD is 1.62 on both splits (in both modes)
+    table = _two_sets(table)
+    table.loc[(table["dataset"] == "e") & (table["algorithm"] == "b"), "test_nlpd"] = 1.62
     table["baseline_rmse"], table["baseline_nlpd"] = 1.0, 1.65
     table = complete(table)
-    # NLPD > 1.65: a at m = 8 on split 1 (1.7), in both modes; no RMSE near 1.0: none trivial
+    # NLPD > 1.65: a at m = 8 on split 1 (1.7), in both modes and sets; no RMSE near 1.0:
+    # none trivial
     assert not table["trivial"].any()
     above = table[table["nlpd_above_mean"]]
     assert above[["algorithm", "basis_size", "split"]].drop_duplicates().values.tolist() == [
@@ -234,9 +342,24 @@ def test_an_nlpd_above_the_mean_predictors_leaves_a_setting_out_of_the_nlpd_comp
     text = readme(table, reference="b", sweep="s", code_version="git 0", commands=[],
                   figures=[], budgets=(5, 60), mode_order=["shared", "own"])
     budget = text[text.index("**shared**"):text.index("**own**")]
-    assert "| d | a (m = 8): 0.6 ± 1.3 (2) in 3 s" in budget  # ranked by its RMSE
-    assert ("Left out of the NLPD comparisons: shared: a (m = 8) on d (1 of 2 splits; "
-            "NLPD 1.6); own: a (m = 8) on d (1 of 2 splits; NLPD 1.6)") in text
+    # ranked by its RMSE: within 5 s of learning + fit only a at m = 8 ((2 + 4)/2 = 3 s;
+    # RMSE 0.5 and 0.7: 0.6 ± 12.706 · √((1/2 + 1/9) · 0.02) = ± 1.4)
+    assert "| d | a (m = 8): 0.6 ± 1.4 (2) in 3 s |" in budget
+    # ranked by its NLPD, 1.6 (1.5 and 1.7): on d after a at m = 64 (1.4) and b (1.45), on e
+    # before b (1.62). Average ranks: a at m = 64 (1 + 1)/2 = 1, a at m = 8 (3 + 2)/2 = 2.5, b
+    # (2 + 3)/2 = 2.5 (equal: in the entries' order). Against b, in nats: a at m = 64 1.4 −
+    # 1.45 = −0.05 and 1.4 − 1.62 = −0.22; a at m = 8 +0.15 and −0.02. Friedman χ² =
+    # 12 · 2/(3 · 4) · (1² + 2.5² + 2.5² − 3 · 4²/4) = 2 · 1.5 = 3, p = e^(−1.5) = 0.22.
+    # Wilcoxon over the 2 sets against a at m = 64: above it on both, p = 0.5; Holm 1
+    ranks = text[text.index("**shared, test NLPD**"):text.index("**own, test RMSE**")]
+    assert "ranks last (failed: none). Friedman χ² = 3, p = 0.22;" in ranks
+    assert ("| a (m = 64) | 1.00 | -0.05 | -0.22 | best |\n"
+            "| a (m = 8) | 2.50 | +0.15 | -0.02 | 1 |\n"
+            "| b | 2.50 | +0 | +0 | 1 |") in ranks
+    assert ("it is ranked by its NLPD like any other and left out of the NLPD figures: 4 of 24 "
+            "finished rows (shared: a (m = 8) on d (1 of 2 splits; NLPD 1.6); shared: a (m = 8) "
+            "on e (1 of 2 splits; NLPD 1.6); own: a (m = 8) on d (1 of 2 splits; NLPD 1.6); "
+            "own: a (m = 8) on e (1 of 2 splits; NLPD 1.6))") in text
     assert sorted(p[:2] for p in table_points(rows, "d", "rmse", "fit")) == [
         ("a", 8), ("a", 64), ("b", None)]
     assert sorted(p[:2] for p in table_points(rows, "d", "nlpd", "fit")) == [
@@ -282,8 +405,19 @@ def test_seeds_are_averaged_per_split_and_their_spread_is_shown():
     a = table[(table["algorithm"] == "a") & (table["mode"] == "shared")]
     assert sorted(a["seed"].dropna()) == [0] * 4 + [1] * 4
     text = budget_tables(table, budgets=(60,), order=["shared", "own"])
-    # a at m = 64: seeds 0.3/0.32 and 0.5/0.52, mean 0.41; sd over seeds 0.02/√2 = 0.014
-    assert "a (m = 64): 0.41 ± 1.3 (2), seed sd 0.014 in 21 s" in text
+    # a at m = 64: seeds 0.3/0.32 and 0.5/0.52, per split 0.31 and 0.51, mean 0.41 with
+    # s² = 0.02 over the 2 splits (not 4 values): ± 12.706 · √((1/2 + 1/9) · 0.02) = ± 1.4
+    assert "a (m = 64): 0.41 ± 1.4 (2) in 21 s" in text
+    # the spread over seeds is shown beside every setting: sd over seeds 0.02/√2 = 0.014 on
+    # each split, their mean 0.014; its Δ RMSE from b (0.45): −0.14 and +0.06, mean −0.04
+    # ± 1.4 (s² = 0.02); NLPD (not moved by the seed) 1.3 and 1.5, Δ −0.15 and +0.05
+    from pipeline.report.comparison import against_reference
+
+    rows = against_reference(table, "b", "shared")
+    assert ("| d | a (m = 64) | 0.41 ± 1.4 (2) | -0.04 ± 1.4 (2) | 1.4 ± 1.4 (2) | "
+            "-0.05 ± 1.4 (2) | 20 | 1 | 0.014 (2 seeds) |  |") in rows
+    # b ran one job per split: no spread to show
+    assert "| d | b | 0.45 ± 0 (2) | – | 1.45 ± 0 (2) | – | 5 | 1 |  |  |" in rows
 
 
 def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path, capsys):
@@ -296,18 +430,24 @@ def test_the_readme_re_renders_from_a_published_csv_and_its_run_record(tmp_path,
     _write_run_record(tmp_path / "s.run.yaml")
     assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "README.md").read_text()
-    assert "| d | a (m = 64): 0.4 ± 1.3 (2) in 21 s, tied with 1 |" in text
-    # two methods: no Friedman test, and said so; the CSV is rewritten in today's columns
-    assert "the Friedman test needs at least 3 methods" in text
+    # within the record's 60 s: a at m = 64 (0.3 and 0.5), ± 12.706 · √((1/2 + 1/9) · 0.02) =
+    # ± 1.4; b and a at m = 8 tied with it (2 splits: no Wilcoxon p below 0.5)
+    assert "| d | a (m = 64): 0.4 ± 1.4 (2) in 21 s, tied with 2 |" in text
+    # 3 entries but one data set: no Friedman test, and said so; the CSV is rewritten in
+    # today's columns
+    assert ("No ranks of test RMSE: 3 entries over 1 data set(s) (the Friedman test needs at "
+            "least 3 entries and 2 data sets)") in text
     assert pd.read_csv(tmp_path / "s.csv").columns.tolist() == list(COLUMNS)
-    # the settings: each mean with its 95 % t interval's bounds; a at m = 64, shared: RMSE 0.3
-    # and 0.5, 0.4 ± 12.71 · 0.1414/√2; b, which ignores the basis size, has none
+    # the settings: each mean with its 95 % corrected interval's bounds; a at m = 64, shared:
+    # RMSE 0.3 and 0.5, 0.4 ± t(0.975, 1) · √((1/2 + 1/9) · s²), n_test/n_train = 1/9 for a
+    # data set not built here; b, which ignores the basis size, has none
     settings = pd.read_csv(tmp_path / "s_settings.csv")
     assert settings.columns.tolist() == list(SETTING_COLUMNS)
     assert "## The settings: `s_settings.csv`" in text and "| `rmse_ci_low` |" in text
     a64 = settings[(settings["mode"] == "shared") & (settings["algorithm"] == "a")
                    & (settings["basis_size"] == 64)].iloc[0]
-    half = 12.706204736174698 * np.std([0.3, 0.5], ddof=1) / np.sqrt(2)
+    half = 12.706204736174698 * np.sqrt((1 / 2 + 1 / 9) * np.var([0.3, 0.5], ddof=1))
+    assert half == pytest.approx(1.4047, abs=1e-4)
     assert a64["rmse_mean"] == pytest.approx(0.4)
     assert (a64["rmse_ci_low"], a64["rmse_ci_high"]) == pytest.approx((0.4 - half, 0.4 + half))
     # the fixture's recorded seconds carried over (fit 10 and 30 s, learning 1 s each), not a
@@ -373,9 +513,10 @@ def test_numbers_published_elsewhere_are_set_beside_the_runs_own(tmp_path):
         "Them 2019,d,their a,nlpd,1.2,,3,a,shared,64,repo@0:t.tex#L1",
         "Them 2019,d,their c,rmse,0.5,0.1,3,c,own,,repo@0:t.tex#L2"]) + "\n")
     text = beside_tables(table, read_beside(path))
-    # a at m = 64, shared: RMSE 0.3 and 0.5 (mean 0.4), NLPD 1.3 and 1.5 (mean 1.4)
-    assert ("| d | their a | a (m = 64), shared | 0.35 ± 0.01 (3) | 0.4 ± 1.3 (2) | +0.05 | "
-            "1.2 (3) | 1.4 ± 1.3 (2) | +0.2 |") in text
+    # a at m = 64, shared: RMSE 0.3 and 0.5 (mean 0.4), NLPD 1.3 and 1.5 (mean 1.4), each
+    # ± 12.706 · √((1/2 + 1/9) · 0.02) = ± 1.4 (Nadeau–Bengio, n_test/n_train = 1/9)
+    assert ("| d | their a | a (m = 64), shared | 0.35 ± 0.01 (3) | 0.4 ± 1.4 (2) | +0.05 | "
+            "1.2 (3) | 1.4 ± 1.4 (2) | +0.2 |") in text
     assert "| d | their c | c, own | 0.5 ± 0.1 (3) | not run | – | – | not run | – |" in text
     assert text.startswith("**Them 2019** (their ± as printed")
     assert "Read from: `repo@0:t.tex#L1`; `repo@0:t.tex#L2`." in text
@@ -458,38 +599,47 @@ def test_a_publication_that_fails_leaves_its_folder_as_it_was(tmp_path, capsys, 
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
 
-def test_a_data_set_where_fewer_than_three_methods_are_ranked_is_left_out_of_the_ranks():
-    """NLPD ranks over the data sets on which at least 3 methods have a ranked NLPD setting:
-    a set where every method but 2 is above the mean predictor's NLPD would otherwise leave
-    a complete table of 2 methods and no test. The set is named, its RMSE ranks kept."""
-    from pipeline.report.comparison import ranks
+def test_fewer_than_three_entries_over_the_data_sets_give_no_friedman_test_and_say_so():
+    """The Friedman test compares at least 3 entries: where the entries left out of a
+    metric's ranks (one that gives no value of it, one not run on every split) leave fewer,
+    there is no test, and the caption says so and names them; the other metric, with 3
+    entries, is ranked."""
     from pipeline.report.published import _cd_caption
+    from pipeline.report.ranking import ranks
 
     rows = []
     for d, dataset in enumerate(["d1", "d2", "d3"]):
         for i, algorithm in enumerate("pqrs"):
             for split in (0, 1):
+                if (algorithm, dataset, split) == ("s", "d3", 1):
+                    continue  # s never ran split 1 of d3
                 rows.append({"mode": "shared", "dataset": dataset, "algorithm": algorithm,
                              "basis_size": np.nan, "split": split, "seed": 0, "status": "ok",
                              "test_rmse": 0.1 * (i + 1) + 0.01 * split + d,
-                             "test_nlpd": 0.1 * (i + 1) - 0.01 * split,
+                             # r gives no predictive variance
+                             "test_nlpd": np.nan if algorithm == "r"
+                             else 0.1 * (i + 1) - 0.01 * split,
                              "fit_seconds": 1.0, "learning_seconds": 0.0, "trivial": False,
-                             "nlpd_above_mean": dataset == "d3" and algorithm in "rs",
-                             "contended": False})
+                             "nlpd_above_mean": False, "contended": False})
     table = pd.DataFrame(rows)
+    # NLPD: r gives none, s misses a split: p and q alone, 2 < 3 entries: no test
     nlpd = ranks(table, "shared", "nlpd")
-    assert nlpd["datasets"] == ["d1", "d2"] and nlpd["names"] == list("pqrs")
-    assert nlpd["dropped"] == ["d3 (2 methods with a ranked setting there)"]
-    assert nlpd["ranks"].tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert "Data sets left out (fewer than 3 methods have a ranked setting with test NLPD " \
-        "there): d3 (2 methods with a ranked setting there)." in _cd_caption(nlpd, "nlpd")[0]
+    assert nlpd.names == ["p", "q"] and nlpd.datasets == ["d1", "d2", "d3"]
+    assert nlpd.left_out == ["r (gives no test NLPD)", "s (not run on every split of d3)"]
+    assert not len(nlpd.ranks) and np.isnan(nlpd.p)
+    assert _cd_caption(nlpd, "nlpd") == [
+        "No ranks of test NLPD: 2 entries over 3 data set(s) (the Friedman test needs at least "
+        "3 entries and 2 data sets). Left out: r (gives no test NLPD); s (not run on every "
+        "split of d3)."]
+    # RMSE: p, q and r (r has an RMSE), s still left out: 3 entries, ranked alike on every
+    # set (p 0.1 + d, q 0.2 + d, r 0.3 + d, + 0.005 each): ranks 1, 2, 3; Friedman χ² =
+    # N(k − 1) = 3 · 2 = 6, p = e^(−3) = 0.05
     rmse = ranks(table, "shared", "rmse")
-    assert rmse["datasets"] == ["d1", "d2", "d3"] and rmse["dropped"] == []
-    # two methods with an NLPD on a set of their own: no set enters, no test, said so
-    table.loc[table["dataset"] != "d3", "nlpd_above_mean"] = True
-    none = ranks(table, "shared", "nlpd")
-    assert none["datasets"] == [] and not len(none["ranks"]) and len(none["dropped"]) == 3
-    assert _cd_caption(none, "nlpd")[0].startswith("No ranks of test NLPD: 0 method(s) over 0 ")
+    assert rmse.names == ["p", "q", "r"] and rmse.left_out == ["s (not run on every split "
+                                                              "of d3)"]
+    assert rmse.ranks.tolist() == [1.0, 2.0, 3.0]
+    assert (rmse.chi2, rmse.p) == pytest.approx((6.0, np.exp(-3)))
+    assert "Friedman χ² = 6, p = 0.05;" in _cd_caption(rmse, "rmse")[0]
 
 
 def test_a_publication_removes_the_files_of_the_one_before_it_does_not_write_again(tmp_path):
@@ -558,3 +708,121 @@ def test_a_killed_publications_staging_folder_is_removed_by_the_next_once_stale(
     assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]) == 0
     assert not (out / ".publishing-killed").exists()
     assert (out / ".publishing-young").is_dir()
+
+
+def _with_learnings(ds: xr.Dataset) -> xr.Dataset:
+    """``_sweep()`` with the records of what each fit used: a shared ARD learning for every
+    job (hyper=ml), and a's own training under the own protocol (a peer's record)."""
+    ds = ds.copy()
+    dims, shape = ds["final_seconds"].dims, ds["final_seconds"].shape
+    ds["final_hyper_kernel"] = (dims, np.full(shape, "rbf(variance=2.0, lengthscales=[1.5, "
+                                                     "0.1234567890123456789])"))
+    ds["final_hyper_lam"] = (dims, np.full(shape, 0.1))
+    ds["final_hyper_y_offset"] = (dims, np.full(shape, 0.25))
+    ds["final_hyper_iterations"] = (dims, np.full(shape, 12.0))
+    ds["final_hyper_stop_reason"] = (dims, np.full(shape, "cap"))
+    learned, own = np.full(shape, "", dtype="<U40"), np.full(shape, np.nan)
+    learned[0, ..., 1] = "rbf(width=8.0, variance=3.0)"  # a, own: trained by itself
+    own[0, ..., 1] = 1.0
+    ds["final_learned_kernel"] = (dims, learned)
+    ds["final_learned_lam"] = (dims, np.where(own == 1.0, 0.02, np.nan))
+    ds["final_own_converged"] = (dims, own)
+    ds["final_own_iterations_total"] = (dims, np.where(own == 1.0, 40.0, np.nan))
+    ds["final_own_stop_reason"] = (dims, np.where(own == 1.0, "gradient", ""))
+    ds["final_test_var_below_noise"] = (dims, np.full(shape, 0.125))
+    return ds
+
+
+def test_every_row_carries_the_hyperparameters_its_fit_used_and_they_read_back(tmp_path):
+    """Each row's kernel, length scales, signal variance, σ² and prior-mean offset are the
+    ones its fit used — a method's own training where it trained itself, else the shared
+    learning's — with the learning that chose them; written as CSV and read back (a single
+    length scale stays text, every digit kept)."""
+    from pipeline.publish import read_table
+
+    table = job_table(_with_learnings(_sweep()))
+    own = (table["mode"] == "own") & (table["algorithm"] == "a")
+    assert own.sum() == 4 and (~own).sum() == 8
+    path = tmp_path / "s.csv"
+    table.to_csv(path, index=False)
+    back = read_table(path)
+    assert back["lengthscales"].tolist() == table["lengthscales"].tolist()
+    assert not (tmp_path / "s.csv").read_text().count('"')  # no quoting needed to parse it
+    for rows in (table, back):
+        mine = rows[(rows["mode"] == "own") & (rows["algorithm"] == "a")]
+        assert set(mine["kernel"]) == {"rbf"} and set(mine["lengthscales"]) == {"2.0"}
+        assert set(mine["signal_variance"]) == {3.0} and set(mine["noise_variance"]) == {0.02}
+        assert set(mine["hyper_from"]) == {"own"} and set(mine["learning_iterations"]) == {40}
+        assert set(mine["learning_stop_reason"]) == {"gradient"}
+        assert mine["learning_converged"].eq(True).all()
+        shared = rows[~((rows["mode"] == "own") & (rows["algorithm"] == "a"))]
+        assert set(shared["lengthscales"]) == {"1.5;0.12345678901234568"}
+        scales = [float(v) for v in str(shared["lengthscales"].iloc[0]).split(";")]
+        assert scales == [1.5, 0.1234567890123456789]  # every digit a float holds
+        assert set(shared["signal_variance"]) == {2.0} and set(shared["noise_variance"]) == {0.1}
+        assert set(shared["hyper_from"]) == {"shared"}
+        assert set(shared["learning_iterations"]) == {12}
+        assert set(shared["learning_stop_reason"]) == {"cap"}
+        assert shared["learning_converged"].eq(False).all()  # stopped at its cap
+        assert set(rows["y_offset"]) == {0.25} and set(rows["var_below_noise"]) == {0.125}
+    assert str(back["learning_iterations"].dtype) == "Int64"
+    assert str(back["learning_converged"].dtype) == "boolean"
+
+
+def test_a_fixed_kernel_run_publishes_its_configured_kernel_and_lam():
+    """hyper=fixed: every row fitted with the run's kernel and lam, targets not centred
+    (offset 0), and no learning; an isotropic RBF's width 2ℓ² = 0.5 is the length ℓ = 0.5."""
+    ds = _sweep()
+    ds.attrs["config"] = {"dataset": {"split": 0}, "hyper": {"name": "fixed"}, "lam": 0.1,
+                          "kernel": {"name": "rbf", "width": 0.5, "variance": 1.5,
+                                     "lengthscales": None}}
+    table = job_table(ds)
+    assert set(table["kernel"]) == {"rbf"} and set(table["lengthscales"]) == {"0.5"}
+    assert set(table["signal_variance"]) == {1.5} and set(table["noise_variance"]) == {0.1}
+    assert set(table["y_offset"]) == {0.0} and set(table["hyper_from"]) == {"config"}
+    for name in ("learning_iterations", "learning_stop_reason", "learning_converged"):
+        assert table[name].isna().all(), name
+    # a run whose record says nothing of its hyperparameters (an earlier one): empty
+    bare = job_table(_sweep())
+    for name in ("kernel", "lengthscales", "noise_variance", "y_offset", "hyper_from"):
+        assert bare[name].isna().all(), name
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('true')", "rbf(width=os.sep)",
+                                  "rbf(1.0)", "rbf(**{'width': 1.0})", "nokernel(width=1.0)",
+                                  "rbf(width=-1.0)", "", "rbf(width=1.0"])
+def test_a_kernel_the_product_did_not_write_is_one_line(text):
+    """A recorded kernel is parsed as data (names and literals only), never run: anything
+    else is one line naming it."""
+    from algorithms.errors import InputError
+    from pipeline.report.job_table import kernel_from_text
+
+    with pytest.raises(InputError) as err:
+        kernel_from_text(text)
+    assert "\n" not in str(err.value)
+
+
+def test_a_recorded_kernel_reads_back_as_the_same_kernel():
+    from algorithms.kernels import Kernel
+    from pipeline.report.job_table import kernel_columns, kernel_from_text
+
+    for kernel in (Kernel("rbf", {"width": 0.3, "variance": 2.5}),
+                   Kernel("matern32", {"lengthscales": [0.1, 7.25], "variance": 1.0}),
+                   Kernel("polynomial", {"degree": 3, "c": 0.5})):
+        back = kernel_from_text(str(kernel))
+        assert back == kernel
+    assert kernel_columns(Kernel("rbf", {"width": 0.3})) == ("rbf", repr((0.3 / 2) ** 0.5), 1.0)
+    assert kernel_columns(Kernel("polynomial", {"degree": 3})) == ("polynomial", "", 1.0)
+
+
+def test_an_option_a_method_does_not_take_gives_it_no_basis_size():
+    """A run that fixes ``algorithm.max_basis`` ignores it for a method without that option
+    (the exact GP): its row has no basis size, so that the row fits the job again as it ran."""
+    dims = ("algorithm", "dataset")
+    ds = xr.Dataset({"final_test_rmse": (dims, [[0.3], [0.4]]),
+                     "status": (dims, [["ok"], ["ok"]]), "job_hash": (dims, [["e"], ["n"]])},
+                    coords={"algorithm": ["exact", "nystrom"], "dataset": ["d"]},
+                    attrs={"config": {"dataset": {"split": 0}, "protocol": "shared",
+                                      "algorithm": {"max_basis": 32}}})
+    table = job_table(ds).set_index("algorithm")
+    assert pd.isna(table.loc["exact", "basis_size"]) and table.loc["nystrom", "basis_size"] == 32

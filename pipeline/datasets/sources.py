@@ -70,6 +70,24 @@ _UCI_SHA256 = {
                        "ea56968ffbf638720943f2758fe0464e1ff532654bc5a67c369a1cda8c6e7f13"),
 }
 UCI_NAMES = tuple(_UCI_SHA256)
+
+# The rule, applied before any run: a file's columns that are not inputs but parts of the
+# target are dropped whenever the set is loaded (the file and its sha256 stay as shipped).
+# bike's file inputs 15 and 16 are the UCI 'casual' and 'registered' counts (centred), whose
+# sum is the hourly count cnt the target is log(cnt), centred, of: their sum correlates
+# 0.9999999992 with exp(target) (Pearson; Spearman 0.9999975 with the target), against at
+# most 0.973 (0.990) for any other pair and 0.418 (0.536) for any pair of the other inputs.
+# A set's inputs are its file's columns but the last (the target), less these.
+DROPPED_INPUTS: dict[str, tuple[tuple[int, ...], str]] = {
+    "bike": ((15, 16), "the UCI 'casual' and 'registered' counts (centred), whose sum is the "
+             "hourly count whose log, centred, is the target: a leak of the target"),
+}
+
+
+def uci_inputs(name: str, columns: int) -> np.ndarray:
+    """The file columns a UCI set's inputs are, of its ``columns`` (target last): every one
+    but the target and the set's :data:`DROPPED_INPUTS`."""
+    return np.setdiff1d(np.arange(columns - 1), DROPPED_INPUTS.get(name, ((), ""))[0])
 _SKLEARN = ("scikit-learn/scikit-learn", "1.9.1")  # the release tag the file was taken from
 
 SOURCES: dict[str, _Source] = {
@@ -259,42 +277,93 @@ def _load_uci(name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _uci(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
-    """A Wilson et al. UCI benchmark: last column is the target, test rows = mask[:, split]."""
+    """A Wilson et al. UCI benchmark: last column is the target; test rows = mask[:, split]
+    (``splits=mask``), or the test rows of Wang et al. 2019's random split ``split``
+    (``splits=wang2019``, :func:`wang2019_rows`: its validation rows are left out). The
+    inputs are the other columns less the set's :data:`DROPPED_INPUTS` (bike: its 'casual'
+    and 'registered' counts, which sum to the count the target is the log of; 15 inputs
+    remain), dropped here, before any run, and stated in the provenance."""
     name = spec["name"]
     data, mask = _load_uci(name)
-    train_rows = _uci_train_rows(name, mask, spec["split"], spec["n_train"])
-    test_rows = np.flatnonzero(mask[:, spec["split"]])
-    arrays = {"X_train": data[train_rows, :-1], "y_train": data[train_rows, -1],
-              "X_test": data[test_rows, :-1], "y_test": data[test_rows, -1]}
+    train_rows = _uci_train_rows(name, mask, spec["split"], spec["n_train"], spec["splits"])
     files = (f"{name}.csv.gz", f"{name}_test_mask.csv.gz")
+    if spec["splits"] == "wang2019":
+        _, validation_rows, test_rows = wang2019_rows(len(mask), spec["split"])
+        rows = (f"Wang et al. 2019's random 64/16/20 % split, trial {spec['split']} (the "
+                f"permutation seeded by {spec['split']}): {len(test_rows)} test rows, "
+                f"{len(validation_rows)} validation rows left out, neither trained on nor "
+                "tested; the mask file is not used")
+    else:
+        test_rows = np.flatnonzero(mask[:, spec["split"]])
+        rows = f"test rows: mask column {spec['split']} (10% of rows)"
+    inputs = uci_inputs(name, data.shape[1])
+    arrays = {"X_train": data[train_rows][:, inputs], "y_train": data[train_rows, -1],
+              "X_test": data[test_rows][:, inputs], "y_test": data[test_rows, -1]}
     attrs = {
-        "provenance": _provenance(files) + f". Target: last column; test rows: mask column "
-        f"{spec['split']} (10% of rows)",
+        "provenance": _provenance(files) + f". Target: last column; {rows}",
         "source_sha256": {fn: SOURCES[fn].sha256 for fn in files},
     }
+    if name in DROPPED_INPUTS:  # stated with the data: which file columns the inputs are
+        dropped, why = DROPPED_INPUTS[name]
+        attrs["provenance"] += (f"; file inputs {', '.join(map(str, dropped))} dropped at "
+                                f"load ({why}), leaving {len(inputs)} inputs")
+        attrs["feature_names"] = [f"file column {j}" for j in inputs.tolist()]
     return arrays, attrs
+
+
+def wang2019_rows(n: int, trial: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, validation, test) rows of Wang et al. 2019's random split of n rows, trial
+    ``trial``: a permutation seeded by the trial; its first ⌊0.8·⌊0.8 n⌋⌋ rows train (64 %),
+    the next up to ⌊0.8 n⌋ validate (16 %), the last n − ⌊0.8 n⌋ test (20 %). These sizes give
+    the training n of their Table 1 exactly (pol 9 600, elevators 10 623, bike 11 122, kin40k
+    25 600, protein 29 267, keggdirected 31 248, keggundirected 40 708); their seeds are not
+    known, so their permutations are not reproduced."""
+    order = np.random.default_rng(trial).permutation(n)
+    n_train, n_fit = wang2019_sizes(n)
+    return order[:n_train], order[n_train:n_fit], order[n_fit:]
+
+
+def wang2019_sizes(n: int) -> tuple[int, int]:
+    """(training rows, training and validation rows) of Wang et al. 2019's split of n rows:
+    ⌊0.8·⌊0.8 n⌋⌋ and ⌊0.8 n⌋."""
+    n_fit = (4 * n) // 5
+    return (4 * n_fit) // 5, n_fit
 
 
 @functools.lru_cache(maxsize=16)
 def _uci_sizes(name: str) -> tuple[np.ndarray, int]:
-    """Training rows per split (from the mask file alone) and d (from the data's first line)."""
+    """Training rows per split (from the mask file alone) and d (from the data's first line,
+    less the :data:`DROPPED_INPUTS`)."""
     mask = np.loadtxt(_shipped(f"{name}_test_mask.csv.gz"), delimiter=",", dtype=bool, ndmin=2)
     with gzip.open(_shipped(f"{name}.csv.gz"), "rt") as f:
-        d = len(f.readline().split(",")) - 1
+        d = len(uci_inputs(name, len(f.readline().split(","))))
     return (~mask).sum(axis=0), d
 
 
 def _uci_shape(spec: Mapping[str, Any]) -> tuple[int, int]:
     rows, d = _uci_sizes(spec["name"])
-    n = int(rows[spec["split"]])
+    n = (wang2019_sizes(_uci_rows_total(spec["name"]))[0] if spec["splits"] == "wang2019"
+         else int(rows[spec["split"]]))
     return (n if spec["n_train"] is None else min(n, spec["n_train"])), d
 
 
-def _uci_train_rows(name: str, mask: np.ndarray, split: int, n_train: int | None
-                    ) -> np.ndarray:
-    """The training rows of a UCI split: those its test mask leaves out, the first ``n_train``
-    of them (every one where null); InputError for an ``n_train`` above their count."""
-    rows = np.flatnonzero(~mask[:, split])
+@functools.lru_cache(maxsize=16)
+def _uci_rows_total(name: str) -> int:
+    """The rows of a UCI set (its mask file's lines)."""
+    with gzip.open(_shipped(f"{name}_test_mask.csv.gz"), "rt") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def _uci_train_rows(name: str, mask: np.ndarray, split: int, n_train: int | None,
+                    splits: str = "mask") -> np.ndarray:
+    """The training rows of a UCI split: those its test mask leaves out (``splits=mask``) or
+    the training rows of Wang et al. 2019's split ``split`` (``wang2019``), the first
+    ``n_train`` of them (every one where null); InputError for an ``n_train`` above their
+    count."""
+    if splits == "wang2019":
+        rows = wang2019_rows(len(mask), split)[0]
+    else:
+        rows = np.flatnonzero(~mask[:, split])
     if n_train is not None and n_train > len(rows):
         raise InputError(f"dataset {name!r}: n_train={n_train} exceeds the {len(rows)} "
                          f"training rows of split {split}; pass n_train ≤ {len(rows)} or null")
@@ -302,20 +371,27 @@ def _uci_train_rows(name: str, mask: np.ndarray, split: int, n_train: int | None
 
 
 @functools.lru_cache(maxsize=32)
-def _uci_distinct_rows(name: str, split: int, n_train: int | None) -> int:
+def _uci_distinct_rows(name: str, split: int, n_train: int | None, splits: str = "mask") -> int:
     data, mask = _load_uci(name)
-    train = data[_uci_train_rows(name, mask, split, n_train), :-1]
-    return len(np.unique(train, axis=0))
+    train = data[_uci_train_rows(name, mask, split, n_train, splits)]
+    return len(np.unique(train[:, uci_inputs(name, data.shape[1])], axis=0))
 
 
 def _uci_distinct(spec: Mapping[str, Any]) -> int:
     """Distinct training inputs of a UCI split (the raw inputs: standardising each column is
     one-to-one)."""
-    return _uci_distinct_rows(spec["name"], spec["split"], spec["n_train"])
+    return _uci_distinct_rows(spec["name"], spec["split"], spec["n_train"], spec["splits"])
 
 
 _UCI_OPTIONS = {
     "split": Option(0, "int", lo=0, hi=9),
+    "splits": Option("mask", "choice", "which splits `split` indexes. mask: Wilson et al.'s ten "
+                     "fixed test masks (split k: mask column k tests, 10 % of the rows; every "
+                     "other row trains). wang2019: Wang et al. 2019's random 64/16/20 % "
+                     "train/validation/test split (split k: the permutation seeded by k; its "
+                     "first ⌊0.8·⌊0.8 N⌋⌋ rows train, its last N − ⌊0.8 N⌋ test, and the "
+                     "validation rows between are left out: neither trained on nor tested)",
+                     choices=("mask", "wang2019")),
     "n_train": Option(None, "int", lo=1, none_ok=True, example=2000),
     "standardize_x": Option(True, "bool"),
     "standardize_y": Option(True, "bool"),

@@ -353,6 +353,8 @@ def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike
     if options["refine"]:  # a stage: from the learning before it (itself from its starts)
         other = learned(base_config(config), store)
         settings.update(options["refine"], init="shared", restarts=0)
+        if options["budget_seconds"] is not None:  # one budget for the learning and its stage
+            settings["budget_seconds"] = max(0.0, options["budget_seconds"] - _seconds(other))
     elif options["shared_start"]:  # the other learning's optimum is one more start
         other = learned(shared_config(config), store)
     extra, start = [], {}

@@ -4,28 +4,35 @@
 at the one kernel and σ² that ``hyper=ml`` learned for the dataset and split; comparing
 methods then isolates their approximations.
 
-``protocol=own``: each method learns as its users run it, its learning counted in its seconds:
+``protocol=own``: each method learns as its users run it, from the run's own start and never
+from another method's learning (no warm start from the exact GP's kernel), its learning counted
+in its seconds and held to the run's budget:
 
 - a method that learns by itself (a spec that declares ``own_protocol``: GPyTorch's SGPR
   trained by L-BFGS to convergence on Titsias' bound, SVGP by Adam stopped on held-out rows,
-  scikit-learn's GPR by its optimiser and restarts) runs with those option values, from the
-  kernel and σ² that ``hyper=ml`` learned for the dataset and split (the shared mode's
-  learning, computed once for both modes) and, where its ``starts`` option says so, from the
-  median heuristic too, the best final objective kept (:mod:`algorithms.gpytorch_peers`);
+  scikit-learn's GPR by its optimiser) runs with those option values from the run's first
+  start: ``hyper=ml`` is evaluated at ``hyper.init`` and not optimised (``max_iter`` = 0, no
+  restarts, no refinement; ``standard``: every length scale √(d/2), variance 1, σ² = ``lam``,
+  from the input dimension alone, :func:`algorithms.hyper.standard_start`), and the method
+  trains from that kernel and σ² (its ``starts`` = ``given``);
 - a method that learns by ``hyper=ml`` in another form (a spec that declares ``own_hyper``:
   our low-rank methods with a basis size ``max_basis`` = m) gets that form: its kernel learned
   on every training row by Titsias' bound with a basis of m pivoted-Cholesky rows
   (``hyper.method=lowrank``, ``hyper.basis`` = m, :func:`algorithms.contract.lowrank_own_hyper`),
-  the bound SGPR trains on, so SGPR and Nyström or SGMA at equal m compare like for like. Like
-  the peers, it starts from the median heuristic and from the shared learning's kernel and σ²
-  (``hyper.shared_start`` holds the shared block's form; the best bound is kept: from the
-  median start alone the bound ends at white noise on kin40k and pumadyn32nm at m = 128). The
-  learning is cached per dataset, split and basis size (:func:`pipeline.job.hyper.cache_key`
-  hashes the hyper block), shared by every such job at that m;
-- a method that declares neither (the exact GP, CG: the reference's protocol is the shared
-  one), and any method under ``hyper=fixed`` (nothing is learned), runs the shared job: its
-  ``protocol=own`` job is rewritten to ``protocol=shared``, the same job (computed once in a
-  sweep over both).
+  the bound SGPR trains on, so SGPR and Nyström or SGMA at equal m compare like for like, from
+  the same first start (``hyper.init``) and random restarts (``hyper.restarts``) as the
+  reference's learning. The learning is cached per dataset, split and basis size
+  (:func:`pipeline.job.hyper.cache_key` hashes the hyper block), shared by every such job at
+  that m;
+- a method that declares neither (the exact GP, CG: its own learning is ``hyper=ml`` itself,
+  the shared mode's kernel), and any method under ``hyper=fixed`` (nothing is learned), runs
+  the shared job: its ``protocol=own`` job is rewritten to ``protocol=shared``, the same job
+  (computed once in a sweep over both).
+
+``hyper.budget_seconds`` is the learning budget of every method alike: our learnings stop at
+the end of the L-BFGS-B iteration past it (:func:`algorithms.hyper.learn`), and a method that
+learns by itself gets it as its ``budget_seconds`` option (where it has one); either records
+the stop reason ``budget``.
 
 ``own`` (a mapping, algorithm name → options) sets options on top of a method's own protocol,
 the caps a run can afford, e.g. ``own={<algorithm>: {steps: 500}}`` for at most 500
@@ -41,10 +48,13 @@ from collections.abc import Mapping
 from algorithms.contract import AlgorithmSpec
 from algorithms.errors import InputError
 from algorithms.registry import REGISTRY
-from pipeline.job.hyper import HYPER_OPTIONS
 from pipeline.job.identity import spec_or_none
 
 PROTOCOLS = ("shared", "own")
+# the learning of a method that learns by itself: its start, evaluated and not optimised (the
+# budget is the method's own, passed to it)
+START_ONLY = {"max_iter": 0, "restarts": 0, "refine": None, "shared_start": None,
+              "budget_seconds": None}
 
 
 def apply_protocol(config: dict) -> str:
@@ -59,18 +69,24 @@ def apply_protocol(config: dict) -> str:
     caps = own_options(config["own"], spec)
     if protocol == "shared" or spec is None:
         return protocol
-    learns = dict(config["hyper"]).get("name") == "ml"
-    if spec.own_protocol is not None:  # its own training, from the shared learned kernel
-        config["algorithm"] = {**config["algorithm"], **spec.own_protocol, **caps}
+    hyper = dict(config["hyper"])
+    learns = hyper.get("name") == "ml"
+    budget = hyper.get("budget_seconds")
+    if spec.own_protocol is not None:  # its own training, from the run's first start
+        algorithm = {**config["algorithm"], **spec.own_protocol}
+        if learns:  # the start evaluated, not learned: the method learns from there itself
+            config["hyper"] = {**hyper, **START_ONLY}
+            if "starts" in spec.options:
+                algorithm["starts"] = "given"
+        if budget is not None and "budget_seconds" in spec.options:
+            algorithm["budget_seconds"] = float(budget)
+        config["algorithm"] = {**algorithm, **caps}
     elif spec.own_hyper is not None and learns:  # hyper=ml in its own form
         options = {**{k: o.default for k, o in spec.options.items()}, **config["algorithm"]}
-        # on every row by the bound: no refinement stage of its own (the shared one's is kept
-        # in the shared learning's form, below)
-        hyper, own = dict(config["hyper"]), {"refine": None, **spec.own_hyper(options)}
-        # the shared learning's form, kept as a further start (idempotent: set once)
-        shared = hyper.get("shared_start") or {k: hyper.get(k, HYPER_OPTIONS[k].default)
-                                               for k in own}
-        config["hyper"] = {**hyper, **own, "shared_start": shared}
+        # on every row by the bound, from the run's own starts: no refinement stage and no
+        # start from another learning
+        config["hyper"] = {**hyper, "refine": None, "shared_start": None,
+                           **spec.own_hyper(options)}
     else:  # it learns nothing itself: the shared job
         config["protocol"] = "shared"
         return "shared"

@@ -171,8 +171,10 @@ def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: K
         if config["protocol"] == "own" and "own_converged" not in result.summary:
             # its own learning is this one (its own form of hyper=ml): converged when every
             # L-BFGS-B run met scipy's stopping rule rather than its iteration cap
-            result = result.with_summary(own_converged=all(
-                bool(run.get("converged")) for run in hyper.runs))
+            result = result.with_summary(
+                own_converged=all(bool(run.get("converged")) for run in hyper.runs),
+                own_stop_reason=str(hyper.summary.get("hyper_stop_reason", "")),
+                own_iterations=int(hyper.summary.get("hyper_iterations", 0)))
     if spec.task == "regression":  # in the units of the fit's targets (centred by hyper)
         result = result.with_summary(**mean_predictor_metrics(y_train, y_test))
     return result

@@ -1,8 +1,8 @@
 """The published comparison's tables, from the job table of :mod:`pipeline.publish` alone (one
-row per job and mode): every mean over splits with its 95 % Student-t interval, the best
-setting per time budget with the settings tied with it by a paired t-test over the splits,
-every setting against the reference split by split, and the methods' average ranks across
-data sets (Friedman + Nemenyi, Demšar 2006). The statistics are :mod:`pipeline.report.stats`.
+row per job and mode): every mean over splits with its Nadeau–Bengio corrected 95 % interval
+(the splits' training sets overlap), every setting against the reference split by split. The
+ranks, the best per time budget and the ties are :mod:`pipeline.report.ranking`; the
+statistics :mod:`pipeline.report.stats`.
 
 A *setting* is (mode, dataset, algorithm, basis size); its value on a split is the mean over
 the seeds it ran there (a deterministic method's jobs are one job whatever the seed). A
@@ -26,12 +26,33 @@ KEYS = ["mode", "dataset", "algorithm", "basis"]
 METRICS = {"rmse": ("test_rmse", "test RMSE"), "nlpd": ("test_nlpd", "test NLPD")}
 COSTS = {"fit": "fit only", "cost": "learning + fit"}
 
-CI_WORDS = ("mean ± the half-width of its 95 % confidence interval over the splits (Student t "
-            "with n − 1 degrees of freedom, n the splits, in brackets)")
-TIE_WORDS = ("A setting is *tied* with the best when a paired t-test on their per-split "
-             "differences (the splits both ran; two-sided, 5 %) does not find it worse. "
-             "Wilcoxon's signed-rank test was not used: with 5 splits its smallest two-sided "
-             "p-value is 2/2⁵ = 0.0625, so it could never call a difference at 5 %.")
+CI_WORDS = ("mean ± the half-width of its 95 % confidence interval over the splits, Nadeau and "
+            "Bengio's corrected resampled t (the variance over the n splits in brackets scaled "
+            "by 1/n + n_test/n_train, as the splits' training sets overlap; Student t with n − 1 "
+            "degrees of freedom)")
+TIE_WORDS = ("A setting is *tied* with the best when Wilcoxon's signed-rank test on their "
+             "per-split differences (the splits both ran; two-sided), Holm-corrected over the "
+             "settings compared with the best, does not find it worse at 5 %. With n splits "
+             "the smallest two-sided p is 2/2ⁿ (0.25 for 3 splits, 0.002 for 10): on 3 splits "
+             "no tie can be decided, and *tied* means only that.")
+DEFAULT_TEST_FRACTION = 0.1  # Wilson et al.'s 90/10 splits, where a data set is not built here
+_FRACTIONS: dict[str, float] = {}
+
+
+def test_fraction(dataset: str) -> float:
+    """The share of ``dataset``'s rows held out for testing, n_test / (n_train + n_test), on
+    its split 0 as :func:`pipeline.datasets.build` makes it (every shipped set's splits hold
+    out the same share); :data:`DEFAULT_TEST_FRACTION` where it cannot be built here."""
+    if dataset not in _FRACTIONS:
+        from pipeline.datasets import StoreError, build
+
+        try:
+            arrays, _ = build({"name": dataset, "split": 0})
+            n_test, n_train = len(arrays["y_test"]), len(arrays["y_train"])
+            _FRACTIONS[dataset] = n_test / (n_test + n_train)
+        except (InputError, StoreError, KeyError, ValueError, TypeError):
+            _FRACTIONS[dataset] = DEFAULT_TEST_FRACTION
+    return _FRACTIONS[dataset]
 
 
 def as_floats(column: pd.Series) -> pd.Series:
@@ -84,7 +105,8 @@ def settings(table: pd.DataFrame) -> pd.DataFrame:
     for key, group in per_split(table).groupby(KEYS, dropna=False, sort=True):
         row = dict(zip(KEYS, key, strict=True))
         for metric in METRICS:
-            row[metric], row[f"{metric}_ci"], row[f"{metric}_n"] = stats.t_interval(group[metric])
+            row[metric], row[f"{metric}_ci"], row[f"{metric}_n"] = stats.corrected_t_interval(
+                group[metric], test_fraction(key[1]))
             spread = group[f"{metric}_seed_sd"]
             row[f"{metric}_seed_sd"] = float(spread.mean()) if spread.notna().any() else np.nan
         row.update(fit=group["fit"].mean(), cost=group["cost"].mean(),
@@ -116,7 +138,7 @@ SETTING_COLUMNS: dict[str, str] = {
     **{f"{metric}_{part}": f"{what}: {meaning}" for metric, (_, what) in METRICS.items()
        for part, meaning in (
            ("mean", "mean over the splits"),
-           ("ci_low", "lower bound of the mean's 95 % t interval over the splits (empty: "
+           ("ci_low", "lower bound of the mean's corrected 95 % t interval over the splits (empty: "
                       "fewer than 2 splits)"),
            ("ci_high", "upper bound of that interval"),
            ("seed_sd", "mean over the splits of the sd over the seeds (empty: one seed)"))},
@@ -126,16 +148,17 @@ SETTING_COLUMNS: dict[str, str] = {
     "nlpd_above_mean_splits": "splits on which the setting's test NLPD is above the mean "
                               "predictor's Gaussian's",
     "contended_splits": "splits whose job was flagged contended",
-    "ranked": "whether the tables and figures rank the setting (every split finished, none "
-              "trivial)",
-    "ranked_nlpd": "whether the NLPD ranks and figures rank it (ranked, with an NLPD on every "
-                   "split, none above the mean predictor's)",
+    "ranked": "whether the figures draw the setting (every split finished, none trivial); "
+              "the ranks and budget tables take every setting that ran every split, a failed "
+              "or trivial one last",
+    "ranked_nlpd": "whether the NLPD figures draw it (drawn, with an NLPD on every split, none "
+                   "above the mean predictor's)",
 }
 
 
 def settings_table(table: pd.DataFrame) -> pd.DataFrame:
     """:func:`settings` as the published per-setting table, :data:`SETTING_COLUMNS`: each
-    metric's mean with the bounds of its 95 % t interval over the splits."""
+    metric's mean with the bounds of its corrected 95 % t interval over the splits."""
     rows = settings(table)
     out = pd.DataFrame({"mode": rows["mode"], "dataset": rows["dataset"],
                         "algorithm": rows["algorithm"],
@@ -178,17 +201,6 @@ def rows_of_mode(frame: pd.DataFrame, mode) -> pd.DataFrame:
     return frame[frame["mode"].isna() if pd.isna(mode) else frame["mode"] == mode]
 
 
-def _by_split(splits: pd.DataFrame, names: pd.DataFrame, metric: str) -> dict[str, np.ndarray]:
-    """Each setting of ``names`` (rows of :func:`settings`) → its ``metric`` per split,
-    aligned over the splits any of them ran."""
-    index = sorted(splits["split"].unique())
-    out = {}
-    for _, row in names.iterrows():
-        mine = splits[(splits["algorithm"] == row["algorithm"]) & (splits["basis"] == row["basis"])]
-        out[label(row)] = mine.set_index("split")[metric].reindex(index).to_numpy(float)
-    return out
-
-
 def excluded(table: pd.DataFrame, order: Sequence[str] = ()) -> dict[str, list[str]]:
     """Per reason (``trivial``, ``fewer splits``), the settings never ranked, and
     (``nlpd above mean``) the ranked ones left out of the NLPD comparisons, as
@@ -209,50 +221,6 @@ def excluded(table: pd.DataFrame, order: Sequence[str] = ()) -> dict[str, list[s
                 out["nlpd above mean"].append(f"{where} ({r['nlpd_above_mean']} of "
                                               f"{r['splits']} splits; NLPD {r['nlpd']:.4g})")
     return out
-
-
-def budget_tables(table: pd.DataFrame, budgets: Sequence[float] = BUDGETS,
-                  order: Sequence[str] = ()) -> str:
-    """Markdown, per mode (those of ``order`` first) and cost (fit-only seconds; learning +
-    fit seconds): per dataset and budget, the ranked setting with the lowest mean test RMSE
-    among those whose mean seconds are within the budget, its RMSE as :func:`mean_ci`, its
-    seconds, and how many settings are tied with it (listed under the table)."""
-    rows, splits = settings(table), per_split(table)
-    parts = []
-    for mode in modes(table, order):
-        parts.append(f"**{mode}**" if not pd.isna(mode) else "**all jobs**")
-        for cost, words in COSTS.items():
-            lines = [f"*budget on {words} seconds*", "",
-                     "| dataset | " + " | ".join(f"≤ {b:g} s" for b in budgets) + " |",
-                     "|" + " --- |" * (len(budgets) + 1)]
-            ties: dict[tuple, list[str]] = {}  # (dataset, best, tied) → the budgets
-            for dataset, mine in rows_of_mode(rows, mode).groupby("dataset", sort=True):
-                ranked = mine[mine["ranked"]]
-                here = rows_of_mode(splits, mode)
-                here = here[here["dataset"] == dataset]
-                cells = []
-                for budget in budgets:
-                    within = ranked[ranked[cost] <= budget]
-                    if within.empty:
-                        least = ranked[cost].min() if not ranked.empty else np.nan
-                        cells.append(f"— (least {least:.3g} s)" if np.isfinite(least) else
-                                     "— (none ranked)")
-                        continue
-                    best, tied = stats.tied_with_best(_by_split(here, within, "rmse"))
-                    r = within[[label(w) == best for _, w in within.iterrows()]].iloc[0]
-                    spread = (f", seed sd {r['rmse_seed_sd']:.2g}" if r["seeds"] > 1 else "")
-                    cells.append(f"{best}: {mean_ci(r['rmse'], r['rmse_ci'], r['rmse_n'])}"
-                                 f"{spread} in {r[cost]:.3g} s"
-                                 + (f", tied with {len(tied)}" if tied else ""))
-                    if tied:
-                        ties.setdefault((dataset, best, tuple(tied)), []).append(f"{budget:g}")
-                lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
-            if ties:
-                lines += ["", "Tied with the best: " + "; ".join(
-                    f"{dataset} ≤ {', '.join(at)} s (with {best}): {', '.join(tied)}"
-                    for (dataset, best, tied), at in ties.items()) + "."]
-            parts.append("\n".join(lines))
-    return "\n\n".join(parts)
 
 
 def references_of(reference: str | Sequence[str]) -> list[str]:
@@ -327,7 +295,8 @@ def reference_table(table: pd.DataFrame, reference: str | Sequence[str],
             ref = here[here["algorithm"] == names[0]].set_index("split")["rmse"]
             mine = here[(here["algorithm"] == r["algorithm"]) & (here["basis"] == r["basis"])]
             mine = mine.set_index("split")["rmse"]
-            d, half, n = stats.paired_difference(mine, ref.reindex(mine.index))
+            d, half, n = stats.corrected_paired_difference(mine, ref.reindex(mine.index),
+                                                           test_fraction(r["dataset"]))
             gap = f"{d:+.2g} ± {half:.2g} ({n})" if np.isfinite(half) else (
                 f"{d:+.2g} ({n})" if n else "–")
         lines.append(f"| {r['shown']} | {r['dataset']} | {label(r)} | "
@@ -343,7 +312,9 @@ def _delta(here: pd.DataFrame, row, names: list[str], metric: str) -> str:
     mine = here[(here["algorithm"] == row["algorithm"]) & (here["basis"] == row["basis"])]
     mine = mine.set_index("split")[metric]
     ref = _reference_per_split(here, names, metric, exclude=row["algorithm"])
-    d, half, n = stats.paired_difference(mine.to_numpy(float), ref.reindex(mine.index))
+    d, half, n = stats.corrected_paired_difference(mine.to_numpy(float),
+                                                   ref.reindex(mine.index),
+                                                   test_fraction(row["dataset"]))
     if not n:
         return "–"
     return f"{d:+.3g} ± {half:.2g} ({n})" if np.isfinite(half) else f"{d:+.3g} ({n})"
@@ -374,76 +345,4 @@ def against_reference(table: pd.DataFrame, reference: str | Sequence[str], mode)
     return "\n".join(lines)
 
 
-class Ranks(dict):
-    """What :func:`ranks` found: ``names``, average ``ranks``, ``cd``, ``chi2``, ``p``, ``n``
-    (data sets), ``datasets``, ``dropped`` (data sets left out, with why), ``chosen`` (per
-    method, the basis size per dataset) and ``left_out`` (methods)."""
-
-
 MIN_METHODS = 3  # Friedman's test compares at least 3 methods
-
-
-def ranks(table: pd.DataFrame, mode, metric: str) -> Ranks:
-    """The methods' average ranks over the data sets on ``metric`` (``rmse`` or ``nlpd``) in
-    ``mode``: each method enters at its best ranked basis size per data set (the setting with
-    the lowest mean metric among its ranked settings there that have the metric on every
-    split), and only a method with such a setting on every data set enters (a Friedman test
-    needs a complete table). A data set on which fewer than :data:`MIN_METHODS` methods have
-    such a setting is left out first (``dropped``): kept, it would shrink the complete table
-    below the 3 methods the test needs. Then the Friedman test and the Nemenyi critical
-    difference at 5 % (Demšar 2006, §3.2.2). With fewer than 3 methods or 2 data sets: no test
-    (``cd`` NaN)."""
-    every_row = rows_of_mode(settings(table), mode)
-    rows = every_row[every_row["ranked_nlpd" if metric == "nlpd" else "ranked"]
-                     & (every_row[f"{metric}_n"] == every_row["splits"])]
-    methods_on = rows.groupby("dataset")["algorithm"].nunique()
-    datasets, dropped = [], []
-    for d in sorted(every_row["dataset"].unique()):
-        held = int(methods_on.get(d, 0))
-        if held >= MIN_METHODS:
-            datasets.append(d)
-        else:
-            dropped.append(f"{d} ({held} method{'' if held == 1 else 's'} with a ranked "
-                           f"setting there)")
-    every = sorted(every_row["algorithm"].unique())
-    scores, chosen, names, left_out = [], {}, [], []
-    for algorithm in every:
-        mine = rows[rows["algorithm"] == algorithm]
-        best = [mine[mine["dataset"] == d].sort_values(metric).head(1) for d in datasets]
-        missing = [d for d, b in zip(datasets, best, strict=True) if b.empty]
-        if missing or not datasets:
-            words = METRICS[metric][1]
-            gives = every_row[every_row["algorithm"] == algorithm][f"{metric}_n"].sum() > 0
-            where = ("any data set" if not datasets or len(missing) == len(datasets)
-                     else ", ".join(missing))
-            left_out.append(f"{algorithm} (" + (f"no ranked setting with {words} on {where}"
-                                                if gives else f"gives no {words}") + ")")
-            continue
-        names.append(algorithm)
-        scores.append([float(b[metric].iloc[0]) for b in best])
-        chosen[algorithm] = {d: b["basis"].iloc[0] for d, b in zip(datasets, best, strict=True)}
-    out = Ranks(names=names, chosen=chosen, left_out=left_out, n=len(datasets),
-                datasets=datasets, dropped=dropped, ranks=np.array([]), cd=np.nan,
-                chi2=np.nan, p=np.nan)
-    if len(names) < MIN_METHODS or len(datasets) < 2:
-        return out
-    matrix = np.array(scores).T  # data sets × methods
-    out.update(ranks=stats.average_ranks(matrix), cd=stats.critical_difference(
-        len(names), len(datasets)))
-    out["chi2"], out["p"] = stats.friedman(matrix)
-    return out
-
-
-def rank_table(result: Ranks) -> str:
-    """Markdown: each entering method's average rank and the basis size it entered at per
-    data set, best rank first."""
-    if not len(result["ranks"]):
-        return ""
-    datasets = result["datasets"]
-    lines = ["| method | average rank | " + " | ".join(f"m on {d}" for d in datasets) + " |",
-             "|" + " --- |" * (len(datasets) + 2)]
-    for i in np.argsort(result["ranks"], kind="stable"):
-        name = result["names"][i]
-        sizes = ["–" if s == NO_BASIS else str(int(s)) for s in result["chosen"][name].values()]
-        lines.append(f"| {name} | {result['ranks'][i]:.2f} | " + " | ".join(sizes) + " |")
-    return "\n".join(lines)

@@ -9,8 +9,8 @@ the number of trials, the setting of this run it is set beside (``algorithm``, `
 numbers are typed in from that text by hand; the file is what a reader checks them against.
 
 :func:`beside_tables` renders, per source, each number beside the run's mean over its splits
-(:func:`pipeline.report.comparison.settings`: mean ± the 95 % t interval) and the difference
-of the two means. No test is made: their per-trial values are not published, and their
+(:func:`pipeline.report.comparison.settings`: mean ± the corrected 95 % t interval) and the
+difference of the two means. No test is made: their per-trial values are not published, and their
 protocol (splits, kernel, training) is not this run's; the notes say how they differ.
 """
 
@@ -114,7 +114,7 @@ def beside_tables(table: pd.DataFrame, beside: pd.DataFrame) -> str:
         rows = beside[beside["source"] == source]
         keys = ["dataset", "method", "algorithm", "mode", "basis_size"]
         lines = [f"**{inert(source)}** (their ± as printed, over their trials; ours: mean ± "
-                 "95 % t interval (splits)):", "",
+                 "corrected 95 % t interval (splits)):", "",
                  "| dataset | theirs | ours | RMSE, theirs | RMSE, ours | ours − theirs | "
                  "NLPD, theirs | NLPD, ours | ours − theirs |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

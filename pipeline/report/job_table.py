@@ -23,7 +23,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "split": ("dataset.split", "the train/test split"),
     "seed": ("seed", "the seed of the method's random choices (empty: the job does not depend "
              "on it, or it was not recorded)"),
-    "algorithm": ("algorithm", "the method"),
+    "algorithm": ("algorithm", "the method, with the values of its own options a run swept "
+                  "beside the others in brackets: name[diagonal_correction=false] is GPyTorch's "
+                  "SGPR predicting in the DTC form"),
     "mode": ("protocol", "shared: one learned kernel for all; own: each peer learns its own "
              "(a job the mode does not change, e.g. of a method that learns nothing itself, is "
              "listed under each mode)"),
@@ -73,7 +75,55 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "converged": ("final_own_converged", "whether a method's own learning met its stopping "
                   "rule (empty: it learns nothing itself, the row is not of the own "
                   "protocol, or not recorded)"),
+    # the hyperparameters the fit used and the learning that chose them (_hyperparameters):
+    # with dataset, split, seed, algorithm and basis size, enough to fit the job again
+    "kernel": ("= final_learned_kernel, else final_hyper_kernel, else the config's kernel",
+               "the covariance function's name (its parameters besides the length scales "
+               "and signal variance, if any, are the run's config: its command)"),
+    "lengthscales": ("= as kernel", "the kernel's length scales ℓ, joined by ';' and "
+                     "written to round trip (Python's repr): one per input dimension in the "
+                     "data set's column order (ARD), or one for every dimension (an "
+                     "isotropic kernel; an RBF's width is 2ℓ²); read back with [float(v) for "
+                     "v in str(cell).split(';')]; empty for a kernel without one"),
+    "signal_variance": ("= as kernel", "the kernel's signal variance (it multiplies the "
+                        "kernel)"),
+    "noise_variance": ("= final_learned_lam, else final_hyper_lam, else the config's lam",
+                       "σ², the noise variance (lam) the fit used"),
+    "y_offset": ("= final_hyper_y_offset, else 0 under hyper=fixed", "the constant prior "
+                 "mean subtracted from the training targets before the learning and the fit "
+                 "(hyper.center_y: the training targets' mean; 0: not centred); the "
+                 "predictions are offset + the fit's, the test metrics those of the "
+                 "centred targets (the same numbers)"),
+    "hyper_from": ("= which record", "where these hyperparameters come from: shared (the "
+                   "hyper=ml learning of the row's setting, final_hyper_*: the kernel every "
+                   "method of it fits with), own (the method's own learning under the own "
+                   "protocol: a peer's training, final_learned_kernel and final_learned_lam, "
+                   "or ours by hyper=ml's low-rank bound, final_hyper_*), config (hyper=fixed:"
+                   " the run's kernel and lam); empty: not recorded (a failed job's learning)"),
+    "learning_iterations": ("= final_own_iterations_total or final_hyper_iterations",
+                            "iterations of the learning that chose them, every start "
+                            "together (L-BFGS iterations; a peer trained by Adam: epochs); "
+                            "empty: none (config), or not recorded"),
+    "learning_stop_reason": ("= final_own_stop_reason or final_hyper_stop_reason", "why that "
+                             "learning stopped, in its own words (hyper=ml: converged, cap, "
+                             "budget, start; a peer: e.g. gradient, relative_change, stalled, "
+                             "cap, untrained)"),
+    "learning_converged": ("= final_own_converged, or final_hyper_stop_reason = converged",
+                           "whether that learning met its stopping rule rather than a cap or "
+                           "budget, under either protocol (empty: not recorded)"),
+    "var_below_noise": ("final_test_var_below_noise", "fraction of test rows whose predictive "
+                        "variance of y is below σ² (impossible for a GP: round-off in the "
+                        "method's variance; its test NLPD is then not the method's)"),
 }
+
+# the columns added after the second edition (issue 85): its committed CSV lacks them, and
+# read_table leaves them empty there
+ADDED_AFTER_SECOND_EDITION = ("kernel", "lengthscales", "signal_variance", "noise_variance",
+                              "y_offset", "hyper_from", "learning_iterations",
+                              "learning_stop_reason", "learning_converged", "var_below_noise")
+HYPER_COLUMNS = ADDED_AFTER_SECOND_EDITION[:-1]  # filled by _hyperparameters
+TEXT_COLUMNS = ("cpu_model", "status", "kernel", "lengthscales", "hyper_from",
+                "learning_stop_reason")  # read back as text (a single length scale too)
 
 # what a derived column is made of: column → (store variable, sign) terms, summed; a missing
 # term counts as 0 unless every term is missing
@@ -85,13 +135,37 @@ DERIVED = {
     "learning_cpu_seconds": (("final_hyper_cpu_seconds", 1), ("final_hyper_start_cpu_seconds", 1),
                              ("final_own_learning_cpu_seconds", 1)),
 }
-INTEGERS = ("split", "seed", "basis_size", "threads", "cores")
-FLAGS = ("contended", "trivial", "nlpd_above_mean", "converged")
+INTEGERS = ("split", "seed", "basis_size", "threads", "cores", "learning_iterations")
+FLAGS = ("contended", "trivial", "nlpd_above_mean", "converged", "learning_converged")
 
 # the sweep dims a published table may have: each is a column (any other swept key would be
 # averaged away unseen)
 PUBLISHED_DIMS = ("algorithm", "dataset", "dataset.split", "algorithm.max_basis", "protocol",
                   "seed")
+
+
+VARIANT_PREFIX = "algorithm."  # a swept option of the method: part of the method's name
+
+
+def variant_name(algorithm: str, options: dict) -> str:
+    """``algorithm[option=value,…]`` for the method's swept options that the job set (a
+    missing one, a method without it, is left out): e.g.
+    ``<method>[diagonal_correction=false]``, parsed back by :func:`variant_options`."""
+    parts = []
+    for key, value in options.items():
+        if value is None or (not isinstance(value, str) and pd.isna(value)) or value == "null":
+            continue
+        text = str(value).lower() if str(value) in ("True", "False") else str(value)
+        parts.append(f"{key.removeprefix(VARIANT_PREFIX)}={text}")
+    return algorithm + (f"[{','.join(parts)}]" if parts else "")
+
+
+def variant_options(name: str) -> tuple[str, dict[str, str]]:
+    """(algorithm, {option: value text}) of a published method name (:func:`variant_name`)."""
+    if not name.endswith("]") or "[" not in name:
+        return name, {}
+    algorithm, _, inside = name[:-1].partition("[")
+    return algorithm, dict(part.split("=", 1) for part in inside.split(",") if "=" in part)
 
 
 def job_table(ds, dataset_options: dict | None = None, extra: tuple[str, ...] = ()
@@ -107,12 +181,20 @@ def job_table(ds, dataset_options: dict | None = None, extra: tuple[str, ...] = 
     from pipeline.config import lookup
     from pipeline.results.access import decoded_attrs, tidy
 
-    other = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
+    swept = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
+    # a method's own option swept beside the published keys (SGPR's two predictive forms):
+    # each value its own method, named in the column `algorithm` (:func:`variant_name`)
+    variants = [d for d in swept if d.startswith(VARIANT_PREFIX)]
+    other = [d for d in swept if d not in variants]
     if other:
         raise InputError(f"the run sweeps {', '.join(other)} besides {', '.join(PUBLISHED_DIMS)}"
                          "; the table would average over it: publish a run that fixes it, or "
                          "select one value with python -m pipeline.report --select")
     jobs = tidy(ds, per="job")
+    if variants:
+        jobs["algorithm"] = [variant_name(name, {d: row[d] for d in variants})
+                             for name, (_, row) in zip(jobs["algorithm"], jobs.iterrows(),
+                                                       strict=True)]
     mode_dim = COLUMNS["mode"][0]
     if mode_dim in ds.dims:  # a job that does not depend on the mode: one row under each
         shared = jobs[mode_dim].isna()
@@ -122,11 +204,27 @@ def job_table(ds, dataset_options: dict | None = None, extra: tuple[str, ...] = 
         if source not in jobs:  # fixed by the run: every job has its config's value
             value = lookup(decoded_attrs(ds)["config"], source)
             jobs[source] = pd.NA if value is None else value
+            if value is not None and source.startswith("algorithm."):  # … that takes it
+                option = source.removeprefix("algorithm.")
+                takes = [_takes(name, option) for name in jobs["algorithm"].tolist()]
+                jobs[source] = jobs[source].where(np.array(takes, dtype=bool))
     table = pd.DataFrame({name: _column(jobs, name, source)
                           for name, (source, _) in COLUMNS.items()})
+    for name, values in _hyperparameters(jobs, decoded_attrs(ds)["config"]).items():
+        table[name] = (pd.array(values, dtype=object) if name in TEXT_COLUMNS + FLAGS
+                       + INTEGERS else as_floats(pd.Series(values, dtype=object)).to_numpy())
     for name in extra:
         table[name] = jobs[name].to_numpy()
     return complete(typed(table), dataset_options)
+
+
+def _takes(algorithm, option: str) -> bool:
+    """Whether ``algorithm`` (a registered name) has ``option``: a run that fixes an option
+    some of its methods do not take (the sweep ignores it for them) gives them none."""
+    from algorithms.registry import REGISTRY
+
+    spec = REGISTRY.get(variant_options(algorithm)[0]) if isinstance(algorithm, str) else None
+    return spec is None or option in spec.options
 
 
 def _column(jobs: pd.DataFrame, name: str, source: str):
@@ -142,11 +240,122 @@ def _column(jobs: pd.DataFrame, name: str, source: str):
     return jobs[source] if source in jobs else pd.NA
 
 
+def _text(jobs: pd.DataFrame, name: str) -> list[str]:
+    """The store's text variable ``name`` per job, '' where empty or absent."""
+    if name not in jobs:
+        return [""] * len(jobs)
+    return ["" if pd.isna(v) else str(v) for v in jobs[name].tolist()]
+
+
+def _numbers(jobs: pd.DataFrame, name: str) -> np.ndarray:
+    """The store's numeric variable ``name`` per job, NaN where empty or absent."""
+    if name not in jobs:
+        return np.full(len(jobs), np.nan)
+    return as_floats(jobs[name]).to_numpy(dtype=np.float64)
+
+
+def kernel_from_text(text: str):
+    """The :class:`~algorithms.kernels.Kernel` spelled ``text`` as the kernel spells itself
+    (``rbf(width=28.4, variance=21.5)``, ``rbf(variance=2.0, lengthscales=[1.0, 0.5])``: its
+    name and parameters, the floats as Python writes them, so that they round trip); raises
+    :class:`InputError` (one line) for any other text."""
+    import ast
+
+    from algorithms.kernels import Kernel
+
+    try:
+        call = ast.parse(text.strip(), mode="eval").body if len(text) < 100_000 else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and not call.args and all(k.arg for k in call.keywords)):
+            raise ValueError(text)
+        params = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        raise InputError(f"the kernel {text[:120]!r} recorded by the run is not a kernel as "
+                         "the product spells it (name(parameter=value, …)); publish a store "
+                         "the product wrote") from None
+    return Kernel(call.func.id, params)
+
+
+def kernel_columns(kernel) -> tuple[str, str, float]:
+    """(name, length scales as the ``lengthscales`` column writes them, signal variance) of
+    ``kernel``: its ARD length scales, or its isotropic scale as a length ℓ
+    (:func:`algorithms.marginal_likelihood.length_scale_of`), '' for a kernel without one."""
+    from algorithms.marginal_likelihood import length_scale_of
+
+    scales = kernel.lengthscales
+    if scales is None and kernel.spec.unit_scale is not None:
+        scales = [length_scale_of(kernel)[1]]
+    text = "" if scales is None else ";".join(repr(float(v)) for v in scales)
+    return kernel.name, text, float(kernel.variance)
+
+
+def _hyperparameters(jobs: pd.DataFrame, config: dict) -> dict[str, list]:
+    """The :data:`HYPER_COLUMNS` of each job of the tidy ``jobs``, read from the record of
+    what its fit used: the method's own (``learned_kernel``, ``learned_lam``: a peer records
+    the kernel it predicted with, trained or given), else hyper=ml's learning
+    (``hyper_kernel``, ``hyper_lam``, ``hyper_y_offset``), else, under hyper=fixed, the
+    run's ``config`` (its kernel and lam; targets not centred). The learning columns are the
+    method's own training where the row is of the own protocol and the method recorded one,
+    else hyper=ml's learning (the shared one, or ours by hyper.method=lowrank under the own
+    protocol)."""
+    from algorithms.kernels import Kernel
+    from pipeline.config import lookup
+
+    fixed = lookup(config, "hyper.name") == "fixed"
+    configured = None
+    if fixed and isinstance(lookup(config, "kernel"), dict):
+        kernel = {k: v for k, v in config["kernel"].items() if k != "name"}
+        configured = kernel_columns(Kernel(config["kernel"]["name"], kernel))
+    lam = lookup(config, "lam")
+    mode = jobs[COLUMNS["mode"][0]].astype(object).tolist()
+    learned, hyper = _text(jobs, "final_learned_kernel"), _text(jobs, "final_hyper_kernel")
+    learned_lam, hyper_lam = _numbers(jobs, "final_learned_lam"), _numbers(jobs,
+                                                                          "final_hyper_lam")
+    offset = _numbers(jobs, "final_hyper_y_offset")
+    own_converged = _numbers(jobs, "final_own_converged")
+    own_stop, hyper_stop = (_text(jobs, "final_own_stop_reason"),
+                            _text(jobs, "final_hyper_stop_reason"))
+    own_iterations = np.where(np.isnan(total := _numbers(jobs, "final_own_iterations_total")),
+                              _numbers(jobs, "final_own_iterations"), total)
+    hyper_iterations = _numbers(jobs, "final_hyper_iterations")
+    out: dict[str, list] = {name: [] for name in HYPER_COLUMNS}
+    for i in range(len(jobs)):
+        own = mode[i] == OWN and bool(learned[i] or own_stop[i]
+                                      or not np.isnan(own_converged[i]))
+        if learned[i]:
+            values = (*kernel_columns(kernel_from_text(learned[i])), learned_lam[i])
+        elif hyper[i]:
+            values = (*kernel_columns(kernel_from_text(hyper[i])), hyper_lam[i])
+        elif fixed and configured is not None and isinstance(lam, (int, float)):
+            values = (*configured, float(lam))
+        else:
+            values = (pd.NA,) * 4
+        if learned[i] and own:  # a peer's own training
+            learning = (own_iterations[i], own_stop[i], _flag_value(own_converged[i]))
+        elif hyper[i]:  # hyper=ml's: the shared learning, or ours under the own protocol
+            converged = (_flag_value(own_converged[i]) if own and not np.isnan(own_converged[i])
+                         else hyper_stop[i] == "converged" if hyper_stop[i] else pd.NA)
+            learning = (hyper_iterations[i], hyper_stop[i], converged)
+        else:
+            learning = (np.nan, "", pd.NA)
+        known = values[0] is not pd.NA
+        source = ("own" if own else "shared" if hyper[i] else "config" if fixed and known
+                  else "")
+        y_offset = (offset[i] if not np.isnan(offset[i])
+                    else 0.0 if fixed and known else np.nan)  # hyper=fixed centres nothing
+        row = (*values, y_offset, source, *learning)
+        for name, value in zip(HYPER_COLUMNS, row, strict=True):
+            empty = value is pd.NA or (isinstance(value, str) and not value) or (
+                isinstance(value, float) and np.isnan(value))
+            out[name].append(pd.NA if empty else value)
+    return out
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
     """A published table (:func:`job_table` written as CSV) read back with its types: what
     the README is rendered from, so that the committed CSV alone re-renders it. A column the
     CSV lacks (an earlier edition's) is empty."""
-    table = pd.read_csv(path, dtype={"cpu_model": str, "status": str})
+    table = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
     return typed(table.reindex(columns=list(COLUMNS)))
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.lines import one_line
-from pipeline.report import comparison
-from pipeline.report.comparison import BUDGETS, budget_tables, reference_table, references_of
+from pipeline.report import comparison, ranking
+from pipeline.report.comparison import BUDGETS, reference_table, references_of
 from pipeline.report.markdown import code, fence, inert
 
 
@@ -51,6 +51,10 @@ def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
     own = (f"{len(capped)} of {int(known.sum())} such rows did not converge"
            + (f": {where}." if len(capped) else ".") if known.any() else
            "This table's run did not record it.")
+    stops = ok["learning_stop_reason"].dropna().astype(str)
+    if len(stops):
+        own += (f" Stopped by the learning budget (`learning_stop_reason` = budget): "
+                f"{int((stops == 'budget').sum())} of {len(stops)} rows with a learning.")
     return [
         "## How the numbers are summarised",
         "",
@@ -62,19 +66,20 @@ def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
         f"seeds. In this table a split ran at most {int(seeds)} seed(s)"
         + (": no setting shows a seed spread, so how much a re-draw of the random choices "
            "(e.g. landmarks) moves a result is not measured here." if seeds <= 1 else "."),
-        f"- **Trivial predictors.** A job is trivial when its test RMSE is at least "
-        f"{stats.TRIVIAL_RATIO} times that of the training-mean predictor on the same test "
-        "rows (column `trivial`; the baselines are columns `baseline_rmse` and "
+        f"- **Trivial predictors and failures.** A job is trivial when its test RMSE is at "
+        f"least {stats.TRIVIAL_RATIO} times that of the training-mean predictor on the same "
+        "test rows (column `trivial`; the baselines are columns `baseline_rmse` and "
         "`baseline_nlpd`, computed from the shipped data where the run did not record them). "
-        "A setting with a trivial split is never ranked, in any table or figure: "
-        f"{int(ok['trivial'].eq(True).sum())} of {len(ok)} finished rows are trivial. Left out "
-        f"as trivial: {trivial}.",
+        "A setting with a trivial or failed split (a refusal, a crash, a time-out) is ranked "
+        "last on that data set, in every metric, and marked *failed* in the rank tables; the "
+        "figures do not draw it: "
+        f"{int(ok['trivial'].eq(True).sum())} of {len(ok)} finished rows are trivial "
+        f"({trivial}), {int((table['status'] != 'ok').sum())} rows failed.",
         "- **NLPD above the mean predictor's.** A job whose test NLPD is above that of the "
         "mean predictor's Gaussian N(ȳ_train, var(y_train)) (column `nlpd_above_mean`) "
-        "predicts a distribution worse than the constant one's, however good its mean: a "
-        "setting with such a split is left out of every NLPD rank and figure, and ranked by "
-        f"its RMSE as any other: {int(ok['nlpd_above_mean'].eq(True).sum())} of {len(ok)} "
-        f"finished rows. Left out of the NLPD comparisons: {above}.",
+        "predicts a distribution worse than the constant one's, however good its mean: it is "
+        "ranked by its NLPD like any other and left out of the NLPD figures: "
+        f"{int(ok['nlpd_above_mean'].eq(True).sum())} of {len(ok)} finished rows ({above}).",
         f"- **Contention.** A row is flagged `contended` when its fit or its learning, if it "
         f"took at least {stats.MIN_WALL:g} s, got less than {stats.BUSY_CPU} CPU seconds per "
         "wall second (a CPU-bound step keeps at least one thread running, so less than 0.8 "
@@ -105,28 +110,36 @@ def _counted(rows: pd.DataFrame) -> list[tuple[tuple[str, pd.Series], int]]:
     return out
 
 
-def _cd_caption(result: comparison.Ranks, metric: str) -> list[str]:
-    """What a CD figure shows, its test and what was left out."""
+def _cd_caption(result: ranking.Ranks, metric: str) -> list[str]:
+    """What a rank figure shows, its tests and what was left out."""
     words = comparison.METRICS[metric][1]
-    methods = "; ".join(result["left_out"]) or "none"
-    sets = ("; ".join(result["dropped"]) or "none")
-    dropped = (f"Data sets left out (fewer than {comparison.MIN_METHODS} methods have a ranked "
-               f"setting with {words} there): {sets}.")
-    if not len(result["ranks"]):
-        return [f"No ranks of {words}: {len(result['names'])} method(s) over "
-                f"{result['n']} data set(s) enter (the Friedman test needs at least 3 methods "
-                f"and 2 data sets). {dropped} Methods left out: {methods}."]
+    methods = "; ".join(result.left_out) or "none"
+    if not len(result.ranks):
+        return [f"No ranks of {words}: {len(result.names)} entries over {result.n} data "
+                f"set(s) (the Friedman test needs at least {comparison.MIN_METHODS} entries "
+                f"and 2 data sets). Left out: {methods}."]
+    failed = "; ".join(f"{name} on {', '.join(sets)}" for name, sets in result.failures.items()
+                       if sets) or "none"
     return [
-        f"Average rank of {words} over {result['n']} data sets (1 = best; ties share their "
-        f"average rank). Friedman χ² = {result['chi2']:.3g}, p = {result['p']:.2g}; bars join "
-        "methods whose ranks differ by less than the Nemenyi critical difference at 5 % "
-        f"(CD = q₀.₀₅·√(k(k+1)/(6N)) = {result['cd']:.2f} for k = {len(result['names'])}, "
-        f"N = {result['n']}; Demšar 2006): no difference within a bar is significant. Each "
-        "method enters at its best ranked basis size per data set (the table below), and only "
-        f"a method with a ranked setting on each of these data sets enters. {dropped} Methods "
-        f"left out: {methods}.",
+        f"Average rank of {words} over {result.n} data sets (1 = best). Each method at each "
+        "basis size of the run's grid is an entry of its own (none chosen by its test "
+        "score); the reference's solvers (the `--reference` algorithms) are one entry; on a data "
+        "set, means "
+        f"within a relative {ranking.SAME:g} of each other are ordered by their seconds "
+        "(learning + fit), cheaper first, and an entry with a failed or trivial split ranks "
+        f"last (failed: {failed}). Friedman χ² = {result.chi2:.3g}, p = {result.p:.2g}; "
+        f"Iman–Davenport F = {result.iman_davenport:.3g}, p = {result.iman_davenport_p:.2g} "
+        f"(Demšar 2006, §3.2.2). The diagram's bars join entries whose average ranks differ "
+        f"by less than the Nemenyi critical difference at 5 % (CD = {result.cd:.2f} for k = "
+        f"{len(result.names)}, N = {result.n}); the table's last column is each entry's "
+        "Wilcoxon signed-rank test against the best over the data sets, Holm-corrected over "
+        f"the k − 1 comparisons (Benavoli et al. 2016): with N = {result.n} data sets its "
+        f"smallest p is {2 / 2 ** result.n:.2g} before the correction. The per-set columns: "
+        + ("the entry's mean test RMSE relative to the reference's" if metric == "rmse" else
+           "the entry's mean test NLPD minus the reference's, in nats")
+        + f". Left out: {methods}.",
         "",
-        comparison.rank_table(result),
+        ranking.rank_table(result),
     ]
 
 
@@ -164,7 +177,7 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
         inert(_summary(table, code_version)),
         "",
         inert("\n".join(_how(table, order))),
-        *_ranking_lines(table, order, budgets, cd),
+        *_ranking_lines(table, order, budgets, cd, names),
         *_reference_lines(table, names, order),
         "## Figures",
         "",
@@ -210,34 +223,36 @@ def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
     ])
 
 
-def _ranking_lines(table: pd.DataFrame, order: list, budgets, cd: dict | None) -> list[str]:
-    """The README's sections "Best method per time budget" and "Ranks across data sets"."""
+def _ranking_lines(table: pd.DataFrame, order: list, budgets, cd: dict | None,
+                   solvers: list[str]) -> list[str]:
+    """The README's sections "Ranks across data sets" and "Best method per time budget"."""
     left = comparison.excluded(table, order)
     ranks = []
     for mode in comparison.modes(table, order):
         tag = "all" if pd.isna(mode) else str(mode)
         for metric in comparison.METRICS:
-            result = comparison.ranks(table, mode, metric)
+            result = ranking.ranks(table, mode, metric, solvers)
             figure = (cd or {}).get((tag, metric))
             ranks += [inert(f"**{tag}, {comparison.METRICS[metric][1]}**"), "",
                       *([f"![{figure}]({figure})", ""] if figure else []),
                       inert("\n".join(_cd_caption(result, metric))), ""]
     return [
-        "## Best method per time budget",
-        "",
-        "Per mode, two tables: the budget on the mean *fit-only* seconds, and on the mean "
-        "seconds of *learning + fit*. A cell names the ranked setting with the lowest mean test "
-        f"RMSE among those within the budget: its RMSE as {comparison.CI_WORDS}, its mean "
-        f"seconds, and how many settings are tied with it. {comparison.TIE_WORDS} Never "
-        "ranked: the trivial settings (above) and those that finished fewer splits than the "
-        "data set's others (a mean over fewer splits is not comparable): "
-        + inert("; ".join(left["fewer splits"]) or "none") + ".",
-        "",
-        inert(budget_tables(table, budgets, order=order)),
-        "",
         "## Ranks across data sets",
         "",
         *ranks,
+        "## Best method per time budget",
+        "",
+        "Per mode, two tables: the budget on the mean *fit-only* seconds, and on the mean "
+        "seconds of *learning + fit*. A cell names the entry with the lowest mean test RMSE "
+        "among those that finished every split, none trivial, within the budget (equal RMSEs, "
+        f"to a relative {ranking.SAME:g}, go to the cheaper; the reference's entry takes the "
+        "seconds of its cheaper solver on each split, named after *by*): its RMSE as "
+        f"{comparison.CI_WORDS}, its mean seconds, and how many entries are tied with it. "
+        f"{comparison.TIE_WORDS} Left out (fewer splits than the data set's others): "
+        + inert("; ".join(left["fewer splits"]) or "none") + ".",
+        "",
+        inert(ranking.budget_tables(table, budgets, order=order, solvers=solvers)),
+        "",
     ]
 
 
@@ -262,7 +277,7 @@ def _reference_lines(table: pd.DataFrame, names: list[str], order: list) -> list
         "",
         f"Per mode and data set, every setting's test RMSE and NLPD as {comparison.CI_WORDS}, "
         "and Δ: its per-split difference from the reference on the same split (negative: "
-        "better than the reference), mean ± 95 % Student-t CI over the splits both ran (in "
+        "better than the reference), mean ± corrected 95 % t interval over the splits both ran (in "
         f"brackets). The reference on a split is the first of {', '.join(names)} that has the "
         "metric there (a reference algorithm is compared with the others). Seconds: mean "
         "fit-only and learning seconds. *not ranked*: trivial, or fewer splits than the data "

@@ -54,8 +54,12 @@ def frontier_figures(table: pd.DataFrame, out_dir: Path, budgets: Sequence[float
                     "logx": True}
             for metric, name in METRICS.items():
                 every = {(name, d): table_points(of_mode, d, metric, cost) for d in datasets}
-                out += draw(every, datasets, [name], spec, out_dir, len(out) + 1,
-                            f"{tag}_{cost}", head, names, _left_out(of_mode, metric))
+                drawn = sorted({p[0] for points in every.values() for p in points})
+                out += [Figure(f.path, f.caption + " Methods drawn: "
+                               + (and_list(drawn) if drawn else "none") + ".")
+                        for f in draw(every, datasets, [name], spec, out_dir, len(out) + 1,
+                                      f"{tag}_{cost}", head, names,
+                                      _left_out(of_mode, metric))]
     return out
 
 
@@ -64,8 +68,8 @@ def _left_out(rows: pd.DataFrame, metric: str) -> str:
     draw, as never ranked there."""
     unranked = [f"{label(r)} on {r['dataset']}" for _, r in rows.iterrows()
                 if not r[_RANKED[metric]]]
-    why = ("trivial, or fewer splits than the data set's others" if metric == "rmse" else
-           "trivial, fewer splits than the data set's others, an NLPD above the mean "
-           "predictor's, or none")
-    return (f"Not drawn, as not ranked ({why}; the README says which): "
+    why = ("trivial or failed, or fewer splits than the data set's others" if metric == "rmse"
+           else "trivial or failed, fewer splits than the data set's others, an NLPD above "
+           "the mean predictor's, or none")
+    return (f"Not drawn ({why}; the README's ranks say where each stands): "
             f"{and_list(unranked)}." if unranked else "")

@@ -92,6 +92,10 @@ PIPELINE: dict[str, tuple[str, str]] = {
     "hyper_variance": ("learned kernel variance", TARGET2),
     "hyper_evaluations": ("marginal-likelihood evaluations while learning", "1"),
     "hyper_runs": ("L-BFGS-B runs of the learning (first start and random restarts)", "1"),
+    "hyper_iterations": ("L-BFGS-B iterations of the learning, every run together", "1"),
+    "hyper_stop_reason": ("why the learning stopped: converged (every run met scipy's rule), "
+                          "cap (a run reached hyper.max_iter), budget (hyper.budget_seconds "
+                          "was spent), start (max_iter = 0: the start itself)", "1"),
     "hyper_y_offset": ("constant prior mean subtracted from the targets (hyper.center_y)",
                        TARGET),
     "hyper_at_bound": ("learned log-parameters within 1 % of a bound (name=lower|upper)", "1"),
