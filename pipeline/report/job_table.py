@@ -149,12 +149,14 @@ VARIANT_PREFIX = "algorithm."  # a swept option of the method: part of the metho
 
 def variant_name(algorithm: str, options: dict) -> str:
     """``algorithm[option=value,…]`` for the method's swept options that the job set (a
-    missing one, a method without it, is left out): e.g.
+    missing one, or one the method does not take, is left out): e.g.
     ``<method>[diagonal_correction=false]``, parsed back by :func:`variant_options`."""
     parts = []
     for key, value in options.items():
         if value is None or (not isinstance(value, str) and pd.isna(value)) or value == "null":
             continue
+        if not _takes(algorithm, key.removeprefix(VARIANT_PREFIX)):
+            continue  # an option the method does not take: the sweep ignored it for its jobs
         text = str(value).lower() if str(value) in ("True", "False") else str(value)
         parts.append(f"{key.removeprefix(VARIANT_PREFIX)}={text}")
     return algorithm + (f"[{','.join(parts)}]" if parts else "")
