@@ -33,6 +33,7 @@ from algorithms.kernels import Kernel
 CPU = "cpu"
 DEVICE_FORMS = "cpu, torch:cpu, cuda or cuda:N (N the GPU's index)"
 DTYPES = ("float64", "float32")
+DIST, EXTRA = "sparse-gp-bench", "peers"  # the distribution and the extra that installs torch
 
 
 def is_torch(device: str) -> bool:
@@ -55,11 +56,7 @@ def torch_device(device: str):
     check_device(device)
     if not is_torch(device):
         raise ValueError("device=cpu is the numpy path: no torch device")
-    try:
-        import torch
-    except ImportError:
-        raise InputError(f"device={device} needs PyTorch, which is not installed; "
-                         "pip install torch, or pass device=cpu") from None
+    torch = import_torch(f"device={device}")
     if device == "torch:cpu":
         return torch.device("cpu")
     if torch.version.cuda is None or not torch.cuda.is_available():
@@ -76,14 +73,42 @@ def torch_device(device: str):
     return torch.device("cuda", index)
 
 
+def import_torch(needed_by: str = "a torch device"):
+    """The ``torch`` module, imported here, at the first use of a torch device: torch is in
+    the optional extra ``peers`` only, so the default install (every numpy path, listing the
+    algorithms) must never import it at module level. Missing, it is the one-line
+    InputError naming what needed it and the extra that installs it."""
+    try:
+        import torch
+    except ImportError:
+        raise InputError(f"{needed_by} needs PyTorch, which is not installed: pip install "
+                         f"'{DIST}[{EXTRA}]' (in a checkout: pip install -e '.[{EXTRA}]'), "
+                         "or pass device=cpu") from None
+    return torch
+
+
+class LazyTorch:
+    """A stand-in for the ``torch`` module in a module's globals, bound as ``torch =
+    LazyTorch(globals())``: its first attribute lookup imports torch (:func:`import_torch`)
+    and rebinds the module's global ``torch`` to the real module, so the module is importable
+    without torch (the registry imports every module of the package) while its code keeps
+    writing ``torch.xxx``."""
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self._namespace = namespace
+
+    def __getattr__(self, name: str) -> Any:
+        torch = import_torch()
+        self._namespace["torch"] = torch
+        return getattr(torch, name)
+
+
 def torch_dtype(dtype: str):
     """The torch dtype that ``dtype`` (:data:`DTYPES`) names."""
-    import torch
-
     if dtype not in DTYPES:
         raise InputError(f"dtype={dtype!r} is not a floating type; pass float64 (the default) "
                          "or float32")
-    return getattr(torch, dtype)
+    return getattr(import_torch(f"precision={dtype}"), dtype)
 
 
 NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"  # the loaded kernel module's version line

@@ -23,6 +23,11 @@ from algorithms.contract import EVALUATOR_OPTIONS, AlgorithmSpec
 from algorithms.errors import InputError
 
 FIT_ARGUMENTS = ("blocks", "y", "lam", "rng", "recorder")
+# what ``SparseGPClassifier()`` fits when no algorithm is named (pipeline.estimators; a
+# regressor's default is a job's, conf/config.yaml's): the Laplace approximation, the
+# classification experiment's reference (smola2001_classification), full n × n unless its
+# option m asks for a low-rank form; no job has a classification default to take instead
+DEFAULT_CLASSIFIER = "gp_laplace"
 PACKAGE = "algorithms"
 _LOCK = threading.RLock()  # one discovery at a time (a worker's jobs run in threads)
 

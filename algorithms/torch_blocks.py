@@ -11,16 +11,16 @@ matrix is filled there in blocks of rows and factored by ``torch.linalg.cholesky
 matrix above the device's free memory is refused in one line before it is made (PCG is the
 way to the same posterior: :data:`algorithms.exact.TOO_LARGE`).
 
-Imported only by a fit whose ``device`` is a torch device (:mod:`algorithms.device`): the
-numpy path never imports torch through here.
+Used only by a fit whose ``device`` is a torch device (:mod:`algorithms.device`): importing
+this module does not import torch (the registry imports it to list the algorithms, on an
+install without torch too); torch is imported at the first use of a block.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from algorithms.device import TorchKernel, device_memory
+from algorithms.device import LazyTorch, TorchKernel, device_memory
 from algorithms.errors import InputError, TooLarge
 from algorithms.factor_columns import DEGENERATE_RTOL
 from algorithms.kernels import Kernel
@@ -41,6 +41,10 @@ DEVICE_BLOCK_BYTES = 2**27
 # what the exact GP's matrix that does not fit the device is pointed to
 TOO_LARGE_INSTEAD = "pass algorithm=cg (the same posterior by PCG, matrix-free) or device=cpu"
 
+# torch, imported at its first use (algorithms.device.LazyTorch): the registry imports this
+# module on the default install, where torch is not installed, to list the algorithms
+torch = LazyTorch(globals())
+
 
 class TorchKernelBlocks:
     """Kernel blocks over training inputs ``X`` (an (n, d) array, or anything np.asarray
@@ -51,7 +55,9 @@ class TorchKernelBlocks:
     # not against this machine's (algorithms.evaluation.check_size).
     memory_on_device = True
 
-    def __init__(self, X, kernel: Kernel, device, dtype=torch.float64) -> None:
+    def __init__(self, X, kernel: Kernel, device, dtype=None) -> None:
+        if dtype is None:
+            dtype = torch.float64
         if len(X.shape) != 2:
             raise InputError(f"X has shape {tuple(X.shape)}; it must be (n, d)")
         self._source = X

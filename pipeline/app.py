@@ -19,7 +19,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
-from hydra.types import RunMode
+from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig
 
 from hydra_plugins.sgp_dask_launcher.dask_launcher import DaskLauncher
@@ -66,9 +66,10 @@ def task(cfg: DictConfig) -> dict:
 
 
 class _Callbacks:
-    """The callbacks ``hydra.callbacks`` configures (none in conf/), called as Hydra's run
-    calls them: each instantiated once, an event passed to each in turn (the ``*_end`` ones
-    in reverse order)."""
+    """The callbacks ``hydra.callbacks`` configures (none: the checks refuse them, from the
+    command line, a config file or the composed config), called as Hydra's run calls them:
+    each instantiated once, an event passed to each in turn (the ``*_end`` ones in reverse
+    order)."""
 
     def __init__(self, cfg: DictConfig) -> None:
         from hydra.utils import instantiate
@@ -89,20 +90,42 @@ class _Callbacks:
 
 
 def _launch(overrides: Sequence[str], multirun: bool):
-    from pipeline.config.yaml_limits import config_directories_problem, search_directories
+    from pipeline.config.untrusted import config_files_problem
 
-    problem = config_directories_problem(search_directories(overrides, CONF_DIR))
-    if problem:  # a config file too large, too deep or an alias bomb: before Hydra reads it
-        from algorithms.errors import InputError
+    problem = config_files_problem(overrides)
+    if problem:  # a config file too large, an alias bomb, not strict YAML, or one that runs
+        from algorithms.errors import InputError  # code: before Hydra reads it
 
         raise InputError(problem)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None,
                                job_name="pipeline"):
         app = GlobalHydra.instance().hydra
         if multirun:  # the sweeper checks the sweep's directory before making it
-            return app.multirun(config_name="config", task_function=task,
-                                overrides=list(overrides))
+            return _multirun_checked(app, list(overrides))
         return _run_checked(app, list(overrides))
+
+
+def _multirun_checked(app, overrides: list[str]):
+    """Hydra's ``Hydra.multirun`` (compose, callbacks, sweeper, sweep), with the composed
+    config checked (:func:`pipeline.config.untrusted.check_composed`) before any callback or
+    the sweeper is made from it: Hydra's own makes them at once."""
+    from omegaconf import OmegaConf
+
+    from pipeline.config.untrusted import check_composed
+
+    cfg = app.compose_config(config_name="config", overrides=overrides,
+                             with_log_configuration=True, run_mode=RunMode.MULTIRUN)
+    check_composed(cfg)
+    callbacks = _Callbacks(cfg)
+    callbacks.on_multirun_start(config=cfg, config_name="config")
+    sweeper = Plugins.instance().instantiate_sweeper(
+        config=cfg, hydra_context=HydraContext(config_loader=app.config_loader,
+                                               callbacks=callbacks),
+        task_function=task)
+    ret = sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task,
+                                                         resolve=False))
+    callbacks.on_multirun_end(config=cfg, config_name="config")
+    return ret
 
 
 def _run_checked(app, overrides: list[str]) -> JobReturn:
@@ -111,14 +134,15 @@ def _run_checked(app, overrides: list[str]) -> JobReturn:
     (:func:`pipeline.outputs.check_run_directories`): Hydra's callbacks cannot stop a run
     (it turns their errors into warnings), and the check must come before ``run_job``."""
     from hydra.core.utils import run_job
-    from hydra.types import HydraContext
 
+    from pipeline.config.untrusted import check_composed
     from pipeline.outputs import check_run_directories
 
     cfg = app.compose_config(config_name="config", overrides=overrides,
                              with_log_configuration=True, run_mode=RunMode.RUN)
     if cfg.hydra.mode is None:
         cfg.hydra.mode = RunMode.RUN
+    check_composed(cfg)  # no callback, the product's launcher and sweeper
     HydraConfig.instance().set_config(cfg)  # for a run dir naming ${hydra:...}
     check_run_directories(cfg, "run")
     callbacks = _Callbacks(cfg)

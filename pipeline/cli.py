@@ -67,9 +67,13 @@ def _checked(argv: Sequence[str]) -> list[str]:
         check_size,
         force_group_keys,
     )
+    from pipeline.config.untrusted import config_files_problem
+    from pipeline.config.writes import check_code_and_log_overrides
 
     argv = [str(a) for a in argv]
-    error = (check_override_syntax(argv) or check_hydra_overrides(argv)
+    error = (config_files_problem(argv)  # again: a replayed command (resume=last) too
+             or check_override_syntax(argv) or check_hydra_overrides(argv)
+             or check_code_and_log_overrides(argv)
              or check_group_choices(argv) or check_size(argv) or check_benchmark(argv))
     if error:
         raise InputError(error)
@@ -177,13 +181,13 @@ def help_text() -> str:
 
 
 def config_files_problem(argv: Sequence[str]) -> str | None:
-    """The one line saying why a config file Hydra may compose for ``argv`` (``conf/``, a
-    ``--config-dir``, a ``hydra.searchpath`` entry) is too large, too deep or an alias bomb
-    (:mod:`pipeline.config.yaml_limits`), or None."""
-    from pipeline.config import CONF_DIR
-    from pipeline.config.yaml_limits import config_directories_problem, search_directories
+    """The one line saying why a config file Hydra may compose for ``argv`` (those of
+    ``conf/`` it names, a ``--config-dir``, a ``hydra.searchpath`` entry) is too large, too
+    deep, an alias bomb, not strict YAML or one that runs code
+    (:mod:`pipeline.config.untrusted`), or None. A bad file no command names is not read."""
+    from pipeline.config.untrusted import config_files_problem as problem
 
-    return config_directories_problem(search_directories(argv, CONF_DIR))
+    return problem(argv)
 
 
 def main(argv: list[str]) -> int:

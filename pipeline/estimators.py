@@ -7,8 +7,10 @@ any binary classifier as ``SparseGPClassifier``.
     mean, std = model.predict(X_test, return_std=True)
 
 Parameters follow scikit-learn's conventions (stored as given, validated in :meth:`fit`;
-``get_params``/``set_params``/``clone`` work): ``algorithm`` (a registered name; None: the
-default of ``conf/config.yaml``), ``kernel`` and ``kernel_params`` (the kernel table of
+``get_params``/``set_params``/``clone`` work): ``algorithm`` (a registered name; None: for
+the regressor the default of ``conf/config.yaml``, a job's; for the classifier
+:data:`algorithms.registry.DEFAULT_CLASSIFIER`, so that both fit with their defaults),
+``kernel`` and ``kernel_params`` (the kernel table of
 :mod:`algorithms.kernels`), ``lam`` (σ²), ``kappa`` (κ, where the algorithm uses it),
 ``algorithm_params`` (the algorithm's options, as ``algorithm.<option>`` in a job) and
 ``random_state``. A ``max_basis`` option left at its default is capped at the number of
@@ -26,9 +28,11 @@ A fit is a function of the parameters and the data: a ``RandomState`` or ``Gener
 random_state is read, not advanced (its draw, or a copy, seeds the fit), so ``clone(est).fit``
 and a second ``fit`` give the same model. ``fit`` records what it fitted with (the parameters
 and the seed); predictions use only that record and the fitted attributes, so ``set_params``
-after ``fit`` takes effect at the next ``fit`` (scikit-learn's convention). Estimators pickle:
-the fitted predictor keeps closures, so pickling keeps the training data and the record, and
-the same fit is recomputed from them when an unpickled estimator is first used.
+after ``fit`` takes effect at the next ``fit`` (scikit-learn's convention). ``fit`` copies
+the training data it keeps (the fit reads its own read-only copy, never the caller's arrays),
+so changing X or y after ``fit`` changes no prediction. Estimators pickle (and deep-copy):
+the fitted predictor keeps closures, so pickling keeps that copy and the record, and the same
+fit is recomputed from them when an unpickled estimator is first used.
 """
 
 from __future__ import annotations
@@ -47,12 +51,18 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from algorithms import REGISTRY, ArrayKernelBlocks, Fit, InputError, Kernel, run
 from algorithms.contract import AlgorithmSpec
 from algorithms.kernels import fit_tails
+from algorithms.registry import DEFAULT_CLASSIFIER
 from pipeline.config import CONF_DIR
 from pipeline.results.variables import describe_dataset
 
 
-def default_algorithm() -> str:
-    """The ``algorithm`` of ``conf/config.yaml``'s defaults list (a job's default)."""
+def default_algorithm(task: str = "regression") -> str:
+    """The algorithm an estimator of ``task`` fits when none is named: for regression the
+    ``algorithm`` of ``conf/config.yaml``'s defaults list (a job's default); for
+    classification :data:`~algorithms.registry.DEFAULT_CLASSIFIER` (a job's default is a
+    regression algorithm, which a classifier cannot fit)."""
+    if task == "classification":
+        return DEFAULT_CLASSIFIER
     defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))["defaults"]
     return next(entry["algorithm"] for entry in defaults
                 if isinstance(entry, dict) and "algorithm" in entry)
@@ -77,7 +87,7 @@ class _SparseGP(BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     def _spec(self) -> AlgorithmSpec:
-        name = default_algorithm() if self.algorithm is None else self.algorithm
+        name = default_algorithm(self._task) if self.algorithm is None else self.algorithm
         if name not in REGISTRY:
             raise InputError(f"algorithm={name!r} is not registered; choose one of "
                              + ", ".join(sorted(n for n, s in REGISTRY.items()
@@ -164,6 +174,7 @@ class SparseGPRegressor(RegressorMixin, _SparseGP):
 
     def fit(self, X: Any, y: Any) -> SparseGPRegressor:
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        X, y = _own(X), _own(y)
         self._store(X, y, self._fit(X, y))
         return self
 
@@ -202,7 +213,7 @@ class SparseGPClassifier(ClassifierMixin, _SparseGP):
         if len(self.classes_) != 2:
             raise InputError(f"Only binary classification is supported: y has "
                              f"{len(self.classes_)} classes; pass labels of two classes")
-        signs = np.where(y == self.classes_[1], 1.0, -1.0)
+        X, signs = _own(X), _own(np.where(y == self.classes_[1], 1.0, -1.0))
         self._store(X, signs, self._fit(X, signs))
         return self
 
@@ -216,6 +227,16 @@ class SparseGPClassifier(ClassifierMixin, _SparseGP):
     def predict(self, X: Any) -> np.ndarray:
         positive = self.predict_proba(X)[:, 1] >= 0.5
         return self.classes_[positive.astype(int)]
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """The estimator's own read-only float64 copy of a training array: ``validate_data``
+    returns the caller's array itself when it is already float64, and the fit (its kernel
+    blocks, its predictor's closures) and an unpickled estimator's refit read what is kept,
+    so a caller changing its array after ``fit`` would change the predictions."""
+    own = np.array(a, dtype=np.float64, copy=True)
+    own.setflags(write=False)
+    return own
 
 
 def _seed(random_state: Any) -> int | np.random.Generator:

@@ -18,6 +18,13 @@ two checked to give the same numbers to ``--rtol``, its timings kept from the fi
 ``pipeline.report`` read) or ``.nc`` path, never overwritten; by default
 ``outputs/<A>-<B>/results.zarr`` (under the working directory's outputs/, as every default
 output; an explicit ``--out`` is the user's choice).
+
+Neither writes inside a zarr store (``outputs/<sweep>/results.zarr/table.csv``): a sweep's
+``results.zarr`` is replaced whole by its next run, which refuses to while a file it did not
+write is inside it (:mod:`pipeline.results.ownership`). Such a path is refused in one line
+naming a place beside the store (``outputs/<sweep>/export/table.csv``). Refusing, rather than
+recording the table in the store so that consolidation keeps it, keeps a table from outliving
+the results it was made of: the rebuilt store would hold a stale one.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pipeline.oserrors import write_failure
 from pipeline.outputs import check_under_outputs
 from pipeline.results.access import tidy
 from pipeline.results.consolidate import load
+from pipeline.results.ownership import enclosing_store, inside_store_error
 
 USAGE = "python -m pipeline.export <results.zarr> <out.csv|out.parquet> [--per job|step]"
 COMBINE_USAGE = ("python -m pipeline.export combine <A/results.zarr> <B/results.zarr> [...] "
@@ -51,6 +59,9 @@ def export(results: str | Path, out: str | Path, per: str = "step") -> pd.DataFr
     if out.suffix not in FORMATS:
         raise InputError(f"{out}: unknown format {out.suffix or '(no suffix)'!r}; name the "
                          f"output file with one of {', '.join(FORMATS)}")
+    store = enclosing_store(out)  # its next consolidation would refuse while it is there
+    if store is not None:
+        raise InputError(inside_store_error(out, store))
     if out.suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
         raise InputError(f"{out}: writing parquet needs pyarrow; pip install pyarrow (or "
                          "pip install -e '.[export]'), or write .csv")
@@ -112,6 +123,9 @@ def combine_main(argv: list[str]) -> int:
             raise InputError(f"combine got one store ({args.stores[0]}); pass two or more "
                              f"results.zarr; usage: {COMBINE_USAGE}")
         out = args.out
+        store = None if out is None else enclosing_store(out)
+        if store is not None:  # said before the stores are read
+            raise InputError(inside_store_error(out, store, "--out"))
         if out is None:
             out = Path("outputs") / "-".join(map(_sweep_name, args.stores)) / "results.zarr"
             check_under_outputs(out, "the combined store's default --out", "--out <path>")

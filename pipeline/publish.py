@@ -22,6 +22,12 @@ results are written with ``--out docs/results``, a directory given explicitly):
 Given a published CSV (with its ``.run.yaml`` beside it) instead of a store, it rewrites the
 CSV in the current columns and draws every figure and the README again from it.
 
+``--out`` is a new or empty folder or an earlier publication's: the files are staged beside it
+and switched in, overwriting or removing only files an earlier publication recorded with their
+sha256 (:mod:`pipeline.report.publication_files`, which states the guarantee). Every input is
+untrusted (:mod:`pipeline.report.untrusted`): names read from records are plain, inputs that
+are not regular files are refused before they are opened.
+
 A run longer than the life of the machine that holds its ``outputs/`` is published from its
 legs (:mod:`pipeline.report.legs`): after each leg, ``--legs <folder>`` keeps every finished
 (data set, split) of the store as a small verified record; the folder, given in place of the
@@ -36,11 +42,7 @@ store, publishes their union, checked to be one protocol and one code version::
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,6 +53,7 @@ from pipeline.atomic import atomic_path, write_text
 from pipeline.command import OneLineParser, fail
 from pipeline.oserrors import write_failure
 from pipeline.report import comparison, legs, ranking
+from pipeline.report import publication_files as files
 from pipeline.report.comparison import (  # noqa: F401  (the published tables, re-exported)
     BUDGETS,
     as_floats,
@@ -71,6 +74,7 @@ from pipeline.report.job_table import (  # noqa: F401  (the published table, re-
     typed,
 )
 from pipeline.report.ranking import budget_tables  # noqa: F401  (re-exported)
+from pipeline.report.untrusted import check_run, plain_name, read_regular, regular_file
 
 USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv> --reference "
          "<algorithm>[,<algorithm>] [--out docs/results] [--notes <file.md>] [--beside "
@@ -78,8 +82,7 @@ USAGE = ("python -m pipeline.publish <results.zarr | legs folder | published.csv
          "python -m pipeline.publish <results.zarr> --legs <folder>")
 DEFAULT_OUT = "outputs/published"  # under outputs/, as every default output; --out elsewhere
 MAX_FIGURE_BYTES = 300_000
-STALE_STAGING_SECONDS = 3600  # a staging folder this old is a killed publication's leftover
-PLAIN_NAME = re.compile(r"[\w\-][\w.\-]*")  # a file name: no directory part, not hidden
+MAX_NOTES_BYTES = 1 << 22  # a --notes file: markdown written for the run
 
 
 def _hydra_record(results: Path):
@@ -164,14 +167,16 @@ def readme(table: pd.DataFrame, **kwargs) -> str:
 
 
 def _notes_text(notes: str | Path | None) -> str | None:
+    """The ``--notes`` file's text; a FIFO, a device or a directory is refused before it is
+    opened (:func:`~pipeline.report.untrusted.read_regular`: reading one would block)."""
     if notes is None:
         return None
+    data = read_regular(notes, "--notes", "pass a markdown file", MAX_NOTES_BYTES)
     try:
-        return Path(notes).read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        why = getattr(err, "strerror", None) or err
-        raise InputError(f"--notes {notes}: cannot read it ({why}); pass a markdown "
-                         "file") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"--notes {notes}: cannot read it ({err.reason} at byte {err.start}); "
+                         "pass a markdown file in UTF-8") from None
 
 
 def _check_beside(beside: Sequence[str | Path]) -> None:
@@ -200,27 +205,23 @@ SETTINGS_SUFFIX = "_settings.csv"  # beside the CSV: one row per setting, with C
 
 
 def _write(out: Path, sweep: str, table: pd.DataFrame, run: dict, reference: str,
-           notes: str | Path | None, beside: Sequence[str | Path] = ()) -> Path:
+           notes: str | Path | None, beside: Sequence[str | Path] = (),
+           inputs: Sequence[Path] = ()) -> Path:
     """Write the CSV, the run's record, the frontier figures and CD diagrams (both from the
-    CSV) and the README into ``out``. Every file is written first into a fresh folder inside
-    ``out`` and moved into ``out`` only once all of them are written, so a publication that
-    fails (a figure above the size limit, a full disk) leaves ``out`` as it was."""
+    CSV) and the README into ``out``: staged beside it and switched in once all are written,
+    overwriting or removing only an earlier publication's files (``inputs``: the CSV and
+    record re-rendered, or the legs folder, owned where they are in ``out``;
+    :mod:`pipeline.report.publication_files` says what is guaranteed)."""
+    sweep = plain_name(sweep, "the sweep name", fix="name the sweep (or the published CSV) "
+                                                    "with letters, digits, '.', '-', '_'")
     for mode in table["mode"].dropna().unique().tolist():  # they name figure files
-        _plain_name(str(mode), "the table's mode")
+        plain_name(str(mode), "the table's mode")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _remove_stale_staging(out)
-        earlier = _published_files(out / f"{sweep}{RUN_SUFFIX}")
-        stage = Path(tempfile.mkdtemp(prefix=".publishing-", dir=out))
-        try:
+        with files.staging(out) as stage:
+            files.claim(out, sweep, (), inputs, stage)  # a foreign --out: before any figure
             _write_files(stage, out, sweep, table, run, reference, notes, beside)
-            written = {path.name for path in stage.iterdir()}
-            for path in sorted(stage.iterdir()):
-                os.replace(path, out / path.name)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
-        for name in sorted(earlier - written):  # the earlier publication's, not rewritten
-            (out / name).unlink(missing_ok=True)
+            files.switch(stage, out, sweep, inputs)
     except OSError as err:
         raise InputError(f"cannot write {out}: " + write_failure(
             err, out, elsewhere="pass --out a writable directory", rerun="rerun")) from None
@@ -271,53 +272,10 @@ def _write_files(stage: Path, out: Path, sweep: str, table: pd.DataFrame, run: d
     Block.add_representer(str, lambda dumper, text: dumper.represent_scalar(
         "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
     record = stage / f"{sweep}{RUN_SUFFIX}"
-    run = {**run, "files": sorted({path.name for path in stage.iterdir()} | {record.name})}
+    names = files.staged(stage)  # each with its sha256: what a next publication may replace
+    run = {**run, "files": sorted({*names, record.name}),
+           "sha256": {name: files.sha256(stage / name) for name in names}}
     write_text(record, yaml.dump(run, Dumper=Block, sort_keys=False, allow_unicode=True))
-
-
-def _remove_stale_staging(out: Path) -> None:
-    """Remove the staging folders (``.publishing-*``) that a publication killed mid-write left
-    in ``out`` (any other failure removes its own), once untouched for
-    :data:`STALE_STAGING_SECONDS`: a younger one may be another publication's at work."""
-    import time
-
-    for stale in out.glob(".publishing-*"):
-        try:
-            old = time.time() - stale.stat().st_mtime > STALE_STAGING_SECONDS
-        except OSError:
-            continue
-        if old and stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _published_files(record: Path) -> set[str]:
-    """The files an earlier publication into the folder wrote (``files`` of its run record;
-    none when there is no record or it lists none): the ones a new publication may remove when
-    it does not write them again. Only plain file names count."""
-    import yaml
-
-    from pipeline.config.yaml_limits import load_yaml
-
-    if not record.is_file():
-        return set()
-    try:  # a record it cannot read names nothing: nothing is removed
-        listed = (load_yaml(record) or {}).get("files") or []
-    except (OSError, InputError, yaml.YAMLError, AttributeError, UnicodeDecodeError):
-        return set()
-    if not isinstance(listed, list):
-        return set()
-    return {name for name in listed if isinstance(name, str)
-            and PLAIN_NAME.fullmatch(name)}
-
-
-def _plain_name(name: str, what: str, suffix: str = "") -> str:
-    """``name`` when it is a plain file name (no directory part, not hidden, ending in
-    ``suffix``): a name read from a store or a record never writes or reads elsewhere."""
-    if not PLAIN_NAME.fullmatch(name) or not name.endswith(suffix):
-        raise InputError(f"{what} {name!r} is not a plain file name (letters, digits, '.', "
-                         f"'-', '_'{', ending ' + suffix if suffix else ''}); the file was "
-                         "not written by the product: publish the run's own results.zarr")
-    return name
 
 
 def _run_record(ds, results: Path) -> dict:
@@ -343,7 +301,7 @@ def _store(results: str | Path):
     from pipeline.results.consolidate import load
 
     ds = load(results).load()
-    sweep = _plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
+    sweep = plain_name(str(ds.attrs["sweep"]), f"{results}: its sweep name")
     standardize = lookup(ds.sgp.attrs["config"], "dataset.standardize_y")
     return ds, sweep, None if standardize is None else {"standardize_y": standardize}
 
@@ -356,10 +314,11 @@ def publish(results: str | Path, out: str | Path, reference: str,
     README."""
     if str(results).endswith(".csv"):
         return publish_table(results, out, reference, notes, beside)
+    inputs: tuple[Path, ...] = ()  # a legs folder inside --out is no foreign file there
     if Path(results).is_dir() and any(Path(results).glob(f"*{legs.LEG_SUFFIX}")):
         sweep, table, run = legs.read_legs(results)
         table = complete(typed(table))
-        run["published_from"] = str(results)
+        run["published_from"], inputs = str(results), (Path(results),)
     else:
         ds, sweep, options = _store(results)
         table = job_table(ds, options)
@@ -367,7 +326,7 @@ def publish(results: str | Path, out: str | Path, reference: str,
     check_reference(table, reference)  # a bad --reference fails before anything is written
     _notes_text(notes)
     _check_beside(beside)
-    return _write(Path(out), sweep, table, run, reference, notes, beside)
+    return _write(Path(out), sweep, table, run, reference, notes, beside, inputs)
 
 
 def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list, list]:
@@ -420,6 +379,8 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     """Re-render a published folder from its CSV and the run's record beside it
     (``<sweep>.run.yaml``): the CSV rewritten in the current columns (the baselines and flags
     an earlier edition lacks filled in), every figure and the README, drawn from it."""
+    import yaml
+
     from pipeline.config.yaml_limits import load_yaml
 
     csv, out = Path(csv), Path(out)
@@ -427,16 +388,20 @@ def publish_table(csv: str | Path, out: str | Path, reference: str,
     record = csv.with_name(f"{sweep}{RUN_SUFFIX}")
     if not csv.exists():
         raise InputError(f"{csv} does not exist; pass a published table (<sweep>.csv)")
+    fix = (f"publish the run's results.zarr once, or write {record.name} beside the table "
+           "(command, code_version, mode_order, budgets, grid)")
     if not record.exists():
-        raise InputError(f"{record} does not exist; publish the run's results.zarr once, or "
-                         f"write {record.name} beside the table (command, code_version, "
-                         "mode_order, budgets, grid)")
-    run = load_yaml(record)  # size, depth and aliases bounded (pipeline.config.yaml_limits)
+        raise InputError(f"{record} does not exist; {fix}")
+    regular_file(csv, "the published table", "pass a published table (<sweep>.csv)")
+    try:  # size, depth and aliases bounded (pipeline.config.yaml_limits); a FIFO refused
+        run = check_run(load_yaml(record), str(record), fix)
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{record} is not YAML ({str(err).splitlines()[0]}); {fix}") from None
     table = complete(read_table(csv))
     check_reference(table, reference)
     _notes_text(notes)
     _check_beside(beside)
-    return _write(Path(out), sweep, table, run, reference, notes, beside)
+    return _write(Path(out), sweep, table, run, reference, notes, beside, (csv, record))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,28 @@ def _outputs_is_a_file(work: Path) -> None:
     (work / "outputs").write_text("not a directory\n")
 
 
+def _a_file_of_yours_in_the_store(work: Path) -> None:
+    (work / "outputs" / "seed" / "results.zarr" / "table.csv").write_text("a,b\n1,2\n")
+
+
+def _a_directory_for_a_result_file(work: Path) -> None:
+    path = next((work / "outputs" / "seed" / "jobs").glob("*/result.nc"))
+    path.unlink()
+    path.mkdir()
+
+
+def _killed_between_the_renames(work: Path) -> None:
+    """What a consolidation killed after setting the old store aside leaves: no results.zarr,
+    the old and new copies beside it and their record (:mod:`pipeline.results.store_swap`)."""
+    from pipeline.results.consolidate import load
+    from pipeline.results.store_swap import Swap
+
+    store = work / "outputs" / "seed" / "results.zarr"
+    steps = Swap(store).steps(load(store).load(), None)
+    while next(steps) != "moved aside":
+        pass
+
+
 CASES = [
     Case("outputs-is-a-file-sweep", SWEEP, ("outputs is a file", "sweep directory"),
          setup=_outputs_is_a_file),
@@ -45,6 +67,28 @@ CASES = [
     Case("jobs-dir-is-a-file", ("pipeline", *SEED_SWEEP), ("outputs/seed/jobs is not a "
                                                           "directory", "rerun"),
          setup=_replace_by_file("outputs/seed/jobs")),
+    # a rerun replaces results.zarr whole: a file it did not write there is refused, not removed
+    Case("a-file-of-yours-in-results-zarr", ("pipeline", *SEED_SWEEP),
+         ("outputs/seed/results.zarr/table.csv lies inside", "move it out of the store"),
+         setup=_a_file_of_yours_in_the_store),
+    Case("export-into-results-zarr", ("pipeline.export", "outputs/seed/results.zarr",
+                                      "outputs/seed/results.zarr/table.csv"),
+         ("outputs/seed/results.zarr/table.csv lies inside the zarr store",
+          "beside the store instead, e.g. ", "outputs/seed/export/table.csv")),
+    Case("combine-into-results-zarr", ("pipeline.export", "combine", "outputs/seed/results.zarr",
+                                       "outputs/seed/results.zarr", "--out",
+                                       "outputs/seed/results.zarr/both.zarr"),
+         ("--out outputs/seed/results.zarr/both.zarr lies inside the zarr store",
+          "outputs/seed/export/both.zarr")),
+    Case("result-file-is-a-directory", ("pipeline", *SEED_SWEEP),
+         ("/result.nc is a directory, not a job's result file (remove it: rm -r ",
+          "then rerun the sweep: that job is not finished and runs again"),
+         setup=_a_directory_for_a_result_file),
+    Case("report-after-a-kill-between-the-renames", ("pipeline.report", "outputs/seed"),
+         ("outputs/seed/results.zarr was interrupted between swapping",
+          "results.zarr.swap remains", "rerun the sweep command that made it (sweep=seed",
+          "resume=last", "it completes the consolidation"),
+         setup=_killed_between_the_renames),
 ]
 
 

@@ -68,6 +68,15 @@ FLAG_CASES = [
          ("hydra/launcher=basic", "hydra/launcher=dask")),
     Case("hydra-sweeper-basic", (*SWEEP, "hydra/sweeper=basic", "lam=0.1,-1"),
          ("hydra/sweeper=basic", "hydra/sweeper=grouped")),
+    # Hydra's settings that would run code, or write Hydra's own log elsewhere
+    Case("hydra-launcher-target", (*SWEEP, "hydra.launcher._target_=builtins.open"),
+         ("hydra.launcher._target_", "importable callable")),
+    Case("hydra-logging-class", (*JOB, "+hydra.job_logging.handlers.x.class=builtins.open"),
+         ("hydra.job_logging.handlers.x.class",)),
+    Case("hydra-logging-in-a-value", (*JOB, "hydra.job_logging={handlers: {x: {_target_: a.b}}}"),
+         ("hydra.job_logging.handlers.x._target_",)),
+    Case("hydra-own-log-outside", (*JOB, "+hydra.hydra_logging.handlers.f.filename={dir}.log"),
+         ("hydra.hydra_logging", ".log", "allow_outside_outputs=true")),
 ]
 
 # every flag of Hydra's parser, and the cases (above or in test_a_flag_that_only_prints)
@@ -155,6 +164,8 @@ RANGE_CASES = [
     Case("threads", (*JOB, "threads=99999999999"), ("threads=99999999999",)),
     Case("workers", (*SWEEP, "seed=0,1", "cluster.n_workers=99999999999"),
          ("n_workers=99999999999",)),
+    Case("workers-1e9", (*SWEEP, "seed=0,1", "cluster.n_workers=1000000000"),
+         ("cluster.n_workers=1000000000", "worker processes", "a core")),
     Case("job-timeout", (*JOB, "job_timeout=1e300"), ("job_timeout=1e+300", "1e+09")),
 ]
 
@@ -236,3 +247,21 @@ def test_publish_reports_an_unforeseen_table_in_one_line(tmp_path, monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot publish")
     assert "TypeError" in err[0] and "--reference exact" in err[0]
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "a/" * 3000 + "b", "nul\x00byte", "x" * 5000])
+def test_the_write_error_line_never_raises(name, tmp_path):
+    """A path the OS cannot look at (a name or a path too long, a NUL byte) still gets its
+    one line: building the message never raises (ENAMETOOLONG used to, inside it)."""
+    import os
+
+    from pipeline.oserrors import file_in_path, write_failure
+    from pipeline.sweep.directory import write_error
+
+    target = tmp_path / "outputs" / name / "jobs"
+    for code in (errno.ENAMETOOLONG, errno.EEXIST, errno.EISDIR, errno.ENOTDIR, errno.ELOOP):
+        err = OSError(code, os.strerror(code), str(target))
+        line = write_failure(err, target)
+        assert line and "\n" not in line and str(target) in line
+        assert str(target) in str(write_error(err, target))
+    assert file_in_path(target) is None

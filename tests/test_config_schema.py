@@ -50,7 +50,7 @@ def test_each_checked_top_level_key_refuses_a_bad_value_in_one_line_naming_it():
     checked = [name for name, key in TOP_LEVEL.items() if key.check is not None]
     assert {"lam", "kappa", "seed", "threads", "blocks", "job_timeout", "merge",
             "profile_memory", "store_root", "sweep", "device", "precision",
-            "relearn"} == set(checked)
+            "relearn", "learning_curve"} == set(checked)
     for name in checked:
         with pytest.raises(InputError, match=rf"^{name}=\[\] "):
             check_keys({**config, name: []}, (name,))

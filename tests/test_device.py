@@ -8,6 +8,8 @@ compared with numpy's by the contract suite (``tests/contract.py``,
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ import xarray as xr
 from hydra import compose, initialize_config_dir
 
 from algorithms import ArrayKernelBlocks, InputError, Kernel
-from algorithms.device import check_device, torch_device
+from algorithms.device import LazyTorch, check_device, torch_device, torch_dtype
 from algorithms.torch_blocks import TorchKernelBlocks
 from pipeline.config import CONF_DIR
 from pipeline.job.identity import job_config, job_identity
@@ -280,3 +282,26 @@ def test_pcg_records_the_matrix_free_product_it_fell_back_to(monkeypatch):
     assert fell_back.summary["kernel_held_bytes"] == 0
     assert held.summary["kernel_held_bytes"] == 150 * 150 * 8
     _close(fell_back.solution.coef, held.solution.coef, tol=1e-8)
+
+
+def test_without_torch_a_torch_device_is_one_line_naming_the_extra(monkeypatch):
+    """torch is the optional extra ``peers``: where it is not installed (here: unimportable),
+    asking for a torch device or precision is one line naming the extra, not a traceback."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch: ImportError
+    fix = r"needs PyTorch, which is not installed: pip install 'sparse-gp-bench\[peers\]'"
+    for device in ("torch:cpu", "cuda", "cuda:1"):
+        with pytest.raises(InputError, match=rf"^device={device} {fix} \(in a checkout: "
+                                             r"pip install -e '\.\[peers\]'\), or pass "
+                                             r"device=cpu$"):
+            torch_device(device)
+    with pytest.raises(InputError, match=rf"^precision=float32 {fix}"):
+        torch_dtype("float32")
+
+
+def test_torch_blocks_import_torch_at_their_first_use():
+    """algorithms.torch_blocks is importable without torch (the registry imports it to list
+    the algorithms): its ``torch`` is a LazyTorch that becomes the module at its first use."""
+    namespace: dict = {}
+    lazy = LazyTorch(namespace)
+    namespace["torch"] = lazy
+    assert lazy.float64 is torch.float64 and namespace["torch"] is torch

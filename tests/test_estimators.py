@@ -2,6 +2,7 @@
 estimator checks over the registry), the estimator against the algorithm run directly, and a
 sweep run from Python."""
 
+import copy
 import pickle
 
 import numpy as np
@@ -100,6 +101,41 @@ def test_default_algorithm_and_bad_input():
             for r in (np.random.RandomState(3), np.random.RandomState(3))]
     np.testing.assert_array_equal(*same)
     SparseGPRegressor(random_state=np.random.default_rng(0)).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", [SparseGPRegressor, SparseGPClassifier])
+def test_predictions_never_follow_the_callers_arrays_after_fit(cls):
+    """fit keeps its own copy: X and y changed in place after fit change no prediction, and a
+    pickled or deep-copied estimator (which recomputes its fit from what it kept) predicts
+    exactly what the original did."""
+    X, y = _problem(60)
+    if cls is SparseGPClassifier:
+        y = np.where(y > 0, 1.0, 0.0)
+    X_test = X[:15].copy()
+    est = cls(random_state=0).fit(X, y)
+    expected = est.predict_proba(X_test) if cls is SparseGPClassifier else est.predict(X_test)
+
+    def predicted(model):
+        return model.predict_proba(X_test) if cls is SparseGPClassifier else \
+            model.predict(X_test)
+    X *= 3.0
+    X[:, 0] += 1.0
+    y[:] = y[::-1]
+    for model in (est, pickle.loads(pickle.dumps(est)), copy.deepcopy(est)):
+        np.testing.assert_array_equal(predicted(model), expected)
+    assert not np.shares_memory(est._training[0], X) and not est._training[0].flags.writeable
+
+
+def test_the_classifier_fits_with_its_defaults():
+    """SparseGPClassifier() fits a small two-class problem well above chance (a job's default
+    algorithm is a regression one, which a classifier cannot fit)."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 2))
+    labels = np.where(X[:, 0] + 0.5 * X[:, 1] > 0, "yes", "no")
+    est = SparseGPClassifier().fit(X, labels)
+    assert est.fit_.algorithm == default_algorithm("classification")
+    assert REGISTRY[est.fit_.algorithm].task == "classification"
+    assert set(est.predict(X)) <= {"no", "yes"} and est.score(X, labels) > 0.8
 
 
 def test_classifier_takes_any_two_labels():

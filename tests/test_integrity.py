@@ -106,7 +106,7 @@ DAMAGE = {
     "trace-value": (_flip_trace_value, "fails its checksum"),
     "summary-digit": (_change_summary_digit, "fails its checksum"),
     "truncated": (_truncate, "cannot be read"),
-    "directory": (_a_directory_in_its_place, "cannot be read"),
+    "directory": (_a_directory_in_its_place, "is a directory, not a job's result file"),
     "malformed-summary": (_malformed_summary_resealed, "has a summary attr that is not JSON"),
 }
 
@@ -121,7 +121,8 @@ def test_a_damaged_result_file_is_never_served(work, capfd, monkeypatch, kind):
     assert job_status(path) is None
     with pytest.raises(DamagedResult) as err:
         verified_status(path)
-    assert str(path) in str(err.value) and what in str(err.value)
+    read_what = "cannot be read" if kind == "directory" else what  # the reader's own words
+    assert str(path) in str(err.value) and read_what in str(err.value)
     assert "\n" not in str(err.value)
     if path.is_file():
         with pytest.raises(DamagedResult, match=what.split()[0]):
@@ -138,11 +139,19 @@ def test_a_damaged_result_file_is_never_served(work, capfd, monkeypatch, kind):
     assert mine and all(status[i] == "missing" and what in errors[i] for i in mine)
     assert all(np.isnan(ds["final_test_rmse"].values.ravel()[i]) for i in mine)
     assert status.count("ok") == len(status) - len(mine)
+    assert f"rm -r {path}" in err or kind != "directory", err
     if kind == "directory":  # not ours to delete: the rerun stops with one line naming it
         ran = run_in_process(["pipeline", *SEED_SWEEP], work, capfd, monkeypatch)
         errors = [x for x in ran.stderr.splitlines() if x.startswith("error: ")]
         assert ran.returncode == 2 and len(errors) == 1 and str(path) in errors[0], ran.stderr
+        assert f"{path} is a directory, not a job's result file (remove it: rm -r {path}), " \
+               "then rerun the sweep: that job is not finished" in errors[0], errors
         assert "Traceback" not in ran.stderr and path.is_dir()
+        assert "distinct jobs" not in ran.stdout  # refused before anything ran
+        # removed as the line says, the rerun treats the job as not finished: it runs again
+        path.rmdir()
+        ran = _rerun(work, capfd, monkeypatch)
+        assert _counts(ran.stdout) == (1, 1) and verified_status(path) == ("ok", h)
         return
     # the rerun refits it, with a note naming the file, and fits nothing else
     ran = _rerun(work, capfd, monkeypatch)

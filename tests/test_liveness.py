@@ -6,7 +6,6 @@ The subprocess tests that freeze and kill real workers are in tests/test_faults.
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,17 +30,28 @@ LOCAL = {"kind": "local", "n_workers": 2, "dashboard_address": None}
 
 
 class FakeClient:
-    """What Liveness asks of a client: the scheduler's workers; restarts asked for."""
+    """What Liveness asks of a client: the scheduler's workers and its events (``registered``:
+    the scheduler times of its workers' registrations); restarts asked for. ``answers``, if
+    given, are the scheduler's successive worker lists (an OSError: it did not answer)."""
 
-    def __init__(self, workers=None, cluster=None):
+    def __init__(self, workers=None, cluster=None, registered=(), answers=None):
         self.workers = workers if workers is not None else {}
         self.cluster = cluster
+        self.registered = list(registered)
+        self.answers = answers
         self.restarted = []
 
+    def _identity(self, n_workers):
+        workers = self.answers.pop(0) if self.answers else self.workers
+        if isinstance(workers, Exception):
+            raise workers
+        return {"workers": dict(workers), "n_workers": len(workers)}
+
     @property
-    def scheduler(self):  # the scheduler's own answer
-        return SimpleNamespace(identity=lambda n_workers: {"workers": dict(self.workers),
-                                                           "n_workers": len(self.workers)})
+    def scheduler(self):  # the scheduler's own answers
+        return SimpleNamespace(identity=self._identity, events=lambda topic: tuple(
+            (at, {"action": "add-worker", "worker": f"tcp://w{i}"})
+            for i, at in enumerate(self.registered)) + ((0.5, {"action": "add-client"}),))
 
     def sync(self, func, *args, **kwargs):
         return func(*args, **kwargs)
@@ -58,27 +68,105 @@ def _nanny_log(deaths: WorkerDeaths, message: str) -> None:
                                     (), None))
 
 
-def test_a_cluster_without_workers_stops_with_one_line(monkeypatch):
+class FakeTime:
+    """A clock the test moves (monotonic seconds; the wall clock 1000 s ahead) and a load."""
+
+    def __init__(self, load=1.0, cpus=2):
+        self.now, self.load_avg, self.cpus = 0.0, load, cpus
+
+    def install(self, watch: Liveness) -> Liveness:
+        watch.clock, watch.wall = (lambda: self.now), (lambda: 1000.0 + self.now)
+        watch.load = lambda: (self.load_avg, self.cpus)
+        watch._started = self.now
+        return watch
+
+
+def test_a_cluster_without_workers_stops_with_one_line():
     deaths = WorkerDeaths()
     for pid in range(3):
         _nanny_log(deaths, f"Worker process {100 + pid} was killed by signal 11")
-    watch = Liveness(FakeClient(), LOCAL, deaths)
+    t = FakeTime()
+    watch = t.install(Liveness(FakeClient(), LOCAL, deaths))
     watch.no_worker_seconds = 0.2
     watch.check()  # the first look without workers starts the clock
-    time.sleep(0.3)
+    t.now = 0.3
     with pytest.raises(ClusterLost) as err:
         watch.check()
-    assert re.fullmatch(r"the cluster has had no worker for 0\.3\d* s; 3 died \(3 killed by "
-                        r"SIGSEGV\): none could be restarted", str(err.value))
+    assert str(err.value) == ("the cluster has had no worker for 0.3 s (the bound 0.2 s at "
+                              "load 1 on 2 CPUs; no worker seen in the 0.3 s watched); 3 died "
+                              "(3 killed by SIGSEGV): none could be restarted")
     assert isinstance(err.value, InputError)  # the command line's one error line
 
 
-@pytest.fixture
-def busy_process():
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    yield proc
-    proc.kill()
-    proc.wait()
+def test_the_no_worker_bound_is_stretched_by_the_load():
+    """At load 15 on 2 cores a worker restarts ~7.5 times slower: the 60 s bound is 450 s, the
+    highest load of the spell counts, and the stretch stops at MAX_LOAD_FACTOR."""
+    assert liveness.load_factor(0.3, 2) == 1.0 and liveness.load_factor(15.0, 2) == 7.5
+    assert liveness.load_factor(100.0, 2) == liveness.MAX_LOAD_FACTOR == 10.0
+    t = FakeTime(load=15.0, cpus=2)
+    watch = t.install(Liveness(FakeClient({"tcp://w": {}}), LOCAL))
+    watch.check()  # a worker: seen at 0
+    watch.client.workers = {}
+    t.now = 1.0
+    watch.check()
+    t.load_avg = 0.5  # the load falls meanwhile: the spell's highest still holds
+    for t.now in (62.0, 300.0, 450.9):
+        watch.check()
+    t.now = 451.5
+    with pytest.raises(ClusterLost) as err:
+        watch.check()
+    assert str(err.value) == ("the cluster has had no worker for 450 s (the bound 450 s at "
+                              "load 15 on 2 CPUs; a worker last seen 452 s before): none could "
+                              "be restarted")
+
+
+def test_a_worker_that_registered_during_the_wait_starts_the_clock_again():
+    """A restarted worker that registered and died between two looks (only the scheduler's
+    events saw it) resets the no-worker clock; the line then names its registration."""
+    t = FakeTime()
+    client = FakeClient(registered=[990.0])  # the first worker, before the spell
+    watch = t.install(Liveness(client, LOCAL))
+    watch.check()
+    t.now = 59.0
+    client.registered.append(1000.0 + 58.0)  # registered at 58 s, gone by 59 s
+    watch.check()
+    assert watch._no_worker_since is None and watch._worker_seen == 59.0
+    for t.now in (60.0, 119.9):  # a new spell from 60 s: 60 s more before a verdict
+        watch.check()
+    t.now = 120.5
+    with pytest.raises(ClusterLost) as err:
+        watch.check()
+    registered = time.strftime("%H:%M:%S", time.localtime(1058.0))
+    assert str(err.value) == (f"the cluster has had no worker for 60.5 s (the bound 60 s at "
+                              f"load 1 on 2 CPUs; a worker last seen 61.5 s before, last "
+                              f"registered at {registered}): none could be restarted")
+
+
+def test_the_verdict_asks_the_scheduler_once_more():
+    """Past the bound, the scheduler's worker list is read again before the verdict: a worker
+    there (registered since the look) holds the sweep; a scheduler that does not answer is
+    no verdict, up to the hard limit (STARTING_SECONDS)."""
+    t = FakeTime()
+    worker = {"tcp://w": {}}
+    client = FakeClient(answers=[{}, {}, worker])  # the spell, the look past it, the verdict's
+    watch = t.install(Liveness(client, LOCAL))
+    watch.check()
+    t.now = 61.0
+    watch.check()
+    assert watch._no_worker_since is None and watch._worker_seen == 61.0
+    lost = OSError("timed out")
+    client.answers = [{}, {}, lost, {}, lost, {}, lost]
+    t.now = 62.0
+    watch.check()
+    t.now = 130.0
+    watch.check()  # past the 60 s bound, but the scheduler did not answer
+    t.now = 500.0
+    watch.check()
+    t.now = 670.0  # past STARTING_SECONDS: the verdict whatever the scheduler says
+    with pytest.raises(ClusterLost, match=r"^the cluster has had no worker for 608 s \(the "
+                                          r"bound 60 s at load 1 on 2 CPUs; a worker last seen "
+                                          r"609 s before\): none could be restarted$"):
+        watch.check()
 
 
 def test_a_local_worker_still_starting_on_a_loaded_machine_is_waited_for(busy_process,
@@ -88,26 +176,42 @@ def test_a_local_worker_still_starting_on_a_loaded_machine_is_waited_for(busy_pr
     machine other work keeps busy) holds the no-worker clock, up to STARTING_SECONDS in all;
     one that uses none (stopped) does not."""
     monkeypatch.setattr(liveness, "STARTING_SECONDS", 1.5)
+    t = FakeTime()
     starting = SimpleNamespace(pid=busy_process.pid, worker_address=None)
-    watch = Liveness(FakeClient(cluster=SimpleNamespace(workers={0: starting})), LOCAL)
+    watch = t.install(Liveness(FakeClient(cluster=SimpleNamespace(workers={0: starting})),
+                               LOCAL))
     watch.no_worker_seconds = 0.4
     watch.check()
     for _ in range(4):  # 1.2 s without a worker, three times the bound
+        time.sleep(0.3)  # real time for the busy process to use CPU time
+        t.now += 0.3
+        watch.check()
+    t.now += 0.5
+    with pytest.raises(ClusterLost, match=r"^the cluster has had no worker for 1\.7 s \(the "
+                                          r"bound 0\.4 s at load 1 on 2 CPUs; no worker seen "
+                                          r"in the 1\.7 s watched, a worker process seen "
+                                          r"starting [0-9.]+ s before \(at most 1\.5 s in "
+                                          r"all\)\): none could be restarted$"):
         time.sleep(0.3)
         watch.check()
-    time.sleep(0.5)
-    with pytest.raises(ClusterLost, match=r"^the cluster has had no worker for 1\.[5-9]\d* s: "
-                                          r"none could be restarted$"):
-        watch.check()
     stuck = SimpleNamespace(pid=stopped_process.pid, worker_address=None)
-    watch = Liveness(FakeClient(cluster=SimpleNamespace(workers={0: stuck})), LOCAL)
+    t = FakeTime()
+    watch = t.install(Liveness(FakeClient(cluster=SimpleNamespace(workers={0: stuck})), LOCAL))
     watch.no_worker_seconds = 0.4
     watch.check()
-    time.sleep(0.3)
+    t.now = 0.3
     watch.check()
-    time.sleep(0.3)
-    with pytest.raises(ClusterLost, match="no worker for 0.6"):
+    t.now = 0.6
+    with pytest.raises(ClusterLost, match="no worker for 0.6 s"):
         watch.check()
+
+
+@pytest.fixture
+def busy_process():
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield proc
+    proc.kill()
+    proc.wait()
 
 
 def test_the_no_worker_bound_is_stated_and_follows_start_timeout():
@@ -273,6 +377,8 @@ def test_the_workers_are_asked_of_the_scheduler_not_the_clients_cache():
         assert client._scheduler_identity["workers"] == {}
         assert client._scheduler_identity["n_workers"] == 1
         assert list(liveness.scheduler_workers(client)) == list(cluster.scheduler.workers)
+        registered = liveness.last_registration(client)  # the scheduler's add-worker event
+        assert registered is not None and abs(time.time() - registered) < 300
         watch = Liveness(client, {**LOCAL, "n_workers": 1})
         watch.check()
         assert watch._no_worker_since is None

@@ -73,3 +73,18 @@ def test_code_and_data_are_shipped_and_tests_are_not(shipped):
                 f"conf/dataset/{name}.yaml"} <= files, name
     assert sorted(data - files) == []
     assert not [f for f in files if f.startswith(("tests/", "outputs/", "multirun/"))]
+
+
+def test_torch_is_an_optional_extra_named_by_the_missing_torch_error():
+    """The default install has no torch: torch and GPyTorch are only in the ``peers`` extra, the
+    one (and the distribution) that the one-line error of a torch device without torch names
+    (algorithms.device.import_torch)."""
+    import tomllib
+
+    from algorithms.device import DIST, EXTRA
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = {dep.split(">")[0].split("[")[0].strip() for dep in project["dependencies"]}
+    assert not base & {"torch", "gpytorch"}, base
+    extra = {dep.split(">")[0].strip() for dep in project["optional-dependencies"][EXTRA]}
+    assert {"torch", "gpytorch"} <= extra and project["name"] == DIST

@@ -57,6 +57,7 @@ def test_refusal_names_the_commands_of_the_unfinished_points(tmp_path):
     class Job:  # the part of a PlannedJob entries_kept reads
         coords = {"algorithm": "sgma", "dataset": "sine1d", "lam": 0.7, "kappa": 5, "seed": 0}
         setting = "s"
+        config = {"device": "cpu", "precision": "float64"}
 
     with pytest.raises(Exception) as refused:
         entries_kept(tmp_path, manifest, [Job()], [], merge=False)
@@ -184,6 +185,7 @@ def test_merging_points_at_another_value_of_a_fixed_key_is_refused(tmp_path):
             self.overrides = [f"dataset={dataset}", f"dataset.split={split}",
                               "experiment=uci_frontier", "merge=true"]
             self.coords, self.setting = {"dataset": dataset}, "t"
+            self.config = {"device": "cpu", "precision": "float64"}
 
     with pytest.raises(InputError) as refused:
         entries_kept(tmp_path, old, [Job("bike", 1)], [], merge=True)
@@ -194,3 +196,52 @@ def test_merging_points_at_another_value_of_a_fixed_key_is_refused(tmp_path):
     assert entries_kept(tmp_path, old, [Job("bike", 0)], [], merge=True) == old["entries"]
     swept = {**old, "extra_dims": ["dataset.split"]}
     assert entries_kept(tmp_path, swept, [Job("bike", 1)], ["dataset.split"], merge=True)
+
+
+def test_points_at_another_device_or_precision_are_refused_before_they_run(tmp_path):
+    """device and precision are in a job's identity but in no point's coordinates: a merge
+    (or a rerun) at another one would put other jobs under the sweep's points, and the
+    store would drop or relabel one of the two. Refused up front, unless the key is a dim."""
+    first = ["lam=0.1", "sweep=x"]
+    old = {"sweep": "x", "extra_dims": [], "command": first, "config": {"device": "cpu"},
+           "entries": [_entry(0.1, "a", 0)],
+           "invocations": [{"command": first, "timings": {},
+                            "config": {"device": "cpu", "precision": "float64"}}]}
+    (tmp_path / "jobs").mkdir()
+
+    class Job:  # the part of a PlannedJob entries_kept reads
+        def __init__(self, device="cpu", precision="float64", lam=0.1):
+            self.overrides, self.hash = [f"lam={lam}", f"device={device}"], "b"
+            self.coords = {**_entry(lam, "b", 0)["coords"]}
+            self.setting = "sa"  # the setting hash leaves device and precision out
+            self.config = {"device": device, "precision": precision}
+
+    for job, merge in ((Job("torch:cpu"), True), (Job("torch:cpu"), False),
+                       (Job("torch:cpu", lam=0.3), True)):
+        with pytest.raises(InputError) as refused:
+            entries_kept(tmp_path, old, [job], [], merge=merge)
+        line = str(refused.value)
+        assert "\n" not in line and line.startswith(
+            f"the sweep in {tmp_path} was run at device=cpu, and this command runs its "
+            "points at device=torch:cpu"), line
+        assert "pass sweep=<new name> for a new sweep directory, or make device a swept dim " \
+               "of this one (device=cpu,torch:cpu with merge=true)" in line
+    torch_sweep = {**old, "invocations": [{**old["invocations"][0], "config": {
+        "device": "torch:cpu", "precision": "float64"}}]}
+    with pytest.raises(InputError, match="was run at precision=float64, and this command "
+                                         "runs its points at precision=float32"):
+        entries_kept(tmp_path, torch_sweep, [Job("torch:cpu", "float32")], [], merge=True)
+    # the same device: a rerun and a merge as before; a manifest that records no device ran
+    # on the default one (cpu, float64)
+    assert entries_kept(tmp_path, old, [Job()], [], merge=False) == []
+    assert entries_kept(tmp_path, old, [Job(lam=0.3)], [], merge=True) == old["entries"]
+    legacy = {k: v for k, v in old.items() if k not in ("invocations", "config")}
+    assert entries_kept(tmp_path, legacy, [Job(lam=0.3)], [], merge=True) == old["entries"]
+    with pytest.raises(InputError, match="was run at device=cpu"):
+        entries_kept(tmp_path, legacy, [Job("cuda", lam=0.3)], [], merge=True)
+    # device a dim of the sweep: its points at another device are new points
+    along = {**old, "extra_dims": ["device"], "entries": [
+        {**old["entries"][0], "coords": {**old["entries"][0]["coords"], "device": "cpu"}}]}
+    job = Job("torch:cpu", lam=0.1)
+    job.coords = {**job.coords, "device": "torch:cpu"}
+    assert entries_kept(tmp_path, along, [job], ["device"], merge=True) == along["entries"]

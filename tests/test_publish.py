@@ -690,24 +690,35 @@ def test_converged_is_recorded_only_under_the_own_protocol():
         "(2); own: b on d (2)." in text
 
 
-def test_a_killed_publications_staging_folder_is_removed_by_the_next_once_stale(tmp_path):
-    """A publication killed mid-write (SIGKILL) leaves its ``.publishing-*`` folder; the next
-    publication into the folder removes it once it is an hour old, and keeps a younger one
-    (another publication may be writing it)."""
+def test_a_killed_publications_staging_folder_is_removed_by_the_next(tmp_path, capsys):
+    """A publication stages its files beside ``--out`` (``.<out>.publishing``, naming its
+    host and pid): one killed before its switch (its pid gone, no journal) leaves that folder
+    and ``--out`` as they were; the next publication removes the folder. One that names no
+    owner is taken for a publication starting while it is young, for a leftover once old."""
+    import json
     import os
     import time
+
+    from pipeline.report import publication_files
 
     job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
     _write_run_record(tmp_path / "s.run.yaml")
     out = tmp_path / "out"
-    (out / ".publishing-killed").mkdir(parents=True)
-    (out / ".publishing-killed" / "s.csv").write_text("half")
-    old = time.time() - 2 * 3600
-    os.utime(out / ".publishing-killed", (old, old))
-    (out / ".publishing-young").mkdir()
-    assert main([str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]) == 0
-    assert not (out / ".publishing-killed").exists()
-    assert (out / ".publishing-young").is_dir()
+    stage = tmp_path / ".out.publishing"
+    assert publication_files.stage_path(out) == stage
+    stage.mkdir()
+    (stage / "s.csv").write_text("half")
+    (stage / publication_files.OWNER).write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    argv = [str(tmp_path / "s.csv"), "--reference", "b", "--out", str(out)]
+    assert main(argv) == 2  # another host's: it may be at work
+    assert "is at work (pid 1 on elsewhere" in capsys.readouterr().err
+    (stage / publication_files.OWNER).unlink()
+    assert main(argv) == 2  # no owner yet, young: a publication starting
+    assert "is at work (a publication starting" in capsys.readouterr().err
+    old = time.time() - 2 * publication_files.LEFTOVER_SECONDS
+    os.utime(stage, (old, old))
+    assert main(argv) == 0
+    assert not stage.exists() and (out / "s.csv").read_text() != "half"
 
 
 def _with_learnings(ds: xr.Dataset) -> xr.Dataset:

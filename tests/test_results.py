@@ -148,7 +148,8 @@ def _enospc(*args, **kwargs):
 
 
 def _leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name or ".old-" in p.name)
+    return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name or ".old-" in p.name
+                  or p.name.endswith(".swap"))  # the swap's record (pipeline.results.store_swap)
 
 
 def test_a_job_file_on_a_full_disk_keeps_the_old_one(sweep_dir, monkeypatch):
@@ -196,7 +197,7 @@ def test_a_failed_swap_puts_the_old_store_back(sweep_dir, monkeypatch):
             raise OSError(errno.EACCES, "Permission denied")
         return real_rename(src, dst)
 
-    monkeypatch.setattr("pipeline.results.job_file.os.rename", rename)
+    monkeypatch.setattr("pipeline.results.store_swap.os.rename", rename)
     with pytest.raises(InputError, match=r"Permission denied \(EACCES\)"):
         consolidate(sweep_dir)
     assert _leftovers(sweep_dir) == []

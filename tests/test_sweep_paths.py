@@ -103,8 +103,19 @@ def test_inputs_failing_before_fitting_keep_a_finished_results_zarr(base):
     ("dataset=sine1d", "dataset.n_train=41", "hydra.run.dir={outside}/run"),
     ("dataset=sine1d", "dataset.n_train=41", "hydra.run.dir=outputs/../run"),
     ("dataset=sine1d", "dataset.n_train=41", "store_root={outside}/stores"),
+    ("dataset=sine1d", "dataset.n_train=41", "hydra.output_subdir={outside}/hydra"),
+    ("dataset=sine1d", "dataset.n_train=41", "hydra.output_subdir=../../../../.."),
+    (*SWEEP, "hydra.output_subdir={outside}/hydra"),
+    ("dataset=sine1d", "dataset.n_train=41",
+     "hydra.job_logging.handlers.file.filename={outside}/job.log"),
+    (*SWEEP, "hydra.job_logging.handlers.file.filename={outside}/job.log"),
+    ("dataset=sine1d", "dataset.n_train=41", "hydra.job.name=../../../../../../outside/x"),
+    ("dataset=sine1d", "dataset.n_train=41", "+hydra.hydra_logging.handlers.f.filename="
+                                             "{outside}/hydra.log"),
 ], ids=["sweep-dir-parent", "sweep-dir-absolute", "sweep-store-root", "run-dir-absolute",
-        "run-dir-dotdot", "job-store-root"])
+        "run-dir-dotdot", "job-store-root", "run-output-subdir-absolute",
+        "run-output-subdir-dotdot", "sweep-output-subdir", "run-job-log", "sweep-job-log",
+        "run-job-name-dotdot", "hydra-log"])
 def test_every_directory_a_run_writes_lies_under_outputs(args, tmp_path, run_cli):
     work, outside = tmp_path / "work", tmp_path / "outside"
     work.mkdir()
@@ -114,6 +125,22 @@ def test_every_directory_a_run_writes_lies_under_outputs(args, tmp_path, run_cli
     assert ran.stderr.startswith("error: ") and f"outside {work / 'outputs'}" in ran.stderr
     assert "allow_outside_outputs=true" in ran.stderr
     assert files(tmp_path) == {"work", "outside"}  # nothing written anywhere
+
+
+@pytest.mark.parametrize("link", ["jobs", "jobs/0123abcd"])
+def test_a_sweep_never_writes_through_a_symlinked_job_directory(link, tmp_path, run_cli):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "outputs" / "s").mkdir(parents=True)
+    outside.mkdir()
+    (work / "outputs" / "s" / link).parent.mkdir(parents=True, exist_ok=True)
+    (work / "outputs" / "s" / link).symlink_to(outside)
+    for extra in ((), ("allow_outside_outputs=true",)):  # the opt-out does not follow links
+        ran = run_cli(work, *SWEEP[:-1], "sweep=s", *extra)
+        assert ran.returncode == 2 and ran.stderr.count("\n") == 1, ran.stdout + ran.stderr
+        assert ran.stderr.startswith(f"error: {work / 'outputs' / 's' / link} is a symbolic "
+                                     f"link (to {outside})"), ran.stderr
+        assert "never through a link" in ran.stderr
+    assert list(outside.iterdir()) == []
 
 
 def test_allow_outside_outputs_lets_a_job_write_elsewhere(tmp_path, run_cli):

@@ -20,6 +20,15 @@ run (:mod:`pipeline.sweep.schedule`):
   worker process that is alive and using CPU time is still starting (importing, on a machine
   other work keeps busy): the bound counts from the last time one was seen doing so, up to
   :data:`STARTING_SECONDS` without a worker in all.
+  A loaded machine restarts workers slowly, so the bound is stretched by its load
+  (:func:`load_factor`: the 1-minute load average per CPU, the highest seen while no worker
+  was there, between 1 and :data:`MAX_LOAD_FACTOR`). A worker that registered with the
+  scheduler while none was seen (its ``add-worker`` event: one that registered and died
+  between two looks) starts the clock again, and before the verdict the scheduler is asked
+  once more for its workers and its registrations: on a machine at load 15 on 2 cores a
+  sweep was once stopped for "no worker for 61 s" 2 s after a restarted worker registered.
+  The line says what was seen: the wait, the bound and the load it was stretched by, when a
+  worker was last seen and last registered.
 
 :meth:`Liveness.end_worker` is also how the sweep ends a worker whose job ran past its
 ``job_timeout`` without the worker stopping it (:mod:`pipeline.sweep.deadlines`).
@@ -32,7 +41,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import psutil
 
@@ -47,6 +56,7 @@ POLL_SECONDS = 2.0
 FROZEN_SECONDS = 30.0
 NO_WORKER_SECONDS = 60.0
 STARTING_SECONDS = 600.0  # the most a local cluster waits for workers that are still starting
+MAX_LOAD_FACTOR = 10.0  # the most the no-worker bound is stretched on a loaded machine
 # worker deaths per worker of a local cluster, with no job finished in between, that stop a
 # sweep: twice what it takes every worker's task to end as KilledWorker
 STORM_DEATHS_PER_WORKER = 2 * (ALLOWED_FAILURES + 1)
@@ -58,11 +68,49 @@ def scheduler_workers(client) -> dict[str, Mapping]:
     update (``distributed.client.scheduler-info-interval``, every 2 s) overwrites with an
     identity holding no workers (it asks for ``n_workers=0``): a read that races that update
     sees an empty cluster. A scheduler that cannot be reached falls back to that cache."""
+    workers = fresh_workers(client)
+    return workers if workers is not None else dict(client.scheduler_info().get("workers", {}))
+
+
+def fresh_workers(client) -> dict[str, Mapping] | None:
+    """The scheduler's workers now, asked of the scheduler itself; None if it cannot be
+    reached (where :func:`scheduler_workers` falls back to the client's cache, which may
+    hold none: no ground for a verdict that the cluster has no worker)."""
     try:
         identity = client.sync(client.scheduler.identity, n_workers=-1)
     except OSError:
-        identity = client.scheduler_info()
+        return None
     return dict(identity.get("workers", {}))
+
+
+def last_registration(client) -> float | None:
+    """When the scheduler last registered a worker (its time of the latest ``add-worker``
+    event of topic ``all``, seconds since the epoch), or None: none logged, or the scheduler
+    cannot be reached. A worker that registered and died between two looks at the worker
+    list is seen here only."""
+    try:
+        events = client.sync(client.scheduler.events, topic="all")
+    except OSError:
+        return None
+    return max((float(at) for at, msg in events
+                if isinstance(msg, Mapping) and msg.get("action") == "add-worker"), default=None)
+
+
+def machine_load() -> tuple[float, int]:
+    """(the 1-minute load average, the number of CPUs) of this machine; a load of 0 where the
+    platform has no load average."""
+    cpus = os.cpu_count() or 1
+    try:
+        return float(os.getloadavg()[0]), cpus
+    except OSError:
+        return 0.0, cpus
+
+
+def load_factor(load: float, cpus: int) -> float:
+    """How many times longer than on an idle machine a worker may take to start: the runnable
+    processes per CPU (a worker gets about one CPU's share in that many), at least 1, at most
+    :data:`MAX_LOAD_FACTOR`."""
+    return min(MAX_LOAD_FACTOR, max(1.0, load / max(cpus, 1)))
 
 
 class ClusterLost(InputError):
@@ -73,8 +121,13 @@ class ClusterLost(InputError):
 class Liveness:
     """What the sweep's client watches of its cluster (see the module's docstring)."""
 
-    def __init__(self, client, cluster_cfg: Mapping, deaths: WorkerDeaths | None = None) -> None:
+    def __init__(self, client, cluster_cfg: Mapping, deaths: WorkerDeaths | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
+                 load: Callable[[], tuple[float, int]] = machine_load) -> None:
+        """``clock``, ``wall`` and ``load`` are this machine's (a test passes its own)."""
         opts = check(cluster_cfg)
+        self.clock, self.wall, self.load = clock, wall, load
         self.client = client
         self.deaths = deaths
         cluster = getattr(client, "cluster", None)
@@ -89,7 +142,11 @@ class Liveness:
         self._no_worker_since: float | None = None
         self._starting_seen: float | None = None  # when a local worker was last seen starting
         self._died_at_progress = deaths.died if deaths is not None else 0
-        self._started = time.monotonic()
+        self._started = clock()
+        self._worker_seen: float | None = None  # when a look last saw a worker (clock)
+        self._registered: float | None = None  # the last registration known (scheduler time)
+        self._spell_wall = 0.0  # when the present spell without workers began (wall)
+        self._spell_load = (1.0, 0.0, 1)  # its highest (load factor, load, CPUs)
 
     def progressed(self) -> None:
         """A task finished: the deaths counted towards a storm start again from here."""
@@ -100,24 +157,76 @@ class Liveness:
         """End frozen local workers; raise :class:`ClusterLost` if the cluster has had no
         worker for too long, or keeps losing them."""
         workers = scheduler_workers(self.client)
-        now = time.monotonic()
+        now = self.clock()
         if workers:
-            self._no_worker_since = self._starting_seen = None
+            self._saw_worker(now)
         else:
-            if self._no_worker_since is None:
-                self._no_worker_since = self._starting_seen = now
-            if self._a_worker_is_starting(now):
-                self._starting_seen = now
-            waited, alone = now - self._no_worker_since, now - self._starting_seen
-            limit = max(STARTING_SECONDS, self.no_worker_seconds)
-            if alone > self.no_worker_seconds or waited > limit:
-                raise ClusterLost(f"the cluster has had no worker for {waited:.3g} s"
-                                  f"{self._deaths_text()}: none could be restarted")
+            self._no_worker(now)
         if self.deaths is not None and self.deaths.died - self._died_at_progress >= self.storm:
             raise ClusterLost(f"the cluster's workers keep dying: {self._deaths_text()[2:]} in "
                               f"{now - self._started:.0f} s with no job finished meanwhile")
         if self.nannies is not None:
             self._end_frozen(workers)
+
+    def _saw_worker(self, now: float) -> None:
+        self._no_worker_since = self._starting_seen = None
+        self._worker_seen = now
+
+    def _no_worker(self, now: float) -> None:
+        """A look that found no worker: the spell without workers starts or goes on, and past
+        its bound (stretched by the load) ends the sweep, unless the scheduler, asked once
+        more, has a worker or registered one during the spell (the clock starts again)."""
+        if self._no_worker_since is None:
+            self._no_worker_since = self._starting_seen = now
+            self._spell_wall = self.wall()
+            self._registered = last_registration(self.client)
+            self._spell_load = (1.0, 0.0, 1)
+        elif self._registered_during_spell():
+            self._saw_worker(now)
+            return
+        if self._a_worker_is_starting(now):
+            self._starting_seen = now
+        load, cpus = self.load()
+        self._spell_load = max(self._spell_load, (load_factor(load, cpus), load, cpus))
+        waited, alone = now - self._no_worker_since, now - self._starting_seen
+        bound = self.no_worker_seconds * self._spell_load[0]
+        limit = max(STARTING_SECONDS, bound)
+        if alone <= bound and waited <= limit:
+            return
+        workers = fresh_workers(self.client)  # the verdict's own look, not the last one's
+        if workers or self._registered_during_spell():
+            self._saw_worker(self.clock())
+            return
+        if workers is None and waited <= limit:  # the scheduler did not answer: no verdict
+            return
+        raise ClusterLost(self._lost_text(now, waited, alone, bound, limit))
+
+    def _registered_during_spell(self) -> bool:
+        """Whether the scheduler registered a worker since the spell without workers began
+        (later than the last registration known then, or than its start if none was)."""
+        latest = last_registration(self.client)
+        before = self._registered if self._registered is not None else self._spell_wall
+        if latest is None or latest <= before:
+            return False
+        self._registered = latest
+        return True
+
+    def _lost_text(self, now: float, waited: float, alone: float, bound: float,
+                   limit: float) -> str:
+        """The verdict's line: the wait, the bound and the load that stretched it, when a
+        worker was last seen and last registered, the deaths."""
+        _, load, cpus = self._spell_load
+        seen = (f"a worker last seen {now - self._worker_seen:.3g} s before"
+                if self._worker_seen is not None else
+                f"no worker seen in the {now - self._started:.3g} s watched")
+        registered = ("" if self._registered is None else
+                      ", last registered at "
+                      + time.strftime("%H:%M:%S", time.localtime(self._registered)))
+        starting = (f", a worker process seen starting {alone:.3g} s before (at most "
+                    f"{limit:.3g} s in all)" if alone < waited else "")
+        return (f"the cluster has had no worker for {waited:.3g} s (the bound {bound:.3g} s at "
+                f"load {load:.3g} on {cpus} CPUs; {seen}{registered}{starting})"
+                f"{self._deaths_text()}: none could be restarted")
 
     def _a_worker_is_starting(self, now: float) -> bool:
         """Whether a local nanny's worker process used CPU time since the last look: alive
@@ -146,7 +255,7 @@ class Liveness:
         return f"; {self.deaths.summary()}"
 
     def _end_frozen(self, workers: Mapping[str, Mapping]) -> None:
-        now, wall = time.monotonic(), time.time()
+        now, wall = self.clock(), self.wall()
         for nanny in list(self.nannies.values()):
             pid, address = getattr(nanny, "pid", None), getattr(nanny, "worker_address", None)
             info = workers.get(address) if address else None

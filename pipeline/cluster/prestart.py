@@ -90,7 +90,7 @@ def wants_local_workers(argv: Sequence[str]) -> bool:
     path = CONF_DIR / "experiment" / f"{experiment}.yaml"
     if not (re.fullmatch(r"[\w\-]+", experiment) and path.is_file()):
         return False
-    text = path.read_text()
+    text = path.read_text(errors="replace")  # a peek: a file not UTF-8 is the checks' to say
     # an experiment that is a dry run (bench_sweep_plan) starts no worker, unless the command
     # line says dry_run itself
     dry = not any(a.lstrip("+").startswith("dry_run=") for a in args) and \

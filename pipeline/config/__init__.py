@@ -43,8 +43,21 @@ def lookup(config, key: str):
 def read_yaml(path: Path) -> dict:
     """A config file's YAML as plain data, read by PyYAML's C loader (OmegaConf.load takes
     ~12 ms a file: the command line's checks read every experiment file), once its size,
-    depth and aliases are checked (:mod:`pipeline.config.yaml_limits`)."""
-    return load_yaml(path) or {}
+    depth and aliases are checked and it is strict YAML (UTF-8, no key twice, no tag:
+    :mod:`pipeline.config.yaml_limits`); raises InputError (one line naming it) else."""
+    return load_yaml(path, strict=True) or {}
+
+
+def _readable(path: Path) -> dict:
+    """:func:`read_yaml` of a file no command named, ``{}`` where it is refused: a bad file
+    in ``conf/`` is said to the commands that name it (:mod:`pipeline.config.untrusted`)."""
+    from algorithms.errors import InputError
+
+    try:
+        config = read_yaml(path)
+    except InputError:
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 # the config groups a job config may leave out, completed with conf/config.yaml's choice
@@ -103,7 +116,7 @@ def top_level_keys() -> set[str]:
     the product's."""
     keys = set(read_yaml(CONF_DIR / "config.yaml")) | set(GROUPS) | {"hydra"}
     for path in (CONF_DIR / "experiment").glob("*.yaml"):
-        config = read_yaml(path)
+        config = _readable(path)
         if not config.get("benchmark"):
             keys.update(str(k) for k in config)
     return keys - {"defaults"}
@@ -118,7 +131,7 @@ def dotted_keys() -> set[str]:
         if group in ("experiment", "size"):
             continue
         for path in (CONF_DIR / group).glob("*.yaml"):
-            keys.update(f"{group}.{k}" for k in read_yaml(path) if k not in ("defaults", "name"))
+            keys.update(f"{group}.{k}" for k in _readable(path) if k not in ("defaults", "name"))
     for key, value in read_yaml(CONF_DIR / "config.yaml").items():
         if isinstance(value, dict) and key not in ("hydra",):
             keys.update(f"{key}.{k}" for k in value)

@@ -135,11 +135,20 @@ def check_blocks(blocks: Any) -> str:
 
 
 SWEEP_NAME = re.compile(r"[\w.\-]+(/[\w.\-]+)*")
+# the longest sweep name, in bytes (the shipped ones reach ~35): its directory's path stays far
+# below the file system's 255 bytes a name and 4096 a path, so that no error is about its length
+SWEEP_NAME_MAX_BYTES = 100
 
 
 def check_sweep_name(name: Any) -> str:
-    """``sweep``: a relative directory name under outputs/, not outputs/ itself (checked on
-    the command line, and resolved before Hydra makes the directory)."""
+    """``sweep``: a relative directory name under outputs/, not outputs/ itself, of at most
+    :data:`SWEEP_NAME_MAX_BYTES` bytes (checked on the command line, and resolved before Hydra
+    makes the directory)."""
+    if isinstance(name, str) and len(name.encode("utf-8", "surrogatepass")) > SWEEP_NAME_MAX_BYTES:
+        size = len(name.encode("utf-8", "surrogatepass"))
+        raise InputError(f"sweep={name[:40]}… has {size} bytes, more than the "
+                         f"{SWEEP_NAME_MAX_BYTES} a sweep name may have; pass a shorter name, "
+                         "e.g. sweep=my_sweep")
     if isinstance(name, str) and name.strip("/") and set(name.strip("/").split("/")) == {"."}:
         raise InputError(f"sweep={name!r} would put the sweep in outputs/ itself, beside "
                          "stores/; pass a directory name under it, e.g. sweep=my_sweep")
@@ -155,6 +164,63 @@ def check_store_root(root: Any) -> str:
         raise InputError(f"store_root={root!r} must be a directory path; pass e.g. "
                          "store_root=outputs/stores")
     return root
+
+
+# learning_curve (algorithms.curve_jobs): bounds checked before anything is drawn or allocated.
+# The shipped curves reach n = 2000, draws = 100, n_nodes = 2000 (~70 MB); these leave ~60×.
+CURVE_COUNT_MAX = 10**6          # draws, n_nodes and each training set size n
+CURVE_SIZES_MAX = 1000           # values of n in one curve
+CURVE_BYTES_MAX = 4 * 2**30      # float64 bytes one curve job may allocate (estimate below)
+
+
+def _curve_count(curve: Mapping, key: str, default: int, lo: int) -> int:
+    value = curve.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default  # not an integer: algorithms.curve_jobs says so with its own line
+    if not lo <= value <= CURVE_COUNT_MAX:
+        raise InputError(f"learning_curve.{key}={value!r} must be an integer in [{lo}, "
+                         f"{CURVE_COUNT_MAX}]; pass e.g. learning_curve.{key}={default}")
+    return value
+
+
+def check_learning_curve(curve: Any) -> Any:
+    """``learning_curve``: null (a fit), or Lemma 4's E^g(n) (:mod:`algorithms.curve_jobs`),
+    whose sizes are bounded before anything is drawn: each n, ``draws`` and ``n_nodes`` at
+    most :data:`CURVE_COUNT_MAX`, at most :data:`CURVE_SIZES_MAX` values of n, and the float64
+    arrays of the job (the draws of the largest n, the errors of every n and draw, one draw's
+    n × n and n_nodes × n matrices) at most :data:`CURVE_BYTES_MAX`. Keys, types and the
+    density are the job's to check (their messages name them)."""
+    if curve is None:
+        return None
+    if not isinstance(curve, Mapping):
+        raise InputError(f"learning_curve={curve!r} must be a block of keys (n, draws, density, "
+                         "n_nodes, baseline) or null; pass e.g. '+learning_curve.n=[1,10,100]'")
+    sizes = curve.get("n")
+    if sizes is not None and (isinstance(sizes, (str, bytes, Mapping))
+                              or not hasattr(sizes, "__len__")):
+        raise InputError(f"learning_curve.n={sizes!r} must be a non-empty list of integers ≥ 1 "
+                         "(training set sizes); pass e.g. learning_curve.n=[1,10,100]")
+    sizes = list(sizes or [])
+    if len(sizes) > CURVE_SIZES_MAX:
+        raise InputError(f"learning_curve.n has {len(sizes)} values, more than the "
+                         f"{CURVE_SIZES_MAX} a curve may have; pass fewer training set sizes")
+    largest = 1
+    for n in sizes:
+        if isinstance(n, int) and not isinstance(n, bool):
+            if n > CURVE_COUNT_MAX:
+                raise InputError(f"learning_curve.n holds {n}, more than the {CURVE_COUNT_MAX} "
+                                 "a training set size may be; pass smaller sizes")
+            largest = max(largest, n)
+    draws = _curve_count(curve, "draws", 100, 1)
+    nodes = _curve_count(curve, "n_nodes", 2000, 2)
+    need = 8 * (draws * largest + 2 * len(sizes) * draws + largest * largest + nodes * largest)
+    if need > CURVE_BYTES_MAX:
+        raise InputError(f"learning_curve with n up to {largest}, draws={draws} and "
+                         f"n_nodes={nodes} needs ~{need / 2**30:.1f} GiB, more than the "
+                         f"{CURVE_BYTES_MAX / 2**30:g} GiB a learning curve may use; lower "
+                         "learning_curve.draws, learning_curve.n_nodes or the largest "
+                         "learning_curve.n")
+    return curve
 
 
 CERTIFICATE_OPTIONS = {
@@ -213,7 +279,7 @@ TOP_LEVEL: dict[str, Key] = {
                           _true_or_false("profile_memory", "profile_memory=true to record the "
                                          "peak memory of fit and prediction")),
     "learning_curve": Key("identity", "measure Lemma 4's E^g(n) instead of fitting "
-                                      "(experiment=ferrari1999_*)"),
+                                      "(experiment=ferrari1999_*)", check_learning_curve),
     "certificate": Key("identity", "the Theorem 1 certificate's settings "
                                    "(CERTIFICATE_OPTIONS)"),
 }

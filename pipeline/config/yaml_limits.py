@@ -9,6 +9,10 @@ proportion to the file's text, whatever its aliases would expand to: ~0.2 ms a s
 file. Its verdict is kept per file (path, size, modification time) for the process. The checks
 return the line (None: fine), as :mod:`pipeline.config.overrides` does, so that Hydra's own
 flags need not import the algorithms; :func:`load_yaml` raises it as an ``InputError``.
+
+A config file is also read strictly (:func:`strict_load`): UTF-8, no key given twice, no tag
+that makes an object (``!!python/...``); which files a command reads, and what keys they may
+set, is :mod:`pipeline.config.untrusted`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -69,30 +74,82 @@ def yaml_problem(data: bytes | str, name: str) -> str | None:
     return None
 
 
-def yaml_file_problem(path: str | os.PathLike) -> str | None:
-    """:func:`yaml_problem` of the file at ``path`` (read at most one byte past the limit)."""
+def yaml_file_problem(path: str | os.PathLike, name: str | None = None) -> str | None:
+    """:func:`yaml_problem` of the file at ``path`` (read at most one byte past the limit),
+    named ``name`` (default: the path)."""
     path = Path(path)
+    name = str(path) if name is None else name
     try:
         st = path.stat()
     except OSError:
         return None  # the reader reports a missing or unreadable file
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block its reader
-        return f"{path} is not a regular file; a YAML file read here must be one"
+        return f"{name} is not a regular file; a YAML file read here must be one"
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key in _checked:
         return None
     with open(path, "rb") as f:
         data = f.read(MAX_YAML_BYTES + 1)
-    problem = yaml_problem(data, str(path))
+    problem = yaml_problem(data, name)
     if problem is None:
         _checked[key] = None
     return problem
 
 
-def load_yaml(path: str | os.PathLike):
+class _StrictLoader(_LOADER):  # type: ignore[misc,valid-type]
+    """The safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one
+    silently; OmegaConf refuses it when Hydra composes the file, with a traceback)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key_node.value!r} is given twice",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def strict_load(path: str | os.PathLike, name: str | None = None) -> tuple[Any, str, str | None]:
+    """``(data, text, problem)`` of the YAML file at ``path`` (checked by
+    :func:`yaml_file_problem` first): ``problem`` is the one line ``<name>: <why>`` for a file
+    that is not UTF-8, not YAML, gives a key twice or has a tag the safe loader does not
+    make (``!!python/...``), else None."""
+    name = str(path) if name is None else name
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        return None, "", (f"{name}: not UTF-8 text (byte 0x{raw[err.start]:02x} on line "
+                          f"{line}); save it as UTF-8")
+    try:
+        return yaml.load(text, Loader=_StrictLoader), text, None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        why = " ".join(str(getattr(err, "problem", None) or err).split())
+        tag = re.search(r"constructor for the tag '([^']*)'", why)
+        if tag:
+            why = (f"the tag {tag[1].replace('tag:yaml.org,2002:', '!!')} would make an "
+                   "object, and a config file is data only; remove the tag")
+        elif "given twice" not in why:
+            why = f"not YAML: {why}"
+        return None, text, f"{name}: {why}{where}"
+
+
+def load_yaml(path: str | os.PathLike, strict: bool = False):
     """The YAML file at ``path`` as plain data (safe loader); raises ``InputError`` (one
-    line) when :func:`yaml_file_problem` finds one."""
+    line) when :func:`yaml_file_problem` finds one, or, ``strict``, when
+    :func:`strict_load` does."""
     problem = yaml_file_problem(path)
+    if problem is None and strict:
+        data, _, problem = strict_load(path)
+        if problem is None:
+            return data
     if problem is not None:
         from algorithms.errors import InputError  # the algorithms package: only when refusing
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import gzip
 import warnings
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,7 +410,7 @@ def _csv_shape(spec: Mapping[str, Any]) -> tuple[int, int] | None:
             lines = (line for line in f if line.strip() and not line.lstrip().startswith("#"))
             first = next(lines, None)
             n = (first is not None) + sum(1 for _ in lines)
-    except (OSError, UnicodeDecodeError, EOFError):
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error):
         return None
     cols = 0 if first is None else len(first.split(spec["delimiter"]))
     if n < 2 or cols < 2:
@@ -433,6 +434,10 @@ def _csv(spec: Mapping[str, Any]) -> tuple[Arrays, dict[str, Any]]:
         with warnings.catch_warnings():  # an empty file is reported below, not as a warning
             warnings.filterwarnings("ignore", "loadtxt: input contained no data")
             data = np.loadtxt(path, delimiter=spec["delimiter"], dtype=np.float64, ndmin=2)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a .gz cut short, or no gzip
+        raise InputError(f"dataset 'csv': {path} is truncated or not gzip ({one_line(exc)}); "
+                         "pass the whole file (gzip -t checks one), or the CSV uncompressed "
+                         "without .gz") from None
     except (ValueError, OSError) as exc:
         raise InputError(f"dataset 'csv': cannot read {path} ({one_line(exc)}); make it a "
                          f"numeric table without header, delimiter {spec['delimiter']!r}, the "

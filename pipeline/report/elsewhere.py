@@ -26,6 +26,7 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.report.comparison import METRICS, NO_BASIS, label, mean_ci, settings
 from pipeline.report.markdown import code, inert
+from pipeline.report.untrusted import GZIP_ERRORS, read_failure, regular_file
 
 COLUMNS: dict[str, str] = {
     "source": "whose number it is (authors, year, and which text)",
@@ -44,18 +45,20 @@ MAX_TEXT = 300  # characters of a text cell
 
 
 def read_beside(path: str | Path) -> pd.DataFrame:
-    """The beside file at ``path``, checked: its columns are :data:`COLUMNS` in order, every
-    metric is one of METRICS, every number finite (``sd`` ≥ 0 or empty, ``trials`` a positive
-    integer, ``basis_size`` a positive integer or empty), every text one short line. Raises
-    InputError (one line naming the file, the row and the fix)."""
+    """The beside file at ``path`` (a regular file, plain or ``.gz``), checked: its columns
+    are :data:`COLUMNS` in order, every metric is one of METRICS, every number finite (``sd``
+    ≥ 0 or empty, ``trials`` a positive integer, ``basis_size`` a positive integer or empty),
+    every text one short line. Raises InputError (one line naming the file, the row and the
+    fix)."""
     path = Path(path)
+    fix = f"pass a CSV with the columns {', '.join(COLUMNS)}"
+    regular_file(path, "--beside", fix)  # a FIFO or a device would block the reader
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as err:
-        why = getattr(err, "strerror", None) or str(err).splitlines()[0]
-        raise InputError(f"--beside {path}: cannot read it ({why}); pass a CSV with the "
-                         f"columns {', '.join(COLUMNS)}") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError,
+            *GZIP_ERRORS) as err:  # a .csv.gz cut short: EOFError
+        raise InputError(f"--beside {path}: cannot read it ({read_failure(err)}); "
+                         f"{fix}") from None
     if frame.columns.tolist() != list(COLUMNS):
         raise InputError(f"--beside {path}: its columns are {', '.join(frame.columns)}; a "
                          f"beside file has {', '.join(COLUMNS)}, in that order")

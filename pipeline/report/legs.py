@@ -16,16 +16,25 @@ the CSV's sha256, the run's record (command, grid, modes, budgets), the commit, 
 jobs and their seconds, when the jobs last ran and when the record was written. A unit is
 kept whole: its jobs share the kernel learned once for its data set and split.
 
-The second (:func:`read_legs`) verifies every record (its seal, its CSV's sha256, that every
-row belongs to its unit) and that all were made under one protocol (modes, labels, budgets,
-targets) and, job by job, by one code version (each algorithm's, and the numeric pipeline's:
-:mod:`pipeline.codeversion`), then gives the union to :func:`pipeline.publish.publish` as one
-table. Nothing here overwrites: a unit already in the folder is left as it is.
+The second (:func:`read_legs`) verifies every record (below) and that all were made under
+one protocol (modes, labels, budgets, targets) and, job by job, by one code version (each
+algorithm's, and the numeric pipeline's: :mod:`pipeline.codeversion`), then gives the union to
+:func:`pipeline.publish.publish` as one table. Nothing here overwrites: a unit already in the
+folder is left as it is.
+
+A leg folder may come from elsewhere, and its seal is a sha256 anyone can recompute: it finds
+accidental damage, it proves nothing. So every value a record carries is checked for what it
+may be (:mod:`pipeline.report.untrusted`: the sweep a plain name, the run's keys their types,
+the files regular, never followed through a symlink) and what can be derived from the CSV is
+derived from it: its sha256 and, from its rows, the unit and the number of jobs, which must be
+the record's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -37,6 +46,10 @@ from algorithms.errors import InputError
 from pipeline.atomic import atomic_path, write_text
 from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
 from pipeline.report.job_table import COLUMNS, typed
+from pipeline.report.untrusted import check_run, plain_name, read_failure, read_regular
+
+MAX_RECORD_BYTES = 1 << 20  # a leg's record: its run's command, grid and a few numbers
+MAX_CSV_BYTES = 1 << 28  # a unit's rows
 
 LEG_SUFFIX = ".leg.json"
 FORMAT = 1
@@ -91,11 +104,12 @@ def write_unit(folder: Path, sweep: str, unit: tuple[str, int], rows: pd.DataFra
 
 def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:
     """A unit's verified record and its rows (InputError naming the file otherwise)."""
+    again = "save the unit again from its results, or leave it out of the folder"
     try:
-        doc = open_sealed_json(path.read_bytes())
+        doc = open_sealed_json(read_regular(path, "the leg's record", again, MAX_RECORD_BYTES,
+                                            follow=False))
     except DamagedFile as err:
-        raise InputError(f"{path} {err}: the leg's record is damaged; save the unit again from "
-                         "its results, or leave it out of the folder") from None
+        raise InputError(f"{path} {err}: the leg's record is damaged; {again}") from None
     stem = path.name.removesuffix(LEG_SUFFIX)
     unit = (doc.get("dataset"), doc.get("split"))
     if doc.get("format") != FORMAT or doc.get("csv") != f"{stem}.csv" or not isinstance(
@@ -104,15 +118,26 @@ def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:
         raise InputError(f"{path} is not a leg record of this version (format {FORMAT}, csv "
                          f"{stem}.csv); save the unit again with python -m pipeline.publish "
                          "<results.zarr> --legs <folder>")
+    plain_name(doc.get("sweep"), f"{path}: its sweep", fix=again)
+    check_run(doc["run"], f"{path}: its run", again)
     csv = path.with_name(doc["csv"])
-    if not csv.exists() or hashlib.sha256(csv.read_bytes()).hexdigest() != doc["csv_sha256"]:
+    data = read_regular(csv, "the leg's table", again, MAX_CSV_BYTES, follow=False) if (
+        os.path.lexists(csv)) else None
+    if data is None or hashlib.sha256(data).hexdigest() != doc.get("csv_sha256"):
         raise InputError(f"{csv} is missing or differs from what its record {path.name} "
                          "sealed; restore it, or save the unit again from its results")
     text = {name: str for name in ("cpu_model", "status", *JOB_COLUMNS)}
-    rows = typed(pd.read_csv(csv, dtype=text).reindex(columns=[*COLUMNS, *JOB_COLUMNS]))
+    try:
+        rows = pd.read_csv(io.BytesIO(data), dtype=text)
+        rows = typed(rows.reindex(columns=[*COLUMNS, *JOB_COLUMNS]))
+    except (ValueError, TypeError, pd.errors.ParserError) as err:
+        raise InputError(f"{csv} is not a leg's table ({read_failure(err)}); {again}") from None
     if not (rows["dataset"].eq(doc["dataset"]).all() and rows["split"].eq(doc["split"]).all()):
         raise InputError(f"{csv} holds rows of another data set or split than its record's "
                          f"({doc['dataset']}, split {doc['split']}); save the unit again")
+    if doc.get("jobs") != rows["job_hash"].nunique():  # derived from the rows, not trusted
+        raise InputError(f"{csv} holds {rows['job_hash'].nunique()} jobs, its record "
+                         f"{path.name} {doc.get('jobs')!r}; {again}")
     return doc, rows
 
 

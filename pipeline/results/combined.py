@@ -47,7 +47,8 @@ from pipeline.config.keys import keys_of_role
 from pipeline.results.access import decoded_attrs
 from pipeline.results.compare import execution
 from pipeline.results.consolidate import FIXED_DIMS, load, seal
-from pipeline.results.job_file import write_atomically
+from pipeline.results.ownership import enclosing_store, inside_store_error
+from pipeline.results.store_swap import replace_store
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import read_back
 
@@ -108,6 +109,9 @@ def write_combined(ds: xr.Dataset, out: str | os.PathLike) -> Path:
     if out.suffix not in (".zarr", ".nc"):
         raise InputError(f"--out {out}: unknown format {out.suffix or '(no suffix)'!r}; name "
                          "the output .zarr (a results store) or .nc (netCDF)")
+    store = enclosing_store(out)
+    if store is not None:
+        raise InputError(inside_store_error(out, store, "--out"))
     if out.exists() or out.is_symlink():
         raise InputError(f"--out {out} exists and is never overwritten; pass a new path (or "
                          "remove it first)")
@@ -116,7 +120,7 @@ def write_combined(ds: xr.Dataset, out: str | os.PathLike) -> Path:
     ds.attrs["sweep"] = name or str(ds.attrs.get("sweep", "combined"))
     if out.suffix == ".nc":
         return _write_atomically_nc(seal(ds), out)
-    return write_atomically(seal(ds), out, check=read_back)
+    return replace_store(seal(ds), out, check=read_back)
 
 
 def _write_atomically_nc(ds: xr.Dataset, out: Path) -> Path:

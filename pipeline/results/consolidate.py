@@ -17,10 +17,14 @@ and ``step`` (and ``hyper_eval`` when hyperparameters were learned); :func:`load
 it. Every file is written to a temporary sibling and renamed into
 place, so a failing job never leaves a half-written result and never damages an earlier one; a
 write that fails (a full disk, an unwritable directory) is an InputError naming the path and the
-OS's reason. ``results.zarr`` uses zarr format 2, which every zarr reader understands, strings
-included. Like a dataset store it carries content hashes: attrs ``content_sha256`` (JSON, the
-sha256 of every variable, coordinates included) and ``attrs_sha256`` (of the other attrs);
-:func:`load` checks them, so a damaged store is reported (with how to rebuild it), never read.
+OS's reason. ``results.zarr`` is swapped in recoverably (:mod:`pipeline.results.store_swap`: a
+kill between its renames is finished by the next run, and a reader meanwhile says so) and
+records the files it wrote, so that a rerun refuses, rather than removes, anything else put
+inside it (:mod:`pipeline.results.ownership`). ``results.zarr`` uses zarr format 2, which every
+zarr reader understands, strings included. Like a dataset store it carries content hashes:
+attrs ``content_sha256`` (JSON, the sha256 of every variable, coordinates included) and
+``attrs_sha256`` (of the other attrs); :func:`load` checks them, so a damaged store is
+reported (with how to rebuild it), never read.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ from pipeline.results.job_file import (
     package_versions,
     parsed_attrs,
     read_job,
-    write_atomically,
 )
 from pipeline.results.manifest_file import FIXED_DIMS, MANIFEST, load_manifest
+from pipeline.results.ownership import not_a_file
+from pipeline.results.store_swap import replace_store
 from pipeline.results.variables import describe_dataset
 from pipeline.results.verify import (
     check_is_results_store,
@@ -106,7 +111,7 @@ def consolidate(sweep_dir: str | os.PathLike, statuses: dict | None = None) -> P
     data_vars, padded = _variables(entries, dims, coords, jobs, summaries, damaged)
     ds = describe_dataset(xr.Dataset(data_vars, coords={**coords, **padded},
                                      attrs=_attrs(manifest, entries)))
-    return write_atomically(seal(ds), sweep_dir / "results.zarr", check=read_back)
+    return replace_store(seal(ds), sweep_dir / "results.zarr", check=read_back)
 
 
 def _manifest(sweep_dir: Path) -> dict:
@@ -260,6 +265,9 @@ def _job(sweep_dir: Path, h: str) -> tuple[JobFile | xr.Dataset | None, dict, st
     ``note:`` names: it is never consolidated, and the sweep's next run refits it."""
     path = job_path(sweep_dir, h)
     try:
+        odd = not_a_file(path)  # a directory there: never read as a result, never served
+        if odd is not None:
+            raise DamagedResult(path, odd)
         ds = read_job(path)
         attrs = parsed_attrs(path, ds.attrs)
         if attrs.get("status") not in ("ok", "failed"):

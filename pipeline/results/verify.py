@@ -17,6 +17,7 @@ import xarray as xr
 
 from pipeline.datasets.spec import StoreError
 from pipeline.datasets.store import ATTRS_DIGEST, attrs_digest
+from pipeline.results.store_swap import interrupted, swap_record
 
 HASH_ATTRS = ("content_sha256", ATTRS_DIGEST)
 
@@ -70,6 +71,14 @@ def check_is_results_store(path: Path, *, consolidated: bool = True) -> None:
     """One line saying what ``path`` is when it is not a sweep's results store (or, with
     ``consolidated``, one without its consolidated metadata)."""
     expected = "pass the results.zarr a sweep printed (its last line is `results: <path>`)"
+    for store in (path, path / "results.zarr"):  # the store, or a sweep directory given
+        if interrupted(store) is not None:
+            raise StoreError(
+                f"the consolidation that writes {store} was interrupted between swapping the "
+                f"old store out and the new one in ({swap_record(store)} remains); rerun the "
+                f"sweep command that made it (sweep={store.parent.name}, or python -m pipeline "
+                "resume=last if it was the last sweep): it completes the consolidation, "
+                "refitting no finished job")
     if not path.exists():
         raise StoreError(f"{path} does not exist; {expected}")
     if not path.is_file() and not path.is_dir():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from algorithms.errors import InputError
 from pipeline.oserrors import file_in_path, write_failure
+from pipeline.outputs import check_job_links
 from pipeline.results.ownership import foreign_entry
 
 RERUN = ("rerun the command (a sweep: python -m pipeline resume=last; its finished jobs are "
@@ -33,7 +34,10 @@ def out_of_space(err: BaseException) -> bool:
 
 
 def check_sweep_directory(sweep_dir: Path) -> None:
-    """Raise InputError (one line) unless the sweep can write into ``sweep_dir``."""
+    """Raise InputError (one line) unless the sweep can write into ``sweep_dir``: no file in
+    its path, its ``jobs/`` and each ``jobs/<hash>`` a directory of its own (not a symbolic
+    link, through which the jobs would write elsewhere: :func:`check_job_links`), and room
+    for a file where it writes."""
     sweep_dir = Path(sweep_dir)
     part = file_in_path(sweep_dir)
     if part is not None:
@@ -41,10 +45,14 @@ def check_sweep_directory(sweep_dir: Path) -> None:
                          f"{sweep_dir} cannot be made; move that file away or pass another "
                          "sweep=")
     jobs = sweep_dir / "jobs"
+    check_job_links(sweep_dir)
     if os.path.lexists(jobs) and not jobs.is_dir():
         raise InputError(f"{jobs} is not a directory (the sweep keeps one result directory per "
                          "job there); move it away and " + RERUN)
-    target = next(p for p in (jobs, sweep_dir, *sweep_dir.parents) if p.is_dir())
+    try:
+        target = next(p for p in (jobs, sweep_dir, *sweep_dir.parents) if p.is_dir())
+    except OSError as err:  # a name longer than the file system allows, say
+        raise write_error(err, sweep_dir) from None
     try:
         with tempfile.NamedTemporaryFile(dir=target, prefix=".write-check-") as probe:
             probe.write(b"x" * 4096)

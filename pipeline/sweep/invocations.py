@@ -46,6 +46,28 @@ def invocations(manifest: Mapping | None) -> list[dict]:
              "n_workers": manifest.get("n_workers", 0), "hydra_record": HYDRA_RECORD}]
 
 
+# the keys that say what a job's numbers were computed on, which are no sweep point's
+# coordinates unless swept, and their values in a config that does not name them (a sweep
+# made before the key existed ran at that value)
+RUN_ON = {"device": "cpu", "precision": "float64"}
+
+
+def ran_at(manifest: Mapping, key: str) -> set[str]:
+    """The values of ``key`` (one of :data:`RUN_ON`) that the points of ``manifest`` were
+    run at: each from the config of the invocation that added it, else the manifest's
+    config, else the key's default."""
+    records = invocations(manifest)
+    fallback = manifest.get("config")
+    out = set()
+    for entry in manifest.get("entries", []):
+        index = entry_invocation(entry)
+        config = records[index].get("config") if index < len(records) else None
+        if not isinstance(config, Mapping) or key not in config:
+            config = fallback if isinstance(fallback, Mapping) else {}
+        out.add(str(config.get(key, RUN_ON[key])))
+    return out
+
+
 def same_command(a: Sequence[str], b: Sequence[str]) -> bool:
     return sorted(map(str, a)) == sorted(map(str, b))
 

@@ -31,10 +31,12 @@ from pipeline.sweep.compose import PlannedJob, swept_keys
 from pipeline.sweep.invocations import (
     HYDRA_RECORD,
     HYDRA_RECORD_KEPT,
+    RUN_ON,
     entry_invocation,
     history_text,
     invocation_index,
     invocations,
+    ran_at,
     record_name,
     union_swept,
     updated,
@@ -123,6 +125,7 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
     unfinished points (:func:`pipeline.sweep.invocations.history_text`)."""
     if old is None:
         return []
+    check_run_on(sweep_dir, old, jobs, dims)
     old_entries, old_dims = old["entries"], list(old["extra_dims"])
     new_points = {point_key(job.coords): job.setting for job in jobs}
     old_points = {point_key(e["coords"]): e.get("setting") for e in old_entries}
@@ -152,6 +155,30 @@ def entries_kept(sweep_dir: Path, old: dict | None, jobs: list[PlannedJob], dims
         raise InputError(f"{what()}; merge=true needs every dim of that sweep, but this one "
                          f"has {', '.join(list(FIXED_DIMS) + dims)}; pass sweep=<new name>")
     return [e for e in old_entries if point_key(e["coords"]) not in new_points]
+
+
+def check_run_on(sweep_dir: Path, old: Mapping, jobs: Sequence[PlannedJob],
+                 dims: Sequence[str]) -> None:
+    """Raise InputError (one line) when this sweep's points run at another ``device`` or
+    ``precision`` than the sweep in ``sweep_dir`` (its manifest ``old``) ran at, and that key
+    is no dim of it. Those keys are in a job's identity but not in its point's coordinates,
+    so such points would be the old points again under other job hashes: a merge or a rerun
+    would replace or mix one device's results with another's under the same labels (and the
+    store's config names the first). Refused before any job runs."""
+    if not old.get("entries"):
+        return
+    for key, default in RUN_ON.items():
+        if key in dims:
+            continue
+        was = sorted(ran_at(old, key))
+        now = sorted({str(job.config.get(key, default)) for job in jobs} - set(was))
+        if now:
+            raise InputError(
+                f"the sweep in {sweep_dir} was run at {key}={'/'.join(was)}, and this command "
+                f"runs its points at {key}={now[0]}: their results would replace or mix with "
+                f"those under the same sweep points; pass sweep=<new name> for a new sweep "
+                f"directory, or make {key} a swept dim of this one ({key}={was[0]},{now[0]} "
+                "with merge=true)")
 
 
 # command-line keys that set no job

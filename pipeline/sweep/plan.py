@@ -32,6 +32,7 @@ from pipeline.results.job_file import (
     verified_status,
 )
 from pipeline.results.manifest_file import FIXED_DIMS
+from pipeline.results.ownership import not_a_file
 from pipeline.sweep.clock import startup_seconds
 from pipeline.sweep.compose import (
     PlannedJob,
@@ -191,9 +192,23 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
     _check_options_taken(ignored)
     _say_what_changed(ignored, in_memory)
     _check_distinct_coordinates(jobs)
+    _check_result_paths(sweep_dir, jobs)
     if specs and all(spec.too_large is not None for spec in specs.values()):
         raise TooLarge(next(iter(too_large.values())))
     return cluster_cfg, jobs, dims, too_large
+
+
+def _check_result_paths(sweep_dir: Path, jobs: Sequence[PlannedJob]) -> None:
+    """Raise InputError (one line naming it and the fix) when something other than a file
+    (a directory, a FIFO) is where a job's ``result.nc`` goes: no job wrote it, the job's
+    result could not replace it, and it is never read as a result; the sweep stops before
+    anything runs, and once it is removed the job counts as not finished and runs again."""
+    for h in dict.fromkeys(job.hash for job in jobs):
+        path = job_path(sweep_dir, h)
+        odd = not_a_file(path)
+        if odd is not None:
+            raise InputError(f"{path} {odd}, then rerun the sweep: that job is not finished "
+                             "and runs again; nothing was run")
 
 
 def _check_device(config: Mapping) -> None:
