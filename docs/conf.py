@@ -25,7 +25,8 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 4  # [text](page.md#a-heading) links, as GitHub renders them
-exclude_patterns = ["_build", "uci_frontier_notes.md"]  # a fragment the published README includes
+# fragments the published READMEs include
+exclude_patterns = ["_build", "uci_frontier_notes.md", "uci_frontier_pilot3_notes.md"]
 suppress_warnings = ["myst.header"]  # pages keep the README's heading levels
 
 html_theme = "pydata_sphinx_theme"

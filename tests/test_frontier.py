@@ -105,3 +105,36 @@ def test_nine_panels_stay_within_the_published_figure_limit(tmp_path):
     assert len(figures) == 1
     png, = tmp_path.glob("fig1_frontier_final_test_rmse_x.png")
     assert 20_000 < png.stat().st_size <= MAX_FIGURE_BYTES
+
+
+def test_a_legend_of_long_method_names_stays_inside_a_two_panel_figure(tmp_path, monkeypatch):
+    """Two panels (the pilot's abalone and pumadyn32nm) and SGPR's variant names: the legend's
+    columns are as many as fit the figure's width, so no entry runs past its edges (six columns
+    of ``gpytorch_sgpr[diagonal_correction=false]`` did)."""
+    import matplotlib.pyplot as plt
+
+    from pipeline.report import frontier
+
+    boxes = []
+    close = plt.close
+
+    def measured_close(fig):
+        fig.canvas.draw()
+        boxes.append((fig.legends[0].get_window_extent(), fig.bbox))
+        close(fig)
+
+    monkeypatch.setattr(frontier.plt, "close", measured_close)
+    methods = ["cg", "exact", "nystrom", "sgma", "gpytorch_sgpr[diagonal_correction=false]",
+               "gpytorch_sgpr[diagonal_correction=true]", "gpytorch_svgp", "sklearn_gpr",
+               "sklearn_nystroem", "incomplete_cholesky", "zhang_kappa_greedy", "sparse_online"]
+    rng = np.random.default_rng(1)
+    every = {("final_test_rmse", d): [(m, size, float(rng.uniform(0.01, 10)),
+                                       float(rng.uniform(0.6, 0.7)), 3)
+                                      for m in methods for size in (128, 512)]
+             for d in ("abalone", "pumadyn32nm")}
+    spec = {"over": "max_basis", "budgets": [10], "cost": ["fit_seconds"]}
+    frontier.draw(every, ["abalone", "pumadyn32nm"], ["final_test_rmse"], spec, tmp_path, 1,
+                  "_x", "", None)
+    (legend, figure), = boxes
+    assert figure.x0 <= legend.x0 and legend.x1 <= figure.x1, (legend, figure)
+    assert frontier.legend_columns(10.4, methods) < frontier.LEGEND_COLUMNS

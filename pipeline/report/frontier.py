@@ -191,9 +191,10 @@ def draw(every: dict[tuple[str, str], list[Point]], datasets: Sequence[str],
         keys = {f"{symbol(spec['over'])} = {value}": Line2D([], [], marker="o", ms=size,
                                                               ls="", color="0.55")
                 for value, size in sizes.items()}
-        handles, labels = _legend_grid(drawn, keys, LEGEND_COLUMNS)
-        fig.legend(handles, labels, loc="outside lower center", ncol=LEGEND_COLUMNS,
-                   fontsize=8, frameon=False)
+        ncol = legend_columns(fig.get_figwidth(), [*drawn, *keys])
+        handles, labels = _legend_grid(drawn, keys, ncol)
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=8,
+                   frameon=False)
         against = spec.get("cost_label", "wall time")
         head = f"{title}\n" if title else ""
         fig.suptitle(f"{head}{short_label(metric, ds)} against {against}", fontsize=10)
@@ -244,7 +245,20 @@ def _draw_budgets(ax, budgets: Sequence[float], costs: list[float], shown: set,
             beyond.add(budget)
 
 
-LEGEND_COLUMNS = 6
+LEGEND_COLUMNS = 6  # the most columns a frontier figure's legend has
+# a legend entry's width at fontsize 8, in inches: about 0.07 a character of its label, and
+# its handle (a line with a marker) and the gap to the next column
+LEGEND_CHAR_INCHES, LEGEND_HANDLE_INCHES = 0.07, 0.75
+
+
+def legend_columns(width_inches: float, labels: Sequence[str]) -> int:
+    """How many legend columns fit a figure ``width_inches`` wide: the widest label sets every
+    column's width (matplotlib's columns are as wide as their widest entry), at most
+    :data:`LEGEND_COLUMNS`, at least 1 (a long method name such as
+    ``gpytorch_sgpr[diagonal_correction=false]`` in six columns ran past both edges)."""
+    widest = max((len(label) for label in labels), default=0)
+    column = LEGEND_CHAR_INCHES * widest + LEGEND_HANDLE_INCHES
+    return max(1, min(LEGEND_COLUMNS, int(width_inches // column)))
 
 
 def _legend_grid(entries: dict, keys: dict, ncol: int) -> tuple[list, list[str]]:
