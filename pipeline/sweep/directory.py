@@ -94,8 +94,8 @@ def check_not_nested(sweep_dir: Path, store_root: Path | None = None) -> None:
     foreign = foreign_entry(sweep_dir / "results.zarr")
     if foreign is not None:
         raise InputError(f"{foreign} lies inside {sweep_dir / 'results.zarr'}, which this "
-                         "sweep's run replaces whole; move it out of the store (a sweep's "
-                         "directory belongs beside the others, not in one's files), then rerun")
+                         "sweep's run replaces whole; move it out of the store (e.g. into "
+                         f"{sweep_dir / 'export'}), then rerun")
 
 
 def write_error(err: OSError, path: Path | str) -> InputError:
