@@ -113,8 +113,12 @@ def watched(program: Callable[[], int]) -> NoReturn:
         _die_with_parent(parent)
         _shared = shared
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        code = program()  # an exception propagates as in any Python program
-        sys.stdout.flush()
+        try:
+            code = program()  # an exception propagates as in any Python program
+            sys.stdout.flush()
+        except BrokenPipeError:  # its reader left (`sgp-bench --help | head -1`): not a fault
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = 0
         sys.stderr.flush()
         os._exit(code)
 
