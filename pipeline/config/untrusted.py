@@ -20,12 +20,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
-from hydra.errors import HydraException
 
 import pipeline.config as config
 from pipeline.config import yaml_limits
+from pipeline.config.overrides import parse
 
 # the only _target_ a config file may name: the product's launcher and sweeper
 KNOWN_TARGETS = {
@@ -47,7 +46,6 @@ REFUSED_IN_FILES = {
 CODE_KEYS = {"_target_": "would make an object of any importable callable",
              "()": "would call any importable callable (a logging factory)"}
 
-_PARSER = OverridesParser.create()
 _verdicts: dict[tuple[str, int, int, tuple[str, ...]], None] = {}
 
 
@@ -210,16 +208,12 @@ def _choice_values(override: Override) -> list[str] | None:
 
 
 def command_choices(argv: Sequence[str]) -> dict[str, tuple[list[str] | None, str]]:
-    """group → (options, package) that the command line ``argv`` chooses (flags and what
-    Hydra's parser does not read skipped: Hydra refuses those itself)."""
+    """group → (options, package) that the command line ``argv`` chooses, from its overrides
+    as :func:`pipeline.config.overrides.parse` reads them (flags skipped; none where one is
+    not key=value: the command line's checks refuse that first)."""
+    parsed = parse(argv)
     out: dict[str, tuple[list[str] | None, str]] = {}
-    for arg in argv:
-        if arg.startswith("-"):
-            continue
-        try:
-            override = _PARSER.parse_override(arg)
-        except HydraException:
-            continue
+    for override in () if isinstance(parsed, str) else parsed:
         group = override.key_or_group
         if group and (config.CONF_DIR / group).is_dir() and "." not in group:
             out[group] = (_choice_values(override), override.package or "")

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import scipy.stats
@@ -74,6 +74,14 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, fl
     """(mean, half-width, n) of the finite ``values``: the mean ± t_{n−1, (1+level)/2} · s/√n,
     s the sample sd (ddof 1). The half-width is NaN for n < 2 (no spread to estimate) and the
     mean NaN for n = 0."""
+    return _interval(values, lambda t, x, n: t * x.std(ddof=1) / np.sqrt(n), level)
+
+
+def _interval(values: Sequence[float], half: Callable[[float, np.ndarray, int], float],
+              level: float) -> tuple[float, float, int]:
+    """(mean, half-width, n) of the finite ``values``, the half-width ``half(t, x, n)`` of
+    the Student quantile t_{n−1, (1+level)/2}, the finite values x and their number: NaN
+    for n < 2, the mean NaN for n = 0 (the conventions of both intervals above and below)."""
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x)]
     n = len(x)
@@ -81,8 +89,7 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, fl
         return np.nan, np.nan, 0
     if n == 1:
         return float(x[0]), np.nan, 1
-    half = scipy.stats.t.ppf((1 + level) / 2, n - 1) * x.std(ddof=1) / np.sqrt(n)
-    return float(x.mean()), float(half), n
+    return float(x.mean()), float(half(scipy.stats.t.ppf((1 + level) / 2, n - 1), x, n)), n
 
 
 def _pairs(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
@@ -150,15 +157,7 @@ def corrected_t_interval(values: Sequence[float], test_fraction: float,
     times narrower. NaN conventions as :func:`t_interval`: the half-width is NaN for J < 2 and
     the mean NaN for J = 0. Raises ValueError unless 0 < ``test_fraction`` < 1."""
     rho = _rho(test_fraction)
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    j = len(x)
-    if j == 0:
-        return np.nan, np.nan, 0
-    if j == 1:
-        return float(x[0]), np.nan, 1
-    half = scipy.stats.t.ppf((1 + level) / 2, j - 1) * np.sqrt((1 / j + rho) * x.var(ddof=1))
-    return float(x.mean()), float(half), j
+    return _interval(values, lambda t, x, j: t * np.sqrt((1 / j + rho) * x.var(ddof=1)), level)
 
 
 def corrected_paired_difference(a: Sequence[float], b: Sequence[float], test_fraction: float,
