@@ -20,7 +20,6 @@ from pipeline.config import (
     read_yaml,
     top_level_keys,
 )
-from pipeline.config.keys import check_sweep_name
 
 _PARSER = OverridesParser.create()
 
@@ -166,6 +165,9 @@ def check_override_syntax(argv: list[str]) -> str | None:
                 and not override.is_sweep_override():  # checked before Hydra makes the directory
             value = override.value()
             if not (isinstance(value, str) and "${" in value):
+                # imported here: the keys load the algorithms' contract, which tab completion
+                # (this module's other user) must not pay for
+                from pipeline.config.keys import check_sweep_name
                 check_sweep_name(value if isinstance(value, str) else
                                  override.get_value_element_as_str())
         if override.type == OverrideType.DEL or override.package is not None:
