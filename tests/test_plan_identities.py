@@ -1,0 +1,56 @@
+"""Every job keeps its name through a refactor: each experiment's dry-run plan at
+``size=small`` is made in this process, every planned job's settings hashed
+(:func:`pipeline.job.identity.setting_hash`: its identity without the data's and the code's
+versions, which name what a change of data or code recomputes), and the sorted hashes' digest
+compared with the one recorded in ``tests/data/plan_identities.json``.
+
+A change that renames a job (a new identity key, a default that moves) fails here with the new
+entry to record, so that renaming every cached result of an experiment is a decision, not an
+accident. The record was made from main at 5aecd92, before JobSpec became the jobs' only form."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import read_yaml
+from pipeline.job.identity import setting_hash
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "tests" / "data" / "plan_identities.json"
+# the experiments that plan jobs (a benchmark's module runs it: ``benchmark: <module>``)
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")
+                     if not read_yaml(p).get("benchmark"))
+
+
+def planned_settings(name: str, run_cli, tmp_path, monkeypatch) -> dict:
+    """``{"jobs": distinct jobs, "settings": digest of their sorted setting hashes}`` of
+    ``experiment=name size=small``'s dry-run plan."""
+    hashes: set[str] = set()
+
+    def named(config, write_data=True):
+        hashes.add(setting_hash(config))
+        return setting_hash(config)
+
+    monkeypatch.setattr("pipeline.job.spec.config_hash", named)
+    ran = run_cli(tmp_path, "-m", f"experiment={name}", "size=small", "dry_run=true")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "dry run:" in ran.stdout, ran.stdout[-2000:]
+    digest = hashlib.sha256("\n".join(sorted(hashes)).encode()).hexdigest()[:16]
+    return {"jobs": len(hashes), "settings": digest}
+
+
+def test_every_experiment_has_a_record():
+    assert sorted(json.loads(RECORD.read_text())) == EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_the_jobs_an_experiment_plans_keep_their_names(name, run_cli, tmp_path, monkeypatch):
+    recorded = json.loads(RECORD.read_text()).get(name)
+    planned = planned_settings(name, run_cli, tmp_path, monkeypatch)
+    assert planned == recorded, (
+        f"{name}'s jobs are named differently from the record (a cached result would run "
+        f"again); if that is meant, record {json.dumps({name: planned})} in {RECORD.name}")
