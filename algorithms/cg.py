@@ -337,8 +337,8 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     start = recorder.elapsed()
     L, L_dual, gap, residual = _iterate(cg, blocks, y, lam, recorder, max_iter, block_bytes)
     solve_seconds = recorder.elapsed() - start
-    if getattr(blocks, "hold_dropped", False):  # forming K ran out of a device's memory:
-        held = 0                                # the products were matrix-free
+    if blocks.hold_dropped:  # forming K ran out of a device's memory: the products were
+        held = 0             # matrix-free
     alpha = cg.X[:, 0].copy()
     if cg.done:
         stop_reason = f"residual ≤ tol = {tol:g}"
@@ -452,7 +452,7 @@ SPECS = [AlgorithmSpec(
     seed_free=True, has_variance=True,
     exact_limit=ExactLimit({"tol": 1e-12, "error_bars": True}, variance=True),
     check_options={"error_bars": True, "max_iter": 60},
-    cluster_blocks=True,
+    cluster_blocks=True, device_blocks=True,
     # the iterations' K·v is numpy's and their one scipy call the r × r solve; the factor is
     # built with scipy's threads only where its updates are large (THREADED_UPDATE_FLOPS)
     blas_lead="numpy",

@@ -34,11 +34,16 @@ nb = 6144 (:func:`work_bytes`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+import scipy.linalg as sla
 from scipy.linalg import blas, cho_solve, lapack
 
 from algorithms import blas_inplace as bi
+from algorithms.contract import KernelBlocks, block_rows
 from algorithms.kernel_threads import lead_blas
+from algorithms.kernels import Kernel
 
 # the widest block column: potrf and trsm on blocks this wide run near GEMM's rate, far
 # below the size at which the whole-matrix potrf crashes (≈ 16 000)
@@ -199,3 +204,73 @@ def factor_and_invert(A: np.ndarray, rhs: np.ndarray, block: int = INVERSE_BLOCK
         if k1 < n:
             bi.syrk(1.0, A[k1:, k0:k1], 1.0, diagonal, trans="T")
     return factor_diagonal, x
+
+
+def exact_rows(n: int) -> int:
+    """Rows per block of the exact GP's fill of K and of its variance: ≈ BLOCK_BYTES of n
+    kernel values (:func:`~algorithms.contract.block_rows`), and at most n/16 rows, so a block
+    stays a small fraction of the one n×n matrix however small n is."""
+    return max(1, min(block_rows(n), n // 16))
+
+
+class HostCholesky:
+    """The exact GP's factor L (K_d + diag(noise) = LLᵀ) in this process's memory, and what
+    the exact GP computes with it (004 §3.4 eqs. 47-48): the in-memory
+    :meth:`~algorithms.contract.KernelBlocks.factor` (:mod:`algorithms.exact`; on a torch
+    device :class:`algorithms.torch_blocks.DeviceCholesky`)."""
+
+    def __init__(self, L: np.ndarray, X_basis: np.ndarray) -> None:
+        self.L, self.X_basis = L, X_basis
+
+    @classmethod
+    def of(cls, blocks: KernelBlocks, index: np.ndarray | None, noise: np.ndarray
+           ) -> HostCholesky:
+        """L for the distinct inputs ``index`` (None: every row), factored in place in one
+        m×m array (:mod:`algorithms.exact`'s docstring)."""
+        m = len(noise)
+        # K_d + diag(noise) in the one m×m array A, upper triangle only (all that the
+        # factorisation reads), in blocks of rows so that no kernel's temporaries are m×m; the
+        # rest of A stays zero
+        A = np.zeros((m, m))
+        rows = exact_rows(m)
+        for lo in range(0, m, rows):
+            if index is None:
+                A[lo: lo + rows, lo:] = blocks.block(slice(lo, lo + rows), slice(lo, None))
+            else:
+                A[lo: lo + rows, lo:] = blocks.block(index[lo: lo + rows], index[lo:])
+        A.flat[:: m + 1] += noise
+        # A is C-ordered and symmetric, so A.T is a Fortran-ordered view holding it in its
+        # lower triangle, factored there in place by the blocked Cholesky (LAPACK's potrf on
+        # the whole matrix crashes in OpenBLAS from n ≈ 16 400: module docstring). A
+        # LinAlgError (numerically singular) becomes the evaluator's one-line error.
+        X_basis = blocks.inputs(slice(None) if index is None else index)
+        return cls(cholesky_in_place(A.T), X_basis)
+
+    def solve(self, b: np.ndarray) -> np.ndarray:
+        """(LLᵀ)⁻¹b (eq. 47)."""
+        return sla.cho_solve((self.L, True), b, check_finite=False)
+
+    def log_diag_sum(self) -> float:
+        """Σ log L_ii (half of log det)."""
+        return np.log(np.diag(self.L)).sum()
+
+    def variance_bounds(self, kernel: Kernel, lam: float
+                        ) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """x ↦ k(x,x) + σ² − ‖L⁻¹k(X_d, x)‖² (eq. 48), in blocks of test rows: O(m·block)
+        beyond L; the exact value twice (lower and upper bound)."""
+        L, X_basis = self.L, self.X_basis
+        rows = exact_rows(len(X_basis))
+
+        def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            X_new = np.asarray(X_new, dtype=np.float64)
+            var = kernel.diag(X_new) + lam
+            for lo in range(0, len(X_new), rows):
+                # V = L⁻¹ k(X_d, x) for the block, solved in place in the Fortran-ordered
+                # transpose of its (block, m) kernel rows (L is Fortran-ordered too: no copies)
+                V = sla.solve_triangular(L, kernel(X_new[lo: lo + rows], X_basis).T,
+                                         lower=True, overwrite_b=True, check_finite=False)
+                var[lo: lo + rows] -= np.einsum("ij,ij->j", V, V)
+                del V  # freed before the next block's kernel rows exist
+            return var, var
+
+        return variance_bounds

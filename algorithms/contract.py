@@ -2,7 +2,9 @@
 
 - :class:`KernelBlocks`: an algorithm sees the training inputs only through this provider, so
   the same code runs on numpy in tests and on a verified zarr store in the pipeline, and sparse
-  methods never form the n×n matrix.
+  methods never form the n×n matrix. With what it hands out (:class:`KernelColumns`,
+  :class:`CholeskyColumns`, :class:`CholeskyFactor`) it is the whole back-end contract: every
+  capability an algorithm uses is a member, with the in-memory default where back ends differ.
 - :class:`AlgorithmSpec`: one per algorithm, declared in its module as ``SPECS``: name, fit
   function, options (defaults and validation) and capabilities. :mod:`algorithms.registry`
   collects them; the pipeline reads capabilities from the spec, never from a name.
@@ -61,12 +63,120 @@ def fill_kernel(blocks: KernelBlocks, out: np.ndarray) -> np.ndarray:
     return out
 
 
+class KernelColumns(Protocol):
+    """An n × p matrix [first, K[:, i₁], …] a provider holds (:meth:`KernelBlocks.columns`):
+    kernel columns appended by index, or an orthonormal basis built column by column; only the
+    provider's :meth:`~KernelBlocks.project` and :meth:`~KernelBlocks.residual_norms` (and their
+    ``_points`` forms) read it. Back ends: :class:`algorithms.kernel_blocks.ArrayKernelColumns`
+    (memory), :class:`algorithms.torch_blocks.TorchKernelColumns` (a torch device),
+    :class:`pipeline.blocks.cluster_columns.ClusterColumns` (a Dask cluster's row shards)."""
+
+    width: int  # p, the columns so far (the providers' projections)
+
+    def append(self, i: int) -> None:
+        """Append the kernel column K[:, i]."""
+
+    def extend(self, indices) -> None:
+        """Append the kernel columns K[:, indices], one block."""
+
+    def extend_points(self, X_cols: np.ndarray) -> None:
+        """Append the columns k(X, X_cols) of any inputs, one block."""
+
+    def append_residual(self, x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Start appending w = k(X, x) − W[:, 1:]·r: (W[:, 1:]ᵀw, ‖w‖², W[:, 0]ᵀw); SGMA's primal
+        in QR form (:class:`algorithms.greedy.PrimalGreedy`), then :meth:`reorthogonalise`,
+        :meth:`commit`."""
+
+    def reorthogonalise(self, s: np.ndarray) -> tuple[float, float]:
+        """w −= W[:, 1:]·s; (‖w‖², W[:, 0]ᵀw) (:class:`algorithms.greedy.PrimalGreedy`)."""
+
+    def commit(self, delta: float) -> None:
+        """Append w/δ as the next column (:class:`algorithms.greedy.PrimalGreedy`)."""
+
+
+class CholeskyColumns(Protocol):
+    """The rows of a pivoted Cholesky factor F of K (K ≈ FFᵀ), its residual diagonal and their
+    reductions, held by a provider (:meth:`KernelBlocks.cholesky_columns`); global row numbers
+    in every argument. :class:`algorithms.lowrank.PartialCholesky` decides the pivots and drives
+    it (the Nyström method, incomplete Cholesky, PCG's preconditioner). Back ends:
+    :class:`algorithms.factor_columns.ArrayCholeskyColumns`, :class:`algorithms.torch_blocks.
+    TorchCholeskyColumns`, :class:`pipeline.blocks.cluster.ClusterCholeskyColumns`."""
+
+    t: int  # columns of F so far
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """F[rows, :t] (the pivots' rows: PartialCholesky.add)."""
+
+    def append(self, X_new: np.ndarray, F_new_rows: np.ndarray, L_B: np.ndarray,
+               considered: np.ndarray) -> None:
+        """Add the factor columns (K[:, B] − F F[B]ᵀ) L_B⁻ᵀ of accepted pivots with inputs
+        ``X_new`` (004 §4.3) and update the residual diagonal; every index in ``considered``
+        leaves the admissible set (PartialCholesky.add)."""
+
+    def residual_trace(self) -> float:
+        """Σ max(residual, 0) over the admissible rows: the stopping rule."""
+
+    def best(self) -> tuple[int, float, np.ndarray] | None:
+        """The admissible row with the largest non-degenerate residual as (row, residual,
+        F[row, :t]), or None (PartialCholesky.greedy_pivot)."""
+
+    def top(self, k: int) -> np.ndarray:
+        """Up to ``k`` admissible rows with the largest non-degenerate residuals, largest first
+        (PartialCholesky.greedy_block: PCG's preconditioner)."""
+
+    def gram(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(F[:, :t1]ᵀ F[:, t0:t1], F[:, t0:t1]ᵀ y) (:class:`algorithms.lowrank.LowRankSolve`)."""
+
+    def factor(self) -> np.ndarray:
+        """F (n × t) on the host, gathered where it is spread (PCG's preconditioner)."""
+
+
+class CholeskyFactor(Protocol):
+    """The exact GP's factor L of K_d + diag(noise) = LLᵀ (:meth:`KernelBlocks.factor`) and
+    what :mod:`algorithms.exact` computes with it (004 §3.4 eqs. 47-48). Back ends:
+    :class:`algorithms.cholesky.HostCholesky`, :class:`algorithms.torch_blocks.DeviceCholesky`."""
+
+    def solve(self, b: np.ndarray) -> np.ndarray:
+        """(LLᵀ)⁻¹b (eq. 47)."""
+
+    def log_diag_sum(self) -> float:
+        """Σ log L_ii, half of log det (the log marginal likelihood)."""
+
+    def variance_bounds(self, kernel: Kernel, lam: float
+                        ) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """x ↦ k(x,x) + σ² − ‖L⁻¹k(X_d, x)‖² (eq. 48), twice (lower = upper)."""
+
+
 @runtime_checkable
 class KernelBlocks(Protocol):
-    """Kernel matrix K = k(X, X) of the training inputs, computed block by block on demand."""
+    """Kernel matrix K = k(X, X) of the training inputs, computed block by block on demand.
 
-    n: int
-    kernel: Kernel
+    The whole contract between an algorithm and a back end: an algorithm reads a provider
+    through these members only, never probing for others. The root back ends subclass this
+    class (:class:`algorithms.kernel_blocks.ArrayKernelBlocks`, memory;
+    :class:`algorithms.torch_blocks.TorchKernelBlocks`, a torch device) and so inherit the
+    in-memory defaults of the capabilities below that only some back ends change
+    (``memory_on_device``, ``hold_dropped``, ``device``, :meth:`summary`); the zarr, cluster
+    and store-on-device providers subclass those (tests/test_backend_contract.py holds every
+    back end to every member, and algorithms/ to no ``getattr`` probe)."""
+
+    n: int  # training rows (every algorithm)
+    d: int  # input dimension (size checks, the greedy methods' FLOP counts, learning curves)
+    kernel: Kernel  # the kernel k (every algorithm)
+    # where the fit's n × n matrices live: True when on a device that checks them against its
+    # own free memory where they are made, so the evaluator's check against this machine's
+    # memory is skipped (algorithms.evaluation.run)
+    memory_on_device: bool = False
+    # whether the K asked for by hold() could not be formed after all (a device ran out of
+    # memory): the products were matrix-free (algorithms.cg records 0 held bytes)
+    hold_dropped: bool = False
+    # the torch device the blocks live on, None for numpy (GPyTorch's peers train there)
+    device: Any = None
+
+    def summary(self) -> dict[str, Any]:
+        """Final scalars the job records of its back end (a cluster's bytes moved, a device's
+        model: pipeline.job.run); none in memory."""
+        return {}
 
     def block(self, rows: np.ndarray | slice, cols: np.ndarray | slice) -> np.ndarray:
         """K[rows, cols] as a dense float64 array."""
@@ -102,18 +212,22 @@ class KernelBlocks(Protocol):
     def release(self) -> None:
         """Drop what :meth:`hold` kept."""
 
-    def columns(self, first: np.ndarray, capacity: int):
-        """An n × p matrix [first, K[:, i₁], …] held by the provider, to which kernel columns
-        are appended by index (``append(i)``, ``extend(indices)``) and which only
-        :meth:`project` and :meth:`project_points` read: an algorithm's n × t state (SGMA's
-        [y, K_{:S}]) then lives wherever the provider keeps the training rows
-        (:class:`algorithms.kernel_blocks.KernelColumns` in memory)."""
+    def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
+        """An n × p matrix [first, K[:, i₁], …] held by the provider (:class:`KernelColumns`),
+        to which kernel columns are appended by index and which only :meth:`project` and
+        :meth:`project_points` read: an algorithm's n × t state (SGMA's [y, K_{:S}]) then
+        lives wherever the provider keeps the training rows."""
 
-    def cholesky_columns(self, capacity: int, targets: np.ndarray | None):
+    def cholesky_columns(self, capacity: int, targets: np.ndarray | None) -> CholeskyColumns:
         """The rows of a pivoted Cholesky factor F of K (K ≈ FFᵀ), its residual diagonal and
-        their reductions, held by the provider (:class:`algorithms.factor_columns.CholeskyColumns`
-        in memory): the Nyström and incomplete-Cholesky n × t state
-        (:class:`algorithms.lowrank.PartialCholesky` drives it)."""
+        their reductions, held by the provider (:class:`CholeskyColumns`): the Nyström and
+        incomplete-Cholesky n × t state (:class:`algorithms.lowrank.PartialCholesky` drives
+        it)."""
+
+    def factor(self, index: np.ndarray | None, noise: np.ndarray) -> CholeskyFactor:
+        """The exact GP's L with K_d + diag(noise) = LLᵀ for the inputs ``index`` (None: every
+        row), made where the provider keeps its n × n matrices (:class:`CholeskyFactor`;
+        :mod:`algorithms.exact`)."""
 
     def cross(self, X_new: np.ndarray, cols: np.ndarray | slice) -> np.ndarray:
         """k(X_new, X[cols]), shape (len(X_new), len(cols))."""
@@ -484,6 +598,13 @@ class AlgorithmSpec:
     and otherwise it reads only rows, small blocks, the diagonal and n-vectors, so it runs
     with those parts spread over a Dask cluster (``blocks=cluster``,
     :mod:`pipeline.blocks.cluster`); tested against the in-memory run.
+    ``device_blocks``: the fit reaches the training data through :class:`KernelBlocks` alone,
+    so it runs with its blocks on a torch device (``device=torch:cpu``, ``cuda``:
+    :class:`algorithms.torch_blocks.TorchKernelBlocks`), what dominates it there; tested
+    against the numpy run. ``float64_only``: with ``device_blocks``, the fit computes in
+    float64 whatever the blocks' precision (GPyTorch's peers), so ``precision=float32`` is
+    refused. Both are checked with the rest of the job's config, before any data are read
+    (:func:`pipeline.job.validate.check_device`).
     ``own_protocol``: for a method that learns its hyperparameters itself as its users run it
     (the peers: GPyTorch's trained SGPR and SVGP, scikit-learn's optimiser), the option values
     of that training; the pipeline's ``protocol=own`` applies them instead of fitting at a
@@ -521,6 +642,8 @@ class AlgorithmSpec:
     certifiable: bool | Callable[[Mapping[str, Any]], bool] = True
     requires: tuple[Requirement, ...] = ()
     cluster_blocks: bool = False
+    device_blocks: bool = False
+    float64_only: bool = False
     own_protocol: Mapping[str, Any] | None = None
     own_hyper: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     too_large: str | None = None
@@ -530,6 +653,8 @@ class AlgorithmSpec:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"{self.name}: task {self.task!r} is not one of {TASKS}")
+        if self.float64_only and not self.device_blocks:
+            raise ValueError(f"{self.name}: float64_only applies to device_blocks only")
 
     def certifies(self, options: Mapping[str, Any]) -> bool:
         """Whether Theorem 1's certificate applies to a fit with these (validated) options."""

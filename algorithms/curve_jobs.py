@@ -57,10 +57,11 @@ def _curve_spec(name: str | None, label: str) -> AlgorithmSpec:
     return spec
 
 
-def run_curve(config: Mapping, spec: AlgorithmSpec, kernel: Kernel, blocks,
-              options: Mapping) -> Curve:
-    """The learning curve a job config asks for (``options``: the algorithm's, validated)."""
-    curve = dict(config["learning_curve"])
+def run_curve(settings: Mapping, spec: AlgorithmSpec, kernel: Kernel, blocks,
+              options: Mapping, *, seed: int, lam: float) -> Curve:
+    """The learning curve a job's ``learning_curve`` block (``settings``) asks for, of the
+    algorithm ``spec`` with ``options`` (validated), its kernel, ``seed`` and λ."""
+    curve = dict(settings)
     unknown = sorted(set(curve) - CURVE_KEYS)
     if unknown:
         raise InputError(f"learning_curve has no key {unknown[0]!r}; its keys: "
@@ -73,7 +74,7 @@ def run_curve(config: Mapping, spec: AlgorithmSpec, kernel: Kernel, blocks,
     if curve.get("baseline") is not None:
         baseline_spec = _curve_spec(curve["baseline"], "learning_curve.baseline")
         baseline = (baseline_spec.name, baseline_spec.learning_curve)
-    density = curve_density(curve, blocks, config["seed"])
-    return learning_curve(spec.name, spec.learning_curve, kernel, density, lam=config["lam"],
-                          n_grid=curve["n"], draws=curve.get("draws", 100), seed=config["seed"],
+    density = curve_density(curve, blocks, seed)
+    return learning_curve(spec.name, spec.learning_curve, kernel, density, lam=lam,
+                          n_grid=curve["n"], draws=curve.get("draws", 100), seed=seed,
                           m=options.get(spec.learning_curve.basis_option), baseline=baseline)

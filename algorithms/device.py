@@ -10,12 +10,13 @@ factors its matrix there (:func:`algorithms.torch_blocks.TorchKernelBlocks.facto
 value is float64 unless the job asks for ``float32`` (its accuracy against float64 is
 measured by ``experiment=bench_device``).
 
-The kernels here are those of :data:`algorithms.kernels.KERNELS` in the same arithmetic: the
-RBF as exp of one GEMM of the augmented rows and columns (:func:`~algorithms.kernel_tiles.
-rbf_rows`, :func:`~algorithms.kernel_tiles.rbf_cols`), the Laplacian and Matérn-3/2 from
-direct differences (``torch.cdist`` without its GEMM form: exact near zero), the linear and
-polynomial kernels from one GEMM. On ``torch:cpu`` they equal the numpy tiles to a few ulp of
-their arguments (``tests/test_device.py``).
+The kernels here are those of :data:`algorithms.kernels.KERNELS`, each by the torch tile its
+row declares (:class:`~algorithms.kernels.KernelSpec`'s ``torch_tile``), in the numpy tile's
+arithmetic: the RBF as exp of one GEMM of the augmented rows and columns
+(:func:`~algorithms.kernel_tiles.rbf_rows`, :func:`~algorithms.kernel_tiles.rbf_cols`), the
+Laplacian and the Matérns from direct differences (``torch.cdist`` without its GEMM form:
+exact near zero), the linear and polynomial kernels from one GEMM. On ``torch:cpu`` they equal
+the numpy tiles to a few ulp of their arguments (``tests/test_device.py``).
 """
 
 from __future__ import annotations
@@ -199,23 +200,12 @@ class TorchKernel:
         return B[:, index] if self._by_column else B[index]
 
     def tile(self, A, B):
-        """k(A, B) for device rows and columns from :meth:`rows` and :meth:`cols`."""
-        import torch
-
-        name, v = self.name, self.variance
-        if name == "rbf":  # exp((2abᵀ − ‖a‖² − ‖b‖²)/width): one GEMM of augmented inputs
-            T = A @ B
-            T.exp_()  # in place: one n_a × n_b matrix at the peak, not two
-        elif name in ("laplacian", "matern32"):
-            h = torch.cdist(A, B.T.contiguous(), compute_mode="donot_use_mm_for_euclid_dist")
-            h /= self._shape["omega" if name == "laplacian" else "mu"]
-            T = torch.exp(-h) if name == "laplacian" else (1.0 + h) * torch.exp(-h)
-        elif name == "linear":
-            T = A @ B.T
-        else:  # polynomial: (⟨a, b⟩ + c)^degree, an integer power
-            T = (A @ B.T + self._shape["c"]) ** int(self._shape["degree"])
-        if v != 1.0:
-            T *= v
+        """k(A, B) for device rows and columns from :meth:`rows` and :meth:`cols`: the torch
+        tile of the kernel's row (:class:`~algorithms.kernels.KernelSpec`'s ``torch_tile``),
+        times the variance."""
+        T = self.kernel.spec.torch_tile(A, B, **self._shape)
+        if self.variance != 1.0:
+            T *= self.variance
         return T
 
     def block(self, A, B):

@@ -401,7 +401,7 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
     if spec.task == "regression":  # a classifier has no noise variance: lam is not used
         check_lam_scale(lam, blocks.kernel, blocks.diag())
     y = check_targets(y, blocks.n)
-    test = check_test(test, getattr(blocks, "d", None))
+    test = check_test(test, blocks.d)
     if spec.task == "classification":
         check_labels(y, "y")
         if test is not None:
@@ -410,8 +410,8 @@ def run(algorithm: str | AlgorithmSpec, blocks, y: np.ndarray, *, lam: float,
                               prefix="algorithm.")
     distinct = (len(distinct_rows(blocks.inputs(slice(None)))[0]) if spec.distinct_inputs
                 else None)
-    check_size(spec, blocks.n, getattr(blocks, "d", 0), opts, distinct=distinct,
-               available=math.inf if getattr(blocks, "memory_on_device", False) else None)
+    check_size(spec, blocks.n, blocks.d, opts, distinct=distinct,
+               available=math.inf if blocks.memory_on_device else None)
     if spec.uses_kappa:
         opts["kappa"] = check_kappa(kappa, blocks.n)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng or 0)

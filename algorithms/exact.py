@@ -32,10 +32,12 @@ default null leaves the memory alone to decide) before it ingests the data
 (:func:`algorithms.evaluation.check_size`), in one line that names PCG (``algorithm=cg``,
 :data:`TOO_LARGE`) as the way to the same posterior at that size.
 
-On a torch device (``device=cuda``: :mod:`algorithms.torch_blocks`) the blocks factor K_d +
-diag(noise) themselves, in place on the device (:meth:`~algorithms.torch_blocks.
-TorchKernelBlocks.factor`, refused in one line above the device's free memory), and the
-solves and the variance run there; the rest of the fit is the same code.
+The blocks make the factor (:meth:`algorithms.contract.KernelBlocks.factor`): in memory
+:class:`algorithms.cholesky.HostCholesky` as above; on a torch device (``device=cuda``:
+:mod:`algorithms.torch_blocks`) K_d + diag(noise) is factored in place on the device
+(:meth:`~algorithms.torch_blocks.TorchKernelBlocks.factor`, refused in one line above the
+device's free memory), and the solves and the variance run there; the rest of the fit is the
+same code.
 """
 
 from __future__ import annotations
@@ -45,9 +47,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import scipy.linalg as sla
 
-from algorithms.cholesky import cholesky_in_place, work_bytes
+from algorithms.cholesky import work_bytes
 from algorithms.contract import (
     BLOCK_BYTES,
     AlgorithmSpec,
@@ -55,7 +56,6 @@ from algorithms.contract import (
     ExactLimit,
     KernelBlocks,
     Solution,
-    block_rows,
     distinct_rows,
 )
 from algorithms.evaluation import Recorder
@@ -79,13 +79,6 @@ def memory_bytes(n: int, d: int, options: Mapping[str, Any]) -> float:
     return 8.0 * (MEMORY_FACTOR * n * n + n * d) + work_bytes(n) + WORKING_BYTES
 
 
-def _block_rows(n: int) -> int:
-    """Rows per block of the fill of K and of the variance: ≈ BLOCK_BYTES of n kernel values
-    (:func:`~algorithms.contract.block_rows`), and at most n/16 rows, so a block stays a small
-    fraction of the one n×n matrix however small n is."""
-    return max(1, min(block_rows(n), n // 16))
-
-
 def _distinct(X: np.ndarray, y: np.ndarray, lam: float
               ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(index, inverse, counts, ȳ, noise) of the training rows merged by input (module
@@ -96,28 +89,6 @@ def _distinct(X: np.ndarray, y: np.ndarray, lam: float
         return None, inverse, counts, y, np.full(len(y), lam)
     y_mean = np.bincount(inverse, weights=y, minlength=len(first)) / counts
     return first, inverse, counts, y_mean, lam / counts
-
-
-def _factor(blocks: KernelBlocks, index: np.ndarray | None, noise: np.ndarray) -> np.ndarray:
-    """L with K_d + diag(noise) = LLᵀ for the distinct inputs ``index`` (None: every row),
-    factored in place in one m×m array (module docstring)."""
-    m = len(noise)
-    # K_d + diag(noise) in the one m×m array A, upper triangle only (all that the
-    # factorisation reads), in blocks of rows so that no kernel's temporaries are m×m; the
-    # rest of A stays zero
-    A = np.zeros((m, m))
-    rows = _block_rows(m)
-    for lo in range(0, m, rows):
-        if index is None:
-            A[lo: lo + rows, lo:] = blocks.block(slice(lo, lo + rows), slice(lo, None))
-        else:
-            A[lo: lo + rows, lo:] = blocks.block(index[lo: lo + rows], index[lo:])
-    A.flat[:: m + 1] += noise
-    # A is C-ordered and symmetric, so A.T is a Fortran-ordered view holding it in its lower
-    # triangle, factored there in place by the blocked Cholesky (LAPACK's potrf on the whole
-    # matrix crashes in OpenBLAS from n ≈ 16 400: algorithms/cholesky.py). A LinAlgError
-    # (numerically singular) becomes the evaluator's one-line error.
-    return cholesky_in_place(A.T)
 
 
 def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Generator,
@@ -141,16 +112,9 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
     index, inverse, counts, y_mean, noise = _distinct(X, y, lam)
     m = len(y_mean)
     X_basis = X if index is None else X[index]
-    device_factor = getattr(blocks, "factor", None)  # on a torch device: algorithms.torch_blocks
-    if device_factor is None:
-        L = _factor(blocks, index, noise)
-        alpha_d = sla.cho_solve((L, True), y_mean, check_finite=False)  # eq. 47 on X_d
-        log_det_half = np.log(np.diag(L)).sum()
-        variance = _variance(L, X_basis, blocks.kernel, lam)
-    else:
-        L = device_factor(index, noise)
-        alpha_d, log_det_half = L.solve(y_mean), L.log_diag_sum()
-        variance = L.variance_bounds(blocks.kernel, lam)
+    L = blocks.factor(index, noise)  # in memory or on the blocks' device
+    alpha_d, log_det_half = L.solve(y_mean), L.log_diag_sum()  # eq. 47 on X_d
+    variance = L.variance_bounds(blocks.kernel, lam)  # eq. 48
     if index is None:
         alpha, resid = alpha_d, 0.0
     else:
@@ -178,32 +142,13 @@ def fit(blocks: KernelBlocks, y: np.ndarray, *, lam: float, rng: np.random.Gener
                     lam, summary, variance)
 
 
-def _variance(L: np.ndarray, X_basis: np.ndarray, kernel, lam: float):
-    """k(x,x) + σ² − ‖L⁻¹k(X_d, x)‖² (eq. 48), in blocks of test rows: O(m·block) beyond L."""
-    rows = _block_rows(len(X_basis))
-
-    def variance_bounds(X_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        X_new = np.asarray(X_new, dtype=np.float64)
-        var = kernel.diag(X_new) + lam
-        for lo in range(0, len(X_new), rows):
-            # V = L⁻¹ k(X_d, x) for the block, solved in place in the Fortran-ordered transpose
-            # of its (block, m) kernel rows (L is Fortran-ordered too: no copies)
-            V = sla.solve_triangular(L, kernel(X_new[lo: lo + rows], X_basis).T, lower=True,
-                                     overwrite_b=True, check_finite=False)
-            var[lo: lo + rows] -= np.einsum("ij,ij->j", V, V)
-            del V  # freed before the next block's kernel rows exist
-        return var, var
-
-    return variance_bounds
-
-
 SPECS = [AlgorithmSpec(
     "exact", fit, "exact GP regression by Cholesky (forms the n×n kernel matrix)",
     options={"max_n": Option(None, "int", "refuse larger n; null: refuse only a fit whose "
                              "n²·8 bytes exceed the memory available (memory_bytes)", lo=1,
                              none_ok=True, example=20000)},
     seed_free=True, has_variance=True, memory_bytes=memory_bytes, too_large=TOO_LARGE,
-    distinct_inputs=True,
+    distinct_inputs=True, device_blocks=True,
     learning_curve=CurveModel(lambda kernel, density, basis, X, sigma2:
                               gp_xbar_error(kernel, density, X, sigma2), needs_basis=False),
     exact_limit=ExactLimit({}, variance=True),

@@ -3,7 +3,7 @@ holds: the n × t state of the Nyström method and of incomplete Cholesky
 (:class:`algorithms.lowrank.PartialCholesky` decides the pivots; this class does the work that
 is a sum or a map over rows).
 
-A provider holds one :class:`CholeskyColumns` over all rows in memory
+A provider holds one :class:`ArrayCholeskyColumns` over all rows in memory
 (``ArrayKernelBlocks.cholesky_columns``), or one per row range on the workers of a cluster
 (``blocks=cluster``), each updated by the same calls with the same small arguments:
 
@@ -35,7 +35,7 @@ def _into(target: np.ndarray, result: np.ndarray) -> None:
         target[...] = result
 
 
-class CholeskyColumns:
+class ArrayCholeskyColumns:
     """Rows ``lo``..``lo + n`` of a pivoted Cholesky factor, its residual diagonal and the
     targets of those rows. ``blocks`` is an in-memory kernel-block provider over these rows
     (``blocks.X`` and ``blocks.kernel``); global row numbers are used in every argument."""

@@ -230,7 +230,7 @@ def peer_device(blocks: KernelBlocks):
     """The torch device of the job's kernel blocks (:mod:`algorithms.torch_blocks`: a GPU, or
     ``torch:cpu``), where GPyTorch then trains and predicts; None on the numpy path
     (GPyTorch's default, the CPU)."""
-    return getattr(blocks, "device", None)
+    return blocks.device
 
 
 def _likelihood(torch, gpytorch, lam: float, device):
@@ -828,7 +828,7 @@ SPECS: list[AlgorithmSpec] = [
         check_options={"max_basis": 20},
         certifiable=lambda options: (options["steps"] == 0 and options["starts"] == "given"
                                      and options["inducing_init"] != "kmeans"),
-        requires=(TORCH, GPYTORCH),
+        requires=(TORCH, GPYTORCH), device_blocks=True, float64_only=True,
         own_protocol={"steps": SGPR_OWN_CAP, "optimizer": "lbfgs", "elbo_tol": ELBO_TOL,
                       "grad_tol": GRAD_TOL, "inducing_init": "greedy_variance",
                       "starts": "given+median"},
@@ -864,6 +864,7 @@ SPECS: list[AlgorithmSpec] = [
         },
         has_variance=True, check_options={"max_basis": 10, "epochs": 2, "batch_size": 20},
         certifiable=lambda options: options["epochs"] == 0, requires=(TORCH, GPYTORCH),
+        device_blocks=True, float64_only=True,
         own_protocol={"learn_kernel": True, "epochs": SVGP_OWN_CAP, "holdout": 0.1,
                       "patience": PATIENCE, "heldout_tol": HELDOUT_TOL, "min_steps": MIN_STEPS,
                       "inducing_init": "greedy_variance", "starts": "given+median"},

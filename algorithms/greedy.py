@@ -128,7 +128,7 @@ class PrimalGreedy(_GreedySupport):
                  t_max: int, chunk_bytes: int = 2**28) -> None:
         self.blocks, self.y, self.lam = blocks, y, lam
         self.sigma = float(np.sqrt(lam))
-        self.n, self.d = blocks.n, getattr(blocks, "d", 0)
+        self.n, self.d = blocks.n, blocks.d
         self.diag = blocks.diag()
         super().__init__(self.n, rng)
         self.t_max, self.chunk_bytes = t_max, chunk_bytes
@@ -240,7 +240,7 @@ class DualGreedy(_GreedySupport):
     def __init__(self, blocks: KernelBlocks, y: np.ndarray, lam: float, rng: np.random.Generator,
                  diag: np.ndarray | None = None, chunk_bytes: int = 2**28) -> None:
         self.blocks, self.y, self.lam = blocks, y, lam
-        self.d = getattr(blocks, "d", 0)
+        self.d = blocks.d
         self.diag = blocks.diag() if diag is None else diag
         super().__init__(blocks.n, rng)
         self.chunk_bytes = chunk_bytes

@@ -46,10 +46,9 @@ from typing import Any
 import numpy as np
 
 from algorithms.errors import InputError
-from algorithms.kernels import Kernel
+from algorithms.kernels import LEARNABLE, Kernel
 from algorithms.marginal_likelihood import (
     BOUNDS,
-    LEARNABLE,
     Parameters,
     length_scale_of,
     log_marginal_likelihood,
@@ -195,7 +194,7 @@ def median_start(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float,
     return params.kernel(median_theta(params, X, np.asarray(y, dtype=np.float64), lam, rng))
 
 
-# square arrays alive in one dense evaluation, at most: the Matérn's and the Laplacian's distances,
+# square arrays alive in one dense evaluation, at most: the Matérns' and the Laplacian's distances,
 # exponentials, K and G beside the array factored in place (the RBF: that one array)
 DENSE_ARRAYS = 5
 

@@ -73,6 +73,6 @@ SPECS = [AlgorithmSpec(
     seed_free=True, has_variance=True,
     exact_limit=ExactLimit({"max_basis": "n"}, variance=True),
     check_options={"max_basis": 20},
-    cluster_blocks=True,
+    cluster_blocks=True, device_blocks=True,
     own_hyper=lowrank_own_hyper,
 )]

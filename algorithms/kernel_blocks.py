@@ -11,8 +11,10 @@ import os
 import numpy as np
 import psutil
 
+from algorithms.cholesky import HostCholesky
+from algorithms.contract import KernelBlocks
 from algorithms.errors import InputError
-from algorithms.factor_columns import CholeskyColumns
+from algorithms.factor_columns import ArrayCholeskyColumns
 from algorithms.kernel_threads import l2_bytes, on_threads, tile_rows
 from algorithms.kernel_tiles import NUMPY_EXP, NUMPY_EXP_VECTORISED, fused
 from algorithms.kernels import Kernel
@@ -97,8 +99,10 @@ def row_block_matmul(kernel: Kernel, X_rows: np.ndarray, X: np.ndarray, V: np.nd
     return out
 
 
-class ArrayKernelBlocks:
-    """Kernel blocks over training inputs held in memory (numpy, or anything np.asarray takes).
+class ArrayKernelBlocks(KernelBlocks):
+    """Kernel blocks over training inputs held in memory (numpy, or anything np.asarray takes):
+    the in-memory back end of :class:`~algorithms.contract.KernelBlocks`, whose defaults it
+    keeps (nothing on a device, nothing to summarise).
 
     Blocks are computed on demand; nothing of size n×n is stored unless an iterative solver asks
     for it (:meth:`hold`). ``X`` may be a lazy array (e.g. dask over zarr): it is materialised
@@ -208,21 +212,26 @@ class ArrayKernelBlocks:
         kernel = self.kernel
         return tiled_matmul(kernel, self.kernel_rows, kernel.cols(self.X), W)
 
-    def columns(self, first: np.ndarray, capacity: int) -> KernelColumns:
+    def columns(self, first: np.ndarray, capacity: int) -> ArrayKernelColumns:
         """An n × p matrix [first, K[:, i₁], K[:, i₂], …] to which kernel columns are appended
-        (:class:`KernelColumns`; SGMA's [y, K_{:S}]), room made for ``capacity`` of them."""
-        return KernelColumns(self, first, capacity)
+        (:class:`ArrayKernelColumns`; SGMA's [y, K_{:S}]), room made for ``capacity`` of them."""
+        return ArrayKernelColumns(self, first, capacity)
 
     def cholesky_columns(self, capacity: int, targets: np.ndarray | None = None
-                         ) -> CholeskyColumns:
+                         ) -> ArrayCholeskyColumns:
         """The rows of a pivoted Cholesky factor of K with room for ``capacity`` columns, and
-        their reductions (:class:`~algorithms.factor_columns.CholeskyColumns`; the Nyström
-        and incomplete-Cholesky state), with the ``targets`` y for its Gram products."""
-        return CholeskyColumns(self, targets, capacity)
+        their reductions (:class:`~algorithms.factor_columns.ArrayCholeskyColumns`; the
+        Nyström and incomplete-Cholesky state), with the ``targets`` y for its Gram products."""
+        return ArrayCholeskyColumns(self, targets, capacity)
+
+    def factor(self, index: np.ndarray | None, noise: np.ndarray) -> HostCholesky:
+        """The exact GP's L (K_d + diag(noise) = LLᵀ) in this process's memory, filled from
+        :meth:`block` and factored in place (:class:`~algorithms.cholesky.HostCholesky`)."""
+        return HostCholesky.of(self, index, noise)
 
     def project(self, cols, W) -> tuple[np.ndarray, np.ndarray]:
         """(Wᵀ K[:, cols], the column sums of K[:, cols]²) for W of shape (n, p) (an array or
-        :class:`KernelColumns`), without forming K[:, cols]: see :meth:`project_points`."""
+        :class:`ArrayKernelColumns`), without forming K[:, cols]: see :meth:`project_points`."""
         return self.project_points(self.X[cols], W)
 
     def project_points(self, X_cols: np.ndarray, W) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +241,7 @@ class ArrayKernelBlocks:
         summed). One pass over W and no n × len(X_cols) array: the greedy methods' candidate
         scores are these two quantities, and with X_cols test inputs they give the Nyström and
         SGMA variance terms."""
-        W = W.array if isinstance(W, KernelColumns) else W
+        W = W.array if isinstance(W, ArrayKernelColumns) else W
         kernel, A = self.kernel, self.kernel_rows
         B = kernel.cols(np.asarray(X_cols, dtype=np.float64))
         n, m, p = self.n, kernel._n_cols(B), W.shape[1]
@@ -264,7 +273,7 @@ class ArrayKernelBlocks:
 
     def residual_norms_points(self, X_cols: np.ndarray, W, B: np.ndarray) -> np.ndarray:
         """As :meth:`residual_norms` with the columns k(X, X_cols) of any inputs."""
-        W = W.array if isinstance(W, KernelColumns) else W
+        W = W.array if isinstance(W, ArrayKernelColumns) else W
         W = W[:, 1:]
         B = np.asarray(B, dtype=np.float64).reshape(W.shape[1], -1)
         kernel, A = self.kernel, self.kernel_rows
@@ -305,7 +314,7 @@ def _memory() -> int:
         return 0
 
 
-class KernelColumns:
+class ArrayKernelColumns:
     """An n × p matrix held by a kernel-block provider: ``first`` (n × p₀, e.g. y as one
     column) followed by kernel columns K[:, i] appended by index (SGMA's [y, K_{:S}]).
 

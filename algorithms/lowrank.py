@@ -139,13 +139,12 @@ class PartialCholesky:
         """The ``k`` admissible indices with the largest residual diagonals, largest first
         (:meth:`add` accepts them in that order, dropping any made degenerate by the ones
         before it): k greedy steps in one BLAS-3 update, for a preconditioner, where the
-        exact greedy order matters less than the speed. For k = 1, or where the provider
-        cannot list them, the one pivot of :meth:`greedy_pivot` (empty if there is none)."""
-        top = getattr(self.columns, "top", None)
-        if k == 1 or top is None:
+        exact greedy order matters less than the speed. For k = 1 the one pivot of
+        :meth:`greedy_pivot` (empty if there is none)."""
+        if k == 1:
             pivot = self.greedy_pivot()
             return [] if pivot is None else [pivot]
-        return [int(i) for i in top(k)]
+        return [int(i) for i in self.columns.top(k)]
 
     def greedy_pivot(self) -> int | None:
         """The admissible index with the largest residual diagonal (symmetric diagonal

@@ -14,13 +14,15 @@ M = ααᵀ − K_y⁻¹ the gradient is
 
 - signal variance v: ½ Σ M∘K;  noise: ½ σ² tr M;
 - length scale ℓ_j of a stationary kernel k(r), r = ‖(x−x')/ℓ‖: ∂K/∂log ℓ_j = G∘D_j with
-  D_j = (x_j − x'_j)²/ℓ_j² and G = K (RBF), v e^{−r} (Matérn-3/2), K/r (Laplacian), so with
-  P = M∘G and s = X_{·j}/ℓ_j, ½ Σ P∘D_j = sᵀ((P1)∘s) − sᵀPs: one product P·[S, 1] for all
-  j (an isotropic length scale is the sum over j), whose last column P1 also gives the RBF's
+  D_j = (x_j − x'_j)²/ℓ_j² and G = −k'(r)/r, the slope each kernel's row declares
+  (:class:`algorithms.kernels.Gradient`: K for the RBF, v e^{−r} for the Matérn-3/2,
+  v(1 + r)e^{−r}/3 for the Matérn-5/2, K/r for the Laplacian), so with P = M∘G and
+  s = X_{·j}/ℓ_j, ½ Σ P∘D_j = sᵀ((P1)∘s) − sᵀPs: one product P·[S, 1] for all j (an
+  isotropic length scale is the sum over j), whose last column P1 also gives the RBF's
   variance term ½ Σ M∘K = ½ 1ᵀP1 (G = K). No per-dimension n × n array is formed.
 
-One n × n Fortran-ordered array holds everything (two for the Matérn and the Laplacian, whose
-G is kept beside it): K in both triangles, then K_y, L, K_y⁻¹ and P in the lower one while
+One n × n Fortran-ordered array holds everything (two for the Matérns and the Laplacian,
+whose G is kept beside it): K in both triangles, then K_y, L, K_y⁻¹ and P in the lower one while
 the strict upper triangle keeps K for the elementwise pass (K's diagonal is v). Arithmetic of
 one evaluation: n³/3 (Cholesky) + n³/3 (triangular inverse) + n³/3 (TᵀT) + 2n²(d + 2) (the
 kernel's GEMM) + 2n²(d + 1) (the traces' product); ``python -m pipeline.bench.learning`` times
@@ -37,27 +39,31 @@ import scipy.linalg as sla
 
 from algorithms import blas_inplace
 from algorithms.cholesky import factor_and_invert
-from algorithms.errors import InputError
 from algorithms.kernel_threads import on_threads
-from algorithms.kernels import KERNELS, Kernel, fit_tails, takes_numpy_exp
+from algorithms.kernels import (
+    KERNELS,
+    WARM_UP_ROWS,
+    Kernel,
+    fit_tails,
+    gradient_of,
+)
 
-LEARNABLE = ("rbf", "matern32", "laplacian")  # kernels whose length-scale gradient is here
 BOUNDS = (1e-5, 1e5)  # of every hyperparameter (variance, length scales, σ²)
 TILE = 256  # rows and columns of the tiles of the elementwise gradient pass (512 KiB: in L2)
 
 
 def length_scale_of(kernel: Kernel) -> tuple[str, float]:
-    """(name of the isotropic scale parameter, that scale as a length ℓ): the RBF's width is
-    2ℓ² (its unit scale, width 2, is ℓ = 1), the others' scale is ℓ."""
-    name, unit = kernel.spec.unit_scale
-    value = kernel.params[name]
-    return name, math.sqrt(value / unit) if kernel.name == "rbf" else value
+    """(name of the isotropic scale parameter, that scale as a length ℓ, by the kernel's row:
+    :attr:`~algorithms.kernels.KernelSpec.to_length`): the RBF's width is 2ℓ² (its unit
+    scale, width 2, is ℓ = 1), the others' scale is ℓ."""
+    name = kernel.spec.unit_scale[0]
+    return name, kernel.spec.to_length(kernel.params[name])
 
 
 def _scale_from_length(name: str, ell: float) -> tuple[str, float]:
     """The inverse of :func:`length_scale_of`: (scale parameter, its value) for length ℓ."""
-    scale, unit = KERNELS[name].unit_scale
-    return scale, unit * ell * ell if name == "rbf" else ell
+    spec = KERNELS[name]
+    return spec.unit_scale[0], spec.from_length(ell)
 
 
 @dataclass(frozen=True)
@@ -69,10 +75,7 @@ class Parameters:
 
     @classmethod
     def of(cls, kernel: Kernel, d: int, ard: bool) -> Parameters:
-        if kernel.name not in LEARNABLE:
-            raise InputError(f"hyper=ml learns the kernels {', '.join(LEARNABLE)}; kernel "
-                             f"'{kernel.name}' has no length-scale gradient here: pass "
-                             "kernel=rbf (or matern32, laplacian), or hyper=fixed")
+        gradient_of(kernel.name)  # a kernel without one: the one-line error
         return cls(kernel.name, d if ard else 1)
 
     def theta(self, kernel: Kernel, lam: float, d: int) -> np.ndarray:
@@ -101,25 +104,9 @@ class Parameters:
 def kernel_and_slope(name: str, S1: np.ndarray, S2: np.ndarray, variance: float
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(K, G) between inputs already divided by their length scales: K the kernel matrix and
-    G with ∂K/∂log ℓ_j = G∘D_j, D_j = (s_j − s'_j)² (module docstring): G = K (RBF),
-    v e^{−r} (Matérn-3/2), K/r (Laplacian, 0 at r = 0)."""
-    if name == "rbf":
-        R2 = S1 @ (-2.0 * S2.T)
-        R2 += np.einsum("ij,ij->i", S1, S1)[:, None]
-        R2 += np.einsum("ij,ij->i", S2, S2)[None, :]
-        np.maximum(R2, 0.0, out=R2)
-        K = np.exp(-0.5 * R2)
-        K *= variance
-        return K, K
-    from scipy.spatial.distance import cdist  # here: scipy.spatial is ~0.08 s of import
-
-    R = cdist(S1, S2)
-    E = np.exp(-R)
-    E *= variance
-    if name == "matern32":
-        return (1.0 + R) * E, E
-    with np.errstate(divide="ignore", invalid="ignore"):  # laplacian
-        return E, np.where(R > 0, E / np.where(R > 0, R, 1.0), 0.0)
+    G with ∂K/∂log ℓ_j = G∘D_j, D_j = (s_j − s'_j)² (module docstring), by the slope of the
+    kernel's row (:class:`algorithms.kernels.Gradient`)."""
+    return gradient_of(name).slope(S1, S2, variance)
 
 
 def length_scale_gradient(M: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> np.ndarray:
@@ -132,15 +119,19 @@ def length_scale_gradient(M: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> np.n
 def kernel_into(A: np.ndarray, name: str, S: np.ndarray, variance: float
                  ) -> np.ndarray | None:
     """K of the inputs ``S`` (already at unit length scale) into the Fortran-ordered ``A``
-    (both triangles) and the slope G of ∂K/∂log ℓ_j = G∘D_j (module docstring): None for the
-    RBF, whose G is K itself (read back from A's strict upper triangle, which the factorisation
-    leaves alone); the diagonal is k(x, x) = v exactly. The RBF is one GEMM of augmented inputs
-    and one fused exp per cache-sized tile (:meth:`Kernel.block`, on :func:`kernel_threads`
-    threads) written straight into A; the others come from :func:`kernel_and_slope`."""
+    (both triangles) and the slope G of ∂K/∂log ℓ_j = G∘D_j (module docstring): None for a
+    kernel whose G is K itself (the RBF; ``slope_is_kernel`` in its row), read back from A's
+    strict upper triangle, which the factorisation leaves alone; the diagonal is k(x, x) = v
+    exactly. Such a kernel is computed by its own tiles at unit length scale (the RBF: one GEMM
+    of augmented inputs and one fused exp per cache-sized tile; :meth:`Kernel.block`, on
+    :func:`kernel_threads` threads) written straight into A; the others come from
+    :func:`kernel_and_slope`."""
     n = len(S)
-    if name == "rbf":
-        kernel = Kernel("rbf", {"variance": variance, "width": 2.0})  # exp(−‖s − s'‖²/2)
-        with fit_tails("rbf", n):
+    spec = KERNELS[name]
+    if gradient_of(name).slope_is_kernel:
+        scale, unit = spec.unit_scale  # the RBF: width 2, exp(−‖s − s'‖²/2)
+        kernel = Kernel(name, {"variance": variance, scale: unit})
+        with fit_tails(name, n):
             kernel.block(kernel.rows(S), kernel.cols(S), out=A.T)  # K symmetric: A.T is K
         G = None
     else:
@@ -154,7 +145,7 @@ def kernel_into(A: np.ndarray, name: str, S: np.ndarray, variance: float
 def _slope_products(A: np.ndarray, alpha: np.ndarray, G: np.ndarray | None, variance: float,
                     tile: int = TILE) -> float:
     """Overwrite the lower triangle of ``A`` (K_y⁻¹ there, K in its strict upper triangle) with
-    P = M∘G, M = ααᵀ − K_y⁻¹, tile by tile in cache (G = K when ``G`` is None: the RBF).
+    P = M∘G, M = ααᵀ − K_y⁻¹, tile by tile in cache (G = K when ``G`` is None: the RBF's).
     Returns Σ_ab M_ab K_ab over the whole symmetric matrix (the variance's contraction) for a
     kernel whose G is not K, else 0 (it is then 1ᵀP1, from the products)."""
     n = len(A)
@@ -199,16 +190,18 @@ def _fused_slope_products(A: np.ndarray, alpha: np.ndarray, variance: float) -> 
 def slope_traces(A: np.ndarray, alpha: np.ndarray, G: np.ndarray | None, variance: float,
                   S: np.ndarray) -> tuple[np.ndarray, float]:
     """(P·[S, 1], Σ M∘K for a kernel whose G is not K) from ``A`` holding K_y⁻¹ in its lower
-    triangle and K in its strict upper one (overwritten): P = M∘G, M = ααᵀ − K_y⁻¹. The RBF
-    on :func:`takes_numpy_exp`'s compiled side: the compiled pass writes P into both triangles,
-    then one GEMM; else numpy's tiles (:func:`_slope_products`) and one symmetric product of
-    the lower triangle (OpenBLAS's symm runs at about half GEMM's rate)."""
+    triangle and K in its strict upper one (overwritten): P = M∘G, M = ααᵀ − K_y⁻¹. A kernel
+    whose G is K (``G`` None: the RBF) on at least :data:`~algorithms.kernels.WARM_UP_ROWS`
+    rows (the compiled side of :func:`~algorithms.kernels.fit_tails`): the compiled pass writes
+    P into both triangles, then one GEMM; else numpy's tiles (:func:`_slope_products`) and one
+    symmetric product of the lower triangle (OpenBLAS's symm runs at about half GEMM's
+    rate)."""
     n, d = S.shape
     SA = np.empty((n, d + 1), order="F")  # [S, 1]
     SA[:, :d] = S
     SA[:, d] = 1.0
     PS = np.empty((n, d + 1), order="F")
-    if G is None and not takes_numpy_exp("rbf", n):
+    if G is None and n >= WARM_UP_ROWS:
         _fused_slope_products(A, alpha, variance)
         blas_inplace.gemm(1.0, A, SA, 0.0, PS)
         return PS, 0.0

@@ -5,8 +5,10 @@ The peers are algorithms that call another library (:mod:`algorithms.sklearn_pee
 pyproject.toml, declared on each spec as :class:`~algorithms.contract.Requirement` s and
 imported only inside the fit functions, so the registry loads without them.
 
-Kernel translations, ours ↔ scikit-learn ↔ GPyTorch, all in this module. Both libraries write
-the stationary kernels with a length scale ℓ dividing the inputs, so one table does for both:
+Kernel translations, ours ↔ scikit-learn ↔ GPyTorch: each kernel's row declares its own
+(:class:`algorithms.kernels.Peer`: the libraries' classes and the factor between their length
+scale and ours); this module adds the signal variance, the bounds and the way back. Both
+libraries write the stationary kernels with a length scale ℓ dividing the inputs:
 
 ==============  ===================================  ==========================================
 ours            scikit-learn                          GPyTorch
@@ -15,14 +17,18 @@ rbf, width      ConstantKernel(v) * RBF(ℓ),           ScaleKernel(RBFKernel), 
                 ℓ = √(width/2): exp(−‖x−x'‖²/width)
 matern32, μ     ConstantKernel(v) * Matern(ν=1.5,     ScaleKernel(MaternKernel(ν=1.5)), ℓ = √3·μ
                 ℓ = √3·μ): (1+h)e^{−h}, h = ‖x−x'‖/μ
+matern52, μ     ConstantKernel(v) * Matern(ν=2.5,     ScaleKernel(MaternKernel(ν=2.5)), ℓ = √5·μ
+                ℓ = √5·μ): (1+h+h²/3)e^{−h}, same h
 laplacian, ω    ConstantKernel(v) * Matern(ν=0.5,     ScaleKernel(MaternKernel(ν=0.5)), ℓ = ω
                 ℓ = ω): exp(−‖x−x'‖/ω)
 ==============  ===================================  ==========================================
 
 The signal variance v is ``ConstantKernel`` / ``ScaleKernel.outputscale``. ARD
 ``lengthscales`` ℓ_j become a vector length scale (``RBF(ℓ)`` / ``ard_num_dims = d``), times
-√3 for the Matérn-3/2 (our (1+h)e^{−h} has h = ‖(x−x')/ℓ‖, the libraries' √3·‖(x−x')/ℓ‖).
-The linear and polynomial kernels have no translation here: a one-line InputError.
+√3 for the Matérn-3/2 and √5 for the Matérn-5/2 (our h = ‖(x−x')/ℓ‖, the libraries'
+√3·‖(x−x')/ℓ‖ and √5·‖(x−x')/ℓ‖; Rasmussen & Williams eq. 4.17). The linear and polynomial
+kernels' rows give no translation: a one-line InputError
+(:func:`algorithms.kernels.peer_of`).
 
 Starts (the peers' ``starts`` option, :func:`start_points`, :func:`starts_option`): one or more
 of :data:`START_LABELS` joined by '+', each trained in turn and the best final objective kept:
@@ -48,7 +54,6 @@ predictive call: for SGPR at n = 40 000, m = 512 that call took 7.5 s after a 2.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -61,7 +66,7 @@ from algorithms.contract import Requirement
 from algorithms.errors import InputError
 from algorithms.hyper import median_start, standard_start
 from algorithms.kernel_threads import kernel_threads
-from algorithms.kernels import KERNELS, Kernel
+from algorithms.kernels import KERNELS, Kernel, peer_of
 from algorithms.options import Option
 
 if TYPE_CHECKING:
@@ -75,38 +80,35 @@ GPYTORCH = Requirement("gpytorch", "GPyTorch", EXTRA)
 START_LABELS = ("given", "median", "standard")  # the peers' ``starts``, '+'-joined (docstring)
 MEDIAN_NOISE = 0.1  # σ² of the median start, a fraction of var(y)
 
-# ℓ in the libraries = FACTOR × our length (√(width/2) for the RBF's width, μ, ω or ARD ℓ_j)
-FACTOR = {"rbf": 1.0, "matern32": math.sqrt(3.0), "laplacian": 1.0}
-MATERN_NU = {"matern32": 1.5, "laplacian": 0.5}  # the RBF is the libraries' own class
 DEFAULT_BOUNDS = (1e-5, 1e5)  # scikit-learn's default hyperparameter bounds
 
 
 def check_translatable(kernel: Kernel, owner: str) -> None:
-    """A one-line InputError unless ``kernel`` is one the peers can translate."""
-    if kernel.name not in FACTOR:
-        raise InputError(f"{owner} supports kernels {', '.join(FACTOR)}, not kernel "
-                         f"'{kernel.name}' (no translation to the peer library); pass e.g. "
-                         "kernel=rbf")
+    """A one-line InputError unless ``kernel``'s row gives it a translation
+    (:func:`algorithms.kernels.peer_of`)."""
+    peer_of(kernel.name, owner)
 
 
 def library_lengths(kernel: Kernel) -> tuple[np.ndarray, bool]:
-    """(ℓ as the libraries write it, one entry or one per dimension; whether it is ARD)."""
+    """(ℓ as the libraries write it, one entry or one per dimension; whether it is ARD):
+    the row's factor times our length (√(width/2) for the RBF's width, μ, ω or ARD ℓ_j)."""
+    factor = peer_of(kernel.name, "the peers").factor
     ls = kernel.lengthscales
     if ls is not None:
-        return FACTOR[kernel.name] * ls, True
-    scale = kernel.spec.unit_scale[0]
-    ours = math.sqrt(kernel.params[scale] / 2.0) if kernel.name == "rbf" else kernel.params[scale]
-    return np.array([FACTOR[kernel.name] * ours]), False
+        return factor * ls, True
+    ours = kernel.spec.to_length(kernel.params[kernel.spec.unit_scale[0]])
+    return np.array([factor * ours]), False
 
 
 def our_kernel(name: str, variance: float, lengths: np.ndarray, ard: bool) -> Kernel:
     """The inverse of :func:`library_lengths`: our Kernel with signal variance ``variance`` and
     library length scales ``lengths`` (a learned kernel translated back)."""
-    ours = np.asarray(lengths, dtype=np.float64).ravel() / FACTOR[name]
+    ours = np.asarray(lengths, dtype=np.float64).ravel() / peer_of(name, "the peers").factor
     if ard:
         return Kernel(name, {"variance": float(variance), "lengthscales": ours.tolist()})
-    scale = 2.0 * ours[0] ** 2 if name == "rbf" else ours[0]
-    return Kernel(name, {"variance": float(variance), KERNELS[name].unit_scale[0]: scale})
+    spec = KERNELS[name]
+    return Kernel(name, {"variance": float(variance),
+                         spec.unit_scale[0]: spec.from_length(ours[0])})
 
 
 def hyper_bounds(values: np.ndarray) -> tuple[float, float]:
@@ -120,14 +122,10 @@ def sklearn_kernel(kernel: Kernel, owner: str) -> Any:
     docstring); its bounds are scikit-learn's defaults widened to hold the values."""
     from sklearn.gaussian_process import kernels as sk
 
-    check_translatable(kernel, owner)
+    peer = peer_of(kernel.name, owner)
     lengths, ard = library_lengths(kernel)
     length = lengths if ard else float(lengths[0])
-    bounds = hyper_bounds(lengths)
-    if kernel.name == "rbf":
-        base = sk.RBF(length, length_scale_bounds=bounds)
-    else:
-        base = sk.Matern(length, length_scale_bounds=bounds, nu=MATERN_NU[kernel.name])
+    base = peer.sklearn(sk, length, hyper_bounds(lengths))
     variance = kernel.variance
     return sk.ConstantKernel(variance, hyper_bounds(np.array([variance]))) * base
 
@@ -154,13 +152,9 @@ def gpytorch_kernel(kernel: Kernel, d: int, owner: str) -> Any:
     docstring); ARD length scales give ``ard_num_dims = d``."""
     torch, gpytorch = import_gpytorch()
 
-    check_translatable(kernel, owner)
+    peer = peer_of(kernel.name, owner)
     lengths, ard = library_lengths(kernel)
-    dims = d if ard else None
-    if kernel.name == "rbf":
-        base = gpytorch.kernels.RBFKernel(ard_num_dims=dims)
-    else:
-        base = gpytorch.kernels.MaternKernel(nu=MATERN_NU[kernel.name], ard_num_dims=dims)
+    base = peer.gpytorch(gpytorch.kernels, d if ard else None)
     scaled = gpytorch.kernels.ScaleKernel(base).double()  # float64 before any value is set
     scaled.outputscale = torch.tensor(kernel.variance, dtype=torch.float64)
     base.lengthscale = torch.tensor(lengths, dtype=torch.float64).reshape(1, -1)

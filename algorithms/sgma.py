@@ -247,7 +247,7 @@ SPECS = [AlgorithmSpec(
     uses_kappa=True, has_variance=True,
     exact_limit=ExactLimit({"eps": 0.0}, variance=True),
     check_options={"max_basis": 8, "eps": 0.0},
-    cluster_blocks=True,
+    cluster_blocks=True, device_blocks=True,
     own_hyper=lowrank_own_hyper,
 )]
 

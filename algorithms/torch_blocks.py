@@ -20,20 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from algorithms.contract import KernelBlocks
 from algorithms.device import LazyTorch, TorchKernel, device_memory
 from algorithms.errors import InputError, TooLarge
 from algorithms.factor_columns import DEGENERATE_RTOL
 from algorithms.kernels import Kernel
-
-# the algorithms whose fits reach the training data through the blocks' protocol alone, so that
-# on these blocks what dominates them runs on the device (the exact GP's fill and factor, PCG's
-# products and preconditioner, the pivoted Cholesky of the Nyström method and incomplete
-# Cholesky, SGMA's projections), and GPyTorch's peers, which train on the blocks' device
-DEVICE_ALGORITHMS = ("cg", "exact", "incomplete_cholesky", "nystrom", "sgma",
-                     "gpytorch_sgpr", "gpytorch_svgp")
-# of those, the ones that compute in float64 whatever the blocks' precision (GPyTorch's peers,
-# float64 throughout: algorithms/gpytorch_peers.py): refused with precision=float32
-FLOAT64_ONLY = ("gpytorch_sgpr", "gpytorch_svgp")
 
 # kernel values computed at once on the device: a block of rows of K (CG's products, the
 # projections, the exact GP's fill) is about this many bytes
@@ -46,9 +37,14 @@ TOO_LARGE_INSTEAD = "pass algorithm=cg (the same posterior by PCG, matrix-free) 
 torch = LazyTorch(globals())
 
 
-class TorchKernelBlocks:
+class TorchKernelBlocks(KernelBlocks):
     """Kernel blocks over training inputs ``X`` (an (n, d) array, or anything np.asarray
-    takes) on ``device`` in ``dtype`` (float64 unless float32 is asked for)."""
+    takes) on ``device`` in ``dtype`` (float64 unless float32 is asked for): the torch back end
+    of :class:`~algorithms.contract.KernelBlocks`. The algorithms that run on it declare
+    ``device_blocks`` (:class:`~algorithms.contract.AlgorithmSpec`): their fits reach the data
+    through the protocol alone, so what dominates them runs here (the exact GP's fill and
+    factor, PCG's products and preconditioner, the pivoted Cholesky of the Nyström method and
+    incomplete Cholesky, SGMA's projections), and GPyTorch's peers train on its device."""
 
     # The n × n matrices of a fit (the exact GP's factor, a held K) live on the device and
     # are checked against its free memory where they are made (:meth:`factor`, :meth:`hold`),
@@ -349,7 +345,8 @@ class TorchKernelColumns:
             self._buf = grown
 
     def append_residual(self, x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """As :meth:`algorithms.kernel_blocks.KernelColumns.append_residual`, on the device."""
+        """As :meth:`algorithms.kernel_blocks.ArrayKernelColumns.append_residual`, on the
+        device."""
         blocks, tk = self.blocks, self.blocks.torch_kernel
         k = tk.block(blocks.kernel_rows, tk.cols(np.asarray(x, dtype=np.float64)))[:, 0]
         Q = self.tensor[:, 1:]
@@ -378,7 +375,7 @@ class TorchKernelColumns:
 
 class TorchCholeskyColumns:
     """The rows of a pivoted Cholesky factor F (K ≈ FFᵀ), its residual diagonal and targets,
-    on the device: :class:`algorithms.factor_columns.CholeskyColumns` (the same calls, the
+    on the device: :class:`algorithms.factor_columns.ArrayCholeskyColumns` (the same calls, the
     same arguments and results on the host) for :class:`TorchKernelBlocks`."""
 
     def __init__(self, blocks: TorchKernelBlocks, targets: np.ndarray | None,
@@ -403,7 +400,7 @@ class TorchCholeskyColumns:
 
     def append(self, X_new: np.ndarray, F_new_rows: np.ndarray, L_B: np.ndarray,
                considered: np.ndarray) -> None:
-        """As :meth:`algorithms.factor_columns.CholeskyColumns.append`:
+        """As :meth:`algorithms.factor_columns.ArrayCholeskyColumns.append`:
         F_new = (K[:, B] − F F[B]ᵀ) L_B⁻ᵀ on the device, and the residual diagonal."""
         t, b = self.t, len(X_new)
         blocks = self.blocks

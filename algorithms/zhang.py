@@ -218,7 +218,7 @@ def _greedy(blocks: KernelBlocks, y: np.ndarray, *, lam: float, kappa: int | Non
             chunk_bytes: int, predictive: str, name: str) -> Solution:
     """Algorithms 1 (κ = None: every index is a candidate) and 3 (a fresh κ-subset per step);
     with ``predictive`` sor or dtc the last step refits the coefficients on the basis."""
-    n, d = blocks.n, getattr(blocks, "d", 0)
+    n, d = blocks.n, blocks.d
     ref = _Reference(blocks, y, lam, reference, recorder)
     lam_z, diag = ref.lam_z, ref.diag
     f = np.zeros(n)  # K α^{k−1}

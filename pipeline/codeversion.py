@@ -53,6 +53,7 @@ NUMERIC_PIPELINE = (
     "pipeline.job.spec",  # a job's config completed, its protocol applied, made a JobSpec
     "pipeline.job.validate",  # the kernel, λ and options built from a job's config
     "pipeline.job.protocol",  # protocol=own: the options a method trains with
+    "pipeline.config.records",  # a job's certificate, curve, device and profiling settings
     "pipeline.job.hyper",  # hyper=ml: the learning's starts and seed, the record a fit uses
     "pipeline.datasets.store",  # the arrays a fit and a learning read from a store
     "pipeline.datasets.small_store",  # and those of a small store, read without zarr

@@ -55,8 +55,11 @@ SEED_SWEEP = ("-m", "algorithm=sgma,exact", "dataset=sine1d", "dataset.n_train=4
 # ``python -m <name>`` runs ``<name>.main`` except where the module is a package whose
 # ``__main__`` calls another module's ``main``: pipeline/__main__.py runs pipeline.cli.main
 # (after pipeline.cluster.prestart.prestart, which only warms a fork server for local workers and is
-# skipped in-process: the workers are spawned instead, as when the fork server cannot start)
-ENTRY_POINTS = {"pipeline": "pipeline.cli"}
+# skipped in-process: the workers are spawned instead, as when the fork server cannot start);
+# pipeline/report/__main__.py runs pipeline.report.build.main, pipeline/publish/__main__.py
+# pipeline.publish.cli.main
+ENTRY_POINTS = {"pipeline": "pipeline.cli", "pipeline.report": "pipeline.report.build",
+                "pipeline.publish": "pipeline.publish.cli"}
 # the packages whose module globals a call may rebind (pipeline.sweep.clock's "this process is the
 # command line" mark, say): put back after every in-process case
 PROJECT_PACKAGES = ("pipeline", "algorithms", "hydra_plugins")

@@ -131,13 +131,12 @@ def check_store_blocks_equal_memory_blocks(spec: AlgorithmSpec, problem: Problem
 
 def check_torch_blocks_equal_memory_blocks(spec: AlgorithmSpec, problem: Problem,
                                            conf_dir: Path) -> None:
-    """An algorithm that runs on a torch device (:data:`algorithms.torch_blocks.
-    DEVICE_ALGORITHMS`) fits on the torch back end (``device=torch:cpu``) as on numpy: the
-    same basis, and coefficients and every number of its summary (objectives, residuals,
-    test metrics) to 1e-10 relative, or 1e-10 absolute for a quantity already relative (a
-    gap, a residual). Not its intermediate steps: CG's iterates amplify round-off midway (a
-    relative residual differing by 1e-5 at iteration 10 of 18 in float64) and agree again
-    at convergence."""
+    """An algorithm that runs on a torch device (``AlgorithmSpec.device_blocks``) fits on the
+    torch back end (``device=torch:cpu``) as on numpy: the same basis, and coefficients and
+    every number of its summary (objectives, residuals, test metrics) to 1e-10 relative, or
+    1e-10 absolute for a quantity already relative (a gap, a residual). Not its intermediate
+    steps: CG's iterates amplify round-off midway (a relative residual differing by 1e-5 at
+    iteration 10 of 18 in float64) and agree again at convergence."""
     if not_applicable(check_torch_blocks_equal_memory_blocks, spec) is not None:
         return
     import torch
@@ -267,15 +266,9 @@ NOT_APPLICABLE = {
     f"{spec.name} declares no exact limit (AlgorithmSpec.exact_limit is None)",
     check_learning_curve: lambda spec: None if spec.learning_curve is not None else
     f"{spec.name} declares no learning curve (AlgorithmSpec.learning_curve is None)",
-    check_torch_blocks_equal_memory_blocks: lambda spec: None if spec.name in _device_algorithms()
-    else f"{spec.name} runs on numpy only (not in algorithms.torch_blocks.DEVICE_ALGORITHMS)",
+    check_torch_blocks_equal_memory_blocks: lambda spec: None if spec.device_blocks
+    else f"{spec.name} runs on numpy only (AlgorithmSpec.device_blocks is False)",
 }
-
-
-def _device_algorithms() -> tuple[str, ...]:
-    from algorithms.torch_blocks import DEVICE_ALGORITHMS  # imports torch: on first use
-
-    return DEVICE_ALGORITHMS
 
 
 def not_applicable(check, spec: AlgorithmSpec) -> str | None:

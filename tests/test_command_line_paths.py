@@ -237,13 +237,13 @@ def test_a_sweep_whose_result_directory_is_a_file_says_so(tmp_path):
 
 
 def test_publish_reports_an_unforeseen_table_in_one_line(tmp_path, monkeypatch, capsys):
-    from pipeline import publish
+    from pipeline.publish import cli
 
     def broken(*args, **kwargs):
         raise TypeError("boolean value of NA is ambiguous")
 
-    monkeypatch.setattr(publish, "publish", broken)
-    assert publish.main([str(tmp_path / "results.zarr"), "--reference", "exact"]) == 2
+    monkeypatch.setattr(cli, "publish", broken)
+    assert cli.main([str(tmp_path / "results.zarr"), "--reference", "exact"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot publish")
     assert "TypeError" in err[0] and "--reference exact" in err[0]

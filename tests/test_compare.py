@@ -27,6 +27,15 @@ def test_a_changed_number_is_its_relative_difference():
                    _results([0.5, np.nan], [1, 1]))["final_test_rmse"] == np.inf
 
 
+def test_an_infinity_equals_itself_and_differs_from_a_number():
+    """inf against inf is equal (no NaN from inf − inf); inf against a number or −inf is an
+    infinite difference, never a NaN that a maximum would hide."""
+    both = _results([np.inf, 1.0], [1, 1])
+    assert compare(both, both)["final_test_rmse"] == 0.0
+    for other in ([1.0, 1.0], [-np.inf, 1.0]):
+        assert compare(both, _results(other, [1, 1]))["final_test_rmse"] == np.inf
+
+
 def test_other_sweeps_are_refused_in_one_line(tmp_path, capsys):
     with pytest.raises(InputError, match="other dims"):
         compare(_results([0.5, 1.0], [1, 1]), _results([0.5, 1.0], [1, 1]).isel(seed=[0]))

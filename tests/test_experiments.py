@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from pipeline.config import CONF_DIR
-from pipeline.report import render
+from pipeline.report.build import render
 from pipeline.report.tables import paired_tests
 from pipeline.results.consolidate import load
 
@@ -287,7 +287,9 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
     assert "| abalone |" in text and "| pol |" in text and "≤ 600 s" in text
     assert "**own protocol: each method learns its kernel itself" in text
     # the published folder (pipeline.publish): the table, the figures (≤ 300 KB), the README
-    from pipeline.publish import COLUMNS, MAX_FIGURE_BYTES, publish
+    from pipeline.publish.folder import publish
+    from pipeline.publish.job_table import COLUMNS
+    from pipeline.publish.render import MAX_FIGURE_BYTES
 
     out = tmp_path / "docs" / "results"
     notes = tmp_path / "notes.md"
@@ -325,7 +327,7 @@ def test_uci_frontier_reduced(tmp_path, run_cli):
     # the reference: the same jobs in both modes, one row for the two
     assert "| own, shared | abalone | cg |" in text and "--reference exact,cg --out" in text
     # the same run kept as legs (one record per data set and split) publishes the same table
-    from pipeline.publish import save_legs
+    from pipeline.publish.legs import save_legs
 
     legs = tmp_path / "legs"
     assert save_legs(path, legs) == ([("abalone", 0), ("pol", 0)], [], [], [])
@@ -371,7 +373,7 @@ def test_own_pilot_reduced(tmp_path, run_cli):
     """The split-0 pilot of the own protocols at small size (two sets, 300 rows, m = 16, the
     peers capped short): every job finishes, each method's own learning records whether it
     converged, and publish counts the caps it hit in its table's `converged` column."""
-    from pipeline.publish import publish
+    from pipeline.publish.folder import publish
 
     path = run_experiment(run_cli, tmp_path, "experiment=own_pilot", "size=small")
     ds = load(path).load()

@@ -37,7 +37,7 @@ def test_each_command_line_goes_to_its_program(argv, kind, rest):
 
 def test_a_path_command_runs_its_own_main(capsys):
     kind, entry, rest = dispatch(["report", "x.zarr"])
-    from pipeline.report import main as report_main
+    from pipeline.report.build import main as report_main
 
     assert (kind, entry, rest) == ("report", report_main, ["x.zarr"])
     assert main(["compare"]) == 2  # its own one-line refusal: two paths are required

@@ -89,7 +89,7 @@ def test_points_drawn_over_each_other_are_named():
 def test_nine_panels_stay_within_the_published_figure_limit(tmp_path):
     """A frontier figure over nine data sets (the second edition's) is drawn at fewer dots per
     inch than six panels, so its PNG stays within what ``pipeline.publish`` accepts."""
-    from pipeline.publish import MAX_FIGURE_BYTES
+    from pipeline.publish.render import MAX_FIGURE_BYTES
     from pipeline.report.frontier import draw
 
     rng = np.random.default_rng(0)

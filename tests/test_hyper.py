@@ -15,13 +15,14 @@ from scipy.stats import multivariate_normal
 
 from algorithms import InputError, Kernel
 from algorithms.hyper import BOUNDS, Parameters, at_bound, learn, log_marginal_likelihood
+from algorithms.kernels import LEARNABLE
 from pipeline.datasets import ingest, load_arrays
 from pipeline.job.hyper import bound_warning
 
 rng = np.random.default_rng(5)
 X = rng.normal(size=(70, 3))
 y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=70)
-CASES = [(name, ard) for name in ("rbf", "matern32", "laplacian") for ard in (False, True)]
+CASES = [(name, ard) for name in LEARNABLE for ard in (False, True)]  # every row's gradient
 
 
 @pytest.mark.parametrize("name,ard", CASES)
@@ -112,8 +113,9 @@ def test_theta_round_trips_through_the_kernel():
 
 
 def test_kernels_without_a_gradient_are_refused():
-    with pytest.raises(InputError, match=r"hyper=ml learns the kernels rbf, matern32, laplacian; "
-                                         r"kernel 'polynomial'.*or hyper=fixed"):
+    with pytest.raises(InputError, match=r"hyper=ml learns the kernels rbf, laplacian, matern32, "
+                                         r"matern52; kernel 'polynomial'.*pass kernel=rbf \(or "
+                                         r"laplacian, matern32, matern52\), or hyper=fixed"):
         learn(X, y, Kernel("polynomial"), 0.1, rng=np.random.default_rng(0))
 
 
@@ -216,8 +218,8 @@ def test_a_job_fits_with_learned_hyperparameters_and_records_them(tmp_path, _run
 
 
 @pytest.mark.parametrize("args,message", [
-    (["hyper=ml", "kernel=polynomial"], "error: hyper=ml learns the kernels rbf, matern32, "
-                                        "laplacian; kernel 'polynomial'"),
+    (["hyper=ml", "kernel=polynomial"], "error: hyper=ml learns the kernels rbf, laplacian, "
+                                        "matern32, matern52; kernel 'polynomial'"),
     (["hyper=ml", "hyper.subset=1"], "error: hyper: hyper.subset=1 is invalid; it must be an "
                                      "integer ≥ 2"),
     (["hyper=ml", "hyper.ard=maybe"], "error: hyper: hyper.ard='maybe' is invalid"),
@@ -442,15 +444,15 @@ def test_the_report_and_the_sweep_name_each_setting_on_a_bound(monkeypatch):
     assert at_bound_settings(ds.drop_vars("final_hyper_at_bound")) == []
 
 
-def _learning_config(tmp_path) -> dict:
-    from pipeline.config import complete
+def _learning_config(tmp_path):
+    """A job learning its hyperparameters (its :class:`~pipeline.job.spec.JobSpec`)."""
+    from pipeline.job.spec import JobSpec
 
-    config = complete({"algorithm": {"name": "nystrom"},
-                       "dataset": {"name": "sine1d", "n_train": 120},
-                       "kernel": {"name": "rbf", "width": 2.0},
-                       "hyper": {"name": "ml", "subset": 100, "max_iter": 30}})
-    config["store_root"] = str(tmp_path / "stores")
-    return config
+    return JobSpec.from_config({"algorithm": {"name": "nystrom"},
+                                "dataset": {"name": "sine1d", "n_train": 120},
+                                "kernel": {"name": "rbf", "width": 2.0},
+                                "hyper": {"name": "ml", "subset": 100, "max_iter": 30},
+                                "store_root": str(tmp_path / "stores")})
 
 
 def test_a_damaged_cached_learning_is_learned_again_with_a_note(tmp_path, capsys, monkeypatch):

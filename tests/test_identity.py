@@ -197,21 +197,21 @@ def test_a_number_changing_edit_of_any_function_of_a_numeric_pipeline_module_ren
 def test_how_lam_reaches_the_fit_is_part_of_the_identity(tmp_path, monkeypatch, fresh_versions):
     """The audit's case: pipeline/job/run.py passing λ to the fit differently names new jobs."""
     source = _source("pipeline.job.run")
-    assert source.count("lam=lam, kappa=config[\"kappa\"]") == 1
+    assert source.count("lam=fit.lam, kappa=job.kappa") == 1
     config = _exact_config(tmp_path)
     base = config_hash(config)
     _with_source(monkeypatch, tmp_path, "pipeline.job.run",
-                 source.replace("lam=lam, kappa=config[\"kappa\"]",
-                                "lam=2 * lam, kappa=config[\"kappa\"]"))
+                 source.replace("lam=fit.lam, kappa=job.kappa",
+                                "lam=2 * fit.lam, kappa=job.kappa"))
     assert config_hash(config) != base
 
 
 def test_the_learning_cache_follows_the_learning_code_only(tmp_path, monkeypatch,
                                                            fresh_versions):
-    from pipeline.config import complete
     from pipeline.job.hyper import cache_key
+    from pipeline.job.spec import JobSpec
 
-    config = complete({**_exact_config(tmp_path), "hyper": {"name": "ml"}})
+    config = JobSpec.from_config({**_exact_config(tmp_path), "hyper": {"name": "ml"}})
     base = cache_key(config)
     for module in NUMERIC_PIPELINE:
         edited = _source(module) + "\n_edited = 2.0\n"
@@ -307,5 +307,5 @@ def test_plumbing_edits_rerun_nothing_and_an_algorithm_edit_reruns_its_jobs(tmp_
     _copy_with_noops(run, edit=["algorithms/sgma.py"])
     source = (run / "pipeline" / "job" / "run.py").read_text()
     (run / "pipeline" / "job" / "run.py").write_text(
-        source.replace('lam=lam, kappa=config["kappa"]', 'lam=2 * lam, kappa=config["kappa"]'))
+        source.replace('lam=fit.lam, kappa=job.kappa', 'lam=2 * fit.lam, kappa=job.kappa'))
     assert _counts(_sweep(work, run)) == (0, 3)

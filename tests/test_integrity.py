@@ -376,13 +376,13 @@ def test_sealed_json_detects_every_change():
 
 
 def test_damaged_learned_hyperparameters_are_learned_again(tmp_path, capfd, monkeypatch):
-    from pipeline.config import complete
     from pipeline.job import hyper
+    from pipeline.job.spec import JobSpec
 
-    config = complete({"algorithm": {"name": "exact"}, "dataset": {"name": "sine1d",
-                       "n_train": 40, "n_test": 10}, "kernel": {"name": "rbf", "width": 1.0},
-                       "lam": 0.1, "store_root": str(tmp_path),
-                       "hyper": {"name": "ml", "restarts": 0, "max_iter": 20}})
+    config = JobSpec.from_config({"algorithm": {"name": "exact"}, "dataset": {
+        "name": "sine1d", "n_train": 40, "n_test": 10}, "kernel": {"name": "rbf", "width": 1.0},
+        "lam": 0.1, "store_root": str(tmp_path),
+        "hyper": {"name": "ml", "restarts": 0, "max_iter": 20}})
     first = hyper.learned(config)
     (path,) = (tmp_path / hyper.CACHE_DIR).glob("*.json")
     text = path.read_text()

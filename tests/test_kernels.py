@@ -8,12 +8,15 @@ from algorithms import KERNELS, ArrayKernelBlocks, InputError, Kernel
 
 rng = np.random.default_rng(3)
 A, B = rng.normal(size=(17, 4)), rng.normal(size=(11, 4))
+STATIONARY = [name for name, spec in KERNELS.items() if spec.unit_scale is not None]
 
 REFERENCES = {
     "rbf": (Kernel("rbf", {"width": 3.0}), RBF(length_scale=np.sqrt(3.0 / 2))(A, B)),
     "laplacian": (Kernel("laplacian", {"omega": 0.7}), np.exp(-cdist(A, B) / 0.7)),
     "matern32": (Kernel("matern32", {"mu": 0.4}),
                  Matern(length_scale=0.4 * np.sqrt(3), nu=1.5)(A, B)),
+    "matern52": (Kernel("matern52", {"mu": 0.4}),
+                 Matern(length_scale=0.4 * np.sqrt(5), nu=2.5)(A, B)),
     "linear": (Kernel("linear"), A @ B.T),
     "polynomial": (Kernel("polynomial", {"c": 0.5, "degree": 3}),
                    polynomial_kernel(A, B, degree=3, gamma=1.0, coef0=0.5)),
@@ -36,8 +39,8 @@ def test_rbf_width_is_two_omega_squared():
     assert Kernel("rbf").params == {"width": 10.0, "variance": 1.0, "lengthscales": None}
 
 
-@pytest.mark.parametrize("name,scale,unit", [("rbf", "width", 2.0), ("laplacian", "omega", 1.0),
-                                             ("matern32", "mu", 1.0)])
+@pytest.mark.parametrize("name,scale,unit", [(name, *KERNELS[name].unit_scale)
+                                             for name in STATIONARY])
 def test_ard_lengthscales_scale_each_input_dimension(name, scale, unit):
     ls = np.array([0.5, 2.0, 3.0, 1.2])
     ard = Kernel(name, {"lengthscales": list(ls), "variance": 2.5})
@@ -46,7 +49,8 @@ def test_ard_lengthscales_scale_each_input_dimension(name, scale, unit):
     np.testing.assert_allclose(ard(A, B), 2.5 * iso(A / ls, B / ls), rtol=1e-13)
     np.testing.assert_allclose(ard.diag(A), np.full(len(A), 2.5))
     # equal length scales are the isotropic kernel (the RBF's width 2ω² = 2ℓ²)
-    iso_scale = {"rbf": 2 * 1.7 ** 2}.get(name, 1.7)
+    iso_scale = KERNELS[name].from_length(1.7)
+    assert KERNELS[name].to_length(iso_scale) == pytest.approx(1.7, rel=1e-15)
     np.testing.assert_allclose(Kernel(name, {"lengthscales": [1.7] * 4})(A, B),
                                Kernel(name, {scale: iso_scale})(A, B), rtol=1e-13)
 
@@ -111,7 +115,7 @@ def test_non_finite_and_non_numeric_parameters_are_refused(name, key, bad):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern32"])
+@pytest.mark.parametrize("name", STATIONARY)
 @pytest.mark.parametrize("bad", [0.0, -1.0])
 def test_scale_parameters_must_be_positive(name, bad):
     (key, *_) = KERNELS[name].shape_params
@@ -165,11 +169,12 @@ def _explicit(name: str, X: np.ndarray, Z: np.ndarray) -> np.ndarray:
     r2 = (diff ** 2).sum(-1)
     return {"rbf": lambda: np.exp(-r2 / 10.0), "laplacian": lambda: np.exp(-np.sqrt(r2) / 2.0),
             "matern32": lambda: (1 + np.sqrt(r2) / 2.0) * np.exp(-np.sqrt(r2) / 2.0),
+            "matern52": lambda: (1 + np.sqrt(r2) / 2.0 + r2 / 12.0) * np.exp(-np.sqrt(r2) / 2.0),
             "linear": lambda: X @ Z.T, "polynomial": lambda: (X @ Z.T + 1.0) ** 2}[name]()
 
 
 TILED = {"rbf": {"width": 10.0}, "laplacian": {"omega": 2.0}, "matern32": {"mu": 2.0},
-         "linear": {}, "polynomial": {"degree": 2, "c": 1.0}}
+         "matern52": {"mu": 2.0}, "linear": {}, "polynomial": {"degree": 2, "c": 1.0}}
 
 
 @pytest.mark.parametrize("name", sorted(TILED))
@@ -189,7 +194,7 @@ def test_tiled_threaded_blocks_equal_one_evaluation_and_the_formula(name, d):
         with use_kernel_threads(threads):
             K = kernel(X, Z)
         assert K.size > 4 * TILE_ENTRIES  # several tiles
-        if name in ("laplacian", "matern32"):
+        if name in ("laplacian", "matern32", "matern52"):  # direct differences, row by row
             np.testing.assert_array_equal(K, whole)
         else:
             np.testing.assert_allclose(K, whole, rtol=0,
@@ -274,7 +279,7 @@ def test_the_fused_exp_equals_numpy_and_flags_what_is_not_finite():
     assert not fused_exp.matern32_block(huge, zeros, 1.0, 1.0, out)
 
 
-@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern32"])
+@pytest.mark.parametrize("name", STATIONARY)
 def test_a_block_into_a_strided_output_equals_a_fresh_block(name):
     rng = np.random.default_rng(1)
     kernel = Kernel(name, {"variance": 2.0})

@@ -1,4 +1,4 @@
-"""A long run kept in legs (pipeline.report.legs): each (data set, split) unit's rows as a
+"""A long run kept in legs (pipeline.publish.legs): each (data set, split) unit's rows as a
 sealed record, verified and checked for one protocol and one code version when the legs are
 published together. The end-to-end path (a real sweep saved as legs and published, equal to
 publishing its store) is in tests/test_experiments.py::test_uci_frontier_reduced."""
@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from algorithms.errors import InputError
-from pipeline.publish import COLUMNS, job_table, main, read_table
-from pipeline.report import legs
+from pipeline.publish import legs
+from pipeline.publish.cli import main
+from pipeline.publish.job_table import COLUMNS, job_table, read_table
 from tests.test_publish import _sweep
 
 RUN = {"command": "python -m pipeline -m experiment=x", "code_version": "git abc",
@@ -97,8 +98,7 @@ def test_a_unit_with_points_of_two_code_versions_is_not_saved(tmp_path, monkeypa
     the other units are."""
     from types import SimpleNamespace
 
-    import pipeline.publish as publish
-    import pipeline.results.job_file as job_file
+    from pipeline.publish import cli
 
     table = _rows()
     table["job_seconds"] = 1.0
@@ -106,21 +106,21 @@ def test_a_unit_with_points_of_two_code_versions_is_not_saved(tmp_path, monkeypa
     table.loc[stale, "job_hash"] = "stale"
     versions = {h: ("v2" if h == "stale" else "v1", "p1") for h in table["job_hash"]}
     ds = SimpleNamespace(attrs={"git_sha": "abc", "invocations": "[]"})
-    monkeypatch.setattr(publish, "_store", lambda results: (ds, "x", None))
-    monkeypatch.setattr(publish, "job_table", lambda ds, options, extra: table.drop(
+    monkeypatch.setattr(legs, "load_store", lambda results: (ds, "x", None))
+    monkeypatch.setattr(legs, "job_table", lambda ds, options, extra: table.drop(
         columns=["code_version", "pipeline_code_version"]))
-    monkeypatch.setattr(publish, "_run_record", lambda ds, results: dict(RUN))
-    monkeypatch.setattr(job_file, "load_job_attrs", lambda path: dict(zip(
+    monkeypatch.setattr(legs, "run_record", lambda ds, results: dict(RUN))
+    monkeypatch.setattr(legs, "load_job_attrs", lambda path: dict(zip(
         ("code_version", "pipeline_code_version"), versions[path.parent.name], strict=True)))
-    monkeypatch.setattr(job_file, "job_path", lambda root, name: tmp_path / name / "result.nc")
-    saved, there, unfinished, mixed = publish.save_legs(tmp_path / "results.zarr",
-                                                        tmp_path / "legs")
+    monkeypatch.setattr(legs, "job_path", lambda root, name: tmp_path / name / "result.nc")
+    saved, there, unfinished, mixed = legs.save_legs(tmp_path / "results.zarr",
+                                                     tmp_path / "legs")
     assert saved == [("d", 1)] and there == unfinished == []
     assert [unit for unit, _ in mixed] == [("d", 0)]
     assert mixed[0][1] in ("a ran on two code versions here, v1/p1 and v2/p1",
                            "a ran on two code versions here, v2/p1 and v1/p1")
     assert not (tmp_path / "legs" / "d-0.leg.json").exists()
-    assert publish._print_legs("legs", saved, there, unfinished, mixed) == 1
+    assert cli._print_legs("legs", saved, there, unfinished, mixed) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: d split 0 not saved: a ran on two code "
                                                "versions here, ")
@@ -128,7 +128,7 @@ def test_a_unit_with_points_of_two_code_versions_is_not_saved(tmp_path, monkeypa
     # a unit the folder holds already is left as it is, whatever the store holds now
     legs.write_unit(tmp_path / "legs", "x", ("d", 0), table[table["split"] == 0].assign(
         code_version="v1", pipeline_code_version="p1"), RUN, {})
-    assert publish.save_legs(tmp_path / "results.zarr", tmp_path / "legs") == (
+    assert legs.save_legs(tmp_path / "results.zarr", tmp_path / "legs") == (
         [], [("d", 0), ("d", 1)], [], [])
 
 

@@ -292,7 +292,9 @@ def _job(tmp_path, h="a" * 64, timeout=1.0):
     config = {"algorithm": {"name": "sgma"}, "job_timeout": timeout, "dataset": {},
               "kernel": {}, "lam": 0.1, "kappa": 5, "seed": 0}
     (tmp_path / "jobs" / h).mkdir(parents=True)
-    return SimpleNamespace(hash=h, config=config)
+    # the part of a planned JobSpec the deadlines read: its timeout and its record
+    spec = SimpleNamespace(job_timeout=timeout, config=lambda: dict(config))
+    return SimpleNamespace(hash=h, spec=spec)
 
 
 def _fit(tmp_path, job, pid, worker="0"):

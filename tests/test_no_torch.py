@@ -74,10 +74,9 @@ def test_without_torch_the_api_works_and_a_device_or_peer_is_one_line(tmp_path):
         from algorithms import REGISTRY, InputError
         from algorithms.device import torch_device
         from algorithms.evaluation import options_of
-        from algorithms.torch_blocks import DEVICE_ALGORITHMS
+        import algorithms.torch_blocks  # importable without torch
         from pipeline.estimators import SparseGPClassifier, SparseGPRegressor
-        names = list(REGISTRY)
-        assert set(DEVICE_ALGORITHMS) <= set(names), names
+        assert any(spec.device_blocks for spec in REGISTRY.values())
         X = np.random.default_rng(0).normal(size=(40, 2))
         assert SparseGPRegressor().fit(X, X[:, 0]).score(X, X[:, 0]) > 0.5
         assert SparseGPClassifier().fit(X, X[:, 0] > 0).score(X, X[:, 0] > 0) > 0.8

@@ -474,7 +474,8 @@ def test_unsupported_kernel_is_a_one_line_error(data):
     X, y = data[0][:50], data[1][:50]
     for name in ("sklearn_gpr", "sklearn_nystroem", "gpytorch_sgpr", "gpytorch_svgp"):
         with pytest.raises(InputError, match=f"algorithm {name} supports kernels rbf, "
-                           "matern32, laplacian, not kernel 'linear'.*kernel=rbf") as err:
+                           "laplacian, matern32, matern52, not kernel 'linear'.*kernel=rbf"
+                           ) as err:
             run(name, ArrayKernelBlocks(X, Kernel("linear")), y, lam=LAM)
         assert "\n" not in str(err.value)
 

@@ -124,7 +124,8 @@ def test_workers_load_the_compiled_tiles_only_for_a_sweep_that_uses_them(tmp_pat
     from pipeline.sweep.schedule import uses_compiled_tiles
 
     def job(kernel: str, **dataset) -> SimpleNamespace:
-        return SimpleNamespace(config={"kernel": {"name": kernel}, "dataset": dataset})
+        return SimpleNamespace(spec=SimpleNamespace(kernel=SimpleNamespace(name=kernel),
+                                                    dataset=dataset))
 
     small = job("rbf", name="sine1d", n_train=100)
     assert not uses_compiled_tiles([small, job("linear", name="abalone", n_train=4000)])

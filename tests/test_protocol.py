@@ -16,6 +16,12 @@ from pipeline.job.hyper import cache_key, hyper_options, learning_keys
 from pipeline.job.identity import config_hash
 from pipeline.job.protocol import apply_protocol
 from pipeline.job.run import run_job
+from pipeline.job.spec import JobSpec
+
+
+def key(config: dict) -> str:
+    """The cache key of the learning of the job ``config`` describes."""
+    return cache_key(JobSpec.from_config(config))
 
 
 def job(algorithm: str, protocol: str, **algorithm_options) -> dict:
@@ -60,11 +66,11 @@ def test_a_low_rank_method_learns_by_titsias_bound_at_its_own_basis_size(name):
     shared = job(name, "shared", max_basis=16)
     apply_protocol(shared)
     assert config_hash(config) != config_hash(shared)
-    assert cache_key(config) != cache_key(shared)
+    assert key(config) != key(shared)
     nystrom = job("nystrom", "own", max_basis=16)
     larger = job("nystrom", "own", max_basis=32)
     apply_protocol(nystrom), apply_protocol(larger)
-    assert cache_key(config) == cache_key(nystrom) != cache_key(larger)
+    assert key(config) == key(nystrom) != key(larger)
 
 
 def test_an_own_learning_never_starts_from_the_shared_learning():
@@ -76,8 +82,8 @@ def test_an_own_learning_never_starts_from_the_shared_learning():
     shared = {**config, "protocol": "shared", "hyper": dict(config["hyper"])}
     apply_protocol(config), apply_protocol(shared)
     assert config["hyper"]["refine"] is None and config["hyper"]["shared_start"] is None
-    assert learning_keys(config) == {cache_key(config)}
-    assert cache_key(config) not in learning_keys(shared)
+    assert learning_keys(JobSpec.from_config(config)) == {key(config)}
+    assert key(config) not in learning_keys(JobSpec.from_config(shared))
 
 
 def test_a_refined_learning_starts_from_the_learning_before_its_stage(tmp_path):
@@ -104,7 +110,7 @@ def test_a_bad_refine_is_one_line(refine):
     config = job("exact", "shared")
     config["hyper"] = {**config["hyper"], "refine": refine}
     with pytest.raises(InputError, match=r"hyper.refine=.* must be null or \{subset: N, max_iter"):
-        hyper_options(config)
+        hyper_options(config["hyper"])
 
 
 def test_own_protocol_trains_a_peer_from_the_runs_first_start_evaluated():
@@ -127,7 +133,7 @@ def test_own_protocol_trains_a_peer_from_the_runs_first_start_evaluated():
     assert apply_protocol(again) == "own" and again == config  # idempotent
     shared = job("gpytorch_sgpr", "shared", max_basis=16, steps=0, optimizer="adam")
     assert apply_protocol(shared) == "shared" and config_hash(shared) != config_hash(config)
-    assert cache_key(config) != cache_key(shared)
+    assert key(config) != key(shared)
 
 
 def test_the_standard_start_depends_on_the_input_dimension_alone():
@@ -306,8 +312,7 @@ def test_init_shared_needs_a_shared_start_with_a_start_of_its_own():
 
     for shared_start in (None, {"subset": 2000, "init": "shared"}):
         with pytest.raises(InputError, match="hyper.init=shared starts from the optimum"):
-            hyper_options({"hyper": {"name": "ml", "init": "shared",
-                                     "shared_start": shared_start}})
-    options = hyper_options({"hyper": {"name": "ml", "init": "shared", "subset": 8000,
-                                       "shared_start": {"subset": 2000, "init": "median"}}})
+            hyper_options({"name": "ml", "init": "shared", "shared_start": shared_start})
+    options = hyper_options({"name": "ml", "init": "shared", "subset": 8000,
+                             "shared_start": {"subset": 2000, "init": "median"}})
     assert options["init"] == "shared" and options["shared_start"]["subset"] == 2000

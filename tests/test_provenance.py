@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ import xarray as xr
 from omegaconf import OmegaConf
 
 from algorithms.errors import InputError
-from pipeline.report import render
+from pipeline.config.records import DeviceSpec
+from pipeline.report.build import render
 from pipeline.report.tables import overhead_line
 from pipeline.results.consolidate import load
 from pipeline.sweep.invocations import command_text, history_text, invocations
@@ -57,7 +59,7 @@ def test_refusal_names_the_commands_of_the_unfinished_points(tmp_path):
     class Job:  # the part of a PlannedJob entries_kept reads
         coords = {"algorithm": "sgma", "dataset": "sine1d", "lam": 0.7, "kappa": 5, "seed": 0}
         setting = "s"
-        config = {"device": "cpu", "precision": "float64"}
+        spec = SimpleNamespace(device=DeviceSpec("cpu", "float64"))
 
     with pytest.raises(Exception) as refused:
         entries_kept(tmp_path, manifest, [Job()], [], merge=False)
@@ -185,7 +187,7 @@ def test_merging_points_at_another_value_of_a_fixed_key_is_refused(tmp_path):
             self.overrides = [f"dataset={dataset}", f"dataset.split={split}",
                               "experiment=uci_frontier", "merge=true"]
             self.coords, self.setting = {"dataset": dataset}, "t"
-            self.config = {"device": "cpu", "precision": "float64"}
+            self.spec = SimpleNamespace(device=DeviceSpec("cpu", "float64"))
 
     with pytest.raises(InputError) as refused:
         entries_kept(tmp_path, old, [Job("bike", 1)], [], merge=True)
@@ -214,7 +216,7 @@ def test_points_at_another_device_or_precision_are_refused_before_they_run(tmp_p
             self.overrides, self.hash = [f"lam={lam}", f"device={device}"], "b"
             self.coords = {**_entry(lam, "b", 0)["coords"]}
             self.setting = "sa"  # the setting hash leaves device and precision out
-            self.config = {"device": device, "precision": precision}
+            self.spec = SimpleNamespace(device=DeviceSpec(device, precision))
 
     for job, merge in ((Job("torch:cpu"), True), (Job("torch:cpu"), False),
                        (Job("torch:cpu", lam=0.3), True)):

@@ -8,8 +8,11 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from pipeline.publish import COLUMNS, budget_tables, job_table, main, readme
-from pipeline.report.comparison import SETTING_COLUMNS
+from pipeline.publish.cli import main
+from pipeline.publish.comparison import SETTING_COLUMNS
+from pipeline.publish.job_table import COLUMNS, job_table
+from pipeline.publish.published import readme
+from pipeline.publish.ranking import budget_tables
 
 
 def _sweep() -> xr.Dataset:
@@ -215,7 +218,7 @@ def _splits_table(rmse: dict, seconds: dict, dataset: str = "d") -> pd.DataFrame
 
 
 def test_ties_are_called_by_holm_corrected_wilcoxon_tests():
-    from pipeline.report.stats import tied_with_best_holm
+    from pipeline.publish.stats import tied_with_best_holm
 
     table = job_table(_sweep())
     slow = (table["algorithm"] == "a") & (table["basis_size"] == 64)
@@ -269,7 +272,7 @@ def _two_sets(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_a_trivial_setting_is_flagged_and_ranked_last_and_marked():
-    from pipeline.publish import complete
+    from pipeline.publish.job_table import complete
 
     table = _two_sets(job_table(_sweep()))
     table["baseline_rmse"], table["baseline_nlpd"] = 0.6, 1.55
@@ -307,8 +310,8 @@ def test_a_trivial_setting_is_flagged_and_ranked_last_and_marked():
     # flagged in the table's CSV
     assert table["trivial"].notna().all()
     # and not drawn in the frontier figures: only a (m = 64) and b are points
-    from pipeline.report.comparison import rows_of_mode, settings
-    from pipeline.report.table_frontier import table_points
+    from pipeline.publish.comparison import rows_of_mode, settings
+    from pipeline.publish.table_frontier import table_points
 
     rows = rows_of_mode(settings(table), "shared")
     drawn = table_points(rows, "d", "rmse", "fit")
@@ -320,9 +323,9 @@ def test_an_nlpd_above_the_mean_predictors_is_ranked_by_its_value_and_left_out_o
     """A setting whose mean beats the training mean but whose NLPD is above the mean
     predictor's Gaussian's on a split (an overconfident variance) is ranked by its RMSE and
     by its NLPD like any other (not as a failure), left out of the NLPD figures, named."""
-    from pipeline.publish import complete
-    from pipeline.report.comparison import rows_of_mode, settings
-    from pipeline.report.table_frontier import table_points
+    from pipeline.publish.comparison import rows_of_mode, settings
+    from pipeline.publish.job_table import complete
+    from pipeline.publish.table_frontier import table_points
 
     table = job_table(_sweep())
     # a second set, e, where b's NLPD is 1.62 on both splits (in both modes)
@@ -368,7 +371,7 @@ def test_an_nlpd_above_the_mean_predictors_is_ranked_by_its_value_and_left_out_o
 
 def test_a_reference_without_finished_jobs_is_one_line():
     from algorithms.errors import InputError
-    from pipeline.publish import reference_table
+    from pipeline.publish.comparison import reference_table
 
     table = job_table(_sweep())
     with pytest.raises(InputError, match=r"--reference b,z: no finished job of z in the "
@@ -411,7 +414,7 @@ def test_seeds_are_averaged_per_split_and_their_spread_is_shown():
     # the spread over seeds is shown beside every setting: sd over seeds 0.02/√2 = 0.014 on
     # each split, their mean 0.014; its Δ RMSE from b (0.45): −0.14 and +0.06, mean −0.04
     # ± 1.4 (s² = 0.02); NLPD (not moved by the seed) 1.3 and 1.5, Δ −0.15 and +0.05
-    from pipeline.report.comparison import against_reference
+    from pipeline.publish.comparison import against_reference
 
     rows = against_reference(table, "b", "shared")
     assert ("| d | a (m = 64) | 0.41 ± 1.4 (2) | -0.04 ± 1.4 (2) | 1.4 ± 1.4 (2) | "
@@ -486,13 +489,13 @@ def test_a_merged_sweeps_published_command_lists_every_command():
     """A sweep made by several commands (merge=true) publishes them all, in order."""
     import json
 
-    from pipeline.publish import _run_command
+    from pipeline.publish.run_record import run_command
 
     made = json.dumps([{"command": ["lam=0.1", "sweep=s"]},
                        {"command": ["lam=0.5", "sweep=s", "merge=true"]}])
-    assert _run_command(None, "s", made) == ("python -m pipeline -m lam=0.1 sweep=s; then "
+    assert run_command(None, "s", made) == ("python -m pipeline -m lam=0.1 sweep=s; then "
                                              "python -m pipeline -m lam=0.5 sweep=s merge=true")
-    assert _run_command(None, "s") == "python -m pipeline -m experiment=s"
+    assert run_command(None, "s") == "python -m pipeline -m experiment=s"
 
 
 BESIDE_HEADER = "source,dataset,method,metric,mean,sd,trials,algorithm,mode,basis_size,where\n"
@@ -505,7 +508,7 @@ def _beside(tmp_path, rows: str):
 
 
 def test_numbers_published_elsewhere_are_set_beside_the_runs_own(tmp_path):
-    from pipeline.report.elsewhere import beside_tables, read_beside
+    from pipeline.publish.elsewhere import beside_tables, read_beside
 
     table = job_table(_sweep())
     path = _beside(tmp_path, "\n".join([
@@ -539,7 +542,7 @@ def test_numbers_published_elsewhere_are_set_beside_the_runs_own(tmp_path):
 ])
 def test_a_bad_beside_file_is_one_line(tmp_path, rows, fragment):
     from algorithms.errors import InputError
-    from pipeline.report.elsewhere import read_beside
+    from pipeline.publish.elsewhere import read_beside
 
     path = tmp_path / "beside.csv"
     path.write_text("a,b\n1,2\n" if rows is None else BESIDE_HEADER + rows)
@@ -550,7 +553,7 @@ def test_a_bad_beside_file_is_one_line(tmp_path, rows, fragment):
 
 
 def test_beside_text_is_escaped_in_the_readme(tmp_path):
-    from pipeline.report.elsewhere import beside_tables, read_beside
+    from pipeline.publish.elsewhere import beside_tables, read_beside
 
     path = _beside(tmp_path, "<img src=x onerror=alert(1)>,d,![a](http://x/y.png),rmse,0.3,"
                              "0.1,3,a,shared,64,repo@0:t.tex#L1\n")
@@ -581,7 +584,7 @@ def test_a_publication_that_fails_leaves_its_folder_as_it_was(tmp_path, capsys, 
     """Every file is written into a folder of its own first: a figure above the size limit
     (checked after the CSVs are written) fails the publication with its one line and leaves
     the earlier publication in ``--out`` untouched, with nothing of the failed one beside it."""
-    import pipeline.publish as publish
+    from pipeline.publish import render
 
     job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
     _write_run_record(tmp_path / "s.run.yaml")
@@ -593,7 +596,7 @@ def test_a_publication_that_fails_leaves_its_folder_as_it_was(tmp_path, capsys, 
     table = pd.read_csv(tmp_path / "s.csv")
     table["test_rmse"] *= 1.5  # a second run of the table, whose publication fails
     table.to_csv(tmp_path / "s.csv", index=False)
-    monkeypatch.setattr(publish, "MAX_FIGURE_BYTES", 1000)
+    monkeypatch.setattr(render, "MAX_FIGURE_BYTES", 1000)
     assert main(argv) == 2
     assert "above 1000; lower the frontier figures' dpi" in capsys.readouterr().err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
@@ -604,8 +607,8 @@ def test_fewer_than_three_entries_over_the_data_sets_give_no_friedman_test_and_s
     metric's ranks (one that gives no value of it, one not run on every split) leave fewer,
     there is no test, and the caption says so and names them; the other metric, with 3
     entries, is ranked."""
-    from pipeline.report.published import _cd_caption
-    from pipeline.report.ranking import ranks
+    from pipeline.publish.published import _cd_caption
+    from pipeline.publish.ranking import ranks
 
     rows = []
     for d, dataset in enumerate(["d1", "d2", "d3"]):
@@ -675,8 +678,7 @@ def test_converged_is_recorded_only_under_the_own_protocol():
     not converged) is no learning stopped at its cap: ``converged`` is empty outside the own
     protocol, and the README counts only the own protocol's caps."""
     from pipeline.job.protocol import PROTOCOLS
-    from pipeline.publish import complete
-    from pipeline.report.job_table import OWN
+    from pipeline.publish.job_table import OWN, complete
 
     assert OWN in PROTOCOLS
     table = job_table(_sweep())
@@ -699,7 +701,7 @@ def test_a_killed_publications_staging_folder_is_removed_by_the_next(tmp_path, c
     import os
     import time
 
-    from pipeline.report import publication_files
+    from pipeline.publish import publication_files
 
     job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
     _write_run_record(tmp_path / "s.run.yaml")
@@ -749,7 +751,7 @@ def test_every_row_carries_the_hyperparameters_its_fit_used_and_they_read_back(t
     ones its fit used — a method's own training where it trained itself, else the shared
     learning's — with the learning that chose them; written as CSV and read back (a single
     length scale stays text, every digit kept)."""
-    from pipeline.publish import read_table
+    from pipeline.publish.job_table import read_table
 
     table = job_table(_with_learnings(_sweep()))
     own = (table["mode"] == "own") & (table["algorithm"] == "a")
@@ -806,7 +808,7 @@ def test_a_kernel_the_product_did_not_write_is_one_line(text):
     """A recorded kernel is parsed as data (names and literals only), never run: anything
     else is one line naming it."""
     from algorithms.errors import InputError
-    from pipeline.report.job_table import kernel_from_text
+    from pipeline.publish.job_table import kernel_from_text
 
     with pytest.raises(InputError) as err:
         kernel_from_text(text)
@@ -815,7 +817,7 @@ def test_a_kernel_the_product_did_not_write_is_one_line(text):
 
 def test_a_recorded_kernel_reads_back_as_the_same_kernel():
     from algorithms.kernels import Kernel
-    from pipeline.report.job_table import kernel_columns, kernel_from_text
+    from pipeline.publish.job_table import kernel_columns, kernel_from_text
 
     for kernel in (Kernel("rbf", {"width": 0.3, "variance": 2.5}),
                    Kernel("matern32", {"lengthscales": [0.1, 7.25], "variance": 1.0}),

@@ -3,7 +3,7 @@ from a leg's record or a table stay plain file names inside ``--out``; a run rec
 makes publish remove or overwrite only files whose sha256 it recorded and that still have it;
 a foreign ``--out`` is refused; a publication is staged beside ``--out`` and a switch cut short
 is completed by the next; ``--notes``/``--beside`` that are not regular files and a truncated
-``.csv.gz`` are one line, exit 2 (pipeline.report.publication_files, pipeline.report.untrusted).
+``.csv.gz`` are one line, exit 2 (pipeline.publish.publication_files, pipeline.publish.untrusted).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import yaml
 
 from algorithms.errors import InputError
 from pipeline.checksum import seal_json
-from pipeline.publish import job_table, main
-from pipeline.report import publication_files as files
-from pipeline.report.untrusted import plain_name
+from pipeline.publish import publication_files as files
+from pipeline.publish.cli import main
+from pipeline.publish.job_table import job_table
+from pipeline.publish.untrusted import plain_name
 from tests.test_legs import _save
 from tests.test_publish import _sweep, _write_run_record
 
@@ -33,7 +34,7 @@ def quick_figures(monkeypatch):
     draws the real ones), and drawing them would take seconds a publication."""
     import hashlib
 
-    from pipeline.report import table_frontier
+    from pipeline.publish import table_frontier
     from pipeline.report.style import Figure
 
     def figures(table, out_dir, budgets, mode_order=(), *args):
@@ -120,7 +121,7 @@ def test_a_resealed_leg_is_checked_against_what_its_table_says(tmp_path, edit, f
     doc = json.loads(path.read_text())
     doc.pop("sha256")
     path.write_bytes(seal_json(edit(doc), indent=1))
-    from pipeline.report import legs
+    from pipeline.publish import legs
 
     with pytest.raises(InputError, match=r"d-0") as err:
         legs.read_legs(tmp_path)
@@ -265,7 +266,7 @@ def test_a_publication_killed_while_switching_is_completed_by_the_next(tmp_path,
 
 def test_a_publication_that_fails_before_its_switch_leaves_out_and_no_stage(tmp_path,
                                                                            monkeypatch):
-    import pipeline.publish as publish
+    from pipeline.publish import folder
 
     argv = [*_inputs(tmp_path), "--out", str(tmp_path / "out")]
     assert main(argv) == 0
@@ -274,7 +275,7 @@ def test_a_publication_that_fails_before_its_switch_leaves_out_and_no_stage(tmp_
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(publish, "readme", killed)
+    monkeypatch.setattr(folder, "readme", killed)
     with pytest.raises(KeyboardInterrupt):
         main(argv)
     assert _tree(tmp_path / "out") == before
@@ -321,7 +322,7 @@ def test_an_input_that_is_not_a_regular_file_is_refused_before_it_is_opened(
 # 6. a truncated .csv.gz is one line
 
 def test_a_truncated_gzip_beside_file_is_one_line(tmp_path, capsys):
-    from pipeline.report.elsewhere import COLUMNS
+    from pipeline.publish.elsewhere import COLUMNS
 
     data = gzip.compress((",".join(COLUMNS) + "\n" + "Them,d,x,rmse,0.3,0.1,3,a,shared,64,w\n"
                           * 50).encode())

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.publish import MAX_FIGURE_BYTES, read_table
-from pipeline.report import comparison, ranking
+from pipeline.publish import comparison, ranking
+from pipeline.publish.job_table import read_table
+from pipeline.publish.render import MAX_FIGURE_BYTES
 
 PILOT = Path(__file__).resolve().parent.parent / "docs" / "uci_frontier_pilot3"
 NOTES = PILOT.parent / "uci_frontier_pilot3_notes.md"

@@ -9,17 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.publish import (
-    BUDGETS,
-    COLUMNS,
-    MAX_FIGURE_BYTES,
-    baselines,
-    budget_tables,
-    read_table,
-    reference_table,
-)
-from pipeline.report import comparison, ranking
-from pipeline.report.job_table import ADDED_AFTER_SECOND_EDITION
+from pipeline.publish import comparison, ranking
+from pipeline.publish.comparison import BUDGETS, reference_table
+from pipeline.publish.job_table import ADDED_AFTER_SECOND_EDITION, COLUMNS, baselines, read_table
+from pipeline.publish.ranking import budget_tables
+from pipeline.publish.render import MAX_FIGURE_BYTES
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SETS = {"abalone", "pumadyn32nm", "pol", "elevators", "bike", "kin40k", "protein",
@@ -123,8 +117,8 @@ def test_the_frontier_figures_draw_no_trivial_setting():
     """The committed figures are drawn from the committed table's ranked settings only: no
     trivial setting is a point, and every trivial setting is named as left out in its figure's
     caption."""
-    from pipeline.report.comparison import label, rows_of_mode, settings
-    from pipeline.report.table_frontier import table_points
+    from pipeline.publish.comparison import label, rows_of_mode, settings
+    from pipeline.publish.table_frontier import table_points
 
     table, text = _table(), (RESULTS / "README.md").read_text()
     rows = settings(table)
@@ -157,10 +151,10 @@ def _budget_rows(text: str, mode: str) -> dict[str, list[str]]:
 
 def test_a_trivial_setting_is_flagged_and_ranked_last():
     """A setting no better than the training-mean predictor on some split (the ``trivial``
-    flag, :func:`pipeline.report.stats.trivial`) is named, is in no budget table's cell, and
+    flag, :func:`pipeline.publish.stats.trivial`) is named, is in no budget table's cell, and
     ranks last on that data set (marked *failed*); the baselines it is judged by are the
     training-mean predictor's on the shipped data."""
-    from pipeline.report.comparison import label, rows_of_mode, settings
+    from pipeline.publish.comparison import label, rows_of_mode, settings
 
     table, text = _table(), (RESULTS / "README.md").read_text()
     rows = settings(table)
@@ -189,10 +183,10 @@ def test_a_trivial_setting_is_flagged_and_ranked_last():
 
 def test_the_committed_legs_of_the_second_edition_verify_together():
     """The second edition's run is kept unit by unit in ``docs/results/uci_frontier_legs``
-    (``pipeline.report.legs``): every committed leg's seal and CSV verify, all were made under
+    (``pipeline.publish.legs``): every committed leg's seal and CSV verify, all were made under
     one protocol and, algorithm by algorithm, one code version, and each unit holds its
     reference, the exact GP at the shared kernel, with a finite test NLPD."""
-    from pipeline.report.legs import read_legs
+    from pipeline.publish.legs import read_legs
 
     sweep, rows, run = read_legs(RESULTS / "uci_frontier_legs")
     assert sweep == "uci_frontier" and run["mode_order"] == ["shared", "own"]

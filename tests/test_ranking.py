@@ -1,4 +1,4 @@
-"""The ranked comparison's rules (pipeline/report/ranking.py): every basis size its own entry,
+"""The ranked comparison's rules (pipeline/publish/ranking.py): every basis size its own entry,
 the exact GP's solvers one entry, ties in a metric broken by cost, failures ranked last, the
 tests for overlapping folds, checked on small tables worked by hand."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.report import ranking
-from pipeline.report.job_table import COLUMNS, typed
+from pipeline.publish import ranking
+from pipeline.publish.job_table import COLUMNS, typed
 
 pytestmark = pytest.mark.unit
 

@@ -1,11 +1,11 @@
-"""The statistics of a published comparison (pipeline.report.stats) on small tables with known
+"""The statistics of a published comparison (pipeline.publish.stats) on small tables with known
 answers, and the critical-difference diagram drawn from them."""
 
 import numpy as np
 import pytest
 import scipy.stats
 
-from pipeline.report import stats
+from pipeline.publish import stats
 
 
 def test_the_t_interval_is_scipys():
@@ -128,7 +128,7 @@ def test_the_contention_flag():
 def test_the_cd_diagram_is_drawn(tmp_path):
     from matplotlib.image import imread
 
-    from pipeline.report.critical_difference import cd_diagram
+    from pipeline.publish.critical_difference import cd_diagram
 
     ranks = np.array([44, 28, 40.5, 27.5]) / 14
     path = cd_diagram(["C4.5", "C4.5+m", "C4.5+cf", "C4.5+m+cf"], ranks,

@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 from pipeline.job.claims import count_fits
-from pipeline.report import render
+from pipeline.report.build import render
 from pipeline.report.tables import overhead_line
 from pipeline.results.consolidate import consolidate, load
 from pipeline.results.job_file import load_job_result

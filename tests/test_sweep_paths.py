@@ -155,7 +155,7 @@ def test_allow_outside_outputs_lets_a_job_write_elsewhere(tmp_path, run_cli):
 
 def test_a_reports_default_directory_lies_under_outputs_and_out_opts_out(base, tmp_path,
                                                                          monkeypatch, capsys):
-    from pipeline.report import main
+    from pipeline.report.build import main
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -170,7 +170,7 @@ def test_a_reports_default_directory_lies_under_outputs_and_out_opts_out(base, t
 
 
 def test_publish_writes_under_outputs_unless_out_is_given():
-    from pipeline.publish import DEFAULT_OUT
+    from pipeline.publish.cli import DEFAULT_OUT
 
     assert Path(DEFAULT_OUT).parts[0] == "outputs"
 

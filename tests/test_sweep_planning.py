@@ -14,7 +14,7 @@ from hydra.types import RunMode
 
 from pipeline.config import CONF_DIR
 from pipeline.job.identity import job_config
-from pipeline.report import render
+from pipeline.report.build import render
 from pipeline.results.consolidate import load
 from pipeline.results.job_file import _open_job, read_job
 from pipeline.sweep.compose import compose_jobs

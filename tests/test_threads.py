@@ -251,12 +251,16 @@ def test_a_sweeps_learning_task_learns_on_the_jobs_threads(monkeypatch):
 
     from algorithms.kernel_threads import kernel_threads
     from pipeline.cluster.threads import blas_threads
+    from pipeline.job.spec import JobSpec
     from pipeline.sweep import execute
 
     seen = []
     monkeypatch.setattr(execute, "learned",
-                        lambda config, store: seen.append((blas_threads(), kernel_threads())))
+                        lambda job, store: seen.append((blas_threads(), kernel_threads())))
+    job = JobSpec.from_config({"algorithm": {"name": "exact"}, "kernel": {"name": "rbf"},
+                               "dataset": {"name": "sine1d", "n_train": 40},
+                               "hyper": {"name": "ml"}, "threads": 2})
     with threadpool_limits(limits=1, user_api="blas"):
-        assert execute.learn_task({"threads": 2}, "store") == "store"
+        assert execute.learn_task(job, "store") == "store"
         assert blas_threads() == 1  # as it was, after the task
     assert seen == [(2, 2)]

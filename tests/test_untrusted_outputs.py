@@ -60,7 +60,7 @@ def active_tokens(text: str) -> list[str]:
 @pytest.fixture
 def report_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    from pipeline.report import render
+    from pipeline.report.build import render
 
     store = crafted_store(tmp_path)
     return render(store).parent
@@ -115,7 +115,8 @@ def test_inert_escapes_outside_code_spans_and_cell_by_cell():
 
 
 def test_a_published_readme_keeps_a_hostile_table_inert(tmp_path):
-    from pipeline.publish import job_table, readme
+    from pipeline.publish.job_table import job_table
+    from pipeline.publish.published import readme
     from tests.test_publish import _sweep
 
     ds = _sweep()
@@ -141,7 +142,8 @@ def test_publish_names_its_figures_itself_and_refuses_modes_that_are_paths(tmp_p
     files, so one that is not a plain name is one line, exit 2, and nothing is written."""
     import yaml
 
-    from pipeline.publish import job_table, main
+    from pipeline.publish.cli import main
+    from pipeline.publish.job_table import job_table
     from tests.test_publish import _sweep
 
     job_table(_sweep()).to_csv(tmp_path / "s.csv", index=False)
@@ -165,7 +167,7 @@ def test_publish_names_its_figures_itself_and_refuses_modes_that_are_paths(tmp_p
 
 
 def test_a_report_killed_mid_write_leaves_the_previous_report_whole(report_dir, monkeypatch):
-    from pipeline.report import render
+    from pipeline.report.build import render
 
     before = {p.name: p.read_bytes() for p in report_dir.iterdir()}
     real = Path.write_text

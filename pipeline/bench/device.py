@@ -9,7 +9,7 @@ Gaussian training points in d dimensions: one product K·v without forming K, an
 the config's ``methods`` (the exact GP to its ``max_n`` on the CPU, PCG, the Nyström method and
 SGMA at m = ``basis``, and GPyTorch's SGPR at the same m, untrained at the same kernel: its fit
 alone) on the same device; a method
-that computes in float64 only (:data:`algorithms.torch_blocks.FLOAT64_ONLY`) is left out of
+that computes in float64 only (``AlgorithmSpec.float64_only``) is left out of
 the float32 rows. Each is the best
 of ``repeats`` wall times, after an untimed fit of every method at n = 200 (a GPU
 synchronised before the clock stops), with its test RMSE; K·v and the exact GP also as a
@@ -34,7 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from algorithms import ArrayKernelBlocks, Kernel, run  # noqa: E402
+from algorithms import REGISTRY, ArrayKernelBlocks, Kernel, run  # noqa: E402
 from algorithms.errors import InputError  # noqa: E402
 from pipeline.atomic import write_text  # noqa: E402
 from pipeline.bench.sweep_overhead import (  # noqa: E402
@@ -149,12 +149,10 @@ def measure(device: str, precision: str, n: int, cfg: dict, gemm: float) -> dict
     seconds, _ = best_seconds(lambda: blocks.matmul(v), cfg["repeats"], device)
     row["seconds"][REFERENCE] = seconds
     row["matvec_vs_gemm"] = n * n * (2 * (cfg["d"] + 2) + 2) / seconds / 1e9 / gemm
-    from algorithms.torch_blocks import FLOAT64_ONLY
-
     for label, method in cfg["methods"].items():
         algorithm, options = method["algorithm"], dict(method["options"])
         if ("max_n" in method and n > method["max_n"] and not on_gpu(device)) or (
-                precision != "float64" and algorithm in FLOAT64_ONLY):
+                precision != "float64" and REGISTRY[algorithm].float64_only):
             continue
         if "basis" in method and method["basis"]:
             options["max_basis"] = cfg["basis"]

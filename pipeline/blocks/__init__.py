@@ -1,7 +1,8 @@
 """Where a fit's kernel blocks come from, beside the in-memory arrays of
 :class:`algorithms.kernel_blocks.ArrayKernelBlocks`: one module a provider, registered in
-:data:`PROVIDERS` under its ``blocks=`` choice, each with ``provide(config, store, kernel)``, a
-context giving the job's :class:`~algorithms.contract.KernelBlocks` over the dataset store:
+:data:`PROVIDERS` under its ``blocks=`` choice, each with ``provide(job, store, kernel)`` (``job``
+its :class:`~pipeline.job.spec.JobSpec`, read through :class:`BlocksJob`), a context giving the
+job's :class:`~algorithms.contract.KernelBlocks` over the dataset store:
 
 - ``memory`` (:mod:`~pipeline.blocks.store`): the training rows read from the verified zarr
   store into this process;
@@ -23,16 +24,40 @@ import importlib
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any, Protocol
 
 from algorithms.kernels import Kernel
+from pipeline.config.records import DeviceSpec
 
 PROVIDERS: dict[str, str] = {"memory": "pipeline.blocks.store",
                              "cluster": "pipeline.blocks.cluster"}
 DEVICE_PROVIDER = "pipeline.blocks.device"
 
 
-def kernel_blocks(config: Mapping, store: Path, kernel: Kernel) -> AbstractContextManager:
-    """The job's kernel blocks from the provider its ``blocks`` key chooses (validated), or
+class BlocksJob(Protocol):
+    """What a provider reads of its job (a :class:`pipeline.job.spec.JobSpec`, which the job's
+    floor defines above this one): its algorithm, ``blocks``, device and precision, and the
+    cluster a ``blocks=cluster`` job started on its own connects to."""
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm's name (a device job's is checked against the device's)."""
+
+    @property
+    def blocks(self) -> str:
+        """The provider's choice (:data:`PROVIDERS`)."""
+
+    @property
+    def device(self) -> DeviceSpec:
+        """Where the fit's numerics run, and in what precision."""
+
+    @property
+    def cluster(self) -> Mapping[str, Any] | None:
+        """The cluster a ``blocks=cluster`` job started on its own connects to."""
+
+
+def kernel_blocks(job: BlocksJob, store: Path, kernel: Kernel) -> AbstractContextManager:
+    """The job's kernel blocks from the provider its ``blocks`` choice names (validated), or
     on its device where that is not ``cpu``."""
-    provider = PROVIDERS[config["blocks"]] if config["device"] == "cpu" else DEVICE_PROVIDER
-    return importlib.import_module(provider).provide(config, store, kernel)
+    provider = DEVICE_PROVIDER if job.device.on_torch else PROVIDERS[job.blocks]
+    return importlib.import_module(provider).provide(job, store, kernel)

@@ -40,7 +40,7 @@ import time
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import CancelledError
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from distributed import Client, wait
 
 from algorithms.kernel_blocks import ArrayKernelBlocks
 from algorithms.kernels import Kernel
+from pipeline.blocks import BlocksJob
 from pipeline.blocks.cluster_columns import ClusterColumns
 from pipeline.blocks.shards import (
     ClusterFitError,
@@ -347,7 +348,7 @@ class ClusterKernelBlocks(ArrayKernelBlocks):
 
 
 class ClusterCholeskyColumns:
-    """:class:`~algorithms.factor_columns.CholeskyColumns` whose rows live in the shards: an
+    """:class:`~algorithms.factor_columns.ArrayCholeskyColumns` whose rows live in the shards: an
     append is one call per shard that computes its rows of the new columns and returns its
     residual trace and best pivot with that pivot's factor row, so incomplete Cholesky's
     next pivot costs no further round trip; the Gram products are one reduction."""
@@ -388,7 +389,7 @@ class ClusterCholeskyColumns:
 
     def top(self, k: int) -> np.ndarray:
         """The ``k`` best pivots over every shard, largest residual first (ties: the lowest
-        row), as :meth:`algorithms.factor_columns.CholeskyColumns.top` over all rows."""
+        row), as :meth:`algorithms.factor_columns.ArrayCholeskyColumns.top` over all rows."""
         parts = self.blocks._run(shard_factor_top, lambda b: (self.name, k))
         rows = np.concatenate([r for r, _ in parts]).astype(np.int64)
         values = np.concatenate([v for _, v in parts])
@@ -421,11 +422,11 @@ CLUSTER_FIT_LOCK = "sgp-bench-cluster-blocks"  # a Dask Lock: one blocks=cluster
 
 
 @contextlib.contextmanager
-def provide(config: Mapping, store: Path, kernel: Kernel):
+def provide(job: BlocksJob, store: Path, kernel: Kernel):
     """``blocks=cluster`` (:mod:`pipeline.blocks`): the kernel blocks over the store's rows
     spread over a Dask cluster's workers: the sweep's own cluster when the job runs on one of
     its workers (its thread leaves the worker's pool while it waits, and one such fit runs at
-    a time), else the cluster ``config["cluster"]`` describes, started for this job."""
+    a time), else the cluster the job's ``cluster`` block describes, started for this job."""
     from distributed import Lock, get_worker, worker_client
 
     from pipeline.cluster.connect import connect
@@ -441,7 +442,7 @@ def provide(config: Mapping, store: Path, kernel: Kernel):
                 ClusterKernelBlocks(client, store, kernel) as blocks:
             yield blocks
     else:
-        with connect(config["cluster"]) as client, _one_fit_at_a_time(Lock(
+        with connect(job.cluster) as client, _one_fit_at_a_time(Lock(
                 CLUSTER_FIT_LOCK, scheduler_rpc=client.scheduler, loop=client.loop)), \
                 ClusterKernelBlocks(client, store, kernel) as blocks:
             yield blocks

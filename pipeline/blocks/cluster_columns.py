@@ -13,9 +13,10 @@ from pipeline.blocks.shards import shard_append_residual, shard_commit, shard_re
 
 
 class ClusterColumns:
-    """:class:`~algorithms.kernel_blocks.KernelColumns` whose rows live in the shards: an append
-    only records the input (fetched once), and the shards compute the new kernel columns at
-    the next projection, in the same call."""
+    """:class:`~algorithms.contract.KernelColumns` whose rows live in the shards (as
+    :class:`~algorithms.kernel_blocks.ArrayKernelColumns` in memory): an append only records the
+    input (fetched once), and the shards compute the new kernel columns at the next projection,
+    in the same call."""
 
     def __init__(self, blocks: Any, name: str, width: int) -> None:
         # blocks: the pipeline.blocks.cluster.ClusterKernelBlocks that made them (which imports
@@ -40,7 +41,7 @@ class ClusterColumns:
             self.width += len(X_cols)
 
     def append_residual(self, x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """:meth:`~algorithms.kernel_blocks.KernelColumns.append_residual` on every shard,
+        """:meth:`~algorithms.kernel_blocks.ArrayKernelColumns.append_residual` on every shard,
         the partial products summed."""
         pending = self.take_pending()
         x, r = np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64)

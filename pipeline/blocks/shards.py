@@ -14,10 +14,10 @@ import numpy as np
 import psutil
 from distributed import get_worker
 
-from algorithms.factor_columns import CholeskyColumns
+from algorithms.factor_columns import ArrayCholeskyColumns
 from algorithms.kernel_blocks import (
     ArrayKernelBlocks,
-    KernelColumns,
+    ArrayKernelColumns,
     available_memory,
     row_block_matmul,
 )
@@ -34,7 +34,7 @@ class _Shard:
     lo: int
     hi: int
     blocks: ArrayKernelBlocks
-    columns: dict[str, KernelColumns | CholeskyColumns] = field(default_factory=dict)
+    columns: dict[str, ArrayKernelColumns | ArrayCholeskyColumns] = field(default_factory=dict)
     X_all: np.ndarray | None = None  # every training row, for K·V (read on first use)
     hold: bool = False  # K·V by the shard's rows of K, formed by the first product
     K_rows: np.ndarray | None = None  # k(X_B, X), once formed
@@ -120,7 +120,7 @@ def shard_residual_norms(key: str, name: str, pending: np.ndarray, X_cols: np.nd
 
 def shard_append_residual(key: str, name: str, pending: np.ndarray, x: np.ndarray,
                           r: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """The shard's part of :meth:`~algorithms.kernel_blocks.KernelColumns.append_residual`."""
+    """The shard's part of :meth:`~algorithms.kernel_blocks.ArrayKernelColumns.append_residual`."""
     return _columns(key, name, pending, ())[1].append_residual(x, r)
 
 
@@ -184,16 +184,16 @@ def shard_new_factor(key: str, name: str, targets: np.ndarray | None, capacity: 
     """Make the shard's rows of new pivoted-Cholesky factor columns ``name``; their
     reductions (residual trace, best pivot) as :func:`shard_factor_append` returns them."""
     shard = _shard_without(key, dropped)
-    factor = CholeskyColumns(shard.blocks, targets, capacity, lo=shard.lo)
+    factor = ArrayCholeskyColumns(shard.blocks, targets, capacity, lo=shard.lo)
     shard.columns[name] = factor
     return _reductions(factor)
 
 
-def _reductions(factor: CholeskyColumns) -> tuple[float, tuple | None]:
+def _reductions(factor: ArrayCholeskyColumns) -> tuple[float, tuple | None]:
     return factor.residual_trace(), factor.best()
 
 
-def _factor(key: str, name: str) -> CholeskyColumns:
+def _factor(key: str, name: str) -> ArrayCholeskyColumns:
     return _shard(key).columns[name]
 
 

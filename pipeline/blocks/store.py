@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ import numpy as np
 
 from algorithms.kernel_blocks import ArrayKernelBlocks
 from algorithms.kernels import Kernel
+from pipeline.blocks import BlocksJob
 from pipeline.datasets import fingerprint, read_store
 from pipeline.datasets.store import StoreArrays
 
@@ -80,7 +81,7 @@ class ZarrKernelBlocks(ArrayKernelBlocks):
 
 
 @contextlib.contextmanager
-def provide(config: Mapping, store: Path, kernel: Kernel) -> Iterator[ZarrKernelBlocks]:
+def provide(job: BlocksJob, store: Path, kernel: Kernel) -> Iterator[ZarrKernelBlocks]:
     """``blocks=memory`` (:mod:`pipeline.blocks`): the kernel blocks over the store's training
     rows in this process (the store verified by :func:`~pipeline.datasets.ingest` just
     before)."""

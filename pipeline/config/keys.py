@@ -117,7 +117,7 @@ def check_device(device: Any) -> str:
 
 def check_precision(precision: Any) -> str:
     """``precision``: float64 (the default) or float32, the latter on a torch device only
-    (checked with ``device`` by :func:`pipeline.blocks.device.check_device_job`)."""
+    (checked with ``device`` by :func:`pipeline.job.validate.check_device`)."""
     if precision not in ("float64", "float32"):
         raise InputError(f"precision={precision!r} must be float64 (the default) or float32 "
                          "(on a torch device: device=cuda); pass precision=float64")

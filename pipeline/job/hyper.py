@@ -26,6 +26,7 @@ seconds are the refined learning's ``hyper_start_seconds``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,7 +35,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import psutil
@@ -47,6 +48,7 @@ from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
 from pipeline.cluster.busy import mark, other_cores
 from pipeline.cluster.threads import blas_threads
 from pipeline.codeversion import LEARNING_PIPELINE, code_version, pipeline_version
+from pipeline.config import plain_copy
 from pipeline.datasets import ingest, load_arrays, spec_hash, train_shape
 from pipeline.job.claims import claim
 from pipeline.lines import note
@@ -96,9 +98,9 @@ HYPER_OPTIONS: dict[str, Option] = {
 CACHE_DIR = "hyper"
 
 
-def hyper_options(config: Mapping) -> dict[str, Any] | None:
+def hyper_options(block: Mapping) -> dict[str, Any] | None:
     """The validated ``hyper`` block of a job config, or None for fixed hyperparameters."""
-    given = dict(config["hyper"])
+    given = dict(block)
     name = given["name"]
     if name == "fixed":
         extra = sorted(set(given) - {"name"})
@@ -115,11 +117,72 @@ def hyper_options(config: Mapping) -> dict[str, Any] | None:
     return options
 
 
-def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:
-    """Validate ``hyper`` against the job's kernel and data dimension (before any data is read)."""
-    options = hyper_options(config)
+@dataclass(frozen=True)
+class HyperSpec:
+    """A job's ``hyper`` block: ``options`` validated (:func:`hyper_options`; None: hyper=fixed,
+    nothing learned), the block as given (its variants: :meth:`shared`, :meth:`base`) and the
+    learning's start as the config gives it, the kernel's block and ``lam`` (a learning's
+    cache key hashes them so: :func:`cache_key`). Read it, never change it."""
+
+    options: dict[str, Any] | None
+    given: dict[str, Any]
+    start_kernel: dict[str, Any]
+    start_lam: Any
+
+    @classmethod
+    def of(cls, config: Mapping) -> HyperSpec:
+        """The record of a job config's ``hyper`` block (an InputError line for a bad one)."""
+        return cls.of_block(config["hyper"], config["kernel"], config["lam"])
+
+    @classmethod
+    def of_block(cls, block: Mapping, kernel: Mapping, lam: Any) -> HyperSpec:
+        given = plain_copy(dict(block))
+        return cls(hyper_options(given), given, plain_copy(dict(kernel)), lam)
+
+    @property
+    def learns(self) -> bool:
+        """Whether the job learns its kernel and λ first (``hyper=ml``)."""
+        return self.options is not None
+
+    def shared(self) -> HyperSpec:
+        """The learning this one's ``hyper.shared_start`` names (that block's options over
+        this one's, and no further start)."""
+        return self.of_block({**self.given, **dict(self.given["shared_start"]),
+                              "shared_start": None}, self.start_kernel, self.start_lam)
+
+    def base(self) -> HyperSpec:
+        """The learning this one's ``hyper.refine`` stage refines (no stage)."""
+        return self.of_block({**self.given, "refine": None}, self.start_kernel,
+                             self.start_lam)
+
+
+class Learner(Protocol):
+    """What a learning reads of its job (a :class:`pipeline.job.spec.JobSpec`): its data, where
+    its stores and the learning's cache are, and its ``hyper`` record."""
+
+    @property
+    def dataset(self) -> Mapping[str, Any]:
+        """The job's dataset spec (its store's name)."""
+
+    @property
+    def store_root(self) -> str:
+        """Where its stores and the learnings' cache are."""
+
+    @property
+    def hyper(self) -> HyperSpec:
+        """Its ``hyper`` record."""
+
+
+def with_hyper(job: Learner, hyper: HyperSpec) -> Learner:
+    """``job`` learning ``hyper`` instead (a variant: the learning it starts from)."""
+    return dataclasses.replace(job, hyper=hyper)
+
+
+def check_hyper(hyper: HyperSpec, kernel: Kernel, dataset: Mapping) -> None:
+    """Check ``hyper`` against the job's kernel and data dimension (before any data is read)."""
+    options = hyper.options
     if options is not None:
-        shape = train_shape(config["dataset"])
+        shape = train_shape(dataset)
         Parameters.of(kernel, shape[1] if shape else 1, options["ard"])
         if shape:
             rows = max(options["subset"], (options["refine"] or {"subset": 0})["subset"])
@@ -131,13 +194,12 @@ def check_hyper(config: Mapping, kernel: Kernel) -> dict[str, Any] | None:
                     f"{need / 2**30:.1f} GiB ({what}) but {available / 2**30:.1f} GiB is "
                     "available; pass hyper.method=lowrank (every point, O(n·basis²)) or "
                     "hyper.method=subset with a smaller hyper.subset")
-    return options
 
 
-def cache_key(config: Mapping) -> str:
+def cache_key(job: Learner) -> str:
     """Hash of what determines a learning: dataset store, kernel, lam, hyper options, code."""
-    blob = {"data": spec_hash(config["dataset"]), "kernel": dict(config["kernel"]),
-            "lam": config["lam"], "hyper": hyper_options(config),
+    blob = {"data": spec_hash(dict(job.dataset)), "kernel": dict(job.hyper.start_kernel),
+            "lam": job.hyper.start_lam, "hyper": job.hyper.options,
             "code": code_version("algorithms.hyper"),
             "pipeline_code": pipeline_version(LEARNING_PIPELINE)}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -225,18 +287,6 @@ def _record_from_json(data: Mapping) -> LearnedRecord:
                          data["runs"])
 
 
-def shared_config(config: Mapping) -> dict:
-    """``config`` with the ``hyper`` block of the learning its ``hyper.shared_start`` names
-    (that block's options over this one's, and no further start)."""
-    hyper = dict(config["hyper"])
-    return {**config, "hyper": {**hyper, **dict(hyper["shared_start"]), "shared_start": None}}
-
-
-def base_config(config: Mapping) -> dict:
-    """``config`` with the learning its ``hyper.refine`` stage refines (no stage)."""
-    return {**config, "hyper": {**dict(config["hyper"]), "refine": None}}
-
-
 def _seconds(record: LearnedRecord, cpu: bool = False) -> float:
     """The wall (or CPU) seconds of a learning and of the learnings it started from."""
     kind = "cpu_" if cpu else ""
@@ -244,14 +294,13 @@ def _seconds(record: LearnedRecord, cpu: bool = False) -> float:
             + float(record.summary.get(f"hyper_start_{kind}seconds", 0.0)))
 
 
-def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedRecord:
+def learned(job: Learner, store: str | os.PathLike | None = None) -> LearnedRecord:
     """The learned hyperparameters of a job with ``hyper=ml``: read from the cache, or learned
     on the job's training data (ingested if ``store`` is not given) and cached atomically."""
-    options = hyper_options(config)
-    if options is None:
+    if job.hyper.options is None:
         raise ValueError("learned() needs hyper=ml")
-    root = Path(config["store_root"]).expanduser() / CACHE_DIR
-    path = root / f"{cache_key(config)}.json"
+    root = Path(job.store_root).expanduser() / CACHE_DIR
+    path = root / f"{cache_key(job)}.json"
     cached = _read_cache(path)
     if cached is not None:
         return cached
@@ -264,7 +313,7 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
         cached = _read_cache(path)
         if cached is not None:
             return cached
-        data = _learn(config, options, store)
+        data = _learn(job, store)
         try:
             tmp = root / f".{path.name}.tmp-{uuid.uuid4().hex}"
             tmp.write_bytes(seal_json(data))
@@ -279,18 +328,18 @@ def learned(config: Mapping, store: str | os.PathLike | None = None) -> LearnedR
 SET_ASIDE_DIR = "set_aside"  # under the cache: learnings ``relearn=true`` replaced
 
 
-def learning_keys(config: Mapping) -> set[str]:
-    """The cache keys of every learning a job with ``config`` reads: its own, the one its
-    ``hyper.refine`` stage starts from, and those of the learning its ``hyper.shared_start``
-    names (none without ``hyper=ml``)."""
-    options = hyper_options(config)
+def learning_keys(job: Learner) -> set[str]:
+    """The cache keys of every learning ``job`` reads: its own, the one its ``hyper.refine``
+    stage starts from, and those of the learning its ``hyper.shared_start`` names (none
+    without ``hyper=ml``)."""
+    options = job.hyper.options
     if options is None:
         return set()
-    keys = {cache_key(config)}
+    keys = {cache_key(job)}
     if options["refine"]:
-        keys.add(cache_key(base_config(config)))
+        keys.add(cache_key(with_hyper(job, job.hyper.base())))
     if options["shared_start"]:
-        keys |= learning_keys(shared_config(config))
+        keys |= learning_keys(with_hyper(job, job.hyper.shared()))
     return keys
 
 
@@ -337,26 +386,27 @@ def _most(values: list[float]) -> float:
     return max(known) if known else math.nan
 
 
-def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike | None) -> dict:
-    """Learn the hyperparameters of ``config`` on its training data: the cache's payload. Its
+def _learn(job: Learner, store: str | os.PathLike | None) -> dict:
+    """Learn the hyperparameters of ``job`` on its training data: the cache's payload. Its
     summary's ``hyper_other_cores`` is the most that other processes kept busy, on average,
     during this learning or a learning it started from (:mod:`pipeline.cluster.busy`), and its
     ``hyper_blas_threads`` the BLAS threads it ran on."""
     busy, threads = mark(), blas_threads()
-    store = store if store is not None else ingest(config["dataset"], config["store_root"])
+    options = job.hyper.options
+    store = store if store is not None else ingest(dict(job.dataset), job.store_root)
     X, y, _, _ = load_arrays(store, verify=False)
-    kernel_cfg = dict(config["kernel"])
+    kernel_cfg = dict(job.hyper.start_kernel)
     kernel = Kernel(kernel_cfg.pop("name"), kernel_cfg)
     settings = {k: v for k, v in options.items()
                 if k not in ("name", "seed", "shared_start", "refine")}
     other = None
     if options["refine"]:  # a stage: from the learning before it (itself from its starts)
-        other = learned(base_config(config), store)
+        other = learned(with_hyper(job, job.hyper.base()), store)
         settings.update(options["refine"], init="shared", restarts=0)
         if options["budget_seconds"] is not None:  # one budget for the learning and its stage
             settings["budget_seconds"] = max(0.0, options["budget_seconds"] - _seconds(other))
     elif options["shared_start"]:  # the other learning's optimum is one more start
-        other = learned(shared_config(config), store)
+        other = learned(with_hyper(job, job.hyper.shared()), store)
     extra, start = [], {}
     if other is not None:
         extra.append((other.kernel, other.lam))
@@ -364,7 +414,7 @@ def _learn(config: Mapping, options: Mapping[str, Any], store: str | os.PathLike
         start = {"hyper_start_seconds": _seconds(other),
                  "hyper_start_cpu_seconds": _seconds(other, cpu=True)}
     others = [float(other.summary.get("hyper_other_cores", math.nan))] if other else []
-    result = learn(X, y, kernel, float(config["lam"]),
+    result = learn(X, y, kernel, float(job.hyper.start_lam),
                    rng=np.random.default_rng([options["seed"], 7]), extra_starts=extra,
                    **settings)
     return {"kernel": {"name": result.kernel.name,

@@ -97,7 +97,7 @@ def _identity(config: Mapping, write_data: bool) -> dict:
     if config["device"] != "cpu" or config["precision"] != "float64":
         ident["device"] = device_part(config)
     try:
-        if hyper_options(config) is not None:  # the fit depends on the learning code too
+        if hyper_options(config["hyper"]) is not None:  # the fit depends on the learning code
             ident["hyper_code"] = code_version("algorithms.hyper")
     except InputError:
         pass  # a bad hyper block: the job reports it

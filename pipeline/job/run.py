@@ -35,7 +35,7 @@ from algorithms.certificate import certify
 from algorithms.contract import AlgorithmSpec, Fit, Result
 from algorithms.curve_jobs import run_curve
 from algorithms.errors import TooLarge
-from algorithms.evaluation import mean_predictor_metrics, options_of
+from algorithms.evaluation import mean_predictor_metrics
 from algorithms.evaluation import run as evaluate
 from algorithms.kernel_threads import kernel_threads
 from algorithms.kernels import Kernel, fit_tails
@@ -44,7 +44,7 @@ from pipeline.cluster.busy import BusyMark, mark, other_cores
 from pipeline.cluster.threads import blas_threads, cpu_model, numeric_threads, usable_cores
 from pipeline.codeversion import pipeline_version
 from pipeline.datasets import ingest
-from pipeline.job.hyper import hyper_options, learned
+from pipeline.job.hyper import LearnedRecord, learned
 from pipeline.job.identity import algorithm_version, config_hash
 from pipeline.job.spec import JobSpec
 from pipeline.job.warmup import warm_up
@@ -91,8 +91,7 @@ def run(job: JobSpec, result_path: str | Path, attrs: Mapping | None = None) -> 
     # BLAS and the kernel blocks' tiles on the job's threads (validated by JobSpec.from_config;
     # null: every core), for this job only
     with numeric_threads(job.threads):
-        return _run_job(job.config(), result_path, attrs, clock, job.spec, job.lam, job.kernel,
-                        dict(job.options))
+        return _run_job(job, result_path, attrs, clock)
 
 
 def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = None
@@ -102,73 +101,84 @@ def run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None = No
     return run(JobSpec.from_config(config), result_path, attrs)
 
 
-def _run_job(config: Mapping, result_path: str | Path, attrs: Mapping | None, clock: JobClock,
-             spec: AlgorithmSpec, lam: float, kernel: Kernel, options: dict) -> JobOutcome:
-    seed = config["seed"]
-
-    job = f"the {spec.name} job on {config['dataset']['name']}"
-    announce(f"{job}, reading its dataset")  # named if a signal kills the process (watch.py)
-    store = ingest(config["dataset"], config["store_root"])  # verifies the store's checksums
+def _run_job(job: JobSpec, result_path: str | Path, attrs: Mapping | None,
+             clock: JobClock) -> JobOutcome:
+    what = f"the {job.algorithm} job on {job.dataset['name']}"
+    announce(f"{what}, reading its dataset")  # named if a signal kills the process (watch.py)
+    store = ingest(dict(job.dataset), job.store_root)  # verifies the store's checksums
     hyper = None
-    if hyper_options(config) is not None:
-        announce(f"{job}, learning its hyperparameters")
-        hyper = learned(config, store)
+    if job.hyper.learns:
+        announce(f"{what}, learning its hyperparameters")
+        hyper = learned(job, store)
+    fit = Fitted(job.kernel, job.lam, hyper)
     if hyper is not None:  # fit with the learned kernel and λ = learned σ² (pipeline.job.hyper)
-        kernel, lam = hyper.kernel, hyper.lam
-    with kernel_blocks(config, store, kernel) as blocks:  # pipeline.blocks: its provider
-        return _fit_and_write(config, result_path, attrs, clock, spec, lam, kernel, options,
-                              seed, store, hyper, blocks)
+        fit = Fitted(hyper.kernel, hyper.lam, hyper)
+    with kernel_blocks(job, store, fit.kernel) as blocks:  # pipeline.blocks: its provider
+        return _fit_and_write(job, fit, result_path, attrs, clock, store, blocks)
 
 
-def _fit_and_write(config: Mapping, result_path: str | Path, attrs: Mapping | None,
-                   clock: JobClock, spec: AlgorithmSpec, lam: float, kernel: Kernel,
-                   options: dict, seed: int, store: Path, hyper, blocks) -> JobOutcome:
+@dataclass(frozen=True)
+class Fitted:
+    """The kernel and λ a job fits with (its own, or those its learning found) and the
+    learning (None: hyper=fixed)."""
+
+    kernel: Kernel
+    lam: float
+    hyper: LearnedRecord | None
+
+
+def _fit_and_write(job: JobSpec, fit: Fitted, result_path: str | Path, attrs: Mapping | None,
+                   clock: JobClock, store: Path, blocks) -> JobOutcome:
+    spec, hyper = job.spec, fit.hyper
     y_train, X_test, y_test = (np.asarray(blocks.dataset[key][...], dtype=np.float64)
                                for key in ("y_train", "X_test", "y_test"))
     if hyper is not None and hyper.y_offset:  # the learned constant prior mean (hyper.center_y)
         y_train, y_test = y_train - hyper.y_offset, y_test - hyper.y_offset
-    what = (f"the {spec.name} fit on {config['dataset']['name']} at n_train={blocks.n} "
-            f"({blas_threads()} BLAS threads{_declared_memory(spec, blocks, options)})")
+    what = (f"the {spec.name} fit on {job.dataset['name']} at n_train={blocks.n} "
+            f"({blas_threads()} BLAS threads{_declared_memory(spec, blocks, job.options)})")
     announce(what)
     # the fit's kernel tiles: compiled ones loaded before its clock starts, or numpy's exp for
     # a small RBF fit (algorithms.kernels.fit_tails)
-    with fit_tails(kernel.name, blocks.n):
+    with fit_tails(fit.kernel.name, blocks.n):
         warm = {}
-        if not config["learning_curve"]:  # untimed: imports, compiled code (module docstring)
-            seconds, error = warm_up(spec, kernel, lam, config["kappa"], options, blocks.d)
+        if not job.curve.enabled:  # untimed: imports, compiled code (module docstring)
+            seconds, error = warm_up(spec, fit.kernel, fit.lam, job.kappa, dict(job.options),
+                                     blocks.d)
             warm = {"warmup_seconds": seconds, **({"warmup_error": error} if error else {})}
-        result = _fit_and_certify(config, spec, lam, kernel, options, seed, blocks, hyper,
-                                  y_train, X_test, y_test, what)
+        result = _fit_and_certify(job, fit, blocks, y_train, X_test, y_test, what)
     result = _with_summary(result, **warm, load_start=clock.load_start,
                            load_end=load_average(), cores=usable_cores(),
                            other_cores=other_cores(clock.busy))
-    job_hash = config_hash(config)
+    record = job.config()  # the resolved config, as the result file records it
+    job_hash = config_hash(record)
     attrs = {**(attrs or {}), "config_hash": job_hash, "code_version": algorithm_version(spec),
              "pipeline_code_version": pipeline_version(), "store": store.name,
              "job_seconds": time.perf_counter() - clock.start - warm.get("warmup_seconds", 0.0),
              "n_train": blocks.n, "n_test": len(y_test), "d": blocks.d}
     announce(f"writing the result of {what}")
-    path = write_job_result(result, config, result_path, attrs,
+    path = write_job_result(result, record, result_path, attrs,
                             hyper.variables() if hyper is not None else None)
-    return JobOutcome(result, dict(config), job_hash, path, attrs)
+    return JobOutcome(result, record, job_hash, path, attrs)
 
 
-def _fit_and_certify(config: Mapping, spec: AlgorithmSpec, lam: float, kernel: Kernel,
-                     options: dict, seed: int, blocks, hyper, y_train: np.ndarray,
+def _fit_and_certify(job: JobSpec, fit: Fitted, blocks, y_train: np.ndarray,
                      X_test: np.ndarray, y_test: np.ndarray, what: str) -> Result:
-    if config["learning_curve"]:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
-        return run_curve(config, spec, kernel, blocks, options)
-    result = evaluate(spec, blocks, y_train, lam=lam, kappa=config["kappa"],
-                      rng=np.random.default_rng(seed), test=(X_test, y_test),
-                      profile_memory=config["profile_memory"], **options)
+    spec, options = job.spec, dict(job.options)
+    if job.curve.enabled:  # Lemma 4's E^g(n) instead of a fit (algorithms.curve_jobs)
+        return run_curve(job.curve.settings, spec, fit.kernel, blocks, options, seed=job.seed,
+                         lam=job.lam)
+    result = evaluate(spec, blocks, y_train, lam=fit.lam, kappa=job.kappa,
+                      rng=np.random.default_rng(job.seed), test=(X_test, y_test),
+                      profile_memory=job.profile.profile_memory, **options)
     result = result.with_summary(blas_threads=blas_threads(), cpu_model=cpu_model(),
                                  kernel_threads=kernel_threads(),
-                                 **getattr(blocks, "summary", dict)())
+                                 **blocks.summary())
     announce(f"the certificate of {what}")
-    result = _certified(result, spec, config, blocks, y_train, lam, seed)
+    result = _certified(result, job, blocks, y_train, fit.lam)
+    hyper = fit.hyper
     if hyper is not None:
         result = result.with_summary(**hyper.summary)
-        if config["protocol"] == "own" and "own_converged" not in result.summary:
+        if job.protocol == "own" and "own_converged" not in result.summary:
             # its own learning is this one (its own form of hyper=ml): converged when every
             # L-BFGS-B run met scipy's stopping rule rather than its iteration cap
             result = result.with_summary(
@@ -193,20 +203,19 @@ def _declared_memory(spec: AlgorithmSpec, blocks, options: Mapping) -> str:
     return f", declared memory {need / 2**30:.1f} GiB"
 
 
-def _certified(fit: Fit, spec: AlgorithmSpec, config: Mapping, blocks, y: np.ndarray,
-               lam: float, seed: int) -> Fit:
-    """Theorem 1's certificate of a regression fit (``certificate.*`` in the config); none
-    (no certificate keys in the summary, as for classification) where the spec says it does not
-    apply to a fit with these options (:meth:`~algorithms.contract.AlgorithmSpec.certifies`:
-    a basis off the training rows, a learned kernel or λ)."""
-    cert_cfg = config["certificate"]
-    options = options_of(spec, {k: v for k, v in config["algorithm"].items() if k != "name"})
-    if spec.task != "regression" or not cert_cfg["enabled"] or not spec.certifies(options):
+def _certified(fit: Fit, job: JobSpec, blocks, y: np.ndarray, lam: float) -> Fit:
+    """Theorem 1's certificate of a regression fit (``job.certificate``); none (no certificate
+    keys in the summary, as for classification) where the spec says it does not apply to a fit
+    with these options (:meth:`~algorithms.contract.AlgorithmSpec.certifies`: a basis off the
+    training rows, a learned kernel or λ)."""
+    spec, settings = job.spec, job.certificate
+    if spec.task != "regression" or not settings.enabled or not spec.certifies(
+            dict(job.options)):
         return fit
     certificate = certify(blocks, y, lam, fit.basis, fit.coef,
-                          rng=np.random.default_rng([seed, 1]),
-                          kappa=cert_cfg["kappa"], tol=cert_cfg["tol"],
-                          max_dual=cert_cfg["max_dual"],
+                          rng=np.random.default_rng([job.seed, 1]),
+                          kappa=settings.kappa, tol=settings.tol,
+                          max_dual=settings.max_dual,
                           dual_objective=fit.summary.get("dual_objective"))
     extra = {"gap_certified": certificate["gap_certified"],
              "certified_lower_bound": certificate["objective_lower_bound"],

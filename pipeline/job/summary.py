@@ -128,7 +128,7 @@ TEXT: dict[str, Callable] = {"fit": fit_text, "learning_curve": curve_text}
 
 
 # an RMSE at or above this fraction of the training-mean predictor's is not clearly below it:
-# the job is flagged trivial (here, and by publish: pipeline.report.stats.trivial)
+# the job is flagged trivial (here, and by publish: pipeline.publish.stats.trivial)
 TRIVIAL_RATIO = 0.99
 
 

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from algorithms.contract import AlgorithmSpec, check_lam
-from algorithms.errors import InputError
+from algorithms.errors import InputError, TooLarge
 from algorithms.evaluation import check_size, options_of
 from algorithms.kernels import Kernel
-from algorithms.options import validate
 from algorithms.registry import REGISTRY, get
 from pipeline.config import complete
-from pipeline.config.keys import CERTIFICATE_OPTIONS, TOP_LEVEL, check_keys
+from pipeline.config.keys import TOP_LEVEL, check_keys
+from pipeline.config.records import CertificateSpec
 from pipeline.datasets import DATASETS, check_buildable, distinct_train, task_of, train_shape
-from pipeline.job.hyper import check_hyper
+from pipeline.job.hyper import HyperSpec, check_hyper
 from pipeline.job.identity import spec_or_none
 
 
@@ -45,17 +46,44 @@ def blocks_in_memory_unless_declared(config: dict) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What checking a job config builds: its algorithm's spec, λ, kernel and options (defaults
+    filled in), its ``hyper`` and ``certificate`` records, and its training set's shape (None
+    where the dataset does not say it before it is built)."""
+
+    spec: AlgorithmSpec
+    lam: float
+    kernel: Kernel
+    options: dict
+    hyper: HyperSpec
+    certificate: CertificateSpec
+    shape: tuple[int, int] | None
+
+
 def check_config(config: Mapping, available: float | None = None, sized: bool = True
                  ) -> tuple[AlgorithmSpec, float, Kernel, dict]:
-    """Validate a resolved job config without building its data: the algorithm and its
-    options, ``lam``, ``kappa``, ``seed``, the kernel, the ``hyper`` block, the dataset spec,
-    the certificate, and
-    whether the fit fits (``max_n``, and the algorithm's declared memory against ``available``
-    bytes, default what this machine has free; not with ``sized=False``: :class:`pipeline.job.
-    spec.JobSpec` records it instead). Returns (spec, lam, kernel, options); raises
-    InputError naming the first bad value. A hand-built config is completed from
-    ``conf/config.yaml`` first (:func:`pipeline.config.complete`)."""
+    """Validate a job config without building its data (:func:`checked`), and whether the fit
+    fits (:func:`size_verdict`: ``max_n``, and the algorithm's declared memory against
+    ``available`` bytes, default what this machine has free; not with ``sized=False``),
+    raising its TooLarge. Returns (spec, lam, kernel, options); raises InputError naming the
+    first bad value. A hand-built config is completed from ``conf/config.yaml`` first
+    (:func:`pipeline.config.complete`); a job checks its config once, in
+    :meth:`pipeline.job.spec.JobSpec.from_config`."""
     config = complete(config)
+    found = checked(config)
+    if sized:
+        too_large = size_verdict(config, found, available)
+        if too_large is not None:
+            raise TooLarge(too_large)
+    return found.spec, found.lam, found.kernel, found.options
+
+
+def checked(config: Mapping) -> Checked:
+    """Check a complete job config without building its data: the algorithm and its options,
+    ``lam``, ``kappa``, ``seed``, the kernel, the ``hyper`` block, the dataset spec, the
+    certificate and every other top-level key with a check; the first bad value raises its
+    InputError line."""
     spec = get(config["algorithm"]["name"])
     lam = check_lam(config["lam"])
     check_keys(config, ("kappa", "seed"))
@@ -65,19 +93,33 @@ def check_config(config: Mapping, available: float | None = None, sized: bool = 
     shape = train_shape(config["dataset"])  # validates the dataset spec
     check_buildable(config["dataset"], shape)
     check_task(spec, config["dataset"])
-    check_hyper(config, kernel)
-    validate(CERTIFICATE_OPTIONS, config["certificate"], owner="the certificate",
-             prefix="certificate.")
+    hyper = HyperSpec.of(config)
+    check_hyper(hyper, kernel, config["dataset"])
+    certificate = CertificateSpec.of(config["certificate"])
     # every other top-level key with a check of its own (pipeline.config.keys)
     check_keys(config, tuple(k for k in TOP_LEVEL if k not in ("lam", "kappa", "seed")))
     check_blocks(config["blocks"], spec)
-    if sized and shape is not None and not config["learning_curve"]:
-        # last, so that a TooLarge job (a failed point in a sweep) has passed every other check
-        distinct = distinct_train(config["dataset"]) if spec.distinct_inputs else None
-        if config["device"] != "cpu":  # its n × n matrices are checked on the device, where
-            available = math.inf       # they are made (TorchKernelBlocks.memory_on_device)
-        check_size(spec, *shape, options, available, distinct=distinct)
-    return spec, lam, kernel, options
+    check_device(spec, config["device"], config["precision"], config["blocks"])
+    return Checked(spec, lam, kernel, options, hyper, certificate, shape)
+
+
+def size_verdict(config: Mapping, found: Checked, available: float | None = None
+                 ) -> str | None:
+    """Why the fit of a checked config cannot run with ``available`` bytes (default what this
+    machine has free): over its algorithm's ``max_n`` or its declared memory; None when it can,
+    or when its size is not known before its data is built or it measures a learning curve.
+    Checked last, so that a job too large (a failed point in a sweep) has passed every other
+    check."""
+    if found.shape is None or config["learning_curve"]:
+        return None
+    distinct = distinct_train(config["dataset"]) if found.spec.distinct_inputs else None
+    if config["device"] != "cpu":  # its n × n matrices are checked on the device, where
+        available = math.inf       # they are made (TorchKernelBlocks.memory_on_device)
+    try:
+        check_size(found.spec, *found.shape, found.options, available, distinct=distinct)
+    except TooLarge as err:
+        return str(err)
+    return None
 
 
 def check_blocks(blocks: Any, spec: AlgorithmSpec) -> str:
@@ -88,6 +130,25 @@ def check_blocks(blocks: Any, spec: AlgorithmSpec) -> str:
         raise InputError(f"algorithm {spec.name} does not run with blocks=cluster; pass "
                          f"blocks=memory, or one of: {', '.join(able)}")
     return blocks
+
+
+def check_device(spec: AlgorithmSpec, device: str, precision: str, blocks: str) -> None:
+    """A job on a torch device (``device`` not ``cpu``): only for algorithms that declare
+    ``device_blocks``, in float64 for those that declare ``float64_only``, and with its rows in
+    this process (``blocks=memory``); checked before any data are read, as :func:`check_blocks`
+    (whether the device exists is the job's to say, on the machine that runs it)."""
+    if device == "cpu":
+        return
+    if not spec.device_blocks:
+        able = sorted(name for name, s in REGISTRY.items() if s.device_blocks)
+        raise InputError(f"algorithm {spec.name} does not run on device={device}; pass "
+                         f"device=cpu, or one of: {', '.join(able)}")
+    if precision != "float64" and spec.float64_only:
+        raise InputError(f"algorithm {spec.name} computes in float64 only; pass "
+                         f"precision=float64 with device={device}")
+    if blocks != "memory":
+        raise InputError(f"blocks={blocks} runs on the CPU workers; with device={device} pass "
+                         "blocks=memory")
 
 
 def check_task(spec: AlgorithmSpec, dataset: Mapping) -> None:

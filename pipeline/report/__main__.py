@@ -1,7 +1,8 @@
-"""``python -m pipeline.report <results.zarr> [--out DIR] [--select DIM=VALUE ...]``."""
+"""``python -m pipeline.report <results.zarr> [--out DIR] [--select DIM=VALUE ...]``
+(:mod:`pipeline.report.build`)."""
 
 import sys
 
-from pipeline.report import main
+from pipeline.report.build import main
 
 sys.exit(main())

@@ -42,7 +42,9 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
         return float("inf")
     same = (a == b) | (np.isnan(a) & np.isnan(b))
     scale = np.maximum(np.abs(a), np.abs(b))
-    rel = np.where(same, 0.0, np.abs(a - b) / np.where(scale == 0, 1.0, scale))
+    with np.errstate(invalid="ignore"):  # inf − inf where both are inf: masked by ``same``
+        rel = np.where(same, 0.0, np.abs(a - b) / np.where(scale == 0, 1.0, scale))
+    rel = np.where(~same & (np.isinf(a) | np.isinf(b)), np.inf, rel)  # inf against a number
     return float(rel.max()) if rel.size else 0.0
 
 

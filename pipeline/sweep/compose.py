@@ -225,17 +225,14 @@ def compose_jobs(master: DictConfig, config_loader,
 @dataclass
 class PlannedJob:
     """A sweep point planned: its job (:class:`~pipeline.job.spec.JobSpec`, what a worker
-    runs), its name, its coordinates in the sweep's Dataset and Hydra's job number."""
+    runs, read through its fields), its name, its coordinates in the sweep's Dataset, Hydra's
+    job number, and Hydra's record of the point (``composed``: the composition its ``.hydra/``
+    files and Hydra's ``run_job`` are given, and its overrides' keys; not read for the job)."""
 
     overrides: list[str]
-    composed: ComposedJob  # the full config Hydra's run_job receives
+    composed: ComposedJob  # Hydra's record of the point (pipeline.sweep.job_files)
     spec: JobSpec
     hash: str
     coords: dict
     setting: str      # hash of the job's settings (its identity without data and code)
     num: int          # Hydra's job number
-
-    @property
-    def config(self) -> Mapping[str, Any]:
-        """The job's resolved config (read it; ``spec.config()`` gives a copy to change)."""
-        return self.spec.resolved

@@ -52,7 +52,7 @@ class JobDeadlines:
             job, fit = self._running(jobs)
             if job is None or job.hash in self.expired:
                 continue
-            timeout = job.config.get("job_timeout")
+            timeout = job.spec.job_timeout
             if timeout is None:
                 continue
             first = self.seen.setdefault((job.hash, fit["time"]), time.monotonic())
@@ -83,7 +83,8 @@ class JobDeadlines:
         error = (f"JobTimedOut: {timeout_message(timeout)} (its worker did not stop it: the "
                  f"sweep ended the worker {limit:g} s after the job started)")
         with contextlib.suppress(OSError, WriteError):  # then the job runs again elsewhere
-            write_job_failure(job.config, error, self.sweep_dir / "jobs" / job.hash / JOB_FILE,
+            write_job_failure(job.spec.config(), error,
+                              self.sweep_dir / "jobs" / job.hash / JOB_FILE,
                               {"config_hash": job.hash, "worker": str(fit.get("worker", "")),
                                "pid": int(fit.get("pid", -1))})
         self.liveness.end_worker(address, f"ran job {job.hash[:12]} past job_timeout="

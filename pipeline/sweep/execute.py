@@ -25,6 +25,7 @@ from pipeline.config.keys import planned_keys
 from pipeline.datasets import ingest
 from pipeline.job.claims import claim_job, record_fit
 from pipeline.job.hyper import learned
+from pipeline.job.spec import JobSpec
 from pipeline.job.task import run_task
 from pipeline.results.job_file import (
     JOB_FILE,
@@ -114,12 +115,13 @@ def execute_batch(task_function: TaskFunction, hydra_context: HydraContext, jobs
 
 def _hydra_job_config(job: PlannedJob, sweep_dir: Path) -> DictConfig:
     cfg = job.composed.hydra_config()
+    record = job.spec.resolved  # Hydra's record of the job holds what the sweep settled
     with open_dict(cfg):
-        cfg.algorithm = job.config["algorithm"]  # resolved, without the dropped options
-        cfg.store_root = job.config["store_root"]
+        cfg.algorithm = record["algorithm"]  # resolved, without the dropped options
+        cfg.store_root = job.spec.store_root
         for key in planned_keys():  # as the sweep resolved them (threads, blocks)
-            if key in job.config:
-                cfg[key] = job.config[key]
+            if key in record:
+                cfg[key] = record[key]
         cfg.hydra.sweep.dir = str(sweep_dir)
         cfg.hydra.sweep.subdir = f"jobs/{job.hash}"
         cfg.hydra.job.num = job.num
@@ -135,7 +137,7 @@ def _record_failure(job: PlannedJob, out_dir: Path, err: BaseException, start: f
         return _out_of_space(job, str(err))
     error = f"{type(err).__name__}: {err}"
     try:
-        write_job_failure(job.config, error, out_dir / JOB_FILE,
+        write_job_failure(job.spec.config(), error, out_dir / JOB_FILE,
                           {"config_hash": job.hash, "worker": worker_name(), "pid": os.getpid(),
                            "job_seconds": time.perf_counter() - start,
                            "traceback": "".join(traceback.format_exception(err))})
@@ -170,11 +172,11 @@ def ingest_task(spec: Mapping, store_root: str) -> Path:
         return ingest(spec, store_root)
 
 
-def learn_task(config: Mapping, store: str) -> str:
-    """A sweep's hyperparameter-learning task: learn (or find cached) and return the store,
-    on the threads the job's fit would use (``threads``: every core of a worker that runs one
-    job at a time)."""
-    with dask.config.set(scheduler="synchronous"), numeric_threads(config.get("threads")):
-        learned(config, store)
+def learn_task(job: JobSpec, store: str) -> str:
+    """A sweep's hyperparameter-learning task: learn (or find cached) ``job``'s learning and
+    return the store, on the threads the job's fit would use (``threads``: every core of a
+    worker that runs one job at a time)."""
+    with dask.config.set(scheduler="synchronous"), numeric_threads(job.threads):
+        learned(job, store)
     return store
 

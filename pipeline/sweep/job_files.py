@@ -58,11 +58,12 @@ class HydraRecords:
         task = copy.deepcopy(task)
         for key, value in job.composed.leaves:
             set_leaf(task, key, copy.deepcopy(value))
-        task["algorithm"] = job.config["algorithm"]
-        task["store_root"] = job.config["store_root"]
+        record = job.spec.resolved  # what the sweep settled (its algorithm and execution keys)
+        task["algorithm"] = record["algorithm"]
+        task["store_root"] = job.spec.store_root
         for key in planned_keys():
-            if key in job.config:
-                task[key] = job.config[key]
+            if key in record:
+                task[key] = record[key]
         subdir = f"jobs/{job.hash}"
         hydra = {**hydra,
                  "sweep": {**hydra["sweep"], "dir": str(sweep_dir), "subdir": subdir},

@@ -84,10 +84,10 @@ def relearn(to_run: Sequence[PlannedJob], finished: Sequence[PlannedJob]) -> Non
         out: dict[str, set[str]] = {}
         for job in jobs:
             try:
-                found = learning_keys(job.config)
+                found = learning_keys(job.spec)
             except InputError:
                 continue  # a bad hyper block: the job itself reports it
-            out.setdefault(str(job.config["store_root"]), set()).update(found)
+            out.setdefault(str(job.spec.store_root), set()).update(found)
         return out
 
     used = keys(finished)
@@ -157,7 +157,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
             raise
         record_last(sweep_dir, master)  # for resume=last
         for h, why in refused.items():  # no result of theirs exists: record why there is none
-            write_job_failure(unique[h].config, why, job_path(sweep_dir, h),
+            write_job_failure(unique[h].spec.config(), why, job_path(sweep_dir, h),
                               {"config_hash": h, "worker": ""})
             records[h] = {"status": "too_large", "error": why}
         timings["wall_seconds"] = time.perf_counter() - t_start
@@ -176,7 +176,7 @@ def launch(master: DictConfig, hydra_context: HydraContext, task_function: TaskF
                       f"launcher {timings['wall_seconds']:.1f} s, consolidation "
                       f"{time.perf_counter() - t_consolidate:.1f} s)", flush=True)
             if (sweep_dir / "report").exists():  # a report describes the results beside it
-                from pipeline.report import render
+                from pipeline.report.build import render
 
                 print(f"report: {render(results_path, results_path.parent / 'report')}",
                       flush=True)

@@ -167,11 +167,11 @@ def check_run_on(sweep_dir: Path, old: Mapping, jobs: Sequence[PlannedJob],
     store's config names the first). Refused before any job runs."""
     if not old.get("entries"):
         return
-    for key, default in RUN_ON.items():
+    for key in RUN_ON:
         if key in dims:
             continue
         was = sorted(ran_at(old, key))
-        now = sorted({str(job.config.get(key, default)) for job in jobs} - set(was))
+        now = sorted({_run_on(job)[key] for job in jobs} - set(was))
         if now:
             raise InputError(
                 f"the sweep in {sweep_dir} was run at {key}={'/'.join(was)}, and this command "
@@ -183,6 +183,11 @@ def check_run_on(sweep_dir: Path, old: Mapping, jobs: Sequence[PlannedJob],
 
 # command-line keys that set no job
 NOT_SETTINGS = ("merge", "resume", "sweep", "dry_run", "relearn")
+
+
+def _run_on(job: PlannedJob) -> dict[str, str]:
+    """Where a planned job runs, by its :data:`~pipeline.sweep.invocations.RUN_ON` keys."""
+    return {"device": job.spec.device.name, "precision": job.spec.device.precision}
 
 
 def fixed_values_changed(old_entries: Sequence[Mapping], jobs: Sequence[PlannedJob],

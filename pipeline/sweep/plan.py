@@ -176,7 +176,6 @@ def prepare(master: DictConfig, hydra_context: HydraContext,
             key = json.dumps(config, sort_keys=True, default=str)
             if key not in specs:  # bad input stops the sweep before any data is read
                 specs[key] = JobSpec.from_config(config, here, jobs_at_once)
-                _check_device(config)
             spec = specs[key]
             ignored.setdefault(spec.algorithm, set()).update(spec.dropped)
             if spec.blocks_moved:
@@ -209,17 +208,6 @@ def _check_result_paths(sweep_dir: Path, jobs: Sequence[PlannedJob]) -> None:
         if odd is not None:
             raise InputError(f"{path} {odd}, then rerun the sweep: that job is not finished "
                              "and runs again; nothing was run")
-
-
-def _check_device(config: Mapping) -> None:
-    """A job on a torch device: its algorithm, precision and blocks are checked at planning, so
-    that a sweep with one that cannot run there stops before anything runs (the device itself
-    is looked for by the worker, which may be on another machine)."""
-    if config["device"] == "cpu":
-        return
-    from pipeline.blocks.device import check_device_job  # imports torch: a device sweep only
-
-    check_device_job(config)
 
 
 def _fit_memory(cluster_cfg: Mapping) -> tuple[float, int | None]:

@@ -30,7 +30,8 @@ from pipeline.cluster.options import memory_hint
 from pipeline.cluster.starting import ALLOWED_FAILURES
 from pipeline.datasets.spec import train_shape
 from pipeline.job.claims import FITS_FILE
-from pipeline.job.hyper import cache_key, hyper_options, shared_config
+from pipeline.job.hyper import cache_key, with_hyper
+from pipeline.job.spec import JobSpec
 from pipeline.results.job_file import (
     JOB_FILE,
     job_path,
@@ -102,10 +103,10 @@ def uses_compiled_tiles(jobs: list[PlannedJob]) -> bool:
     compiled tiles whose fit does not take numpy's exp (:func:`algorithms.kernels.
     takes_numpy_exp`; a training set of unknown size counts as large)."""
     for job in jobs:
-        kernel = job.config["kernel"]["name"]
+        kernel = job.spec.kernel.name
         if kernel not in FUSED_KERNELS:
             continue
-        shape = train_shape(job.config["dataset"])
+        shape = train_shape(dict(job.spec.dataset))
         if not takes_numpy_exp(kernel, shape and shape[0]):
             return True
     return False
@@ -177,18 +178,18 @@ def _prerequisites(client, to_run: list[PlannedJob], retries: int) -> dict[str, 
     for job in to_run:
         if _dataset_key(job) not in stores:
             stores[_dataset_key(job)] = client.submit(
-                ingest_task, job.config["dataset"], job.config["store_root"], retries=retries,
+                ingest_task, dict(job.spec.dataset), job.spec.store_root, retries=retries,
                 pure=False, priority=1)
     learnings: dict[str, object] = {}
 
-    def learning(config: Mapping, key: str, store: object) -> object:
-        """The learning task of ``config``; one that starts from another learning's
-        optimum too (``hyper.shared_start``) runs after it, so that one is learned once."""
+    def learning(job: JobSpec, key: str, store: object) -> object:
+        """The learning task of ``job``; one that starts from another learning's optimum
+        too (``hyper.shared_start``) runs after it, so that one is learned once."""
         if key not in learnings:
-            shared = _shared_key(config)
-            before = store if shared is None else learning(shared_config(config), shared,
-                                                           store)
-            learnings[key] = client.submit(learn_task, config, before, retries=retries,
+            shared = _shared_key(job)
+            before = store if shared is None else learning(
+                with_hyper(job, job.hyper.shared()), shared, store)
+            learnings[key] = client.submit(learn_task, job, before, retries=retries,
                                            pure=False, priority=1)
         return learnings[key]
 
@@ -196,7 +197,7 @@ def _prerequisites(client, to_run: list[PlannedJob], retries: int) -> dict[str, 
     for job in to_run:
         key = _hyper_key(job)
         store = stores[_dataset_key(job)]
-        needs[job.hash] = learning(job.config, key, store) if key is not None else store
+        needs[job.hash] = learning(job.spec, key, store) if key is not None else store
     return needs
 
 
@@ -324,12 +325,13 @@ class Batches:
 TASK_SECONDS = 0.5  # a batch's target duration: Dask's ~ms per task is then a fraction of 1 %
 
 
-def _shared_key(config: Mapping) -> str | None:
-    """The key of the learning whose optimum ``config``'s learning also starts from
+def _shared_key(job: JobSpec) -> str | None:
+    """The key of the learning whose optimum ``job``'s learning also starts from
     (``hyper.shared_start``), or None."""
     try:
-        options = hyper_options(config)
-        return cache_key(shared_config(config)) if options and options["shared_start"] else None
+        options = job.hyper.options
+        return (cache_key(with_hyper(job, job.hyper.shared()))
+                if options and options["shared_start"] else None)
     except InputError:
         return None  # a bad hyper block: the job itself reports it
 
@@ -337,14 +339,14 @@ def _shared_key(config: Mapping) -> str | None:
 def _hyper_key(job: PlannedJob) -> str | None:
     """Jobs learning the same hyperparameters share one learning task (None: none learned)."""
     try:
-        return cache_key(job.config) if hyper_options(job.config) is not None else None
+        return cache_key(job.spec) if job.spec.hyper.learns else None
     except InputError:
         return None  # a bad hyper block: the job itself reports it
 
 
 def _dataset_key(job: PlannedJob) -> str:
     """Jobs with equal dataset specs share one ingest task."""
-    return json.dumps(job.config["dataset"], sort_keys=True, default=str)
+    return json.dumps(dict(job.spec.dataset), sort_keys=True, default=str)
 
 
 def _same(value):
@@ -436,7 +438,7 @@ def _collect(future, need, job: PlannedJob, sweep_dir: Path, cluster_cfg: Mappin
         error = (f"KilledWorker: the workers running this job died {ALLOWED_FAILURES + 1} "
                  f"times; the last one {ended}, and was ended by the sweep" if ended else
                  killed_worker_hint(cluster_cfg, deaths))
-    write_job_failure(job.config, error, job_path(sweep_dir, job.hash),
+    write_job_failure(job.spec.config(), error, job_path(sweep_dir, job.hash),
                       {"config_hash": job.hash, "worker": ""})
     return {"status": "failed", "error": error, **({"before_fit": True} if before_fit else {})}
 

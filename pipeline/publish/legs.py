@@ -7,10 +7,10 @@ A published benchmark of tens of hours outlives the machine (a session, an alloc
     python -m pipeline.publish outputs/<sweep>/results.zarr --legs docs/results/<sweep>_legs
     python -m pipeline.publish docs/results/<sweep>_legs --reference <algorithm> --out docs/results
 
-The first (:func:`write_unit`, called by :func:`pipeline.publish.save_legs`) writes one record
+The first (:func:`save_legs`, each unit by :func:`write_unit`) writes one record
 for each (data set, split) whose jobs have all finished (ok or failed, none missing) and that
 the folder does not hold yet: ``<dataset>-<split>.csv``, the published table's rows of those
-jobs (:data:`pipeline.report.job_table.COLUMNS`) with each job's name and code versions
+jobs (:data:`pipeline.publish.job_table.COLUMNS`) with each job's name and code versions
 (:data:`JOB_COLUMNS`), and ``<dataset>-<split>.leg.json``, sealed (:mod:`pipeline.checksum`):
 the CSV's sha256, the run's record (command, grid, modes, budgets), the commit, the number of
 jobs and their seconds, when the jobs last ran and when the record was written. A unit is
@@ -19,12 +19,12 @@ kept whole: its jobs share the kernel learned once for its data set and split.
 The second (:func:`read_legs`) verifies every record (below) and that all were made under
 one protocol (modes, labels, budgets, targets) and, job by job, by one code version (each
 algorithm's, and the numeric pipeline's: :mod:`pipeline.codeversion`), then gives the union to
-:func:`pipeline.publish.publish` as one table. Nothing here overwrites: a unit already in the
-folder is left as it is.
+:func:`pipeline.publish.folder.publish` as one table. Nothing here overwrites: a unit already in
+the folder is left as it is.
 
 A leg folder may come from elsewhere, and its seal is a sha256 anyone can recompute: it finds
 accidental damage, it proves nothing. So every value a record carries is checked for what it
-may be (:mod:`pipeline.report.untrusted`: the sweep a plain name, the run's keys their types,
+may be (:mod:`pipeline.publish.untrusted`: the sweep a plain name, the run's keys their types,
 the files regular, never followed through a symlink) and what can be derived from the CSV is
 derived from it: its sha256 and, from its rows, the unit and the number of jobs, which must be
 the record's.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -45,8 +46,10 @@ import pandas as pd
 from algorithms.errors import InputError
 from pipeline.atomic import atomic_path, write_text
 from pipeline.checksum import DamagedFile, open_sealed_json, seal_json
-from pipeline.report.job_table import COLUMNS, typed
-from pipeline.report.untrusted import check_run, plain_name, read_failure, read_regular
+from pipeline.publish.job_table import COLUMNS, job_table, typed
+from pipeline.publish.run_record import load_store, run_command, run_record
+from pipeline.publish.untrusted import check_run, plain_name, read_failure, read_regular
+from pipeline.results.job_file import job_path, load_job_attrs
 
 MAX_RECORD_BYTES = 1 << 20  # a leg's record: its run's command, grid and a few numbers
 MAX_CSV_BYTES = 1 << 28  # a unit's rows
@@ -100,6 +103,49 @@ def write_unit(folder: Path, sweep: str, unit: tuple[str, int], rows: pd.DataFra
            "saved": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **leg}
     write_text(record, seal_json(doc, indent=1).decode() + "\n")
     return record
+
+
+def save_legs(results: str | Path, folder: str | Path) -> tuple[list, list, list, list]:
+    """Keep each finished (data set, split) unit of ``results`` as a leg in ``folder``
+    (``python -m pipeline.publish <results.zarr> --legs <folder>``); returns the units (saved,
+    already there, unfinished) and (unit, why) of those not saved because their jobs of one
+    algorithm ran on two code versions (a point of an earlier command, left from before a code
+    change, beside the rerun of the current grid: a leg is one code version)."""
+    ds, sweep, options = load_store(results)
+    table = job_table(ds, options, extra=("job_hash", "job_seconds"))
+    versions = {}
+    for name in table["job_hash"].dropna().unique().tolist():
+        try:
+            attrs = load_job_attrs(path := job_path(Path(results).parent, str(name)))
+        except FileNotFoundError:
+            raise InputError(f"{path} is missing: a leg is saved from a sweep's own "
+                             "results.zarr, its jobs/ beside it; run the sweep again") from None
+        versions[name] = (attrs.get("code_version"), attrs.get("pipeline_code_version"))
+    table["code_version"] = [versions.get(h, (None, None))[0] for h in table["job_hash"]]
+    table["pipeline_code_version"] = [versions.get(h, (None, None))[1]
+                                      for h in table["job_hash"]]
+    run = run_record(ds, Path(results))
+    invocations = json.loads(ds.attrs.get("invocations") or "[]")
+    done, unfinished = finished_units(table)
+    saved, there, mixed = [], [], []
+    for unit in done:
+        if is_kept(Path(folder), unit):  # left as it is, whatever the store holds now
+            there.append(unit)
+            continue
+        rows = table[(table["dataset"] == unit[0]) & (table["split"] == unit[1])]
+        pair = two_code_versions(rows)
+        if pair is not None:
+            mixed.append((unit, f"{pair[0]['algorithm']} ran on two code versions here, "
+                                f"{version_text(pair[0])} and {version_text(pair[1])}"))
+            continue
+        seconds = float(rows.drop_duplicates("job_hash")["job_seconds"].astype(float).sum())
+        ran = [i for i in invocations if set(i.get("ran") or ()) & set(rows["job_hash"])]
+        leg = {"commit": str(ds.attrs["git_sha"]), "job_seconds": round(seconds, 1),
+               "last_run": max((str(i.get("last_run", "")) for i in ran), default=None)}
+        unit_run = {**run, "command": run_command(None, sweep, json.dumps(ran))}
+        write_unit(Path(folder), sweep, unit, rows, unit_run, leg)
+        saved.append(unit)
+    return saved, there, unfinished, mixed
 
 
 def _open_record(path: Path) -> tuple[dict, pd.DataFrame]:

@@ -2,7 +2,7 @@
 Multiple Data Sets*, JMLR 7:1–30, Fig. 1: an axis of average ranks (1 = best, on the left),
 each method a tick with its name and rank beside it (the better half to the left, the rest to
 the right), thick bars joining the methods whose ranks differ by less than the Nemenyi
-critical difference (:func:`pipeline.report.stats.cliques`), and the CD drawn above the axis.
+critical difference (:func:`pipeline.publish.stats.cliques`), and the CD drawn above the axis.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pipeline.atomic import save_figure  # noqa: E402
-from pipeline.report.stats import cliques  # noqa: E402
+from pipeline.publish.stats import cliques  # noqa: E402
 
 ROW = 0.28  # inches between two labels
 BAR = 0.12  # inches between two clique bars

@@ -1,8 +1,8 @@
 """The published comparison's tables, from the job table of :mod:`pipeline.publish` alone (one
 row per job and mode): every mean over splits with its Nadeau–Bengio corrected 95 % interval
 (the splits' training sets overlap), every setting against the reference split by split. The
-ranks, the best per time budget and the ties are :mod:`pipeline.report.ranking`; the
-statistics :mod:`pipeline.report.stats`.
+ranks, the best per time budget and the ties are :mod:`pipeline.publish.ranking`; the
+statistics :mod:`pipeline.publish.stats`.
 
 A *setting* is (mode, dataset, algorithm, basis size); its value on a split is the mean over
 the seeds it ran there (a deterministic method's jobs are one job whatever the seed). A
@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from algorithms.errors import InputError
-from pipeline.report import stats
+from pipeline.datasets import StoreError, build
+from pipeline.publish import stats
 
 BUDGETS = (10, 60, 600)
 NO_BASIS = -1.0  # the basis-size key of a method without one
@@ -44,8 +45,6 @@ def test_fraction(dataset: str) -> float:
     its split 0 as :func:`pipeline.datasets.build` makes it (every shipped set's splits hold
     out the same share); :data:`DEFAULT_TEST_FRACTION` where it cannot be built here."""
     if dataset not in _FRACTIONS:
-        from pipeline.datasets import StoreError, build
-
         try:
             arrays, _ = build({"name": dataset, "split": 0})
             n_test, n_train = len(arrays["y_test"]), len(arrays["y_train"])

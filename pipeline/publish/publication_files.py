@@ -45,7 +45,7 @@ from algorithms.errors import InputError
 from pipeline.atomic import write_text
 from pipeline.config.yaml_limits import MAX_YAML_BYTES, yaml_problem
 from pipeline.lines import note, one_line
-from pipeline.report.untrusted import MAX_FILE_NAME_BYTES, plain_name, read_regular
+from pipeline.publish.untrusted import MAX_FILE_NAME_BYTES, plain_name, read_regular
 
 RECORD_SUFFIX = ".run.yaml"
 OWNER = ".owner.json"  # in the staging folder: who writes it

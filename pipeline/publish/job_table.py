@@ -1,18 +1,26 @@
 """The published table: one row per job and mode of an accuracy-against-time run
 (:func:`job_table`, from a results store), its :data:`COLUMNS` and their meaning, read back with
 its types (:func:`read_table`), and completed with the baselines and flags the run did not
-record (:func:`complete`). :mod:`pipeline.publish` writes it; :mod:`pipeline.report.legs` keeps
-a long run's legs in it."""
+record (:func:`complete`). :mod:`pipeline.publish.folder` writes it;
+:mod:`pipeline.publish.legs` keeps a long run's legs in it."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from algorithms.errors import InputError
-from pipeline.report.comparison import as_floats
+from algorithms.evaluation import gaussian_nlpd, rmse
+from algorithms.kernels import Kernel
+from algorithms.marginal_likelihood import length_scale_of
+from algorithms.registry import REGISTRY
+from pipeline.config import lookup
+from pipeline.datasets import StoreError, build
+from pipeline.publish import stats
+from pipeline.publish.comparison import as_floats
 
 OWN = "own"  # the protocol under which a method learns itself (pipeline.job.protocol)
 
@@ -178,9 +186,9 @@ def job_table(ds, dataset_options: dict | None = None, extra: tuple[str, ...] = 
     empty; the flags and missing baselines are filled by :func:`complete`. A job that does not
     depend on the swept seed (the same hash for every seed) is one row with an empty seed.
     ``extra`` names per-job variables of the store appended after the columns (a leg's
-    ``job_hash``: :mod:`pipeline.report.legs`). Raises :class:`InputError` for a run that swept
+    ``job_hash``: :mod:`pipeline.publish.legs`). Raises :class:`InputError` for a run that swept
     another key."""
-    from pipeline.config import lookup
+    # deferred: the store's access loads xarray, which a published CSV or a leg does without
     from pipeline.results.access import decoded_attrs, tidy
 
     swept = [d for d in ds["job_hash"].dims if d not in PUBLISHED_DIMS and ds.sizes[d] > 1]
@@ -223,8 +231,6 @@ def job_table(ds, dataset_options: dict | None = None, extra: tuple[str, ...] = 
 def _takes(algorithm, option: str) -> bool:
     """Whether ``algorithm`` (a registered name) has ``option``: a run that fixes an option
     some of its methods do not take (the sweep ignores it for them) gives them none."""
-    from algorithms.registry import REGISTRY
-
     spec = REGISTRY.get(variant_options(algorithm)[0]) if isinstance(algorithm, str) else None
     return spec is None or option in spec.options
 
@@ -261,10 +267,6 @@ def kernel_from_text(text: str):
     (``rbf(width=28.4, variance=21.5)``, ``rbf(variance=2.0, lengthscales=[1.0, 0.5])``: its
     name and parameters, the floats as Python writes them, so that they round trip); raises
     :class:`InputError` (one line) for any other text."""
-    import ast
-
-    from algorithms.kernels import Kernel
-
     try:
         call = ast.parse(text.strip(), mode="eval").body if len(text) < 100_000 else None
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
@@ -282,8 +284,6 @@ def kernel_columns(kernel) -> tuple[str, str, float]:
     """(name, length scales as the ``lengthscales`` column writes them, signal variance) of
     ``kernel``: its ARD length scales, or its isotropic scale as a length ℓ
     (:func:`algorithms.marginal_likelihood.length_scale_of`), '' for a kernel without one."""
-    from algorithms.marginal_likelihood import length_scale_of
-
     scales = kernel.lengthscales
     if scales is None and kernel.spec.unit_scale is not None:
         scales = [length_scale_of(kernel)[1]]
@@ -300,9 +300,6 @@ def _hyperparameters(jobs: pd.DataFrame, config: dict) -> dict[str, list]:
     method's own training where the row is of the own protocol and the method recorded one,
     else hyper=ml's learning (the shared one, or ours by hyper.method=lowrank under the own
     protocol)."""
-    from algorithms.kernels import Kernel
-    from pipeline.config import lookup
-
     fixed = lookup(config, "hyper.name") == "fixed"
     configured = None
     if fixed and isinstance(lookup(config, "kernel"), dict):
@@ -383,10 +380,8 @@ def _flag_value(value):
 def complete(table: pd.DataFrame, dataset_options: dict | None = None) -> pd.DataFrame:
     """``table`` with the baselines the run did not record computed from the shipped data
     (:func:`baselines`), and its ``trivial``, ``nlpd_above_mean`` and ``contended`` flags
-    computed by their rules (:func:`pipeline.report.stats.trivial`,
-    :func:`pipeline.report.stats.nlpd_above_mean`, :func:`pipeline.report.stats.contended`)."""
-    from pipeline.report import stats
-
+    computed by their rules (:func:`pipeline.publish.stats.trivial`,
+    :func:`pipeline.publish.stats.nlpd_above_mean`, :func:`pipeline.publish.stats.contended`)."""
     table = table.copy()
     missing = table["baseline_rmse"].isna() & table["split"].notna()
     if missing.any():
@@ -434,9 +429,6 @@ def baselines(pairs: list[tuple[str, int]], dataset_options: dict | None = None
     otherwise), predicting ȳ_train with variance var(y_train) on the test rows. Cached per
     (dataset, split, options); a data set that cannot be built here (not shipped, or no
     ``split`` option) is left out."""
-    from algorithms.evaluation import gaussian_nlpd, rmse
-    from pipeline.datasets import StoreError, build
-
     options = {"standardize_y": True, **(dataset_options or {})}
     out = {}
     for dataset, split in pairs:

@@ -16,7 +16,7 @@ the best and the reference, ranks across data sets, and the flags that keep a ro
   of Demšar (2006), *Statistical Comparisons of Classifiers over Multiple Data Sets*, JMLR
   7:1–30, §3.2.2: the Friedman test on the methods' ranks per data set (and Iman &
   Davenport's F form of it), then the Nemenyi post-hoc test, whose critical difference is drawn
-  as a CD diagram (:mod:`pipeline.report.critical_difference`);
+  as a CD diagram (:mod:`pipeline.publish.critical_difference`);
 - :func:`trivial`, :func:`nlpd_above_mean` and :func:`contended`: the rules that flag a job
   whose predictor is no better than the training mean (never ranked), whose predictive
   distribution is worse than the mean predictor's Gaussian (left out of NLPD comparisons), or

@@ -1,5 +1,5 @@
-"""The README of a published folder (:mod:`pipeline.publish`), rendered from its job table
-alone by the tables of :mod:`pipeline.report.comparison`, plus what the run's record says
+"""The README of a published folder (:mod:`pipeline.publish.cli`), rendered from its job table
+alone by the tables of :mod:`pipeline.publish.comparison`, plus what the run's record says
 (its command, code version, grid) and the figures beside it."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.lines import one_line
-from pipeline.report import comparison, ranking
-from pipeline.report.comparison import BUDGETS, reference_table, references_of
+from pipeline.publish import comparison, ranking, stats
+from pipeline.publish.comparison import BUDGETS, reference_table, references_of
+from pipeline.publish.job_table import COLUMNS
 from pipeline.report.markdown import code, fence, inert
 
 
@@ -32,8 +33,6 @@ def _summary(table: pd.DataFrame, code_version: str) -> str:
 
 def _how(table: pd.DataFrame, order: Sequence[str]) -> list[str]:
     """The README's account of its statistics and flags, with this table's counts."""
-    from pipeline.report import stats
-
     ok = table[table["status"] == "ok"]
     seeds = comparison.per_split(table)["seeds"].max() if len(ok) else 0
     left = comparison.excluded(table, order)
@@ -152,20 +151,19 @@ def _figure_lines(figure) -> list[str]:
     return [f"![{name}]({name})", "", inert(figure.caption), ""]
 
 
-def readme(table: pd.DataFrame, *, columns: dict[str, tuple[str, str]],
-           reference: str | Sequence[str], sweep: str, code_version: str,
-           commands: list[str], figures: Sequence, mode_order: Sequence[str] = (),
-           grid: str | None = None, notes: str | None = None,
+def readme(table: pd.DataFrame, *, reference: str | Sequence[str], sweep: str,
+           code_version: str, commands: list[str], figures: Sequence,
+           mode_order: Sequence[str] = (), grid: str | None = None, notes: str | None = None,
            budgets=BUDGETS, cd: dict | None = None, beside: str | None = None) -> str:
     """The folder's README.md, from the published table alone (plus what the store says of the
     run: its name, code version and commands, and the figures written beside it: the
-    frontier ``figures`` and the ``cd`` diagrams of :func:`cd_figures`); ``grid`` (YAML: the
-    sweep's grid as recorded) and ``notes`` (markdown written for the run) are added as
-    given; ``beside`` (markdown: :func:`pipeline.report.elsewhere.beside_tables`) follows the
-    figures; ``columns`` (name → (source, meaning)) is the table's schema."""
+    frontier ``figures`` and the ``cd`` diagrams of :func:`pipeline.publish.render.cd_figures`);
+    ``grid`` (YAML: the sweep's grid as recorded) and ``notes`` (markdown written for the run)
+    are added as given; ``beside`` (markdown: :func:`pipeline.publish.elsewhere.beside_tables`)
+    follows the figures; the schema listed is :data:`pipeline.publish.job_table.COLUMNS`."""
     order = list(mode_order)
     names = references_of(reference)
-    schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in columns.items())
+    schema = "\n".join(f"| `{name}` | {meaning} |" for name, (_, meaning) in COLUMNS.items())
     # every string from the table (or the run's record) is text: it neither links, embeds nor
     # is HTML; the figure lines, the notes (written for the run) and the code blocks are not
     # escaped (a fence longer than any backtick run inside keeps a code block closed)

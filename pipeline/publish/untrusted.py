@@ -126,9 +126,9 @@ REQUIRED = ("command", "code_version")
 
 
 def check_run(run: object, where: str, fix: str) -> dict:
-    """``run`` (a run's record: :func:`pipeline.publish._run_record`, a leg's ``run``) when it
-    is a mapping whose :data:`RUN_KEYS` have their types (``command`` and ``code_version``
-    present); otherwise InputError naming ``where``, the key and ``fix``."""
+    """``run`` (a run's record: :func:`pipeline.publish.run_record.run_record`, a leg's
+    ``run``) when it is a mapping whose :data:`RUN_KEYS` have their types (``command`` and
+    ``code_version`` present); otherwise InputError naming ``where``, the key and ``fix``."""
     if not isinstance(run, Mapping):
         raise InputError(f"{where} is not a mapping of a run's record (command, code_version, "
                          f"mode_order, budgets, grid); {fix}")

@@ -1,7 +1,7 @@
 """The published run's frontier figures, drawn from its table (the CSV ``publish`` writes and
 re-renders from), so that they show what the README ranks: per mode, metric and cost (fit-only
 seconds; learning + fit seconds) one figure, a panel per data set, each *ranked* setting's
-mean over its splits (:func:`pipeline.report.comparison.settings`: every split finished, none
+mean over its splits (:func:`pipeline.publish.comparison.settings`: every split finished, none
 trivial; in the NLPD figures, none with an NLPD above the mean predictor's either). A trivial
 predictor is never drawn, so it is never on a Pareto frontier."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from pipeline.report.comparison import NO_BASIS, label, modes, rows_of_mode, settings
+from pipeline.publish.comparison import NO_BASIS, label, modes, rows_of_mode, settings
 from pipeline.report.frontier import Point, draw
 from pipeline.report.style import Figure, and_list
 

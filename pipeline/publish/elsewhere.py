@@ -3,13 +3,13 @@
 
 A *beside* file is a CSV with one row per published number, :data:`COLUMNS`: whose number it
 is (``source``), on which data set and by which of their methods, the metric (``rmse`` or
-``nlpd``, as :data:`pipeline.report.comparison.METRICS`), its mean and the ± they print with
+``nlpd``, as :data:`pipeline.publish.comparison.METRICS`), its mean and the ± they print with
 the number of trials, the setting of this run it is set beside (``algorithm``, ``mode``,
 ``basis_size``), and ``where`` the number was read (repository, commit, file and line). The
 numbers are typed in from that text by hand; the file is what a reader checks them against.
 
 :func:`beside_tables` renders, per source, each number beside the run's mean over its splits
-(:func:`pipeline.report.comparison.settings`: mean ± the corrected 95 % t interval) and the
+(:func:`pipeline.publish.comparison.settings`: mean ± the corrected 95 % t interval) and the
 difference of the two means. No test is made: their per-trial values are not published, and their
 protocol (splits, kernel, training) is not this run's; the notes say how they differ.
 """
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from algorithms.errors import InputError
-from pipeline.report.comparison import METRICS, NO_BASIS, label, mean_ci, settings
+from pipeline.publish.comparison import METRICS, NO_BASIS, label, mean_ci, settings
+from pipeline.publish.untrusted import GZIP_ERRORS, read_failure, regular_file
 from pipeline.report.markdown import code, inert
-from pipeline.report.untrusted import GZIP_ERRORS, read_failure, regular_file
 
 COLUMNS: dict[str, str] = {
     "source": "whose number it is (authors, year, and which text)",
@@ -110,7 +110,7 @@ def _count(text: str, name: str, where: str) -> int:
 def beside_tables(table: pd.DataFrame, beside: pd.DataFrame) -> str:
     """Markdown: per source (in the file's order), each of their settings beside this run's
     (:func:`read_beside` rows): test RMSE and NLPD, theirs (mean ± their ± (trials)) and ours
-    (:func:`~pipeline.report.comparison.mean_ci` over the splits), and ours − theirs."""
+    (:func:`~pipeline.publish.comparison.mean_ci` over the splits), and ours − theirs."""
     ours = settings(table)
     blocks = []
     for source in dict.fromkeys(beside["source"]):

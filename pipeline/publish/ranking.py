@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from pipeline.report import stats
-from pipeline.report.comparison import (
+from pipeline.publish import stats
+from pipeline.publish.comparison import (
     COSTS,
     METRICS,
     MIN_METHODS,
