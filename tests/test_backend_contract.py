@@ -147,7 +147,9 @@ def test_every_kernel_block_back_end_is_checked():
         return {c for sub in cls.__subclasses__() for c in (sub, *below(sub))}
 
     checked = {c for protocol, c in _back_ends() if protocol is KernelBlocks}
-    found = {c for c in below(KernelBlocks) if not c.__module__.startswith("tests")}
+    # the project's classes (tests derive their own doubles, e.g. blocks that count calls)
+    found = {c for c in below(KernelBlocks) if c.__module__.split(".")[0] in ("algorithms",
+                                                                              "pipeline")}
     assert found <= checked, sorted(c.__name__ for c in found - checked)
 
 

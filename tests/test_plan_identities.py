@@ -6,12 +6,16 @@ compared with the one recorded in ``tests/data/plan_identities.json``.
 
 A change that renames a job (a new identity key, a default that moves) fails here with the new
 entry to record, so that renaming every cached result of an experiment is a decision, not an
-accident. The record was made from main at 5aecd92, before JobSpec became the jobs' only form."""
+accident. The record was made from main at 5aecd92, before JobSpec became the jobs' only form
+(the points' counts added at cab399b, the names unchanged). The docs' run-time table states
+its ``size=small`` counts from this record (tests/test_readme_run_counts.py), so each plan is
+made once."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,8 +31,8 @@ EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml
 
 
 def planned_settings(name: str, run_cli, tmp_path, monkeypatch) -> dict:
-    """``{"jobs": distinct jobs, "settings": digest of their sorted setting hashes}`` of
-    ``experiment=name size=small``'s dry-run plan."""
+    """``{"points": sweep points, "jobs": distinct jobs, "settings": digest of their sorted
+    setting hashes}`` of ``experiment=name size=small``'s dry-run plan."""
     hashes: set[str] = set()
 
     def named(config, write_data=True):
@@ -38,9 +42,15 @@ def planned_settings(name: str, run_cli, tmp_path, monkeypatch) -> dict:
     monkeypatch.setattr("pipeline.job.spec.config_hash", named)
     ran = run_cli(tmp_path, "-m", f"experiment={name}", "size=small", "dry_run=true")
     assert ran.returncode == 0, ran.stderr[-2000:]
-    assert "dry run:" in ran.stdout, ran.stdout[-2000:]
+    planned = re.search(r"dry run: (\d+) sweep points, (\d+) distinct jobs", ran.stdout)
+    assert planned and int(planned[2]) == len(hashes), ran.stdout[-2000:]
     digest = hashlib.sha256("\n".join(sorted(hashes)).encode()).hexdigest()[:16]
-    return {"jobs": len(hashes), "settings": digest}
+    return {"points": int(planned[1]), "jobs": len(hashes), "settings": digest}
+
+
+def recorded(name: str) -> dict:
+    """The record of ``experiment=name size=small``'s plan (its points, jobs and names)."""
+    return json.loads(RECORD.read_text())[name]
 
 
 def test_every_experiment_has_a_record():
@@ -49,8 +59,7 @@ def test_every_experiment_has_a_record():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_the_jobs_an_experiment_plans_keep_their_names(name, run_cli, tmp_path, monkeypatch):
-    recorded = json.loads(RECORD.read_text()).get(name)
     planned = planned_settings(name, run_cli, tmp_path, monkeypatch)
-    assert planned == recorded, (
+    assert planned == json.loads(RECORD.read_text()).get(name), (
         f"{name}'s jobs are named differently from the record (a cached result would run "
         f"again); if that is meant, record {json.dumps({name: planned})} in {RECORD.name}")
